@@ -1,0 +1,66 @@
+#include "common/process.h"
+
+#include <signal.h>
+
+#include <cstdio>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace tandem {
+
+void InitLogging(const std::string& process_name, const std::string& level) {
+  auto logger = spdlog::stderr_color_mt(process_name);
+  logger->set_pattern("[%Y-%m-%dT%H:%M:%S.%e] [%n] [%l] %v");
+  logger->set_level(spdlog::level::from_str(level));
+  spdlog::set_default_logger(logger);
+  spdlog::flush_on(spdlog::level::info);
+}
+
+void BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int WaitForTerminationSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+void AnnounceListening(const std::string& process, const std::string& grpc_address,
+                       const std::string& metrics_address) {
+  std::printf("%s listening grpc=%s metrics=%s\n", process.c_str(), grpc_address.c_str(),
+              metrics_address.c_str());
+  std::fflush(stdout);
+}
+
+absl::StatusOr<std::pair<std::string, int>> ParseHostPort(const std::string& flag,
+                                                           const std::string& value) {
+  const size_t colon = value.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--%s=%s: expected HOST:PORT (port 0 picks a free one)", flag, value));
+  }
+  int port = 0;
+  if (!absl::SimpleAtoi(value.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--%s=%s: port must be a number in [0, 65535]", flag, value));
+  }
+  std::string host = value.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::make_pair(host, port);
+}
+
+}  // namespace tandem

@@ -1,0 +1,32 @@
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace tandem {
+
+// Start-up helpers shared by the two server binaries.
+
+// Configures spdlog: one line per event on stderr, "[time] [process] [level] message".
+void InitLogging(const std::string& process_name, const std::string& level);
+
+// Blocks the calling thread until SIGINT or SIGTERM arrives and returns the signal number.
+// Must be called after BlockTerminationSignals() was called before any thread started.
+int WaitForTerminationSignal();
+
+// Blocks SIGINT/SIGTERM in the calling thread (and the threads it creates later), so that only
+// WaitForTerminationSignal() receives them.
+void BlockTerminationSignals();
+
+// Prints the machine-readable line tests and scripts wait for:
+//   "<process> listening grpc=HOST:PORT metrics=HOST:PORT"
+// on stdout, flushed.
+void AnnounceListening(const std::string& process, const std::string& grpc_address,
+                       const std::string& metrics_address);
+
+// Splits "host:port"; the host may be "[v6]" or empty. Errors name the flag.
+absl::StatusOr<std::pair<std::string, int>> ParseHostPort(const std::string& flag,
+                                                           const std::string& value);
+
+}  // namespace tandem

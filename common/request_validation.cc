@@ -1,0 +1,123 @@
+#include "common/request_validation.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "common/utf8.h"
+
+namespace tandem {
+namespace {
+
+bool KnownRole(const std::string& role) {
+  return role == "system" || role == "user" || role == "assistant" || role == "tool";
+}
+
+absl::Status Invalid(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrFormat("%s: %s", field, what));
+}
+
+}  // namespace
+
+absl::Status ValidateMessages(
+    const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+    const RequestLimits& limits) {
+  if (messages.empty()) return Invalid("messages", "at least one message is required");
+  if (messages.size() > limits.max_messages) {
+    return Invalid("messages", absl::StrFormat("%d messages; the limit is %d", messages.size(),
+                                               limits.max_messages));
+  }
+  int images = 0;
+  for (int m = 0; m < messages.size(); ++m) {
+    const auto& message = messages[m];
+    const std::string prefix = absl::StrFormat("messages[%d]", m);
+    if (!KnownRole(message.role())) {
+      // The role is echoed only when it is valid UTF-8, so the error itself stays well-formed.
+      return Invalid(prefix + ".role",
+                     IsValidUtf8(message.role())
+                         ? absl::StrFormat("unknown role '%s'; expected system, user, "
+                                           "assistant or tool",
+                                           message.role())
+                         : "unknown role (not valid UTF-8); expected system, user, assistant "
+                           "or tool");
+    }
+    if (message.content().empty()) return Invalid(prefix + ".content", "no content parts");
+    if (message.content_size() > limits.max_parts_per_message) {
+      return Invalid(prefix + ".content",
+                     absl::StrFormat("%d parts; the limit is %d", message.content_size(),
+                                     limits.max_parts_per_message));
+    }
+    for (int p = 0; p < message.content_size(); ++p) {
+      const auto& part = message.content(p);
+      const std::string field = absl::StrFormat("%s.content[%d]", prefix, p);
+      switch (part.part_case()) {
+        case tandem::v1::ContentPart::kText:
+          if (part.text().empty()) return Invalid(field + ".text", "empty text");
+          if (!IsValidUtf8(part.text())) return Invalid(field + ".text", "not valid UTF-8");
+          break;
+        case tandem::v1::ContentPart::kImage: {
+          const auto& image = part.image();
+          if (++images > limits.max_images) {
+            return Invalid(field + ".image",
+                           absl::StrFormat("more than %d images", limits.max_images));
+          }
+          if (image.data().empty()) return Invalid(field + ".image.data", "empty image");
+          if (static_cast<int64_t>(image.data().size()) > limits.max_image_bytes) {
+            return Invalid(field + ".image.data",
+                           absl::StrFormat("%d bytes; the limit is %d", image.data().size(),
+                                           limits.max_image_bytes));
+          }
+          if (!absl::StartsWith(image.mime_type(), "image/")) {
+            return Invalid(field + ".image.mime_type",
+                           "expected an image MIME type such as image/png");
+          }
+          break;
+        }
+        default:
+          return Invalid(field, "neither text nor image is set");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSampling(const tandem::v1::SamplingParams& s, int32_t max_output_tokens,
+                              const RequestLimits& limits) {
+  if (s.has_max_tokens()) {
+    if (s.max_tokens() <= 0) {
+      return Invalid("sampling.max_tokens", absl::StrFormat("%d; must be >= 1", s.max_tokens()));
+    }
+    if (max_output_tokens > 0 && s.max_tokens() > max_output_tokens) {
+      return Invalid("sampling.max_tokens",
+                     absl::StrFormat("%d exceeds the model's limit of %d", s.max_tokens(),
+                                     max_output_tokens));
+    }
+  }
+  if (s.has_temperature() &&
+      (!std::isfinite(s.temperature()) || s.temperature() < 0 || s.temperature() > 2)) {
+    return Invalid("sampling.temperature", absl::StrFormat("%g; must be in [0, 2]", s.temperature()));
+  }
+  if (s.has_top_p() && (!std::isfinite(s.top_p()) || s.top_p() <= 0 || s.top_p() > 1)) {
+    return Invalid("sampling.top_p", absl::StrFormat("%g; must be in (0, 1]", s.top_p()));
+  }
+  if (s.top_k() < 0) {
+    return Invalid("sampling.top_k", absl::StrFormat("%d; must be >= 0", s.top_k()));
+  }
+  if (s.stop_size() > limits.max_stop_sequences) {
+    return Invalid("sampling.stop", absl::StrFormat("%d sequences; the limit is %d",
+                                                    s.stop_size(), limits.max_stop_sequences));
+  }
+  for (int i = 0; i < s.stop_size(); ++i) {
+    const std::string field = absl::StrFormat("sampling.stop[%d]", i);
+    if (s.stop(i).empty()) return Invalid(field, "empty stop sequence");
+    if (static_cast<int32_t>(s.stop(i).size()) > limits.max_stop_sequence_bytes) {
+      return Invalid(field, absl::StrFormat("%d bytes; the limit is %d", s.stop(i).size(),
+                                            limits.max_stop_sequence_bytes));
+    }
+    if (!IsValidUtf8(s.stop(i))) return Invalid(field, "not valid UTF-8");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

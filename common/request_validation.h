@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "google/protobuf/repeated_field.h"
+#include "tandem/v1/common.pb.h"
+
+namespace tandem {
+
+// Limits applied to every request before any work is done. Each is a flag of both servers;
+// defaults are documented in the README.
+struct RequestLimits {
+  int32_t max_messages = 1024;
+  int32_t max_parts_per_message = 64;
+  int32_t max_images = 16;
+  int64_t max_image_bytes = 20ll << 20;
+  int32_t max_stop_sequences = 16;
+  int32_t max_stop_sequence_bytes = 256;
+};
+
+// INVALID_ARGUMENT naming the offending field ("messages[2].content[0].text: ...") for: no
+// messages, unknown role, a message without content, empty or non-UTF-8 text, an image without
+// data or with a non-image MIME type, and counts over the limits.
+absl::Status ValidateMessages(
+    const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+    const RequestLimits& limits);
+
+// INVALID_ARGUMENT for max_tokens <= 0 or above `max_output_tokens` (skipped when 0), temperature
+// outside [0, 2], top_p outside (0, 1], negative top_k, and bad stop sequences.
+absl::Status ValidateSampling(const tandem::v1::SamplingParams& sampling,
+                              int32_t max_output_tokens, const RequestLimits& limits);
+
+}  // namespace tandem

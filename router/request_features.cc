@@ -1,0 +1,89 @@
+#include "router/request_features.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::router {
+
+int64_t EstimateTokens(std::string_view text) {
+  int64_t ascii = 0;
+  int64_t code_points = 0;
+  for (unsigned char c : text) {
+    if (c < 0x80) {
+      ++ascii;
+    } else if ((c & 0xC0) != 0x80) {
+      ++code_points;  // lead byte of a multi-byte sequence
+    }
+  }
+  return (ascii + 3) / 4 + code_points;
+}
+
+RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
+  RequestFeatures f;
+  f.num_messages = request.messages_size();
+  int64_t tokens = 0;
+  for (const auto& message : request.messages()) {
+    if (message.role() == "user") ++f.num_turns;
+    tokens += kPerMessageTemplateTokens;
+    for (const auto& part : message.content()) {
+      if (part.has_image()) {
+        ++f.image_count;
+      } else {
+        f.prompt_bytes += static_cast<int64_t>(part.text().size());
+        tokens += EstimateTokens(part.text());
+      }
+    }
+  }
+  f.prompt_tokens = tokens;
+  const auto& hints = request.hints();
+  switch (hints.objective()) {
+    case tandem::v1::OBJECTIVE_ACCURACY: f.objective = Objective::kAccuracy; break;
+    case tandem::v1::OBJECTIVE_LATENCY: f.objective = Objective::kLatency; break;
+    default: f.objective = Objective::kAuto; break;
+  }
+  f.pinned_model = hints.model();
+  switch (hints.reasoning().mode()) {
+    case tandem::v1::REASONING_ON: f.reasoning = ReasoningMode::kOn; break;
+    case tandem::v1::REASONING_OFF: f.reasoning = ReasoningMode::kOff; break;
+    default: f.reasoning = ReasoningMode::kDefault; break;
+  }
+  if (request.sampling().has_max_tokens()) f.max_tokens = request.sampling().max_tokens();
+  if (auto it = request.labels().find("tenant"); it != request.labels().end()) {
+    f.tenant = it->second;
+  }
+  if (auto it = request.labels().find("app"); it != request.labels().end()) f.app = it->second;
+  return f;
+}
+
+const char* ObjectiveName(Objective o) {
+  switch (o) {
+    case Objective::kAccuracy: return "accuracy";
+    case Objective::kLatency: return "latency";
+    default: return "auto";
+  }
+}
+
+const char* ReasoningModeName(ReasoningMode r) {
+  switch (r) {
+    case ReasoningMode::kOn: return "on";
+    case ReasoningMode::kOff: return "off";
+    default: return "default";
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> DescribeFeatures(const RequestFeatures& f) {
+  return {
+      {"prompt_tokens", absl::StrCat(f.prompt_tokens, f.prompt_tokens_exact ? "" : " (estimate)")},
+      {"prompt_bytes", absl::StrCat(f.prompt_bytes)},
+      {"image_count", absl::StrCat(f.image_count)},
+      {"num_messages", absl::StrCat(f.num_messages)},
+      {"num_turns", absl::StrCat(f.num_turns)},
+      {"objective", ObjectiveName(f.objective)},
+      {"pinned_model", f.pinned_model},
+      {"reasoning", ReasoningModeName(f.reasoning)},
+      {"max_tokens", f.max_tokens == 0 ? "default" : absl::StrCat(f.max_tokens)},
+      {"tenant", f.tenant},
+      {"app", f.app},
+  };
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/v1/gateway.pb.h"
+
+namespace tandem::router {
+
+enum class Objective { kAuto, kAccuracy, kLatency };
+enum class ReasoningMode { kDefault, kOn, kOff };
+
+// What the router knows about one request: computed once at intake, immutable afterwards.
+struct RequestFeatures {
+  // Prompt size in tokens. An estimate (see EstimateTokens) until a model tokenizer is wired in.
+  int64_t prompt_tokens = 0;
+  bool prompt_tokens_exact = false;
+  int64_t prompt_bytes = 0;
+  int image_count = 0;
+  int num_messages = 0;
+  // Number of user messages: a chat's turn count.
+  int num_turns = 0;
+  Objective objective = Objective::kAuto;
+  // Empty when not pinned.
+  std::string pinned_model;
+  ReasoningMode reasoning = ReasoningMode::kDefault;
+  // 0 when the request leaves it to the default.
+  int32_t max_tokens = 0;
+  std::string tenant;
+  std::string app;
+};
+
+// Pure function of the request; no allocation beyond the result's strings.
+RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request);
+
+// Fast token estimate for text with no tokenizer at hand: ASCII at ~4 bytes per token (BPE
+// vocabularies of ~130-250K entries average 3.5-4.5 bytes per English token) and one token per
+// non-ASCII code point (CJK and emoji mostly take one or more tokens each).
+int64_t EstimateTokens(std::string_view text);
+
+// Per-message template overhead in tokens: ChatML's "<|im_start|>role\n" and "<|im_end|>\n".
+inline constexpr int64_t kPerMessageTemplateTokens = 5;
+
+// Every feature as (name, value) strings, for explanations and the Route RPC.
+std::vector<std::pair<std::string, std::string>> DescribeFeatures(const RequestFeatures& f);
+
+const char* ObjectiveName(Objective o);
+const char* ReasoningModeName(ReasoningMode r);
+
+}  // namespace tandem::router

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tandem::router {
+
+// One rule the router evaluated, and why it did or did not match.
+struct RuleTrace {
+  std::string rule;
+  bool matched = false;
+  std::string detail;
+};
+
+struct RouteDecision {
+  std::string model;
+  std::string request_class;
+  std::string rule;
+  std::string reason;
+  // 1.0 for rule decisions; the learned classifier reports its own.
+  double confidence = 1.0;
+  // Every rule considered, in order; the last matched one decided.
+  std::vector<RuleTrace> trace;
+};
+
+}  // namespace tandem::router

@@ -1,0 +1,19 @@
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "router/request_features.h"
+#include "router/route_decision.h"
+
+namespace tandem::router {
+
+// Decides which model serves a request. Implementations are pure functions of their inputs and
+// their own immutable configuration: safe to call from any thread, never blocking.
+class Router {
+ public:
+  virtual ~Router() = default;
+  // Errors only when no configured model can serve the request (e.g. images and no vision
+  // model): FAILED_PRECONDITION or INVALID_ARGUMENT with the reason.
+  virtual absl::StatusOr<RouteDecision> Route(const RequestFeatures& features) const = 0;
+};
+
+}  // namespace tandem::router

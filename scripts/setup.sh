@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package Tandem needs to build, test and run. Idempotent: packages already
+# present are skipped, so a second run does no network I/O.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  prometheus          # promtool, used by the metrics lint tests
+  clang-format
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "[setup] installing: ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "[setup] all packages present"
+fi

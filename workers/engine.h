@@ -1,0 +1,67 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "workers/tokenizer.h"
+
+namespace tandem::workers {
+
+// What an engine serves; reported in WorkerInfo and used by the gateway for validation.
+struct EngineInfo {
+  // Implementation name: "synthetic" is the load simulator (a test and benchmark tool).
+  std::string engine;
+  // Routing name ("qwen", "nemotron") and upstream id ("Qwen/Qwen3.5-35B-A3B").
+  std::string model_name;
+  std::string model_id;
+  bool vision = false;
+  bool reasoning = false;
+  int32_t max_context_tokens = 0;
+  int32_t max_output_tokens = 0;
+};
+
+struct SamplingConfig {
+  // 0 is greedy.
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  uint64_t seed = 0;
+};
+
+struct SequenceSpec {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  SamplingConfig sampling;
+};
+
+struct StepOutput {
+  uint64_t id = 0;
+  int32_t token = 0;
+  // The model ended the sequence (end-of-sequence token); `token` is not text.
+  bool end_of_sequence = false;
+};
+
+// A model executor driven by the worker's engine thread, one step at a time. Not thread-safe:
+// only the engine thread calls it. Implementations own per-sequence state (KV cache, recurrent
+// state) between AddSequence and RemoveSequence.
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  virtual const EngineInfo& Info() const = 0;
+  virtual const Tokenizer& GetTokenizer() const = 0;
+
+  // Reserves state for a sequence. RESOURCE_EXHAUSTED when the engine has no room now.
+  virtual absl::Status AddSequence(const SequenceSpec& spec) = 0;
+  virtual void RemoveSequence(uint64_t id) = 0;
+
+  // Advances every listed sequence by one token; sequences not yet run are prefilled first.
+  // Appends one StepOutput per id, in order.
+  virtual absl::Status Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) = 0;
+};
+
+}  // namespace tandem::workers

@@ -1,0 +1,172 @@
+// tandem-worker: one process per accelerator, serving one model.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/metrics_server.h"
+#include "common/process.h"
+#include "spdlog/spdlog.h"
+#include "workers/device.h"
+#include "workers/scheduler.h"
+#include "workers/synthetic_engine.h"
+#include "workers/worker_metrics.h"
+#include "workers/worker_service.h"
+
+ABSL_FLAG(std::string, model, "", "Model to serve: qwen or nemotron.");
+ABSL_FLAG(std::string, engine, "synthetic",
+          "Engine: 'synthetic' (load simulator for tests and benchmarks; not a real model).");
+ABSL_FLAG(std::string, device, "",
+          "Device this process owns: a CUDA ordinal (0, 1, ...) or 'cpu'. Required.");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC address; port 0 picks a free port.");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
+          "Prometheus /metrics address; port 0 picks a free port.");
+ABSL_FLAG(int32_t, max_batch_size, 64, "Most sequences in the running batch.");
+ABSL_FLAG(int32_t, max_queue, 256,
+          "Most requests waiting for a batch slot; beyond it RESOURCE_EXHAUSTED at once.");
+ABSL_FLAG(int32_t, max_output_tokens, 0, "Cap on max_tokens; 0 keeps the model's (32768).");
+ABSL_FLAG(int32_t, max_context_tokens, 0, "Cap on prompt + output tokens; 0 keeps the model's.");
+ABSL_FLAG(int64_t, max_request_bytes, 32ll << 20, "Largest request message accepted, in bytes.");
+ABSL_FLAG(double, synthetic_time_scale, 1.0,
+          "Synthetic engine: multiplies simulated step times; 0 means no delay.");
+ABSL_FLAG(int32_t, synthetic_output_tokens, 0,
+          "Synthetic engine: fixed answer length in tokens; 0 derives it from the prompt.");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM/SIGINT, how long in-flight requests may take to finish.");
+ABSL_FLAG(absl::Duration, device_refresh_interval, absl::Seconds(1),
+          "How often device memory is re-read into metrics and worker info.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
+
+namespace tandem::workers {
+namespace {
+
+[[noreturn]] void Fatal(const std::string& message) {
+  spdlog::critical("{}", message);
+  std::exit(2);
+}
+
+int Run() {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model.empty()) Fatal("--model is required (qwen or nemotron)");
+  const std::string device_flag = absl::GetFlag(FLAGS_device);
+  if (device_flag.empty()) Fatal("--device is required: a CUDA ordinal such as 0, or 'cpu'");
+  if (absl::GetFlag(FLAGS_engine) != "synthetic") {
+    Fatal(absl::StrCat("--engine=", absl::GetFlag(FLAGS_engine),
+                       ": unknown engine; this build has 'synthetic' (the load simulator)"));
+  }
+  if (absl::GetFlag(FLAGS_max_batch_size) < 1) Fatal("--max-batch-size must be >= 1");
+  if (absl::GetFlag(FLAGS_max_queue) < 0) Fatal("--max-queue must be >= 0");
+  if (absl::GetFlag(FLAGS_synthetic_time_scale) < 0) Fatal("--synthetic-time-scale must be >= 0");
+
+  auto device = OpenDevice(device_flag);
+  if (!device.ok()) Fatal(std::string(device.status().message()));
+
+  auto profile = SyntheticProfileFor(model);
+  if (!profile.ok()) Fatal(std::string(profile.status().message()));
+  if (int32_t v = absl::GetFlag(FLAGS_max_output_tokens); v > 0) {
+    profile->info.max_output_tokens = v;
+  }
+  if (int32_t v = absl::GetFlag(FLAGS_max_context_tokens); v > 0) {
+    profile->info.max_context_tokens = v;
+  }
+  SyntheticEngineOptions engine_options;
+  engine_options.time_scale = absl::GetFlag(FLAGS_synthetic_time_scale);
+  engine_options.output_tokens = absl::GetFlag(FLAGS_synthetic_output_tokens);
+  SyntheticEngine engine(*profile, engine_options, Clock::Real());
+  const EngineInfo& info = engine.Info();
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  WorkerMetrics metrics(*registry, {info.model_name, info.model_id, info.engine, device->id,
+                                    device->name});
+
+  Scheduler scheduler(&engine, &metrics, Clock::Real(),
+                      {absl::GetFlag(FLAGS_max_batch_size), absl::GetFlag(FLAGS_max_queue)});
+  WorkerService service(&engine, &scheduler, &metrics, *device, RequestLimits{});
+
+  auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
+  if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(absl::GetFlag(FLAGS_max_request_bytes), INT32_MAX)));
+  // Clients re-resolve DNS when connections age out, so new replicas get traffic.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, 5 * 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) Fatal(absl::StrCat("cannot listen on ", absl::GetFlag(FLAGS_listen)));
+  auto* health = server->GetHealthCheckService();
+  // gRPC's health service starts SERVING; nothing is served until the model is ready.
+  health->SetServingStatus(false);
+
+  scheduler.Start();
+  // The synthetic engine has no weights to load; a native engine loads here.
+  service.SetState(tandem::v1::WorkerInfo::READY);
+  metrics.ready.Set(1);
+  health->SetServingStatus(true);
+
+  const auto host_port = ParseHostPort("listen", absl::GetFlag(FLAGS_listen));
+  const std::string grpc_address = absl::StrCat(host_port->first, ":", port);
+  spdlog::info("serving model={} ({}) engine={}{} device={} ({}) grpc={} metrics={}",
+               info.model_name, info.model_id, info.engine,
+               info.engine == "synthetic" ? " [LOAD SIMULATOR: not a real model]" : "",
+               device->id, device->name, grpc_address, (*metrics_server)->Address());
+  AnnounceListening("tandem-worker", grpc_address, (*metrics_server)->Address());
+
+  std::atomic<bool> done{false};
+  std::mutex refresh_mu;
+  std::condition_variable refresh_cv;
+  std::thread refresher([&] {
+    const auto interval = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_device_refresh_interval));
+    std::unique_lock<std::mutex> l(refresh_mu);
+    while (!refresh_cv.wait_for(l, interval, [&] { return done.load(); })) service.RefreshDevice();
+  });
+
+  const int sig = WaitForTerminationSignal();
+  spdlog::info("signal {}: draining (health NOT_SERVING, up to {})", sig,
+               absl::FormatDuration(absl::GetFlag(FLAGS_drain_timeout)));
+  service.SetState(tandem::v1::WorkerInfo::DRAINING);
+  health->SetServingStatus(false);
+  metrics.ready.Set(0);
+  scheduler.Drain();
+  const auto drain_deadline = std::chrono::steady_clock::now() +
+                              absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_drain_timeout));
+  if (!scheduler.WaitIdle(drain_deadline)) spdlog::warn("drain timed out; ending what is left");
+  scheduler.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  {
+    std::lock_guard<std::mutex> l(refresh_mu);
+    done = true;
+  }
+  refresh_cv.notify_all();
+  refresher.join();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::workers
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("tandem-worker --model=qwen|nemotron --device=N|cpu [flags]");
+  absl::ParseCommandLine(argc, argv);
+  tandem::BlockTerminationSignals();
+  tandem::InitLogging("tandem-worker", absl::GetFlag(FLAGS_log_level));
+  return tandem::workers::Run();
+}

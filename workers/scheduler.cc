@@ -1,0 +1,257 @@
+#include "workers/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+#include "workers/stop_matcher.h"
+
+namespace tandem::workers {
+namespace {
+
+double Seconds(Clock::TimePoint::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+struct Scheduler::Sequence {
+  uint64_t id = 0;
+  GenerationRequest request;
+  std::shared_ptr<GenerationSink> sink;
+  std::shared_ptr<Cancellation> cancellation = std::make_shared<Cancellation>();
+  std::unique_ptr<StreamDecoder> decoder;
+  StopMatcher stop{{}};
+  int32_t generated = 0;
+  Clock::TimePoint first_token;
+  Clock::TimePoint last_token;
+  bool done = false;
+};
+
+Scheduler::Scheduler(Engine* engine, WorkerMetrics* metrics, Clock* clock, Options options)
+    : engine_(engine), metrics_(metrics), clock_(clock), options_(options) {}
+
+Scheduler::~Scheduler() { Stop(); }
+
+void Scheduler::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Scheduler::Drain() {
+  std::lock_guard<std::mutex> l(mu_);
+  draining_ = true;
+}
+
+void Scheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    draining_ = true;
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::StatusOr<std::shared_ptr<Cancellation>> Scheduler::Submit(
+    GenerationRequest request, std::shared_ptr<GenerationSink> sink) {
+  auto seq = std::make_unique<Sequence>();
+  seq->request = std::move(request);
+  seq->sink = std::move(sink);
+  auto cancellation = seq->cancellation;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (draining_) {
+      metrics_->rejected_draining.Increment();
+      return absl::UnavailableError("worker is draining and accepts no new requests");
+    }
+    if (static_cast<int32_t>(queue_.size()) >= options_.max_queue) {
+      metrics_->rejected_queue_full.Increment();
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "worker admission queue is full (%d waiting, --max-queue=%d); retry later",
+          queue_.size(), options_.max_queue));
+    }
+    seq->id = next_id_++;
+    queue_.push_back(std::move(seq));
+    ++active_;
+    waiting_count_.store(static_cast<int32_t>(queue_.size()), std::memory_order_relaxed);
+    metrics_->waiting.Set(static_cast<double>(queue_.size()));
+  }
+  work_cv_.notify_one();
+  return cancellation;
+}
+
+bool Scheduler::WaitIdle(Clock::TimePoint deadline) {
+  std::unique_lock<std::mutex> l(mu_);
+  // The condition variable waits on the steady clock, which Clock::Real() also reads.
+  return idle_cv_.wait_until(l, deadline, [&] { return active_ == 0; });
+}
+
+void Scheduler::Finish(Sequence& seq, const absl::Status& status,
+                       tandem::v1::FinishReason reason) {
+  if (seq.done) return;
+  seq.done = true;
+  if (status.ok()) {
+    std::string rest = seq.decoder ? seq.decoder->Flush() : "";
+    bool stopped = false;
+    std::string text = seq.stop.Push(rest, &stopped);
+    if (!stopped) text += seq.stop.Flush();
+    if (!text.empty()) seq.sink->OnText(text, 0);
+  }
+  const Clock::TimePoint now = clock_->Now();
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      (reason == tandem::v1::FINISH_REASON_LENGTH ? metrics_->finished_length
+                                                   : metrics_->finished_stop)
+          .Increment();
+      metrics_->e2e_latency.Observe(Seconds(now - seq.request.arrival));
+      if (seq.generated > 1) {
+        metrics_->time_per_output_token.Observe(Seconds(seq.last_token - seq.first_token) /
+                                                (seq.generated - 1));
+      }
+      break;
+    case absl::StatusCode::kCancelled: metrics_->finished_cancelled.Increment(); break;
+    case absl::StatusCode::kDeadlineExceeded: metrics_->finished_deadline.Increment(); break;
+    default: metrics_->finished_error.Increment(); break;
+  }
+  seq.sink->OnFinished(status, reason, seq.generated);
+  seq.sink.reset();
+  std::lock_guard<std::mutex> l(mu_);
+  if (--active_ == 0) idle_cv_.notify_all();
+}
+
+void Scheduler::Admit(std::unique_ptr<Sequence> seq) {
+  const Clock::TimePoint now = clock_->Now();
+  SequenceSpec spec;
+  spec.id = seq->id;
+  spec.prompt = seq->request.prompt;
+  spec.sampling = seq->request.sampling;
+  if (absl::Status s = engine_->AddSequence(spec); !s.ok()) {
+    Finish(*seq, s, tandem::v1::FINISH_REASON_UNSPECIFIED);
+    return;
+  }
+  seq->decoder = engine_->GetTokenizer().NewStreamDecoder();
+  seq->stop = StopMatcher(seq->request.stop);
+  const double queue_seconds = Seconds(now - seq->request.arrival);
+  metrics_->queue_time.Observe(queue_seconds);
+  metrics_->prompt_tokens.Increment(static_cast<double>(seq->request.prompt.size()));
+  seq->sink->OnStarted(static_cast<int32_t>(seq->request.prompt.size()), queue_seconds);
+  running_.push_back(std::move(seq));
+}
+
+void Scheduler::Reap(std::vector<std::unique_ptr<Sequence>>& seqs, Clock::TimePoint now) {
+  for (auto& seq : seqs) {
+    if (seq->cancellation->IsCancelled()) {
+      Finish(*seq, absl::CancelledError("cancelled by the client"),
+             tandem::v1::FINISH_REASON_CANCELLED);
+    } else if (now >= seq->request.deadline) {
+      Finish(*seq, absl::DeadlineExceededError("deadline passed"),
+             tandem::v1::FINISH_REASON_CANCELLED);
+    }
+  }
+}
+
+void Scheduler::OnToken(Sequence& seq, const StepOutput& out, Clock::TimePoint now) {
+  if (out.end_of_sequence) {
+    Finish(seq, absl::OkStatus(), tandem::v1::FINISH_REASON_STOP);
+    return;
+  }
+  if (seq.generated == 0) {
+    seq.first_token = now;
+    metrics_->time_to_first_token.Observe(Seconds(now - seq.request.arrival));
+  }
+  seq.last_token = now;
+  ++seq.generated;
+  metrics_->generation_tokens.Increment();
+  bool stopped = false;
+  const std::string text = seq.stop.Push(seq.decoder->Next(out.token), &stopped);
+  seq.sink->OnText(text, 1);
+  const int64_t context = static_cast<int64_t>(seq.request.prompt.size()) + seq.generated;
+  if (stopped) {
+    Finish(seq, absl::OkStatus(), tandem::v1::FINISH_REASON_STOP);
+  } else if (seq.generated >= seq.request.max_tokens ||
+             context >= engine_->Info().max_context_tokens) {
+    Finish(seq, absl::OkStatus(), tandem::v1::FINISH_REASON_LENGTH);
+  }
+}
+
+void Scheduler::Loop() {
+  std::vector<uint64_t> ids;
+  std::vector<StepOutput> outputs;
+  std::vector<std::unique_ptr<Sequence>> expired;
+  std::vector<std::unique_ptr<Sequence>> admitted;
+  while (true) {
+    const Clock::TimePoint now = clock_->Now();
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      work_cv_.wait(l, [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
+      if (stopping_) break;
+      // Queued requests that were cancelled or expired leave without taking a batch slot.
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->cancellation->IsCancelled() || now >= (*it)->request.deadline) {
+          expired.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      while (static_cast<int32_t>(running_.size() + admitted.size()) < options_.max_batch_size &&
+             !queue_.empty()) {
+        admitted.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      waiting_count_.store(static_cast<int32_t>(queue_.size()), std::memory_order_relaxed);
+      metrics_->waiting.Set(static_cast<double>(queue_.size()));
+    }
+    Reap(expired, now);
+    expired.clear();
+    for (auto& seq : admitted) Admit(std::move(seq));
+    admitted.clear();
+    Reap(running_, now);
+
+    ids.clear();
+    for (const auto& seq : running_) {
+      if (!seq->done) ids.push_back(seq->id);
+    }
+    running_count_.store(static_cast<int32_t>(ids.size()), std::memory_order_relaxed);
+    metrics_->running.Set(static_cast<double>(ids.size()));
+    if (!ids.empty()) {
+      outputs.clear();
+      const Clock::TimePoint step_start = clock_->Now();
+      absl::Status status = engine_->Step(ids, &outputs);
+      const Clock::TimePoint step_end = clock_->Now();
+      metrics_->step_duration.Observe(Seconds(step_end - step_start));
+      metrics_->batch_size.Observe(static_cast<double>(ids.size()));
+      if (!status.ok()) {
+        spdlog::error("engine step failed for a batch of {}: {}", ids.size(), status.ToString());
+        for (auto& seq : running_) Finish(*seq, status, tandem::v1::FINISH_REASON_UNSPECIFIED);
+      } else {
+        // Outputs are in `ids` order, which is running_ order restricted to live sequences.
+        size_t k = 0;
+        for (auto& seq : running_) {
+          if (seq->done) continue;
+          OnToken(*seq, outputs[k++], step_end);
+        }
+      }
+    }
+    for (auto& seq : running_) {
+      if (seq->done) engine_->RemoveSequence(seq->id);
+    }
+    std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
+    running_count_.store(static_cast<int32_t>(running_.size()), std::memory_order_relaxed);
+    metrics_->running.Set(static_cast<double>(running_.size()));
+  }
+
+  // Shutdown: everything still admitted ends with UNAVAILABLE so no caller waits forever.
+  std::deque<std::unique_ptr<Sequence>> left;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    left.swap(queue_);
+  }
+  const absl::Status shutdown = absl::UnavailableError("worker shut down");
+  for (auto& seq : left) Finish(*seq, shutdown, tandem::v1::FINISH_REASON_UNSPECIFIED);
+  for (auto& seq : running_) {
+    Finish(*seq, shutdown, tandem::v1::FINISH_REASON_UNSPECIFIED);
+    engine_->RemoveSequence(seq->id);
+  }
+  running_.clear();
+  running_count_.store(0);
+  waiting_count_.store(0);
+}
+
+}  // namespace tandem::workers

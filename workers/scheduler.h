@@ -1,0 +1,119 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "tandem/v1/common.pb.h"
+#include "workers/engine.h"
+#include "workers/worker_metrics.h"
+
+namespace tandem::workers {
+
+struct GenerationRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  SamplingConfig sampling;
+  int32_t max_tokens = 0;
+  std::vector<std::string> stop;
+  Clock::TimePoint arrival;
+  // Clock::TimePoint::max() when the caller set none.
+  Clock::TimePoint deadline = Clock::TimePoint::max();
+};
+
+// Receives one request's results. Called only on the engine thread; must not block.
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  // The request joined the running batch.
+  virtual void OnStarted(int32_t prompt_tokens, double queue_seconds) = 0;
+  // Newly generated text and the number of tokens it came from (text may be empty while a stop
+  // sequence or a multi-byte character is still being decided).
+  virtual void OnText(std::string_view text, int32_t tokens) = 0;
+  // Exactly once, last. On error `reason` is FINISH_REASON_CANCELLED for cancellations and
+  // deadlines and FINISH_REASON_UNSPECIFIED otherwise.
+  virtual void OnFinished(const absl::Status& status, tandem::v1::FinishReason reason,
+                          int32_t completion_tokens) = 0;
+};
+
+// Lets the RPC layer stop a request from any thread; honoured at the next step boundary.
+class Cancellation {
+ public:
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool IsCancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+// Continuous batching on one engine thread: requests join the running batch at step
+// boundaries (up to max_batch_size) and leave it as soon as they finish, are cancelled or pass
+// their deadline. Admission is a bounded FIFO queue; a full queue refuses at once.
+class Scheduler {
+ public:
+  struct Options {
+    int32_t max_batch_size = 64;
+    int32_t max_queue = 256;
+  };
+
+  Scheduler(Engine* engine, WorkerMetrics* metrics, Clock* clock, Options options);
+  ~Scheduler();
+
+  void Start();
+  // Later Submits get UNAVAILABLE; admitted work continues.
+  void Drain();
+  // Ends all admitted work with UNAVAILABLE and joins the engine thread.
+  void Stop();
+
+  // RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE when draining or stopped.
+  absl::StatusOr<std::shared_ptr<Cancellation>> Submit(GenerationRequest request,
+                                                       std::shared_ptr<GenerationSink> sink);
+
+  // Waits until nothing is queued or running, or until `deadline`; true when idle.
+  bool WaitIdle(Clock::TimePoint deadline);
+
+  int32_t running() const { return running_count_.load(std::memory_order_relaxed); }
+  int32_t waiting() const { return waiting_count_.load(std::memory_order_relaxed); }
+  const Options& options() const { return options_; }
+
+ private:
+  struct Sequence;
+
+  void Loop();
+  void Admit(std::unique_ptr<Sequence> seq);
+  void Finish(Sequence& seq, const absl::Status& status, tandem::v1::FinishReason reason);
+  void OnToken(Sequence& seq, const StepOutput& out, Clock::TimePoint now);
+  // Drops cancelled and expired sequences; returns how many are left.
+  void Reap(std::vector<std::unique_ptr<Sequence>>& seqs, Clock::TimePoint now);
+
+  Engine* const engine_;
+  WorkerMetrics* const metrics_;
+  Clock* const clock_;
+  const Options options_;
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable idle_cv_;
+  std::deque<std::unique_ptr<Sequence>> queue_;  // guarded by mu_
+  int64_t active_ = 0;                           // queued + running; guarded by mu_
+  bool draining_ = false;                        // guarded by mu_
+  bool stopping_ = false;                        // guarded by mu_
+  uint64_t next_id_ = 1;                         // guarded by mu_
+
+  // Engine thread only.
+  std::vector<std::unique_ptr<Sequence>> running_;
+
+  std::atomic<int32_t> running_count_{0};
+  std::atomic<int32_t> waiting_count_{0};
+  std::thread thread_;
+};
+
+}  // namespace tandem::workers

@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tandem/v1/common.pb.h"
+
+namespace tandem::workers {
+
+// Turns generated token ids into text incrementally. Never returns a partial UTF-8 sequence:
+// bytes of an unfinished character are held until a later token completes them.
+class StreamDecoder {
+ public:
+  virtual ~StreamDecoder() = default;
+  // Text that became complete with `token`; may be empty.
+  virtual std::string Next(int32_t token) = 0;
+  // Whatever is still held at the end of the sequence.
+  virtual std::string Flush() = 0;
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // The model's prompt for a chat: template applied, generation prompt appended.
+  virtual absl::StatusOr<std::vector<int32_t>> EncodeChat(
+      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+      const tandem::v1::ReasoningOptions& reasoning) const = 0;
+  virtual std::unique_ptr<StreamDecoder> NewStreamDecoder() const = 0;
+};
+
+}  // namespace tandem::workers

@@ -1,0 +1,51 @@
+#pragma once
+
+#include <string>
+
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace tandem::workers {
+
+// Every metric the worker exports, defined here and nowhere else. Names follow vLLM's where one
+// exists, with the tandem_worker_ prefix; units are seconds, bytes and tokens. Every series
+// carries model_name; children are created up front so series exist at 0 from the start.
+struct WorkerMetrics {
+  struct Labels {
+    std::string model_name;
+    std::string model_id;
+    std::string engine;
+    std::string device;
+    std::string device_name;
+  };
+  WorkerMetrics(prometheus::Registry& registry, const Labels& labels);
+
+  prometheus::Gauge& running;
+  prometheus::Gauge& waiting;
+  prometheus::Gauge& ready;
+  prometheus::Counter& prompt_tokens;
+  prometheus::Counter& generation_tokens;
+  prometheus::Histogram& time_to_first_token;
+  prometheus::Histogram& time_per_output_token;
+  prometheus::Histogram& queue_time;
+  prometheus::Histogram& e2e_latency;
+  prometheus::Histogram& step_duration;
+  prometheus::Histogram& batch_size;
+  // Finished requests by finish_reason.
+  prometheus::Counter& finished_stop;
+  prometheus::Counter& finished_length;
+  prometheus::Counter& finished_cancelled;
+  prometheus::Counter& finished_deadline;
+  prometheus::Counter& finished_error;
+  // Requests refused at admission, by reason.
+  prometheus::Counter& rejected_queue_full;
+  prometheus::Counter& rejected_invalid;
+  prometheus::Counter& rejected_draining;
+  prometheus::Gauge& device_memory_total;
+  prometheus::Gauge& device_memory_used;
+  prometheus::Gauge& info;
+};
+
+}  // namespace tandem::workers

@@ -1,0 +1,254 @@
+#include "workers/worker_service.h"
+
+#include <chrono>
+#include <random>
+
+#include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace tandem::workers {
+namespace {
+
+using tandem::v1::WorkerGenerateChunk;
+
+Clock::TimePoint SteadyDeadline(std::chrono::system_clock::time_point deadline) {
+  if (deadline == std::chrono::system_clock::time_point::max()) return Clock::TimePoint::max();
+  const auto left = deadline - std::chrono::system_clock::now();
+  // Deadlines years away (gRPC's "infinite" is not always exactly max) count as none.
+  if (left > std::chrono::hours(24 * 365)) return Clock::TimePoint::max();
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
+}
+
+// One Generate call. The engine thread reaches it through Bridge, which outlives the reactor
+// (the scheduler may hold it after the RPC is gone).
+class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> {
+ public:
+  GenerateCall(const Engine* engine, Scheduler* scheduler, WorkerMetrics* metrics,
+               const RequestLimits& limits, grpc::CallbackServerContext* context,
+               const tandem::v1::WorkerGenerateRequest* request)
+      : bridge_(std::make_shared<Bridge>(this)),
+        request_id_(request->request_id()),
+        start_(std::chrono::steady_clock::now()) {
+    const EngineInfo& info = engine->Info();
+    absl::Status status = ValidateMessages(request->messages(), limits);
+    if (status.ok()) status = ValidateSampling(request->sampling(), info.max_output_tokens, limits);
+    absl::StatusOr<std::vector<int32_t>> prompt =
+        status.ok() ? engine->GetTokenizer().EncodeChat(request->messages(), request->reasoning())
+                    : absl::StatusOr<std::vector<int32_t>>(status);
+    if (prompt.ok() && static_cast<int64_t>(prompt->size()) >= info.max_context_tokens) {
+      prompt = absl::InvalidArgumentError(absl::StrFormat(
+          "messages: prompt of %d tokens does not fit the model's context of %d tokens",
+          prompt->size(), info.max_context_tokens));
+    }
+    if (!prompt.ok()) {
+      metrics->rejected_invalid.Increment();
+      Reject(prompt.status());
+      return;
+    }
+    GenerationRequest g;
+    g.request_id = request_id_;
+    g.prompt = std::move(*prompt);
+    const auto& s = request->sampling();
+    g.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
+    g.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
+    g.sampling.top_k = s.top_k();
+    g.sampling.seed = s.has_seed() ? s.seed() : std::random_device{}();
+    g.max_tokens = s.has_max_tokens() ? s.max_tokens() : info.max_output_tokens;
+    g.stop.assign(s.stop().begin(), s.stop().end());
+    g.arrival = start_;
+    g.deadline = SteadyDeadline(context->deadline());
+    const size_t prompt_tokens = g.prompt.size();
+    auto submitted = scheduler->Submit(std::move(g), bridge_);
+    if (!submitted.ok()) {
+      Reject(submitted.status());
+      return;
+    }
+    cancellation_ = std::move(*submitted);
+    spdlog::info("request_id={} model={} start prompt_tokens={} max_tokens={}", request_id_,
+                 info.model_name, prompt_tokens,
+                 s.has_max_tokens() ? s.max_tokens() : info.max_output_tokens);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok && cancellation_) cancellation_->Cancel();
+    bridge_->WriteDone(ok);
+  }
+  void OnCancel() override {
+    if (cancellation_) cancellation_->Cancel();
+  }
+  void OnDone() override {
+    bridge_->Detach();
+    delete this;
+  }
+
+ private:
+  // State shared by the engine thread (producer) and gRPC (write completions). Start* and
+  // Finish are called outside the lock because gRPC may run reactions inline.
+  class Bridge final : public GenerationSink {
+   public:
+    explicit Bridge(GenerateCall* call) : call_(call) {}
+
+    void OnStarted(int32_t prompt_tokens, double queue_seconds) override {
+      std::unique_lock<std::mutex> l(mu_);
+      pending_.set_prompt_tokens(prompt_tokens);
+      pending_.set_queue_seconds(queue_seconds);
+      started_ = true;
+      (void)l;  // the first chunk goes out with the first token
+    }
+    void OnText(std::string_view text, int32_t tokens) override {
+      std::unique_lock<std::mutex> l(mu_);
+      pending_.mutable_text()->append(text);
+      pending_.set_tokens(pending_.tokens() + tokens);
+      has_pending_ = true;
+      Pump(l);
+    }
+    void OnFinished(const absl::Status& status, tandem::v1::FinishReason reason,
+                    int32_t completion_tokens) override {
+      std::unique_lock<std::mutex> l(mu_);
+      finished_ = true;
+      final_status_ = ToGrpcStatus(status);
+      completion_tokens_ = completion_tokens;
+      if (status.ok()) {
+        pending_.set_finish_reason(reason);
+        pending_.set_completion_tokens(completion_tokens);
+        has_pending_ = true;
+      }
+      Pump(l);
+    }
+    void WriteDone(bool ok) {
+      std::unique_lock<std::mutex> l(mu_);
+      write_in_flight_ = false;
+      if (!ok) {
+        broken_ = true;
+        has_pending_ = false;
+      }
+      Pump(l);
+    }
+    void Detach() {
+      std::lock_guard<std::mutex> l(mu_);
+      call_ = nullptr;
+    }
+    // For the request log line.
+    const grpc::Status& final_status() const { return final_status_; }
+    int32_t completion_tokens() const { return completion_tokens_; }
+
+   private:
+    // Starts the next write or the Finish, if one is due; releases `l` before calling gRPC.
+    void Pump(std::unique_lock<std::mutex>& l) {
+      if (call_ == nullptr || write_in_flight_ || finish_started_) return;
+      GenerateCall* call = call_;
+      if (has_pending_ && !broken_) {
+        call->out_.Clear();
+        call->out_.Swap(&pending_);
+        has_pending_ = false;
+        write_in_flight_ = true;
+        l.unlock();
+        call->StartWrite(&call->out_);
+        return;
+      }
+      if (finished_) {
+        finish_started_ = true;
+        grpc::Status status = broken_ && final_status_.ok()
+                                  ? grpc::Status(grpc::StatusCode::CANCELLED, "client went away")
+                                  : final_status_;
+        l.unlock();
+        call->LogEnd(status, completion_tokens_);
+        call->Finish(status);
+      }
+    }
+
+    std::mutex mu_;
+    GenerateCall* call_;
+    WorkerGenerateChunk pending_;
+    bool has_pending_ = false;
+    bool started_ = false;
+    bool write_in_flight_ = false;
+    bool finished_ = false;
+    bool finish_started_ = false;
+    bool broken_ = false;
+    grpc::Status final_status_;
+    int32_t completion_tokens_ = 0;
+  };
+
+  void Reject(const absl::Status& status) {
+    spdlog::info("request_id={} rejected status={} message=\"{}\"", request_id_,
+                 GrpcCodeName(static_cast<grpc::StatusCode>(status.code())),
+                 std::string(status.message()));
+    Finish(ToGrpcStatus(status));
+  }
+
+  void LogEnd(const grpc::Status& status, int32_t completion_tokens) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    spdlog::info("request_id={} end status={} completion_tokens={} duration_ms={:.3f}",
+                 request_id_, GrpcCodeName(status.error_code()), completion_tokens,
+                 seconds * 1e3);
+  }
+
+  std::shared_ptr<Bridge> bridge_;
+  std::shared_ptr<Cancellation> cancellation_;
+  WorkerGenerateChunk out_;  // touched only while a write is not in flight
+  const std::string request_id_;
+  const std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
+WorkerService::WorkerService(const Engine* engine, Scheduler* scheduler, WorkerMetrics* metrics,
+                             DeviceDescription device, RequestLimits limits)
+    : engine_(engine),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      limits_(limits),
+      device_(std::move(device)) {
+  RefreshDevice();
+}
+
+grpc::ServerWriteReactor<WorkerGenerateChunk>* WorkerService::Generate(
+    grpc::CallbackServerContext* context, const tandem::v1::WorkerGenerateRequest* request) {
+  return new GenerateCall(engine_, scheduler_, metrics_, limits_, context, request);
+}
+
+grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* context,
+                                                 const tandem::v1::WorkerInfoRequest*,
+                                                 tandem::v1::WorkerInfo* response) {
+  const EngineInfo& info = engine_->Info();
+  response->set_model_name(info.model_name);
+  response->set_model_id(info.model_id);
+  response->set_engine(info.engine);
+  response->set_vision(info.vision);
+  response->set_reasoning(info.reasoning);
+  response->set_max_context_tokens(info.max_context_tokens);
+  response->set_max_output_tokens(info.max_output_tokens);
+  {
+    std::lock_guard<std::mutex> l(device_mu_);
+    auto* d = response->mutable_device();
+    d->set_id(device_.id);
+    d->set_name(device_.name);
+    d->set_memory_total_bytes(device_.memory_total_bytes);
+    d->set_memory_free_bytes(device_.memory_free_bytes);
+  }
+  auto* load = response->mutable_load();
+  load->set_running(scheduler_->running());
+  load->set_waiting(scheduler_->waiting());
+  load->set_max_batch_size(scheduler_->options().max_batch_size);
+  load->set_max_queue(scheduler_->options().max_queue);
+  response->set_state(state_.load());
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+void WorkerService::RefreshDevice() {
+  std::lock_guard<std::mutex> l(device_mu_);
+  if (absl::Status s = RefreshDeviceMemory(&device_); !s.ok()) {
+    spdlog::warn("cannot read device memory: {}", s.ToString());
+  }
+  metrics_->device_memory_total.Set(static_cast<double>(device_.memory_total_bytes));
+  metrics_->device_memory_used.Set(
+      static_cast<double>(device_.memory_total_bytes - device_.memory_free_bytes));
+}
+
+}  // namespace tandem::workers

@@ -1,0 +1,44 @@
+#pragma once
+
+#include <atomic>
+#include <mutex>
+
+#include "common/request_validation.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "workers/device.h"
+#include "workers/engine.h"
+#include "workers/scheduler.h"
+#include "workers/worker_metrics.h"
+
+namespace tandem::workers {
+
+// tandem.v1.Worker over the callback API. Reactors never block: generation runs on the
+// scheduler's engine thread, which hands text to the reactor; one write is in flight at a time
+// and text produced meanwhile is coalesced into the next chunk.
+class WorkerService final : public tandem::v1::Worker::CallbackService {
+ public:
+  WorkerService(const Engine* engine, Scheduler* scheduler, WorkerMetrics* metrics,
+                DeviceDescription device, RequestLimits limits);
+
+  grpc::ServerWriteReactor<tandem::v1::WorkerGenerateChunk>* Generate(
+      grpc::CallbackServerContext* context,
+      const tandem::v1::WorkerGenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
+                                    const tandem::v1::WorkerInfoRequest* request,
+                                    tandem::v1::WorkerInfo* response) override;
+
+  void SetState(tandem::v1::WorkerInfo::State state) { state_.store(state); }
+  // Re-reads device memory into metrics and worker info; called periodically by main.
+  void RefreshDevice();
+
+ private:
+  const Engine* const engine_;
+  Scheduler* const scheduler_;
+  WorkerMetrics* const metrics_;
+  const RequestLimits limits_;
+  std::atomic<tandem::v1::WorkerInfo::State> state_{tandem::v1::WorkerInfo::LOADING};
+  std::mutex device_mu_;
+  DeviceDescription device_;  // guarded by device_mu_
+};
+
+}  // namespace tandem::workers
