@@ -64,9 +64,9 @@ int Run() {
     Fatal(absl::StrCat("--engine=", absl::GetFlag(FLAGS_engine),
                        ": unknown engine; this build has 'synthetic' (the load simulator)"));
   }
-  if (absl::GetFlag(FLAGS_max_batch_size) < 1) Fatal("--max-batch-size must be >= 1");
-  if (absl::GetFlag(FLAGS_max_queue) < 0) Fatal("--max-queue must be >= 0");
-  if (absl::GetFlag(FLAGS_synthetic_time_scale) < 0) Fatal("--synthetic-time-scale must be >= 0");
+  if (absl::GetFlag(FLAGS_max_batch_size) < 1) Fatal("--max_batch-size must be >= 1");
+  if (absl::GetFlag(FLAGS_max_queue) < 0) Fatal("--max_queue must be >= 0");
+  if (absl::GetFlag(FLAGS_synthetic_time_scale) < 0) Fatal("--synthetic_time-scale must be >= 0");
 
   auto device = OpenDevice(device_flag);
   if (!device.ok()) Fatal(std::string(device.status().message()));

@@ -63,7 +63,7 @@ absl::StatusOr<std::shared_ptr<Cancellation>> Scheduler::Submit(
     if (static_cast<int32_t>(queue_.size()) >= options_.max_queue) {
       metrics_->rejected_queue_full.Increment();
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "worker admission queue is full (%d waiting, --max-queue=%d); retry later",
+          "worker admission queue is full (%d waiting, --max_queue=%d); retry later",
           queue_.size(), options_.max_queue));
     }
     seq->id = next_id_++;

@@ -13,7 +13,7 @@ namespace tandem::workers {
 //   P / prefill_tokens_per_second
 //   + decode_step_batch1_seconds + (B - 1) * decode_step_per_extra_sequence_seconds
 //   + C * kv_bytes_per_token / effective_memory_bandwidth_bytes_per_second
-// scaled by the worker's --synthetic-time-scale (0 = no delay, for tests and overhead runs).
+// scaled by the worker's --synthetic_time-scale (0 = no delay, for tests and overhead runs).
 struct SyntheticProfile {
   EngineInfo info;
   double decode_step_batch1_seconds = 0;

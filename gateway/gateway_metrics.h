@@ -1,0 +1,59 @@
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace tandem::gateway {
+
+// Every metric the gateway exports, defined here and nowhere else. Units: seconds and tokens.
+// model_name and class are "none" for requests refused before a model was chosen.
+class GatewayMetrics {
+ public:
+  // Per-model series, created up front so they exist at 0.
+  struct Model {
+    prometheus::Histogram* request_duration;
+    prometheus::Histogram* time_to_first_token;
+    prometheus::Histogram* time_per_output_token;
+    prometheus::Gauge* inflight;
+    prometheus::Counter* prompt_tokens;
+    prometheus::Counter* completion_tokens;
+    prometheus::Gauge* ready_workers;
+    prometheus::Gauge* workers;
+  };
+
+  GatewayMetrics(prometheus::Registry& registry, const std::vector<std::string>& models,
+                 const std::vector<std::string>& classes, const std::string& version);
+
+  // nullptr for an unknown model.
+  Model* ForModel(const std::string& model);
+  void CountRequest(const std::string& model, const std::string& request_class,
+                    const char* code);
+  void CountDecision(const std::string& model, const std::string& request_class,
+                     const std::string& rule);
+
+ private:
+  using Key = std::tuple<std::string, std::string, std::string>;
+  prometheus::Counter& Child(prometheus::Family<prometheus::Counter>& family,
+                             std::map<Key, prometheus::Counter*>& cache, const char* third_label,
+                             const std::string& model, const std::string& request_class,
+                             const std::string& third);
+
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Counter>& decisions_;
+  std::map<std::string, Model> models_;
+  // Family::Add hashes every label and locks; this cache keeps the hot path to one lookup.
+  std::mutex mu_;
+  std::map<Key, prometheus::Counter*> request_children_;   // guarded by mu_
+  std::map<Key, prometheus::Counter*> decision_children_;  // guarded by mu_
+};
+
+}  // namespace tandem::gateway

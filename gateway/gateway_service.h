@@ -1,0 +1,53 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include "gateway/gateway_metrics.h"
+#include "gateway/intake.h"
+#include "gateway/worker_pool.h"
+#include "tandem/v1/gateway.grpc.pb.h"
+
+namespace tandem::gateway {
+
+// tandem.v1.Gateway over the callback API. No thread is held per request: each call is a
+// reactor pair (server side to the client, client side to the worker) that relays chunk by
+// chunk, one message in flight each way, with the client's deadline, cancellation and request
+// id propagated to the worker.
+class GatewayService final : public tandem::v1::Gateway::CallbackService {
+ public:
+  GatewayService(const Intake* intake, const WorkerPools* pools, GatewayMetrics* metrics);
+
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const tandem::v1::GenerateRequest* request,
+                                     tandem::v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<tandem::v1::GenerateStreamChunk>* GenerateStream(
+      grpc::CallbackServerContext* context, const tandem::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Route(grpc::CallbackServerContext* context,
+                                  const tandem::v1::GenerateRequest* request,
+                                  tandem::v1::RouteResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const tandem::v1::ListModelsRequest* request,
+                                       tandem::v1::ListModelsResponse* response) override;
+
+  // Generations dispatched and not yet finished; for draining.
+  int64_t inflight() const;
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+
+  // Used by the call objects.
+  void CallStarted();
+  void CallEnded();
+  const Intake& intake() const { return *intake_; }
+  GatewayMetrics& metrics() { return *metrics_; }
+
+ private:
+  const Intake* const intake_;
+  const WorkerPools* const pools_;
+  GatewayMetrics* const metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable idle_cv_;
+  int64_t inflight_ = 0;  // guarded by mu_
+};
+
+}  // namespace tandem::gateway

@@ -1,0 +1,177 @@
+// tandem-gateway: the gRPC front that routes every LLM request to a model's workers.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+#include <memory>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/metrics_server.h"
+#include "common/process.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/gateway_service.h"
+#include "gateway/intake.h"
+#include "gateway/worker_pool.h"
+#include "router/builtin_router.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC address; port 0 picks a free port.");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
+          "Prometheus /metrics address; port 0 picks a free port.");
+ABSL_FLAG(std::vector<std::string>, workers, {},
+          "Worker endpoints as MODEL=HOST:PORT, comma-separated; repeat a model for replicas.");
+ABSL_FLAG(std::string, default_model, "qwen", "Model for requests no rule claims.");
+ABSL_FLAG(std::string, accuracy_model, "qwen", "Model for objective ACCURACY.");
+ABSL_FLAG(std::string, latency_model, "nemotron", "Model for objective LATENCY.");
+ABSL_FLAG(std::string, vision_model, "qwen", "Model for requests with images.");
+ABSL_FLAG(std::string, long_context_model, "nemotron", "Model for prompts over the threshold.");
+ABSL_FLAG(int64_t, long_context_tokens, 32768,
+          "Prompts estimated above this many tokens go to --long_context_model.");
+ABSL_FLAG(int32_t, default_max_tokens, 1024,
+          "max_tokens for requests that set none (capped at the model's limit).");
+ABSL_FLAG(int64_t, max_request_bytes, 8ll << 20,
+          "Largest request accepted, in serialized bytes; larger ones get INVALID_ARGUMENT.");
+ABSL_FLAG(int32_t, max_messages, 1024, "Most messages in one request.");
+ABSL_FLAG(int32_t, max_images, 16, "Most images in one request.");
+ABSL_FLAG(int64_t, max_image_bytes, 20ll << 20, "Largest image, in bytes.");
+ABSL_FLAG(int32_t, max_stop_sequences, 16, "Most stop sequences in one request.");
+ABSL_FLAG(absl::Duration, worker_probe_interval, absl::Milliseconds(250),
+          "How often every worker endpoint is asked for its info and readiness.");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM/SIGINT, how long in-flight requests may take to finish.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
+
+namespace tandem::gateway {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+[[noreturn]] void Fatal(const std::string& message) {
+  spdlog::critical("{}", message);
+  std::exit(2);
+}
+
+int Run() {
+  router::BuiltinRouterConfig router_config;
+  router_config.default_model = absl::GetFlag(FLAGS_default_model);
+  router_config.accuracy_model = absl::GetFlag(FLAGS_accuracy_model);
+  router_config.latency_model = absl::GetFlag(FLAGS_latency_model);
+  router_config.vision_model = absl::GetFlag(FLAGS_vision_model);
+  router_config.long_context_model = absl::GetFlag(FLAGS_long_context_model);
+  router_config.long_context_tokens = absl::GetFlag(FLAGS_long_context_tokens);
+
+  grpc::Server* server_ptr = nullptr;
+  std::unique_ptr<WorkerPools> pools_holder;
+  GatewayMetrics* metrics_ptr = nullptr;
+  // Readiness changes update per-model health ("model/NAME") and the ready-worker gauges.
+  auto on_change = [&] {
+    if (server_ptr == nullptr || metrics_ptr == nullptr) return;
+    for (const auto& [name, pool] : pools_holder->pools()) {
+      const int ready = pool->ReadyCount();
+      server_ptr->GetHealthCheckService()->SetServingStatus("model/" + name, ready > 0);
+      if (auto* m = metrics_ptr->ForModel(name)) m->ready_workers->Set(ready);
+    }
+  };
+  pools_holder = std::make_unique<WorkerPools>(absl::GetFlag(FLAGS_worker_probe_interval),
+                                               on_change);
+  WorkerPools& pools = *pools_holder;
+  if (absl::Status s = pools.Configure(absl::GetFlag(FLAGS_workers)); !s.ok()) {
+    Fatal(std::string(s.message()));
+  }
+  std::vector<std::string> models;
+  router_config.models.clear();
+  for (const auto& [name, pool] : pools.pools()) {
+    models.push_back(name);
+    router_config.models.insert(name);
+  }
+  for (const std::string& m :
+       {router_config.default_model, router_config.accuracy_model, router_config.latency_model,
+        router_config.vision_model, router_config.long_context_model}) {
+    if (!router_config.models.contains(m)) {
+      Fatal(absl::StrCat("routing names model '", m, "' but --workers configures only: ",
+                         absl::StrJoin(models, ", ")));
+    }
+  }
+  router::BuiltinRouter router(router_config);
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  GatewayMetrics metrics(*registry, models,
+                         {"accuracy_critical", "latency_critical", "long_context", "pinned"},
+                         kVersion);
+  metrics_ptr = &metrics;
+  for (const auto& [name, pool] : pools.pools()) {
+    metrics.ForModel(name)->workers->Set(static_cast<double>(pool->endpoints().size()));
+  }
+
+  IntakeOptions intake_options;
+  intake_options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  intake_options.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  intake_options.limits.max_messages = absl::GetFlag(FLAGS_max_messages);
+  intake_options.limits.max_images = absl::GetFlag(FLAGS_max_images);
+  intake_options.limits.max_image_bytes = absl::GetFlag(FLAGS_max_image_bytes);
+  intake_options.limits.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
+  if (intake_options.max_request_bytes < 1024) Fatal("--max_request_bytes must be >= 1024");
+  if (intake_options.default_max_tokens < 1) Fatal("--default_max_tokens must be >= 1");
+  Intake intake(&router, &pools, intake_options);
+  GatewayService service(&intake, &pools, &metrics);
+
+  auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
+  if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  // gRPC's own limit sits above ours so that oversized requests get our INVALID_ARGUMENT
+  // naming the flag; only requests beyond twice the limit meet gRPC's RESOURCE_EXHAUSTED.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<int64_t>(2 * intake_options.max_request_bytes, INT32_MAX)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) Fatal(absl::StrCat("cannot listen on ", absl::GetFlag(FLAGS_listen)));
+  auto* health = server->GetHealthCheckService();
+  for (const std::string& m : models) health->SetServingStatus("model/" + m, false);
+  server_ptr = server.get();
+  pools.Start();
+
+  const auto host_port = ParseHostPort("listen", absl::GetFlag(FLAGS_listen));
+  const std::string grpc_address = absl::StrCat(host_port->first, ":", port);
+  spdlog::info("serving grpc={} metrics={} models={} version={}", grpc_address,
+               (*metrics_server)->Address(), absl::StrJoin(models, ","), kVersion);
+  AnnounceListening("tandem-gateway", grpc_address, (*metrics_server)->Address());
+
+  const int sig = WaitForTerminationSignal();
+  spdlog::info("signal {}: draining (health NOT_SERVING, up to {})", sig,
+               absl::FormatDuration(absl::GetFlag(FLAGS_drain_timeout)));
+  health->SetServingStatus(false);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_drain_timeout));
+  if (!service.WaitIdle(deadline)) {
+    spdlog::warn("drain timed out with {} requests in flight", service.inflight());
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server_ptr = nullptr;
+  pools.Stop();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::gateway
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("tandem-gateway --workers=qwen=HOST:PORT,nemotron=HOST:PORT");
+  absl::ParseCommandLine(argc, argv);
+  tandem::BlockTerminationSignals();
+  tandem::InitLogging("tandem-gateway", absl::GetFlag(FLAGS_log_level));
+  return tandem::gateway::Run();
+}

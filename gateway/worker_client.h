@@ -1,0 +1,43 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::gateway {
+
+// The gateway's view of one worker endpoint: the seam that lets tests put an in-process fake
+// behind the dispatch and relay code. All calls are asynchronous and never block.
+class WorkerClient {
+ public:
+  virtual ~WorkerClient() = default;
+  virtual const std::string& address() const = 0;
+  // Starts a streaming generation delivered to `reactor` (which then calls StartCall()).
+  virtual void Generate(grpc::ClientContext* context,
+                        const tandem::v1::WorkerGenerateRequest* request,
+                        grpc::ClientReadReactor<tandem::v1::WorkerGenerateChunk>* reactor) = 0;
+  virtual void GetInfo(grpc::ClientContext* context, const tandem::v1::WorkerInfoRequest* request,
+                       tandem::v1::WorkerInfo* response,
+                       std::function<void(grpc::Status)> done) = 0;
+};
+
+// One HTTP/2 channel per endpoint.
+class GrpcWorkerClient final : public WorkerClient {
+ public:
+  explicit GrpcWorkerClient(std::string address);
+  const std::string& address() const override { return address_; }
+  void Generate(grpc::ClientContext* context, const tandem::v1::WorkerGenerateRequest* request,
+                grpc::ClientReadReactor<tandem::v1::WorkerGenerateChunk>* reactor) override;
+  void GetInfo(grpc::ClientContext* context, const tandem::v1::WorkerInfoRequest* request,
+               tandem::v1::WorkerInfo* response, std::function<void(grpc::Status)> done) override;
+
+ private:
+  const std::string address_;
+  std::unique_ptr<tandem::v1::Worker::Stub> stub_;
+};
+
+}  // namespace tandem::gateway
