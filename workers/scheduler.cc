@@ -23,6 +23,8 @@ struct Scheduler::Sequence {
   int32_t generated = 0;
   Clock::TimePoint first_token;
   Clock::TimePoint last_token;
+  // AddSequence succeeded: the engine holds state for it until Finish.
+  bool admitted = false;
   bool done = false;
 };
 
@@ -38,13 +40,17 @@ void Scheduler::Drain() {
   draining_ = true;
 }
 
-void Scheduler::Stop() {
+void Scheduler::RequestStop() {
   {
     std::lock_guard<std::mutex> l(mu_);
     draining_ = true;
     stopping_ = true;
   }
   work_cv_.notify_all();
+}
+
+void Scheduler::Stop() {
+  RequestStop();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -109,6 +115,7 @@ void Scheduler::Finish(Sequence& seq, const absl::Status& status,
     case absl::StatusCode::kDeadlineExceeded: metrics_->finished_deadline.Increment(); break;
     default: metrics_->finished_error.Increment(); break;
   }
+  if (seq.admitted) engine_->RemoveSequence(seq.id);
   seq.sink->OnFinished(status, reason, seq.generated);
   seq.sink.reset();
   std::lock_guard<std::mutex> l(mu_);
@@ -125,6 +132,7 @@ void Scheduler::Admit(std::unique_ptr<Sequence> seq) {
     Finish(*seq, s, tandem::v1::FINISH_REASON_UNSPECIFIED);
     return;
   }
+  seq->admitted = true;
   seq->decoder = engine_->GetTokenizer().NewStreamDecoder();
   seq->stop = StopMatcher(seq->request.stop);
   const double queue_seconds = Seconds(now - seq->request.arrival);
@@ -136,11 +144,11 @@ void Scheduler::Admit(std::unique_ptr<Sequence> seq) {
 
 void Scheduler::Reap(std::vector<std::unique_ptr<Sequence>>& seqs, Clock::TimePoint now) {
   for (auto& seq : seqs) {
-    if (seq->cancellation->IsCancelled()) {
-      Finish(*seq, absl::CancelledError("cancelled by the client"),
-             tandem::v1::FINISH_REASON_CANCELLED);
-    } else if (now >= seq->request.deadline) {
+    if (seq->cancellation->IsExpired() || now >= seq->request.deadline) {
       Finish(*seq, absl::DeadlineExceededError("deadline passed"),
+             tandem::v1::FINISH_REASON_CANCELLED);
+    } else if (seq->cancellation->IsCancelled()) {
+      Finish(*seq, absl::CancelledError("cancelled by the client"),
              tandem::v1::FINISH_REASON_CANCELLED);
     }
   }
@@ -229,9 +237,6 @@ void Scheduler::Loop() {
         }
       }
     }
-    for (auto& seq : running_) {
-      if (seq->done) engine_->RemoveSequence(seq->id);
-    }
     std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
     running_count_.store(static_cast<int32_t>(running_.size()), std::memory_order_relaxed);
     metrics_->running.Set(static_cast<double>(running_.size()));
@@ -247,7 +252,6 @@ void Scheduler::Loop() {
   for (auto& seq : left) Finish(*seq, shutdown, tandem::v1::FINISH_REASON_UNSPECIFIED);
   for (auto& seq : running_) {
     Finish(*seq, shutdown, tandem::v1::FINISH_REASON_UNSPECIFIED);
-    engine_->RemoveSequence(seq->id);
   }
   running_.clear();
   running_count_.store(0);

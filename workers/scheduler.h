@@ -48,10 +48,17 @@ class GenerationSink {
 class Cancellation {
  public:
   void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  // The RPC was cancelled because its deadline passed (reported as DEADLINE_EXCEEDED).
+  void Expire() {
+    expired_.store(true, std::memory_order_relaxed);
+    Cancel();
+  }
   bool IsCancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  bool IsExpired() const { return expired_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> expired_{false};
 };
 
 // Continuous batching on one engine thread: requests join the running batch at step
@@ -70,7 +77,9 @@ class Scheduler {
   void Start();
   // Later Submits get UNAVAILABLE; admitted work continues.
   void Drain();
-  // Ends all admitted work with UNAVAILABLE and joins the engine thread.
+  // Asks the engine thread to stop after the current step, without waiting.
+  void RequestStop();
+  // RequestStop(), then joins the engine thread; admitted work ends with UNAVAILABLE.
   void Stop();
 
   // RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE when draining or stopped.

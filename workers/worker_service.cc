@@ -30,7 +30,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
                const tandem::v1::WorkerGenerateRequest* request)
       : bridge_(std::make_shared<Bridge>(this)),
         request_id_(request->request_id()),
-        start_(std::chrono::steady_clock::now()) {
+        start_(std::chrono::steady_clock::now()),
+        deadline_(context->deadline()) {
     const EngineInfo& info = engine->Info();
     absl::Status status = ValidateMessages(request->messages(), limits);
     if (status.ok()) status = ValidateSampling(request->sampling(), info.max_output_tokens, limits);
@@ -76,7 +77,13 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     bridge_->WriteDone(ok);
   }
   void OnCancel() override {
-    if (cancellation_) cancellation_->Cancel();
+    if (!cancellation_) return;
+    // gRPC cancels calls whose deadline passed; tell that apart from a client cancelling.
+    if (std::chrono::system_clock::now() >= deadline_) {
+      cancellation_->Expire();
+    } else {
+      cancellation_->Cancel();
+    }
   }
   void OnDone() override {
     bridge_->Detach();
@@ -192,6 +199,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   WorkerGenerateChunk out_;  // touched only while a write is not in flight
   const std::string request_id_;
   const std::chrono::steady_clock::time_point start_;
+  const std::chrono::system_clock::time_point deadline_;
 };
 
 }  // namespace

@@ -1,0 +1,624 @@
+// End-to-end tests: real tandem-worker and tandem-gateway processes on loopback.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tandem/v1/gateway.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "proto/reflection_subset.grpc.pb.h"
+#include "tests/support/stack.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using tandem::v1::GenerateRequest;
+
+GenerateRequest Prompt(const std::string& text, int32_t max_tokens = 16) {
+  GenerateRequest r;
+  auto* m = r.add_messages();
+  m->set_role("user");
+  m->add_content()->set_text(text);
+  r.mutable_sampling()->set_max_tokens(max_tokens);
+  r.mutable_sampling()->set_temperature(0);
+  return r;
+}
+
+void Deadline(grpc::ClientContext* ctx, std::chrono::milliseconds d) {
+  ctx->set_deadline(std::chrono::system_clock::now() + d);
+}
+
+std::unique_ptr<tandem::v1::Gateway::Stub> GatewayStub(const std::string& address) {
+  return tandem::v1::Gateway::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+// Reads a whole stream; returns its status.
+grpc::Status ReadStream(tandem::v1::Gateway::Stub* stub, const GenerateRequest& req,
+                        std::vector<tandem::v1::GenerateStreamChunk>* chunks) {
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  auto reader = stub->GenerateStream(&ctx, req);
+  tandem::v1::GenerateStreamChunk c;
+  while (reader->Read(&c)) chunks->push_back(c);
+  return reader->Finish();
+}
+
+std::vector<std::string> ListServices(const std::string& address) {
+  auto stub = grpc::reflection::v1alpha::ServerReflection::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  auto stream = stub->ServerReflectionInfo(&ctx);
+  grpc::reflection::v1alpha::ServerReflectionRequest req;
+  req.set_list_services("");
+  stream->Write(req);
+  stream->WritesDone();
+  grpc::reflection::v1alpha::ServerReflectionResponse resp;
+  std::vector<std::string> names;
+  while (stream->Read(&resp)) {
+    for (const auto& s : resp.list_services_response().service()) names.push_back(s.name());
+  }
+  stream->Finish();
+  return names;
+}
+
+// Two fast workers (no simulated delay) behind one gateway.
+class StackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
+    ASSERT_TRUE(qwen.ok()) << qwen.status();
+    qwen_ = std::move(*qwen);
+    auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
+    ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+    nemotron_ = std::move(*nemotron);
+    auto gateway = StartGateway(
+        {"qwen=" + qwen_.grpc_address, "nemotron=" + nemotron_.grpc_address},
+        {"--max_request_bytes=1048576"});
+    ASSERT_TRUE(gateway.ok()) << gateway.status();
+    gateway_ = std::move(*gateway);
+    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
+    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/nemotron", true).ok());
+    stub_ = GatewayStub(gateway_.grpc_address);
+  }
+
+  grpc::Status Generate(const GenerateRequest& req, tandem::v1::GenerateResponse* resp) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(30));
+    return stub_->Generate(&ctx, req, resp);
+  }
+
+  std::string GatewayMetrics() {
+    auto text = HttpGet(gateway_.metrics_address, "/metrics");
+    EXPECT_TRUE(text.ok()) << text.status();
+    return text.value_or("");
+  }
+
+  Server qwen_;
+  Server nemotron_;
+  Server gateway_;
+  std::unique_ptr<tandem::v1::Gateway::Stub> stub_;
+};
+
+TEST_F(StackTest, UnaryGenerationReturnsTextUsageRouteAndTimings) {
+  GenerateRequest req = Prompt("Explain continuous batching.", 8);
+  req.set_request_id("unary-1");
+  tandem::v1::GenerateResponse resp;
+  ASSERT_TRUE(Generate(req, &resp).ok());
+  EXPECT_EQ(resp.request_id(), "unary-1");
+  EXPECT_FALSE(resp.text().empty());
+  EXPECT_EQ(resp.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(resp.usage().completion_tokens(), 8);
+  EXPECT_GT(resp.usage().prompt_tokens(), 0);
+  EXPECT_EQ(resp.usage().total_tokens(),
+            resp.usage().prompt_tokens() + resp.usage().completion_tokens());
+  EXPECT_EQ(resp.route().model(), "qwen");
+  EXPECT_EQ(resp.route().rule(), "default");
+  EXPECT_EQ(resp.route().worker(), qwen_.grpc_address);
+  EXPECT_FALSE(resp.route().reason().empty());
+  EXPECT_GT(resp.timings().time_to_first_token_seconds(), 0);
+  EXPECT_LE(resp.timings().time_to_first_token_seconds(), resp.timings().total_seconds());
+}
+
+TEST_F(StackTest, StreamCarriesRouteFirstAndUsageLastAndMatchesUnaryText) {
+  const GenerateRequest req = Prompt("Stream me a deterministic answer.", 40);
+  tandem::v1::GenerateResponse unary;
+  ASSERT_TRUE(Generate(req, &unary).ok());
+
+  std::vector<tandem::v1::GenerateStreamChunk> chunks;
+  ASSERT_TRUE(ReadStream(stub_.get(), req, &chunks).ok());
+  ASSERT_GE(chunks.size(), 2u);
+  EXPECT_TRUE(chunks.front().has_route());
+  EXPECT_EQ(chunks.front().route().model(), "qwen");
+  std::string text;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    text += chunks[i].text();
+    if (i > 0) {
+      EXPECT_FALSE(chunks[i].has_route()) << i;
+    }
+    if (i + 1 < chunks.size()) {
+      EXPECT_EQ(chunks[i].finish_reason(), tandem::v1::FINISH_REASON_UNSPECIFIED) << i;
+    }
+  }
+  const auto& last = chunks.back();
+  EXPECT_EQ(last.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(last.usage().completion_tokens(), 40);
+  EXPECT_GT(last.timings().total_seconds(), 0);
+  // Temperature 0: the same prompt gives the same text whichever RPC carries it.
+  EXPECT_EQ(text, unary.text());
+}
+
+TEST_F(StackTest, StopSequenceEndsGenerationAndIsNotReturned) {
+  GenerateRequest probe = Prompt("stop sequence probe", 64);
+  tandem::v1::GenerateResponse full;
+  ASSERT_TRUE(Generate(probe, &full).ok());
+  // Stop on the third word of the deterministic answer.
+  std::vector<std::string> words = absl::StrSplit(full.text(), ' ');
+  ASSERT_GT(words.size(), 4u);
+  const std::string stop = " " + words[2];
+  GenerateRequest req = probe;
+  req.mutable_sampling()->add_stop(stop);
+  tandem::v1::GenerateResponse resp;
+  ASSERT_TRUE(Generate(req, &resp).ok());
+  EXPECT_EQ(resp.finish_reason(), tandem::v1::FINISH_REASON_STOP);
+  EXPECT_EQ(resp.text(), full.text().substr(0, full.text().find(stop)));
+}
+
+struct RuleCase {
+  std::string name;
+  std::function<void(GenerateRequest*)> mutate;
+  std::string model;
+  std::string rule;
+};
+
+TEST_F(StackTest, BuiltinRulesRouteAndTheChosenModelServes) {
+  const std::vector<RuleCase> cases = {
+      {"default", [](GenerateRequest*) {}, "qwen", "default"},
+      {"image",
+       [](GenerateRequest* r) {
+         auto* img = r->mutable_messages(0)->add_content()->mutable_image();
+         img->set_data("\x89PNG fake bytes");
+         img->set_mime_type("image/png");
+       },
+       "qwen", "vision"},
+      {"long prompt",
+       [](GenerateRequest* r) {
+         std::string doc;
+         for (int i = 0; i < 30000; ++i) doc += "lorem ";
+         r->mutable_messages(0)->mutable_content(0)->set_text(doc);
+       },
+       "nemotron", "long_context"},
+      {"latency",
+       [](GenerateRequest* r) {
+         r->mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
+       },
+       "nemotron", "objective_latency"},
+      {"accuracy",
+       [](GenerateRequest* r) {
+         r->mutable_hints()->set_objective(tandem::v1::OBJECTIVE_ACCURACY);
+       },
+       "qwen", "objective_accuracy"},
+      {"pin beats objective",
+       [](GenerateRequest* r) {
+         r->mutable_hints()->set_objective(tandem::v1::OBJECTIVE_ACCURACY);
+         r->mutable_hints()->set_model("nemotron");
+       },
+       "nemotron", "pin"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    GenerateRequest req = Prompt("Which model serves me?", 2);
+    c.mutate(&req);
+    tandem::v1::GenerateResponse resp;
+    grpc::Status s = Generate(req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.route().model(), c.model);
+    EXPECT_EQ(resp.route().rule(), c.rule);
+    EXPECT_EQ(resp.route().worker(),
+              c.model == "qwen" ? qwen_.grpc_address : nemotron_.grpc_address);
+  }
+  const std::string metrics = GatewayMetrics();
+  EXPECT_EQ(MetricValue(metrics, "tandem_gateway_route_decisions_total",
+                        {{"model_name", "nemotron"}, {"rule", "long_context"}})
+                .value_or(-1),
+            1);
+  EXPECT_EQ(MetricValue(metrics, "tandem_gateway_route_decisions_total",
+                        {{"model_name", "qwen"}, {"rule", "vision"}})
+                .value_or(-1),
+            1);
+}
+
+TEST_F(StackTest, RouteIsADryRunThatExplainsEveryRule) {
+  GenerateRequest req = Prompt("What is the capital of France?");
+  req.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::RouteResponse resp;
+  ASSERT_TRUE(stub_->Route(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.route().model(), "nemotron");
+  EXPECT_EQ(resp.route().rule(), "objective_latency");
+  ASSERT_EQ(resp.rules_size(), 5);  // pin, vision, long_context, objective_accuracy, ..._latency
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(resp.rules(i).matched()) << resp.rules(i).rule();
+  EXPECT_TRUE(resp.rules(4).matched());
+  EXPECT_EQ(resp.features().at("objective"), "latency");
+  EXPECT_THAT(resp.features().at("prompt_tokens"), HasSubstr("estimate"));
+  // No generation happened.
+  auto worker = HttpGet(nemotron_.metrics_address, "/metrics");
+  ASSERT_TRUE(worker.ok());
+  EXPECT_EQ(MetricValue(*worker, "tandem_worker_prompt_tokens_total").value_or(-1), 0);
+}
+
+TEST_F(StackTest, ListModelsReportsBothModelsAndCapabilities) {
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::ListModelsResponse resp;
+  ASSERT_TRUE(stub_->ListModels(&ctx, {}, &resp).ok());
+  ASSERT_EQ(resp.models_size(), 2);
+  std::map<std::string, tandem::v1::ModelStatus> by_name;
+  for (const auto& m : resp.models()) by_name[m.name()] = m;
+  EXPECT_EQ(by_name["qwen"].model_id(), "Qwen/Qwen3.5-35B-A3B");
+  EXPECT_TRUE(by_name["qwen"].capabilities().vision());
+  EXPECT_FALSE(by_name["nemotron"].capabilities().vision());
+  EXPECT_EQ(by_name["nemotron"].ready_workers(), 1);
+  EXPECT_EQ(by_name["nemotron"].engine(), "synthetic");
+}
+
+struct BadInput {
+  std::string name;
+  std::function<void(GenerateRequest*)> mutate;
+  std::string message;
+};
+
+TEST_F(StackTest, EveryBadInputIsInvalidArgumentNamingTheField) {
+  const std::vector<BadInput> cases = {
+      {"no messages", [](GenerateRequest* r) { r->clear_messages(); }, "messages:"},
+      {"empty text",
+       [](GenerateRequest* r) { r->mutable_messages(0)->mutable_content(0)->set_text(""); },
+       "messages[0].content[0].text: empty text"},
+      {"no content", [](GenerateRequest* r) { r->mutable_messages(0)->clear_content(); },
+       "messages[0].content: no content parts"},
+      {"invalid utf8",
+       [](GenerateRequest* r) {
+         r->mutable_messages(0)->mutable_content(0)->set_text("bad \xC3\x28 byte");
+       },
+       "messages[0].content[0].text: not valid UTF-8"},
+      {"unknown role", [](GenerateRequest* r) { r->mutable_messages(0)->set_role("robot"); },
+       "messages[0].role: unknown role 'robot'"},
+      {"max_tokens zero", [](GenerateRequest* r) { r->mutable_sampling()->set_max_tokens(0); },
+       "sampling.max_tokens: 0; must be >= 1"},
+      {"max_tokens negative",
+       [](GenerateRequest* r) { r->mutable_sampling()->set_max_tokens(-5); },
+       "sampling.max_tokens: -5"},
+      {"max_tokens above model limit",
+       [](GenerateRequest* r) { r->mutable_sampling()->set_max_tokens(40000); },
+       "sampling.max_tokens: 40000 exceeds the limit of model 'qwen' (32768)"},
+      {"temperature", [](GenerateRequest* r) { r->mutable_sampling()->set_temperature(2.5); },
+       "sampling.temperature"},
+      {"negative temperature",
+       [](GenerateRequest* r) { r->mutable_sampling()->set_temperature(-0.1f); },
+       "sampling.temperature"},
+      {"top_p zero", [](GenerateRequest* r) { r->mutable_sampling()->set_top_p(0); },
+       "sampling.top_p"},
+      {"top_p above one", [](GenerateRequest* r) { r->mutable_sampling()->set_top_p(1.5); },
+       "sampling.top_p"},
+      {"unknown pinned model",
+       [](GenerateRequest* r) { r->mutable_hints()->set_model("gpt-9"); },
+       "hints.model: unknown model 'gpt-9'"},
+      {"image for a model without vision",
+       [](GenerateRequest* r) {
+         r->mutable_hints()->set_model("nemotron");
+         auto* img = r->mutable_messages(0)->add_content()->mutable_image();
+         img->set_data("GIF89a");
+         img->set_mime_type("image/gif");
+       },
+       "model 'nemotron' (rule 'pin') does not accept images"},
+      {"image without mime type",
+       [](GenerateRequest* r) {
+         r->mutable_messages(0)->add_content()->mutable_image()->set_data("x");
+       },
+       "messages[0].content[1].image.mime_type"},
+      {"request over the size limit",
+       [](GenerateRequest* r) {
+         r->mutable_messages(0)->mutable_content(0)->set_text(std::string(1536 * 1024, 'a'));
+       },
+       "exceeds the limit of 1048576 bytes (--max_request_bytes)"},
+  };
+  int refused = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    GenerateRequest req = Prompt("valid prompt", 4);
+    c.mutate(&req);
+    tandem::v1::GenerateResponse resp;
+    grpc::Status s = Generate(req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(c.message));
+    std::vector<tandem::v1::GenerateStreamChunk> chunks;
+    grpc::Status ss = ReadStream(stub_.get(), req, &chunks);
+    EXPECT_EQ(ss.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << ss.error_message();
+    EXPECT_THAT(ss.error_message(), HasSubstr(c.message));
+    EXPECT_TRUE(chunks.empty());
+    refused += 2;
+  }
+  // Nothing else was disturbed: a valid request still works and no worker saw the bad ones.
+  tandem::v1::GenerateResponse ok;
+  ASSERT_TRUE(Generate(Prompt("still fine?", 3), &ok).ok());
+  EXPECT_EQ(ok.usage().completion_tokens(), 3);
+  const std::string metrics = GatewayMetrics();
+  EXPECT_EQ(MetricValue(metrics, "tandem_gateway_requests_total",
+                        {{"model_name", "none"}, {"code", "INVALID_ARGUMENT"}})
+                .value_or(-1),
+            refused);
+  auto worker = HttpGet(qwen_.metrics_address, "/metrics");
+  ASSERT_TRUE(worker.ok());
+  EXPECT_EQ(MetricValue(*worker, "tandem_worker_requests_total", {{"finish_reason", "length"}})
+                .value_or(-1),
+            1);
+}
+
+TEST_F(StackTest, MetricsHaveTheExpectedSeriesAndPassPromtool) {
+  tandem::v1::GenerateResponse resp;
+  ASSERT_TRUE(Generate(Prompt("count me", 5), &resp).ok());
+  std::vector<tandem::v1::GenerateStreamChunk> chunks;
+  GenerateRequest latency = Prompt("and me", 7);
+  latency.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
+  ASSERT_TRUE(ReadStream(stub_.get(), latency, &chunks).ok());
+
+  const std::string g = GatewayMetrics();
+  EXPECT_EQ(MetricValue(g, "tandem_gateway_requests_total",
+                        {{"model_name", "qwen"}, {"class", "accuracy_critical"}, {"code", "OK"}})
+                .value_or(-1),
+            1);
+  EXPECT_EQ(MetricValue(g, "tandem_gateway_requests_total",
+                        {{"model_name", "nemotron"}, {"class", "latency_critical"}, {"code", "OK"}})
+                .value_or(-1),
+            1);
+  EXPECT_EQ(MetricValue(g, "tandem_gateway_completion_tokens_total", {{"model_name", "qwen"}})
+                .value_or(-1),
+            5);
+  EXPECT_EQ(MetricValue(g, "tandem_gateway_request_duration_seconds_count",
+                        {{"model_name", "nemotron"}})
+                .value_or(-1),
+            1);
+  EXPECT_EQ(MetricValue(g, "tandem_gateway_time_to_first_token_seconds_count",
+                        {{"model_name", "qwen"}})
+                .value_or(-1),
+            1);
+  EXPECT_EQ(MetricValue(g, "tandem_gateway_inflight_requests", {{"model_name", "qwen"}})
+                .value_or(-1),
+            0);
+  EXPECT_EQ(MetricValue(g, "tandem_gateway_ready_workers", {{"model_name", "nemotron"}})
+                .value_or(-1),
+            1);
+  EXPECT_TRUE(PromtoolCheckMetrics(g).ok()) << PromtoolCheckMetrics(g);
+
+  auto w = HttpGet(nemotron_.metrics_address, "/metrics");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(MetricValue(*w, "tandem_worker_generation_tokens_total", {{"model_name", "nemotron"}})
+                .value_or(-1),
+            7);
+  EXPECT_GT(MetricValue(*w, "tandem_worker_prompt_tokens_total").value_or(-1), 0);
+  EXPECT_EQ(MetricValue(*w, "tandem_worker_time_to_first_token_seconds_count").value_or(-1), 1);
+  EXPECT_EQ(MetricValue(*w, "tandem_worker_request_queue_time_seconds_count").value_or(-1), 1);
+  EXPECT_GE(MetricValue(*w, "tandem_worker_batch_size_count").value_or(-1), 7);
+  EXPECT_GT(MetricValue(*w, "tandem_worker_device_memory_total_bytes").value_or(-1), 0);
+  EXPECT_EQ(MetricValue(*w, "tandem_worker_info",
+                        {{"engine", "synthetic"}, {"device", "cpu"}, {"model_name", "nemotron"}})
+                .value_or(-1),
+            1);
+  EXPECT_EQ(MetricValue(*w, "tandem_worker_num_requests_running").value_or(-1), 0);
+  EXPECT_TRUE(PromtoolCheckMetrics(*w).ok()) << PromtoolCheckMetrics(*w);
+}
+
+TEST_F(StackTest, HealthAndReflectionAreServedByBothProcesses) {
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(qwen_.grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  ASSERT_TRUE(health->Check(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  EXPECT_THAT(ListServices(qwen_.grpc_address),
+              ::testing::IsSupersetOf({"tandem.v1.Worker", "grpc.health.v1.Health"}));
+  EXPECT_THAT(ListServices(gateway_.grpc_address),
+              ::testing::IsSupersetOf({"tandem.v1.Gateway", "grpc.health.v1.Health"}));
+}
+
+TEST_F(StackTest, RequestIdReachesTheWorkerLogs) {
+  GenerateRequest req = Prompt("trace me", 2);
+  req.set_request_id("trace-4242");
+  tandem::v1::GenerateResponse resp;
+  ASSERT_TRUE(Generate(req, &resp).ok());
+  // Metadata works too when the field is empty.
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("x-request-id", "meta-777");
+  tandem::v1::GenerateResponse resp2;
+  ASSERT_TRUE(stub_->Generate(&ctx, Prompt("trace me too", 2), &resp2).ok());
+  EXPECT_EQ(resp2.request_id(), "meta-777");
+  // Both processes log the end line before the response is sent.
+  const std::string worker_log = qwen_.process->ReadLog();
+  EXPECT_THAT(worker_log, HasSubstr("request_id=trace-4242 model=qwen start"));
+  EXPECT_THAT(worker_log, HasSubstr("request_id=trace-4242 end status=OK"));
+  EXPECT_THAT(worker_log, HasSubstr("request_id=meta-777 end status=OK"));
+  const std::string gateway_log = gateway_.process->ReadLog();
+  EXPECT_THAT(gateway_log, HasSubstr("request_id=trace-4242 rpc=Generate start model=qwen"));
+  EXPECT_THAT(gateway_log,
+              HasSubstr("request_id=trace-4242 rpc=Generate end model=qwen "
+                        "class=accuracy_critical status=OK"));
+}
+
+TEST(GatewayAvailabilityTest, ModelWithoutReadyWorkerIsUnavailableWithTheReason) {
+  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  // Port 1 on loopback refuses connections.
+  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=127.0.0.1:1"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
+  auto stub = GatewayStub(gateway->grpc_address);
+  GenerateRequest req = Prompt("hello", 2);
+  req.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::GenerateResponse resp;
+  grpc::Status s = stub->Generate(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr("model 'nemotron' has no ready worker (127.0.0.1:1:"));
+  // The other model is unaffected.
+  grpc::ClientContext ctx2;
+  Deadline(&ctx2, std::chrono::seconds(10));
+  EXPECT_TRUE(stub->Generate(&ctx2, Prompt("hello", 2), &resp).ok());
+}
+
+// Workers with the real-time simulator and answers far longer than any test waits for.
+class SlowStackTest : public ::testing::Test {
+ protected:
+  // A gateway with one model: every rule routes to qwen.
+  void StartStack(const std::vector<std::string>& worker_args = {}) {
+    std::vector<std::string> args = {"--synthetic_time_scale=1",
+                                     "--synthetic_output_tokens=1000000"};
+    args.insert(args.end(), worker_args.begin(), worker_args.end());
+    auto worker = StartWorker("qwen", args);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    worker_ = std::move(*worker);
+    auto gateway = StartGateway({"qwen=" + worker_.grpc_address},
+                                {"--latency_model=qwen", "--long_context_model=qwen"});
+    ASSERT_TRUE(gateway.ok()) << gateway.status();
+    gateway_ = std::move(*gateway);
+    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
+    stub_ = GatewayStub(gateway_.grpc_address);
+  }
+
+  Server worker_;
+  Server gateway_;
+  std::unique_ptr<tandem::v1::Gateway::Stub> stub_;
+};
+
+TEST_F(SlowStackTest, ClientCancellationReachesTheWorker) {
+  ASSERT_NO_FATAL_FAILURE(StartStack());
+  grpc::ClientContext ctx;
+  auto reader = stub_->GenerateStream(&ctx, Prompt("a long answer please", 30000));
+  tandem::v1::GenerateStreamChunk chunk;
+  ASSERT_TRUE(reader->Read(&chunk));
+  ASSERT_TRUE(reader->Read(&chunk));  // generation is under way
+  ctx.TryCancel();
+  while (reader->Read(&chunk)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(WaitForMetric(worker_.metrics_address, "tandem_worker_requests_total",
+                          {{"finish_reason", "cancelled"}}, 1)
+                .value_or(-1),
+            1);
+  EXPECT_EQ(WaitForMetric(worker_.metrics_address, "tandem_worker_num_requests_running", {}, 0)
+                .value_or(-1),
+            0);
+  EXPECT_EQ(WaitForMetric(gateway_.metrics_address, "tandem_gateway_requests_total",
+                          {{"model_name", "qwen"}, {"code", "CANCELLED"}}, 1)
+                .value_or(-1),
+            1);
+}
+
+TEST_F(SlowStackTest, DeadlineIsPropagatedAndEnforced) {
+  ASSERT_NO_FATAL_FAILURE(StartStack());
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::milliseconds(300));
+  tandem::v1::GenerateResponse resp;
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status s = stub_->Generate(&ctx, Prompt("a long answer please", 30000), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // The worker stopped the work itself, because the deadline travelled with the request.
+  EXPECT_EQ(WaitForMetric(worker_.metrics_address, "tandem_worker_requests_total",
+                          {{"finish_reason", "deadline_exceeded"}}, 1)
+                .value_or(-1),
+            1);
+  EXPECT_EQ(WaitForMetric(worker_.metrics_address, "tandem_worker_num_requests_running", {}, 0)
+                .value_or(-1),
+            0);
+}
+
+TEST_F(SlowStackTest, FullAdmissionQueueIsResourceExhaustedAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartStack({"--max_batch_size=1", "--max_queue=1"}));
+  grpc::ClientContext running_ctx;
+  auto running = stub_->GenerateStream(&running_ctx, Prompt("first", 30000));
+  tandem::v1::GenerateStreamChunk chunk;
+  ASSERT_TRUE(running->Read(&chunk));  // in the batch
+  grpc::ClientContext waiting_ctx;
+  auto waiting = stub_->GenerateStream(&waiting_ctx, Prompt("second", 30000));
+  ASSERT_EQ(WaitForMetric(worker_.metrics_address, "tandem_worker_num_requests_waiting", {}, 1)
+                .value_or(-1),
+            1);
+
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(5));
+  tandem::v1::GenerateResponse resp;
+  grpc::Status s = stub_->Generate(&ctx, Prompt("third", 10), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("admission queue is full"));
+  auto metrics = HttpGet(worker_.metrics_address, "/metrics");
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ(MetricValue(*metrics, "tandem_worker_rejected_requests_total",
+                        {{"reason", "queue_full"}})
+                .value_or(-1),
+            1);
+  running_ctx.TryCancel();
+  waiting_ctx.TryCancel();
+  while (running->Read(&chunk)) {
+  }
+  while (waiting->Read(&chunk)) {
+  }
+  EXPECT_EQ(running->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(waiting->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(SlowStackTest, WorkerDrainsOnSigterm) {
+  ASSERT_NO_FATAL_FAILURE(StartStack());
+  auto worker_stub = tandem::v1::Worker::NewStub(
+      grpc::CreateChannel(worker_.grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext stream_ctx;
+  auto stream = stub_->GenerateStream(&stream_ctx, Prompt("keep going", 30000));
+  tandem::v1::GenerateStreamChunk chunk;
+  ASSERT_TRUE(stream->Read(&chunk));
+
+  worker_.process->Signal(SIGTERM);
+  ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", false).ok());
+  // New work is refused while the admitted request still streams.
+  tandem::v1::WorkerGenerateRequest wreq;
+  auto* m = wreq.add_messages();
+  m->set_role("user");
+  m->add_content()->set_text("late");
+  grpc::ClientContext late_ctx;
+  Deadline(&late_ctx, std::chrono::seconds(5));
+  auto late = worker_stub->Generate(&late_ctx, wreq);
+  tandem::v1::WorkerGenerateChunk wchunk;
+  EXPECT_FALSE(late->Read(&wchunk));
+  grpc::Status late_status = late->Finish();
+  EXPECT_EQ(late_status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(late_status.error_message(), HasSubstr("draining"));
+  EXPECT_TRUE(stream->Read(&chunk));
+
+  // When the last request ends the worker exits cleanly.
+  stream_ctx.TryCancel();
+  while (stream->Read(&chunk)) {
+  }
+  stream->Finish();
+  const int status = worker_.process->Wait(absl::Seconds(20));
+  ASSERT_NE(status, -1);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace tandem::testing

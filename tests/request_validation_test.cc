@@ -1,0 +1,133 @@
+#include "common/request_validation.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+
+google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage> OneMessage(const std::string& text) {
+  google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage> m;
+  auto* msg = m.Add();
+  msg->set_role("user");
+  msg->add_content()->set_text(text);
+  return m;
+}
+
+TEST(ValidateMessagesTest, AcceptsAWellFormedChat) {
+  auto m = OneMessage("hello");
+  auto* a = m.Add();
+  a->set_role("assistant");
+  a->add_content()->set_text("hi");
+  auto* img = m[0].add_content()->mutable_image();
+  img->set_data("bytes");
+  img->set_mime_type("image/jpeg");
+  EXPECT_TRUE(ValidateMessages(m, {}).ok());
+}
+
+TEST(ValidateMessagesTest, NamesTheOffendingField) {
+  RequestLimits limits;
+  google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage> none;
+  EXPECT_THAT(ValidateMessages(none, limits).message(), HasSubstr("messages: at least one"));
+
+  auto role = OneMessage("x");
+  role[0].set_role("wizard");
+  EXPECT_THAT(ValidateMessages(role, limits).message(), HasSubstr("messages[0].role"));
+
+  auto bad_role_bytes = OneMessage("x");
+  bad_role_bytes[0].set_role("\xFF");
+  EXPECT_THAT(ValidateMessages(bad_role_bytes, limits).message(), HasSubstr("not valid UTF-8"));
+
+  auto empty = OneMessage("ok");
+  empty.Add()->set_role("user");
+  EXPECT_THAT(ValidateMessages(empty, limits).message(), HasSubstr("messages[1].content"));
+
+  auto unset_part = OneMessage("ok");
+  unset_part[0].add_content();
+  EXPECT_THAT(ValidateMessages(unset_part, limits).message(),
+              HasSubstr("messages[0].content[1]: neither text nor image"));
+
+  auto mime = OneMessage("ok");
+  auto* img = mime[0].add_content()->mutable_image();
+  img->set_data("x");
+  img->set_mime_type("text/plain");
+  EXPECT_THAT(ValidateMessages(mime, limits).message(), HasSubstr("image.mime_type"));
+}
+
+TEST(ValidateMessagesTest, EnforcesCountAndSizeLimits) {
+  RequestLimits limits;
+  limits.max_messages = 2;
+  limits.max_images = 1;
+  limits.max_image_bytes = 4;
+  auto many = OneMessage("a");
+  *many.Add() = many[0];
+  *many.Add() = many[0];
+  EXPECT_EQ(ValidateMessages(many, limits).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ValidateMessages(many, limits).message(), HasSubstr("3 messages; the limit is 2"));
+
+  auto big = OneMessage("a");
+  auto* img = big[0].add_content()->mutable_image();
+  img->set_data("12345");
+  img->set_mime_type("image/png");
+  EXPECT_THAT(ValidateMessages(big, limits).message(), HasSubstr("5 bytes; the limit is 4"));
+
+  auto two = OneMessage("a");
+  for (int i = 0; i < 2; ++i) {
+    auto* im = two[0].add_content()->mutable_image();
+    im->set_data("1");
+    im->set_mime_type("image/png");
+  }
+  EXPECT_THAT(ValidateMessages(two, limits).message(), HasSubstr("more than 1 images"));
+}
+
+TEST(ValidateSamplingTest, ChecksRanges) {
+  RequestLimits limits;
+  tandem::v1::SamplingParams s;
+  EXPECT_TRUE(ValidateSampling(s, 100, limits).ok());
+  s.set_max_tokens(100);
+  EXPECT_TRUE(ValidateSampling(s, 100, limits).ok());
+  s.set_max_tokens(101);
+  EXPECT_THAT(ValidateSampling(s, 100, limits).message(), HasSubstr("exceeds the model's limit"));
+  EXPECT_TRUE(ValidateSampling(s, 0, limits).ok());  // limit unknown: not checked
+  s.set_max_tokens(0);
+  EXPECT_THAT(ValidateSampling(s, 100, limits).message(), HasSubstr("sampling.max_tokens"));
+
+  tandem::v1::SamplingParams t;
+  t.set_temperature(0);
+  EXPECT_TRUE(ValidateSampling(t, 0, limits).ok());
+  t.set_temperature(2.01f);
+  EXPECT_THAT(ValidateSampling(t, 0, limits).message(), HasSubstr("sampling.temperature"));
+  t.set_temperature(std::nanf(""));
+  EXPECT_THAT(ValidateSampling(t, 0, limits).message(), HasSubstr("sampling.temperature"));
+
+  tandem::v1::SamplingParams p;
+  p.set_top_p(1);
+  EXPECT_TRUE(ValidateSampling(p, 0, limits).ok());
+  p.set_top_p(0);
+  EXPECT_THAT(ValidateSampling(p, 0, limits).message(), HasSubstr("sampling.top_p"));
+
+  tandem::v1::SamplingParams k;
+  k.set_top_k(-1);
+  EXPECT_THAT(ValidateSampling(k, 0, limits).message(), HasSubstr("sampling.top_k"));
+}
+
+TEST(ValidateSamplingTest, ChecksStopSequences) {
+  RequestLimits limits;
+  limits.max_stop_sequences = 2;
+  limits.max_stop_sequence_bytes = 3;
+  tandem::v1::SamplingParams s;
+  s.add_stop("ab");
+  EXPECT_TRUE(ValidateSampling(s, 0, limits).ok());
+  s.add_stop("");
+  EXPECT_THAT(ValidateSampling(s, 0, limits).message(), HasSubstr("sampling.stop[1]: empty"));
+  s.set_stop(1, "abcd");
+  EXPECT_THAT(ValidateSampling(s, 0, limits).message(), HasSubstr("4 bytes; the limit is 3"));
+  s.set_stop(1, "x");
+  s.add_stop("y");
+  EXPECT_THAT(ValidateSampling(s, 0, limits).message(), HasSubstr("3 sequences"));
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,112 @@
+#include "tests/support/child_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::testing {
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
+    const std::string& binary, const std::vector<std::string>& args,
+    const std::string& log_path) {
+  int out[2];
+  if (pipe(out) != 0) return absl::InternalError("pipe failed");
+  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path));
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    close(out[0]);
+    close(out[1]);
+    close(log_fd);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  close(log_fd);
+  return std::unique_ptr<ChildProcess>(new ChildProcess(pid, out[0], log_path));
+}
+
+ChildProcess::~ChildProcess() {
+  if (!exited_) {
+    Signal(SIGTERM);
+    if (Wait(absl::Seconds(10)) == -1) {
+      Signal(SIGKILL);
+      Wait(absl::Seconds(10));
+    }
+  }
+  close(stdout_fd_);
+}
+
+absl::StatusOr<std::string> ChildProcess::WaitForLine(const std::string& needle,
+                                                      absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    size_t nl;
+    while ((nl = buffer_.find('\n')) != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      if (line.find(needle) != std::string::npos) return line;
+    }
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left_ms <= 0) {
+      return absl::DeadlineExceededError(absl::StrCat("no line with '", needle, "'; log:\n",
+                                                      ReadLog()));
+    }
+    pollfd p{stdout_fd_, POLLIN, 0};
+    const int r = poll(&p, 1, static_cast<int>(left_ms));
+    if (r <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(stdout_fd_, buf, sizeof(buf));
+    if (n <= 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("process exited before printing '", needle, "'; log:\n", ReadLog()));
+    }
+    buffer_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void ChildProcess::Signal(int sig) {
+  if (!exited_) kill(pid_, sig);
+}
+
+int ChildProcess::Wait(absl::Duration timeout) {
+  if (exited_) return 0;
+  // waitpid has no timeout; poll it, as the child's exit cannot be waited on otherwise without
+  // a SIGCHLD handler that would disturb the test process.
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(timeout);
+  while (true) {
+    int status = 0;
+    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      exited_ = true;
+      return status;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+std::string ChildProcess::ReadLog() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace tandem::testing

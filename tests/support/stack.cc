@@ -1,0 +1,196 @@
+#include "tests/support/stack.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace tandem::testing {
+namespace {
+
+std::string Field(const std::string& line, const std::string& key) {
+  const size_t at = line.find(key + "=");
+  if (at == std::string::npos) return "";
+  const size_t start = at + key.size() + 1;
+  const size_t end = line.find(' ', start);
+  return line.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+absl::StatusOr<Server> StartServer(const std::string& binary, const std::string& name,
+                                   const std::vector<std::string>& args) {
+  auto process = ChildProcess::Start(binary, args, TempPath(name + ".log"));
+  if (!process.ok()) return process.status();
+  auto line = (*process)->WaitForLine(" listening ", absl::Seconds(30));
+  if (!line.ok()) return line.status();
+  Server s;
+  s.grpc_address = Field(*line, "grpc");
+  s.metrics_address = Field(*line, "metrics");
+  s.process = std::move(*process);
+  return s;
+}
+
+}  // namespace
+
+std::string TempPath(const std::string& name) {
+  static std::atomic<int> counter{0};
+  return absl::StrCat(::testing::TempDir(), "/tandem_", getpid(), "_", counter++, "_", name);
+}
+
+absl::StatusOr<Server> StartWorker(const std::string& model,
+                                   const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {"--model=" + model, "--device=cpu", "--listen=127.0.0.1:0",
+                                   "--metrics_listen=127.0.0.1:0"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return StartServer(TANDEM_WORKER_BIN, "worker_" + model, args);
+}
+
+absl::StatusOr<Server> StartGateway(const std::vector<std::string>& worker_entries,
+                                    const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {"--workers=" + absl::StrJoin(worker_entries, ","),
+                                   "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                                   "--worker_probe_interval=50ms"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return StartServer(TANDEM_GATEWAY_BIN, "gateway", args);
+}
+
+absl::Status WaitForHealth(const std::string& address, const std::string& service, bool serving,
+                           absl::Duration timeout) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  ctx.set_wait_for_ready(true);
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  auto reader = stub->Watch(&ctx, req);
+  grpc::health::v1::HealthCheckResponse resp;
+  const auto want = serving ? grpc::health::v1::HealthCheckResponse::SERVING
+                            : grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+  while (reader->Read(&resp)) {
+    if (resp.status() == want) {
+      ctx.TryCancel();
+      reader->Finish();
+      return absl::OkStatus();
+    }
+  }
+  grpc::Status s = reader->Finish();
+  return absl::DeadlineExceededError(absl::StrCat("health of '", service, "' at ", address,
+                                                  " never became ",
+                                                  serving ? "SERVING" : "NOT_SERVING", ": ",
+                                                  s.error_message()));
+}
+
+absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::string& path) {
+  const size_t colon = host_port.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(host_port.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError("bad address " + host_port);
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return absl::UnavailableError("cannot connect to " + host_port);
+  }
+  const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host_port,
+                                       "\r\nConnection: close\r\n\r\n");
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return absl::UnavailableError("write failed");
+  }
+  std::string resp;
+  char buf[8192];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t body = resp.find("\r\n\r\n");
+  if (resp.rfind("HTTP/1.1 200", 0) != 0 && resp.rfind("HTTP/1.0 200", 0) != 0) {
+    return absl::UnavailableError("HTTP error: " + resp.substr(0, resp.find('\r')));
+  }
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+absl::StatusOr<double> MetricValue(const std::string& exposition, const std::string& name,
+                                   const std::map<std::string, std::string>& labels) {
+  for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t brace = line.find('{');
+    const size_t space = line.rfind(' ');
+    const absl::string_view sample_name = line.substr(0, std::min(brace, space));
+    if (sample_name != name) continue;
+    std::map<std::string, std::string> got;
+    if (brace != absl::string_view::npos) {
+      const size_t close = line.find('}', brace);
+      for (absl::string_view kv :
+           absl::StrSplit(line.substr(brace + 1, close - brace - 1), ',', absl::SkipEmpty())) {
+        const size_t eq = kv.find('=');
+        std::string value(kv.substr(eq + 1));
+        if (value.size() >= 2) value = value.substr(1, value.size() - 2);
+        got[std::string(kv.substr(0, eq))] = value;
+      }
+    }
+    bool match = true;
+    for (const auto& [k, v] : labels) {
+      auto it = got.find(k);
+      if (it == got.end() || it->second != v) match = false;
+    }
+    if (!match) continue;
+    double value = 0;
+    if (!absl::SimpleAtod(line.substr(space + 1), &value)) {
+      return absl::InternalError(absl::StrCat("bad sample: ", line));
+    }
+    return value;
+  }
+  return absl::NotFoundError(absl::StrCat("no sample ", name));
+}
+
+absl::StatusOr<double> WaitForMetric(const std::string& address, const std::string& name,
+                                     const std::map<std::string, std::string>& labels,
+                                     double want, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<double> last = absl::NotFoundError("not read");
+  while (absl::Now() < deadline) {
+    auto text = HttpGet(address, "/metrics");
+    if (text.ok()) {
+      last = MetricValue(*text, name, labels);
+      if (last.ok() && *last == want) return last;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return last;
+}
+
+absl::Status PromtoolCheckMetrics(const std::string& exposition) {
+  const std::string in = TempPath("metrics.txt");
+  const std::string out = TempPath("promtool.txt");
+  std::ofstream(in) << exposition;
+  const std::string cmd =
+      absl::StrCat(TANDEM_PROMTOOL, " check metrics < ", in, " > ", out, " 2>&1");
+  const int rc = std::system(cmd.c_str());
+  std::ifstream result(out);
+  std::string report((std::istreambuf_iterator<char>(result)), std::istreambuf_iterator<char>());
+  if (rc != 0 || !report.empty()) {
+    return absl::InternalError(absl::StrCat("promtool check metrics failed (", rc, "):\n", report));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::testing
