@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <sstream>
 
 #include "absl/flags/flag.h"
@@ -195,7 +196,9 @@ int main(int argc, char** argv) {
       std::cout << "  rule " << r.rule() << ": " << (r.matched() ? "MATCHED" : "no") << " - "
                 << r.detail() << "\n";
     }
-    for (const auto& [k, v] : resp.features()) std::cout << "  feature " << k << "=" << v << "\n";
+    const std::map<std::string, std::string> features(resp.features().begin(),
+                                                      resp.features().end());
+    for (const auto& [k, v] : features) std::cout << "  feature " << k << "=" << v << "\n";
     return 0;
   }
 
