@@ -25,8 +25,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   exposer->RegisterCollectable(registry);
   const auto ports = exposer->GetListeningPorts();
   if (ports.empty()) return absl::UnavailableError("metrics server bound no port");
-  std::string bound = absl::StrCat(host_port->first.empty() ? "0.0.0.0" : host_port->first, ":",
-                                   ports.front());
+  std::string bound =
+      absl::StrCat(host_port->first.empty() ? "0.0.0.0" : host_port->first, ":", ports.front());
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(exposer), std::move(bound)));
 }
 

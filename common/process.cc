@@ -45,7 +45,7 @@ void AnnounceListening(const std::string& process, const std::string& grpc_addre
 }
 
 absl::StatusOr<std::pair<std::string, int>> ParseHostPort(const std::string& flag,
-                                                           const std::string& value) {
+                                                          const std::string& value) {
   const size_t colon = value.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(

@@ -27,6 +27,6 @@ void AnnounceListening(const std::string& process, const std::string& grpc_addre
 
 // Splits "host:port"; the host may be "[v6]" or empty. Errors name the flag.
 absl::StatusOr<std::pair<std::string, int>> ParseHostPort(const std::string& flag,
-                                                           const std::string& value);
+                                                          const std::string& value);
 
 }  // namespace tandem

@@ -89,14 +89,14 @@ absl::Status ValidateSampling(const tandem::v1::SamplingParams& s, int32_t max_o
       return Invalid("sampling.max_tokens", absl::StrFormat("%d; must be >= 1", s.max_tokens()));
     }
     if (max_output_tokens > 0 && s.max_tokens() > max_output_tokens) {
-      return Invalid("sampling.max_tokens",
-                     absl::StrFormat("%d exceeds the model's limit of %d", s.max_tokens(),
-                                     max_output_tokens));
+      return Invalid("sampling.max_tokens", absl::StrFormat("%d exceeds the model's limit of %d",
+                                                            s.max_tokens(), max_output_tokens));
     }
   }
   if (s.has_temperature() &&
       (!std::isfinite(s.temperature()) || s.temperature() < 0 || s.temperature() > 2)) {
-    return Invalid("sampling.temperature", absl::StrFormat("%g; must be in [0, 2]", s.temperature()));
+    return Invalid("sampling.temperature",
+                   absl::StrFormat("%g; must be in [0, 2]", s.temperature()));
   }
   if (s.has_top_p() && (!std::isfinite(s.top_p()) || s.top_p() <= 0 || s.top_p() > 1)) {
     return Invalid("sampling.top_p", absl::StrFormat("%g; must be in (0, 1]", s.top_p()));
@@ -105,8 +105,8 @@ absl::Status ValidateSampling(const tandem::v1::SamplingParams& s, int32_t max_o
     return Invalid("sampling.top_k", absl::StrFormat("%d; must be >= 0", s.top_k()));
   }
   if (s.stop_size() > limits.max_stop_sequences) {
-    return Invalid("sampling.stop", absl::StrFormat("%d sequences; the limit is %d",
-                                                    s.stop_size(), limits.max_stop_sequences));
+    return Invalid("sampling.stop", absl::StrFormat("%d sequences; the limit is %d", s.stop_size(),
+                                                    limits.max_stop_sequences));
   }
   for (int i = 0; i < s.stop_size(); ++i) {
     const std::string field = absl::StrFormat("sampling.stop[%d]", i);

@@ -28,7 +28,7 @@ absl::Status ValidateMessages(
 
 // INVALID_ARGUMENT for max_tokens <= 0 or above `max_output_tokens` (skipped when 0), temperature
 // outside [0, 2], top_p outside (0, 1], negative top_k, and bad stop sequences.
-absl::Status ValidateSampling(const tandem::v1::SamplingParams& sampling,
-                              int32_t max_output_tokens, const RequestLimits& limits);
+absl::Status ValidateSampling(const tandem::v1::SamplingParams& sampling, int32_t max_output_tokens,
+                              const RequestLimits& limits);
 
 }  // namespace tandem

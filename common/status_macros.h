@@ -5,14 +5,14 @@
 #define TANDEM_CONCAT_INNER_(a, b) a##b
 #define TANDEM_CONCAT_(a, b) TANDEM_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                 \
-  do {                                        \
-    ::absl::Status tandem_status_ = (expr);   \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status tandem_status_ = (expr);          \
     if (!tandem_status_.ok()) return tandem_status_; \
   } while (0)
 
-#define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                           \
+#define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr)   \
+  auto tmp = (expr);                             \
   if (!tmp.ok()) return std::move(tmp).status(); \
   lhs = std::move(*tmp)
 

@@ -9,8 +9,8 @@ using prometheus::BuildHistogram;
 using prometheus::Histogram;
 
 // OpenTelemetry GenAI time-to-first-token buckets (seconds).
-const Histogram::BucketBoundaries kTtftBuckets = {
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10};
+const Histogram::BucketBoundaries kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                                  0.25,  0.5,   0.75, 1,    2.5,  5,    7.5,  10};
 // OpenTelemetry GenAI time-per-output-token buckets, extended down to 1 ms.
 const Histogram::BucketBoundaries kTpotBuckets = {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025,
                                                   0.05,  0.075,  0.1,   0.15,   0.2,  0.3,
@@ -23,8 +23,7 @@ const Histogram::BucketBoundaries kDurationBuckets = {
 }  // namespace
 
 GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::string>& models,
-                               const std::vector<std::string>& classes,
-                               const std::string& version)
+                               const std::vector<std::string>& classes, const std::string& version)
     : requests_(BuildCounter()
                     .Name("tandem_gateway_requests_total")
                     .Help("Requests finished, by model, request class and gRPC status code.")
@@ -74,10 +73,14 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
 
   for (const std::string& m : models) {
     const prometheus::Labels l = {{"model_name", m}};
-    models_[m] = Model{&duration.Add(l, kDurationBuckets), &ttft.Add(l, kTtftBuckets),
-                       &tpot.Add(l, kTpotBuckets),        &inflight.Add(l),
-                       &prompt.Add(l),                    &completion.Add(l),
-                       &ready.Add(l),                     &workers.Add(l)};
+    models_[m] = Model{&duration.Add(l, kDurationBuckets),
+                       &ttft.Add(l, kTtftBuckets),
+                       &tpot.Add(l, kTpotBuckets),
+                       &inflight.Add(l),
+                       &prompt.Add(l),
+                       &completion.Add(l),
+                       &ready.Add(l),
+                       &workers.Add(l)};
     for (const std::string& c : classes) Child(requests_, request_children_, "code", m, c, "OK");
   }
   // Refusals before routing, so error-ratio alerts have a series from the start.

@@ -35,8 +35,7 @@ class GatewayMetrics {
 
   // nullptr for an unknown model.
   Model* ForModel(const std::string& model);
-  void CountRequest(const std::string& model, const std::string& request_class,
-                    const char* code);
+  void CountRequest(const std::string& model, const std::string& request_class, const char* code);
   void CountDecision(const std::string& model, const std::string& request_class,
                      const std::string& rule);
 

@@ -16,9 +16,9 @@ std::string NewRequestId() {
 absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
                            const std::string& metadata_request_id, bool dry_run,
                            Admission* out) const {
-  out->request_id = !request.request_id().empty() ? request.request_id()
+  out->request_id = !request.request_id().empty()  ? request.request_id()
                     : !metadata_request_id.empty() ? metadata_request_id
-                                                    : NewRequestId();
+                                                   : NewRequestId();
   if (out->request_id.size() > 128 || !IsValidUtf8(out->request_id)) {
     out->request_id = NewRequestId();
     return absl::InvalidArgumentError("request_id: must be valid UTF-8 of at most 128 bytes");
@@ -44,9 +44,9 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   out->decision = std::move(*decision);
   out->pool = pools_->Find(out->decision.model);
   if (out->pool == nullptr) {
-    return absl::UnavailableError(absl::StrFormat(
-        "model '%s' chosen by rule '%s' has no workers configured (--workers)",
-        out->decision.model, out->decision.rule));
+    return absl::UnavailableError(
+        absl::StrFormat("model '%s' chosen by rule '%s' has no workers configured (--workers)",
+                        out->decision.model, out->decision.rule));
   }
 
   // Model-specific checks use what the model's workers reported.
@@ -74,8 +74,8 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   *w.mutable_messages() = request.messages();
   *w.mutable_sampling() = request.sampling();
   if (!request.sampling().has_max_tokens()) {
-    w.mutable_sampling()->set_max_tokens(
-        limit > 0 ? std::min(options_.default_max_tokens, limit) : options_.default_max_tokens);
+    w.mutable_sampling()->set_max_tokens(limit > 0 ? std::min(options_.default_max_tokens, limit)
+                                                   : options_.default_max_tokens);
   }
   *w.mutable_reasoning() = request.hints().reasoning();
   return absl::OkStatus();

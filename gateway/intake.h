@@ -42,8 +42,7 @@ class Intake {
   // `metadata_request_id`, else generated). With `dry_run` no endpoint is picked and no worker
   // request is built.
   absl::Status Admit(const tandem::v1::GenerateRequest& request,
-                     const std::string& metadata_request_id, bool dry_run,
-                     Admission* out) const;
+                     const std::string& metadata_request_id, bool dry_run, Admission* out) const;
 
   const IntakeOptions& options() const { return options_; }
 

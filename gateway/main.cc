@@ -78,8 +78,8 @@ int Run() {
       if (auto* m = metrics_ptr->ForModel(name)) m->ready_workers->Set(ready);
     }
   };
-  pools_holder = std::make_unique<WorkerPools>(absl::GetFlag(FLAGS_worker_probe_interval),
-                                               on_change);
+  pools_holder =
+      std::make_unique<WorkerPools>(absl::GetFlag(FLAGS_worker_probe_interval), on_change);
   WorkerPools& pools = *pools_holder;
   if (absl::Status s = pools.Configure(absl::GetFlag(FLAGS_workers)); !s.ok()) {
     Fatal(std::string(s.message()));
@@ -94,8 +94,8 @@ int Run() {
        {router_config.default_model, router_config.accuracy_model, router_config.latency_model,
         router_config.vision_model, router_config.long_context_model}) {
     if (!router_config.models.contains(m)) {
-      Fatal(absl::StrCat("routing names model '", m, "' but --workers configures only: ",
-                         absl::StrJoin(models, ", ")));
+      Fatal(absl::StrCat("routing names model '", m,
+                         "' but --workers configures only: ", absl::StrJoin(models, ", ")));
     }
   }
   router::BuiltinRouter router(router_config);
@@ -132,8 +132,8 @@ int Run() {
   builder.RegisterService(&service);
   // gRPC's own limit sits above ours so that oversized requests get our INVALID_ARGUMENT
   // naming the flag; only requests beyond twice the limit meet gRPC's RESOURCE_EXHAUSTED.
-  builder.SetMaxReceiveMessageSize(static_cast<int>(
-      std::min<int64_t>(2 * intake_options.max_request_bytes, INT32_MAX)));
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(2 * intake_options.max_request_bytes, INT32_MAX)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -158,6 +158,7 @@ int Run() {
   if (!service.WaitIdle(deadline)) {
     spdlog::warn("drain timed out with {} requests in flight", service.inflight());
   }
+  health->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_ptr = nullptr;
   pools.Stop();

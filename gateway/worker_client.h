@@ -1,10 +1,10 @@
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "tandem/v1/worker.grpc.pb.h"
 

@@ -61,8 +61,7 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::function<void()>
   }
   if (changed) {
     if (now_ready) {
-      spdlog::info("worker {} for model {} is ready ({} on {})", address(), model_, engine,
-                   device);
+      spdlog::info("worker {} for model {} is ready ({} on {})", address(), model_, engine, device);
     } else {
       spdlog::warn("worker {} for model {} is not ready: {}", address(), model_, reason);
     }
@@ -90,8 +89,8 @@ absl::StatusOr<Endpoint*> ModelPool::Pick() const {
   for (const auto& e : endpoints_) {
     reasons.push_back(absl::StrCat(e->address(), ": ", e->not_ready_reason()));
   }
-  return absl::UnavailableError(absl::StrCat("model '", name_, "' has no ready worker (",
-                                             absl::StrJoin(reasons, "; "), ")"));
+  return absl::UnavailableError(
+      absl::StrCat("model '", name_, "' has no ready worker (", absl::StrJoin(reasons, "; "), ")"));
 }
 
 int ModelPool::ReadyCount() const {
@@ -154,7 +153,9 @@ ModelPool* WorkerPools::Find(const std::string& model) const {
   return it == pools_.end() ? nullptr : it->second.get();
 }
 
-void WorkerPools::Start() { thread_ = std::thread([this] { Loop(); }); }
+void WorkerPools::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void WorkerPools::Stop() {
   {

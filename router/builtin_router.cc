@@ -40,8 +40,8 @@ absl::StatusOr<RouteDecision> BuiltinRouter::Route(const RequestFeatures& f) con
 
   if (f.image_count > 0) {
     return decide("vision", config_.vision_model, ClassOf(config_, config_.vision_model),
-                  absl::StrFormat("%d image(s) in the input; '%s' accepts images",
-                                  f.image_count, config_.vision_model));
+                  absl::StrFormat("%d image(s) in the input; '%s' accepts images", f.image_count,
+                                  config_.vision_model));
   }
   skip("vision", "no image input");
 

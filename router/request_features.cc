@@ -36,15 +36,27 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
   f.prompt_tokens = tokens;
   const auto& hints = request.hints();
   switch (hints.objective()) {
-    case tandem::v1::OBJECTIVE_ACCURACY: f.objective = Objective::kAccuracy; break;
-    case tandem::v1::OBJECTIVE_LATENCY: f.objective = Objective::kLatency; break;
-    default: f.objective = Objective::kAuto; break;
+    case tandem::v1::OBJECTIVE_ACCURACY:
+      f.objective = Objective::kAccuracy;
+      break;
+    case tandem::v1::OBJECTIVE_LATENCY:
+      f.objective = Objective::kLatency;
+      break;
+    default:
+      f.objective = Objective::kAuto;
+      break;
   }
   f.pinned_model = hints.model();
   switch (hints.reasoning().mode()) {
-    case tandem::v1::REASONING_ON: f.reasoning = ReasoningMode::kOn; break;
-    case tandem::v1::REASONING_OFF: f.reasoning = ReasoningMode::kOff; break;
-    default: f.reasoning = ReasoningMode::kDefault; break;
+    case tandem::v1::REASONING_ON:
+      f.reasoning = ReasoningMode::kOn;
+      break;
+    case tandem::v1::REASONING_OFF:
+      f.reasoning = ReasoningMode::kOff;
+      break;
+    default:
+      f.reasoning = ReasoningMode::kDefault;
+      break;
   }
   if (request.sampling().has_max_tokens()) f.max_tokens = request.sampling().max_tokens();
   if (auto it = request.labels().find("tenant"); it != request.labels().end()) {
@@ -56,17 +68,23 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
 
 const char* ObjectiveName(Objective o) {
   switch (o) {
-    case Objective::kAccuracy: return "accuracy";
-    case Objective::kLatency: return "latency";
-    default: return "auto";
+    case Objective::kAccuracy:
+      return "accuracy";
+    case Objective::kLatency:
+      return "latency";
+    default:
+      return "auto";
   }
 }
 
 const char* ReasoningModeName(ReasoningMode r) {
   switch (r) {
-    case ReasoningMode::kOn: return "on";
-    case ReasoningMode::kOff: return "off";
-    default: return "default";
+    case ReasoningMode::kOn:
+      return "on";
+    case ReasoningMode::kOff:
+      return "off";
+    default:
+      return "default";
   }
 }
 

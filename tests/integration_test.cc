@@ -1,4 +1,5 @@
 // End-to-end tests: real tandem-worker and tandem-gateway processes on loopback.
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -8,23 +9,21 @@
 #include <memory>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "proto/reflection_subset.grpc.pb.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
-#include "proto/reflection_subset.grpc.pb.h"
 #include "tests/support/stack.h"
 
 namespace tandem::testing {
 namespace {
 
-using ::testing::HasSubstr;
 using tandem::v1::GenerateRequest;
+using ::testing::HasSubstr;
 
 GenerateRequest Prompt(const std::string& text, int32_t max_tokens = 16) {
   GenerateRequest r;
@@ -85,9 +84,9 @@ class StackTest : public ::testing::Test {
     auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
     ASSERT_TRUE(nemotron.ok()) << nemotron.status();
     nemotron_ = std::move(*nemotron);
-    auto gateway = StartGateway(
-        {"qwen=" + qwen_.grpc_address, "nemotron=" + nemotron_.grpc_address},
-        {"--max_request_bytes=1048576"});
+    auto gateway =
+        StartGateway({"qwen=" + qwen_.grpc_address, "nemotron=" + nemotron_.grpc_address},
+                     {"--max_request_bytes=1048576"});
     ASSERT_TRUE(gateway.ok()) << gateway.status();
     gateway_ = std::move(*gateway);
     ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
@@ -202,9 +201,7 @@ TEST_F(StackTest, BuiltinRulesRouteAndTheChosenModelServes) {
        },
        "nemotron", "long_context"},
       {"latency",
-       [](GenerateRequest* r) {
-         r->mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
-       },
+       [](GenerateRequest* r) { r->mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY); },
        "nemotron", "objective_latency"},
       {"accuracy",
        [](GenerateRequest* r) {
@@ -299,8 +296,7 @@ TEST_F(StackTest, EveryBadInputIsInvalidArgumentNamingTheField) {
        "messages[0].role: unknown role 'robot'"},
       {"max_tokens zero", [](GenerateRequest* r) { r->mutable_sampling()->set_max_tokens(0); },
        "sampling.max_tokens: 0; must be >= 1"},
-      {"max_tokens negative",
-       [](GenerateRequest* r) { r->mutable_sampling()->set_max_tokens(-5); },
+      {"max_tokens negative", [](GenerateRequest* r) { r->mutable_sampling()->set_max_tokens(-5); },
        "sampling.max_tokens: -5"},
       {"max_tokens above model limit",
        [](GenerateRequest* r) { r->mutable_sampling()->set_max_tokens(40000); },
@@ -314,8 +310,7 @@ TEST_F(StackTest, EveryBadInputIsInvalidArgumentNamingTheField) {
        "sampling.top_p"},
       {"top_p above one", [](GenerateRequest* r) { r->mutable_sampling()->set_top_p(1.5); },
        "sampling.top_p"},
-      {"unknown pinned model",
-       [](GenerateRequest* r) { r->mutable_hints()->set_model("gpt-9"); },
+      {"unknown pinned model", [](GenerateRequest* r) { r->mutable_hints()->set_model("gpt-9"); },
        "hints.model: unknown model 'gpt-9'"},
       {"image for a model without vision",
        [](GenerateRequest* r) {
@@ -388,20 +383,18 @@ TEST_F(StackTest, MetricsHaveTheExpectedSeriesAndPassPromtool) {
   EXPECT_EQ(MetricValue(g, "tandem_gateway_completion_tokens_total", {{"model_name", "qwen"}})
                 .value_or(-1),
             5);
-  EXPECT_EQ(MetricValue(g, "tandem_gateway_request_duration_seconds_count",
-                        {{"model_name", "nemotron"}})
-                .value_or(-1),
-            1);
-  EXPECT_EQ(MetricValue(g, "tandem_gateway_time_to_first_token_seconds_count",
-                        {{"model_name", "qwen"}})
-                .value_or(-1),
-            1);
-  EXPECT_EQ(MetricValue(g, "tandem_gateway_inflight_requests", {{"model_name", "qwen"}})
-                .value_or(-1),
-            0);
-  EXPECT_EQ(MetricValue(g, "tandem_gateway_ready_workers", {{"model_name", "nemotron"}})
-                .value_or(-1),
-            1);
+  EXPECT_EQ(
+      MetricValue(g, "tandem_gateway_request_duration_seconds_count", {{"model_name", "nemotron"}})
+          .value_or(-1),
+      1);
+  EXPECT_EQ(
+      MetricValue(g, "tandem_gateway_time_to_first_token_seconds_count", {{"model_name", "qwen"}})
+          .value_or(-1),
+      1);
+  EXPECT_EQ(
+      MetricValue(g, "tandem_gateway_inflight_requests", {{"model_name", "qwen"}}).value_or(-1), 0);
+  EXPECT_EQ(
+      MetricValue(g, "tandem_gateway_ready_workers", {{"model_name", "nemotron"}}).value_or(-1), 1);
   EXPECT_TRUE(PromtoolCheckMetrics(g).ok()) << PromtoolCheckMetrics(g);
 
   auto w = HttpGet(nemotron_.metrics_address, "/metrics");
@@ -455,9 +448,132 @@ TEST_F(StackTest, RequestIdReachesTheWorkerLogs) {
   EXPECT_THAT(worker_log, HasSubstr("request_id=meta-777 end status=OK"));
   const std::string gateway_log = gateway_.process->ReadLog();
   EXPECT_THAT(gateway_log, HasSubstr("request_id=trace-4242 rpc=Generate start model=qwen"));
-  EXPECT_THAT(gateway_log,
-              HasSubstr("request_id=trace-4242 rpc=Generate end model=qwen "
-                        "class=accuracy_critical status=OK"));
+  EXPECT_THAT(gateway_log, HasSubstr("request_id=trace-4242 rpc=Generate end model=qwen "
+                                     "class=accuracy_critical status=OK"));
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CommandResult RunCommand(const std::string& command) {
+  CommandResult r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST_F(StackTest, TandemctlServesPeopleAndScripts) {
+  const std::string ctl = absl::StrCat(TANDEM_CTL_BIN, " --gateway=", gateway_.grpc_address);
+  CommandResult gen = RunCommand(ctl + " --max_tokens=4 --objective=latency generate hello there");
+  EXPECT_EQ(gen.exit_code, 0) << gen.out;
+  EXPECT_THAT(gen.out, HasSubstr("model=nemotron class=latency_critical rule=objective_latency"));
+  EXPECT_THAT(gen.out, HasSubstr("finish=length tokens="));
+
+  CommandResult stream = RunCommand(ctl + " --max_tokens=6 --json stream hi");
+  EXPECT_EQ(stream.exit_code, 0) << stream.out;
+  EXPECT_THAT(stream.out, HasSubstr("\"route\":{\"model\":\"qwen\""));
+  EXPECT_THAT(stream.out, HasSubstr("\"finish_reason\":\"FINISH_REASON_LENGTH\""));
+
+  CommandResult route = RunCommand(ctl + " --model=nemotron route summarise this");
+  EXPECT_EQ(route.exit_code, 0) << route.out;
+  EXPECT_THAT(route.out, HasSubstr("rule pin: MATCHED"));
+  EXPECT_THAT(route.out, HasSubstr("feature pinned_model=nemotron"));
+
+  CommandResult models = RunCommand(ctl + " models");
+  EXPECT_EQ(models.exit_code, 0) << models.out;
+  EXPECT_THAT(models.out, HasSubstr("qwen\tQwen/Qwen3.5-35B-A3B\tengine=synthetic\tready=1/1"));
+
+  CommandResult bad = RunCommand(ctl + " --temperature=9 generate hello");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.out, HasSubstr("INVALID_ARGUMENT: sampling.temperature"));
+
+  CommandResult usage = RunCommand(ctl + " frobnicate");
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_THAT(usage.out, HasSubstr("unknown subcommand 'frobnicate'"));
+}
+
+TEST_F(StackTest, WorkerInfoDescribesModelDeviceAndLoad) {
+  auto stub = tandem::v1::Worker::NewStub(
+      grpc::CreateChannel(qwen_.grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::WorkerInfo info;
+  ASSERT_TRUE(stub->GetInfo(&ctx, {}, &info).ok());
+  EXPECT_EQ(info.model_name(), "qwen");
+  EXPECT_EQ(info.engine(), "synthetic");
+  EXPECT_EQ(info.device().id(), "cpu");
+  EXPECT_FALSE(info.device().name().empty());
+  EXPECT_GT(info.device().memory_total_bytes(), 0u);
+  EXPECT_TRUE(info.vision());
+  EXPECT_EQ(info.max_output_tokens(), 32768);
+  EXPECT_EQ(info.load().max_batch_size(), 64);
+  EXPECT_EQ(info.load().running(), 0);
+  EXPECT_EQ(info.state(), tandem::v1::WorkerInfo::READY);
+}
+
+TEST(WorkerStartupTest, BadDeviceOrModelIsAClearStartupError) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--model=qwen", "--device=4096"}, "--device=4096: "},
+      {{"--model=qwen", "--device=gpu"}, "expected 'cpu' or a CUDA device ordinal"},
+      {{"--model=qwen"}, "--device is required"},
+      {{"--device=cpu"}, "--model is required"},
+      {{"--model=llama", "--device=cpu"}, "no synthetic profile for model 'llama'"},
+  };
+  for (const auto& c : cases) {
+    auto p = ChildProcess::Start(TANDEM_WORKER_BIN, c.args, TempPath("worker_bad.log"));
+    ASSERT_TRUE(p.ok());
+    const int status = (*p)->Wait(absl::Seconds(20));
+    ASSERT_NE(status, -1);
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 2);
+    EXPECT_THAT((*p)->ReadLog(), HasSubstr(c.message));
+  }
+}
+
+TEST(WorkerStartupTest, NotServingUntilTheModelIsLoaded) {
+  auto worker = StartWorker("nemotron", {"--synthetic_load_time=3s"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto stub = tandem::v1::Worker::NewStub(
+      grpc::CreateChannel(worker->grpc_address, grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    tandem::v1::WorkerInfo info;
+    ASSERT_TRUE(stub->GetInfo(&ctx, {}, &info).ok());
+    EXPECT_EQ(info.state(), tandem::v1::WorkerInfo::LOADING);
+    auto health = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(worker->grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext hctx;
+    grpc::health::v1::HealthCheckResponse h;
+    ASSERT_TRUE(health->Check(&hctx, {}, &h).ok());
+    EXPECT_EQ(h.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+    tandem::v1::WorkerGenerateRequest req;
+    auto* m = req.add_messages();
+    m->set_role("user");
+    m->add_content()->set_text("too early");
+    grpc::ClientContext gctx;
+    auto reader = stub->Generate(&gctx, req);
+    tandem::v1::WorkerGenerateChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(s.error_message(), HasSubstr("loading its model"));
+  }
+  ASSERT_TRUE(WaitForHealth(worker->grpc_address, "", true).ok());
+  grpc::ClientContext ctx;
+  tandem::v1::WorkerInfo info;
+  ASSERT_TRUE(stub->GetInfo(&ctx, {}, &info).ok());
+  EXPECT_EQ(info.state(), tandem::v1::WorkerInfo::READY);
 }
 
 TEST(GatewayAvailabilityTest, ModelWithoutReadyWorkerIsUnavailableWithTheReason) {
@@ -569,10 +685,10 @@ TEST_F(SlowStackTest, FullAdmissionQueueIsResourceExhaustedAtOnce) {
   EXPECT_THAT(s.error_message(), HasSubstr("admission queue is full"));
   auto metrics = HttpGet(worker_.metrics_address, "/metrics");
   ASSERT_TRUE(metrics.ok());
-  EXPECT_EQ(MetricValue(*metrics, "tandem_worker_rejected_requests_total",
-                        {{"reason", "queue_full"}})
-                .value_or(-1),
-            1);
+  EXPECT_EQ(
+      MetricValue(*metrics, "tandem_worker_rejected_requests_total", {{"reason", "queue_full"}})
+          .value_or(-1),
+      1);
   running_ctx.TryCancel();
   waiting_ctx.TryCancel();
   while (running->Read(&chunk)) {
@@ -600,7 +716,7 @@ TEST_F(SlowStackTest, WorkerDrainsOnSigterm) {
   m->set_role("user");
   m->add_content()->set_text("late");
   grpc::ClientContext late_ctx;
-  Deadline(&late_ctx, std::chrono::seconds(5));
+  Deadline(&late_ctx, std::chrono::seconds(3));
   auto late = worker_stub->Generate(&late_ctx, wreq);
   tandem::v1::WorkerGenerateChunk wchunk;
   EXPECT_FALSE(late->Read(&wchunk));

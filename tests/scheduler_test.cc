@@ -138,7 +138,8 @@ GenerationRequest Request(int32_t max_tokens, std::vector<std::string> stop = {}
 class SchedulerTest : public ::testing::Test {
  protected:
   void Make(int32_t max_batch, int32_t max_queue) {
-    metrics_ = std::make_unique<WorkerMetrics>(registry_, WorkerMetrics::Labels{"qwen", "id", "gated-test", "cpu", "cpu"});
+    metrics_ = std::make_unique<WorkerMetrics>(
+        registry_, WorkerMetrics::Labels{"qwen", "id", "gated-test", "cpu", "cpu"});
     scheduler_ = std::make_unique<Scheduler>(&engine_, metrics_.get(), Clock::Real(),
                                              Scheduler::Options{max_batch, max_queue});
     scheduler_->Start();
@@ -178,10 +179,10 @@ TEST_F(SchedulerTest, RequestsJoinAndLeaveTheBatchAtStepBoundaries) {
   ASSERT_TRUE(scheduler_->Submit(Request(3), a).ok());
   engine_.WaitBlocked();  // step 1 holds {a}
   ASSERT_TRUE(scheduler_->Submit(Request(3), b).ok());
-  engine_.RunSteps(1);    // {a}
-  engine_.RunSteps(1);    // {a, b}: b joined at the boundary
-  engine_.RunSteps(1);    // {a, b}: a's third token
-  engine_.RunSteps(1);    // {b}: a left, b's third token
+  engine_.RunSteps(1);  // {a}
+  engine_.RunSteps(1);  // {a, b}: b joined at the boundary
+  engine_.RunSteps(1);  // {a, b}: a's third token
+  engine_.RunSteps(1);  // {b}: a left, b's third token
   a->Wait();
   b->Wait();
   const auto batches = engine_.batches();

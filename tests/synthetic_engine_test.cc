@@ -25,7 +25,7 @@ SyntheticEngine Make(const std::string& model, SyntheticEngineOptions o, Clock* 
 }
 
 std::vector<int32_t> RunTokens(SyntheticEngine& e, uint64_t id, std::vector<int32_t> prompt,
-                         float temperature, uint64_t seed, int steps) {
+                               float temperature, uint64_t seed, int steps) {
   SequenceSpec spec;
   spec.id = id;
   spec.prompt = std::move(prompt);

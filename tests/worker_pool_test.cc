@@ -44,10 +44,10 @@ void ProbeAll(ModelPool& pool, int* changes) {
 
 TEST(ModelPoolTest, PicksTheReadyEndpointWithFewestOutstanding) {
   ModelPool pool("qwen");
-  pool.AddEndpoint(std::make_unique<FakeWorkerClient>(
-      "a:1", grpc::Status::OK, Info("qwen", tandem::v1::WorkerInfo::READY)));
-  pool.AddEndpoint(std::make_unique<FakeWorkerClient>(
-      "b:2", grpc::Status::OK, Info("qwen", tandem::v1::WorkerInfo::READY)));
+  pool.AddEndpoint(std::make_unique<FakeWorkerClient>("a:1", grpc::Status::OK,
+                                                      Info("qwen", tandem::v1::WorkerInfo::READY)));
+  pool.AddEndpoint(std::make_unique<FakeWorkerClient>("b:2", grpc::Status::OK,
+                                                      Info("qwen", tandem::v1::WorkerInfo::READY)));
   pool.AddEndpoint(std::make_unique<FakeWorkerClient>(
       "c:3", grpc::Status::OK, Info("qwen", tandem::v1::WorkerInfo::LOADING)));
   int changes = 0;
@@ -70,8 +70,8 @@ TEST(ModelPoolTest, NoReadyEndpointIsUnavailableWithEachReason) {
   pool.AddEndpoint(std::make_unique<FakeWorkerClient>(
       "down:1", grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused"),
       tandem::v1::WorkerInfo()));
-  pool.AddEndpoint(std::make_unique<FakeWorkerClient>(
-      "wrong:2", grpc::Status::OK, Info("qwen", tandem::v1::WorkerInfo::READY)));
+  pool.AddEndpoint(std::make_unique<FakeWorkerClient>("wrong:2", grpc::Status::OK,
+                                                      Info("qwen", tandem::v1::WorkerInfo::READY)));
   pool.AddEndpoint(std::make_unique<FakeWorkerClient>(
       "drain:3", grpc::Status::OK, Info("nemotron", tandem::v1::WorkerInfo::DRAINING)));
   int changes = 0;
@@ -88,8 +88,8 @@ TEST(ModelPoolTest, NoReadyEndpointIsUnavailableWithEachReason) {
 TEST(ModelPoolTest, StatusReportsCapabilitiesFromWorkerInfo) {
   ModelPool pool("qwen");
   EXPECT_TRUE(pool.Status().model_id().empty());
-  pool.AddEndpoint(std::make_unique<FakeWorkerClient>(
-      "a:1", grpc::Status::OK, Info("qwen", tandem::v1::WorkerInfo::READY)));
+  pool.AddEndpoint(std::make_unique<FakeWorkerClient>("a:1", grpc::Status::OK,
+                                                      Info("qwen", tandem::v1::WorkerInfo::READY)));
   int changes = 0;
   ProbeAll(pool, &changes);
   const auto s = pool.Status();

@@ -213,8 +213,8 @@ int main(int argc, char** argv) {
     std::cout << resp.text() << "\n";
     std::cerr << "[" << Describe(resp.route()) << " finish=" << FinishName(resp.finish_reason())
               << " tokens=" << resp.usage().prompt_tokens() << "+"
-              << resp.usage().completion_tokens() << " ttft_ms="
-              << resp.timings().time_to_first_token_seconds() * 1e3
+              << resp.usage().completion_tokens()
+              << " ttft_ms=" << resp.timings().time_to_first_token_seconds() * 1e3
               << " total_ms=" << resp.timings().total_seconds() * 1e3 << "]\n";
     return 0;
   }

@@ -8,9 +8,7 @@
 namespace tandem::workers::cuda {
 namespace {
 
-__global__ void ProbeKernel(unsigned int* out) {
-  atomicAdd(out, 1u);
-}
+__global__ void ProbeKernel(unsigned int* out) { atomicAdd(out, 1u); }
 
 int Fail(cudaError_t e, const char* what, char* error, size_t error_size) {
   std::snprintf(error, error_size, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -23,12 +21,15 @@ int OpenDevice(int ordinal, char* name, size_t name_size, uint64_t* total_bytes,
                uint64_t* free_bytes, char* error, size_t error_size) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) return Fail(e, "cannot query CUDA devices (is the driver installed?)", error, error_size);
+  if (e != cudaSuccess)
+    return Fail(e, "cannot query CUDA devices (is the driver installed?)", error, error_size);
   if (ordinal < 0 || ordinal >= count) {
-    std::snprintf(error, error_size, "CUDA device %d does not exist: %d device(s) visible", ordinal, count);
+    std::snprintf(error, error_size, "CUDA device %d does not exist: %d device(s) visible", ordinal,
+                  count);
     return 1;
   }
-  if ((e = cudaSetDevice(ordinal)) != cudaSuccess) return Fail(e, "cudaSetDevice", error, error_size);
+  if ((e = cudaSetDevice(ordinal)) != cudaSuccess)
+    return Fail(e, "cudaSetDevice", error, error_size);
   cudaDeviceProp prop;
   if ((e = cudaGetDeviceProperties(&prop, ordinal)) != cudaSuccess) {
     return Fail(e, "cudaGetDeviceProperties", error, error_size);
@@ -36,7 +37,8 @@ int OpenDevice(int ordinal, char* name, size_t name_size, uint64_t* total_bytes,
   std::snprintf(name, name_size, "%s", prop.name);
   // The first allocation creates the context; the kernel proves the device runs code.
   unsigned int* d = nullptr;
-  if ((e = cudaMalloc(&d, sizeof(unsigned int))) != cudaSuccess) return Fail(e, "cudaMalloc", error, error_size);
+  if ((e = cudaMalloc(&d, sizeof(unsigned int))) != cudaSuccess)
+    return Fail(e, "cudaMalloc", error, error_size);
   cudaMemset(d, 0, sizeof(unsigned int));
   ProbeKernel<<<1, 32>>>(d);
   unsigned int h = 0;
@@ -55,7 +57,8 @@ int MemoryInfo(int ordinal, uint64_t* total_bytes, uint64_t* free_bytes, char* e
   cudaError_t e = cudaSetDevice(ordinal);
   if (e != cudaSuccess) return Fail(e, "cudaSetDevice", error, error_size);
   size_t free_b = 0, total_b = 0;
-  if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) return Fail(e, "cudaMemGetInfo", error, error_size);
+  if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess)
+    return Fail(e, "cudaMemGetInfo", error, error_size);
   *total_bytes = total_b;
   *free_bytes = free_b;
   return 0;

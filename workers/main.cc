@@ -41,6 +41,8 @@ ABSL_FLAG(double, synthetic_time_scale, 1.0,
           "Synthetic engine: multiplies simulated step times; 0 means no delay.");
 ABSL_FLAG(int32_t, synthetic_output_tokens, 0,
           "Synthetic engine: fixed answer length in tokens; 0 derives it from the prompt.");
+ABSL_FLAG(absl::Duration, synthetic_load_time, absl::ZeroDuration(),
+          "Synthetic engine: simulated model load time before the worker turns READY.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish.");
 ABSL_FLAG(absl::Duration, device_refresh_interval, absl::Seconds(1),
@@ -86,8 +88,8 @@ int Run() {
   const EngineInfo& info = engine.Info();
 
   auto registry = std::make_shared<prometheus::Registry>();
-  WorkerMetrics metrics(*registry, {info.model_name, info.model_id, info.engine, device->id,
-                                    device->name});
+  WorkerMetrics metrics(*registry,
+                        {info.model_name, info.model_id, info.engine, device->id, device->name});
 
   Scheduler scheduler(&engine, &metrics, Clock::Real(),
                       {absl::GetFlag(FLAGS_max_batch_size), absl::GetFlag(FLAGS_max_queue)});
@@ -115,19 +117,21 @@ int Run() {
   // gRPC's health service starts SERVING; nothing is served until the model is ready.
   health->SetServingStatus(false);
 
+  // Listening before the model is ready lets health checks and WorkerInfo report LOADING.
+  const auto host_port = ParseHostPort("listen", absl::GetFlag(FLAGS_listen));
+  const std::string grpc_address = absl::StrCat(host_port->first, ":", port);
+  AnnounceListening("tandem-worker", grpc_address, (*metrics_server)->Address());
+
+  // The synthetic engine has no weights; it can simulate a load time. A native engine loads here.
+  std::this_thread::sleep_for(absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_synthetic_load_time)));
   scheduler.Start();
-  // The synthetic engine has no weights to load; a native engine loads here.
   service.SetState(tandem::v1::WorkerInfo::READY);
   metrics.ready.Set(1);
   health->SetServingStatus(true);
-
-  const auto host_port = ParseHostPort("listen", absl::GetFlag(FLAGS_listen));
-  const std::string grpc_address = absl::StrCat(host_port->first, ":", port);
   spdlog::info("serving model={} ({}) engine={}{} device={} ({}) grpc={} metrics={}",
                info.model_name, info.model_id, info.engine,
-               info.engine == "synthetic" ? " [LOAD SIMULATOR: not a real model]" : "",
-               device->id, device->name, grpc_address, (*metrics_server)->Address());
-  AnnounceListening("tandem-worker", grpc_address, (*metrics_server)->Address());
+               info.engine == "synthetic" ? " [LOAD SIMULATOR: not a real model]" : "", device->id,
+               device->name, grpc_address, (*metrics_server)->Address());
 
   std::atomic<bool> done{false};
   std::mutex refresh_mu;
@@ -149,6 +153,7 @@ int Run() {
                               absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_drain_timeout));
   if (!scheduler.WaitIdle(drain_deadline)) spdlog::warn("drain timed out; ending what is left");
   scheduler.Stop();
+  health->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   {
     std::lock_guard<std::mutex> l(refresh_mu);

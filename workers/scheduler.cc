@@ -33,7 +33,9 @@ Scheduler::Scheduler(Engine* engine, WorkerMetrics* metrics, Clock* clock, Optio
 
 Scheduler::~Scheduler() { Stop(); }
 
-void Scheduler::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Scheduler::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void Scheduler::Drain() {
   std::lock_guard<std::mutex> l(mu_);
@@ -69,8 +71,8 @@ absl::StatusOr<std::shared_ptr<Cancellation>> Scheduler::Submit(
     if (static_cast<int32_t>(queue_.size()) >= options_.max_queue) {
       metrics_->rejected_queue_full.Increment();
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "worker admission queue is full (%d waiting, --max_queue=%d); retry later",
-          queue_.size(), options_.max_queue));
+          "worker admission queue is full (%d waiting, --max_queue=%d); retry later", queue_.size(),
+          options_.max_queue));
     }
     seq->id = next_id_++;
     queue_.push_back(std::move(seq));
@@ -88,8 +90,7 @@ bool Scheduler::WaitIdle(Clock::TimePoint deadline) {
   return idle_cv_.wait_until(l, deadline, [&] { return active_ == 0; });
 }
 
-void Scheduler::Finish(Sequence& seq, const absl::Status& status,
-                       tandem::v1::FinishReason reason) {
+void Scheduler::Finish(Sequence& seq, const absl::Status& status, tandem::v1::FinishReason reason) {
   if (seq.done) return;
   seq.done = true;
   if (status.ok()) {
@@ -103,7 +104,7 @@ void Scheduler::Finish(Sequence& seq, const absl::Status& status,
   switch (status.code()) {
     case absl::StatusCode::kOk:
       (reason == tandem::v1::FINISH_REASON_LENGTH ? metrics_->finished_length
-                                                   : metrics_->finished_stop)
+                                                  : metrics_->finished_stop)
           .Increment();
       metrics_->e2e_latency.Observe(Seconds(now - seq.request.arrival));
       if (seq.generated > 1) {
@@ -111,9 +112,15 @@ void Scheduler::Finish(Sequence& seq, const absl::Status& status,
                                                 (seq.generated - 1));
       }
       break;
-    case absl::StatusCode::kCancelled: metrics_->finished_cancelled.Increment(); break;
-    case absl::StatusCode::kDeadlineExceeded: metrics_->finished_deadline.Increment(); break;
-    default: metrics_->finished_error.Increment(); break;
+    case absl::StatusCode::kCancelled:
+      metrics_->finished_cancelled.Increment();
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      metrics_->finished_deadline.Increment();
+      break;
+    default:
+      metrics_->finished_error.Increment();
+      break;
   }
   if (seq.admitted) engine_->RemoveSequence(seq.id);
   seq.sink->OnFinished(status, reason, seq.generated);

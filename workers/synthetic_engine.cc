@@ -42,8 +42,8 @@ absl::Status SyntheticEngine::AddSequence(const SequenceSpec& spec) {
   for (int32_t t : spec.prompt) h = Mix(h ^ static_cast<uint64_t>(t));
   Sequence seq;
   seq.prompt_tokens = static_cast<int64_t>(spec.prompt.size());
-  seq.length = options_.output_tokens > 0 ? options_.output_tokens
-                                          : 16 + static_cast<int32_t>(h % 496);
+  seq.length =
+      options_.output_tokens > 0 ? options_.output_tokens : 16 + static_cast<int32_t>(h % 496);
   // Greedy decoding ignores the seed, as a real model's would.
   seq.stream_hash = spec.sampling.temperature == 0.0f ? h : Mix(h ^ spec.sampling.seed);
   sequences_.emplace(spec.id, seq);

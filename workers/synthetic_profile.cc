@@ -20,8 +20,8 @@ SyntheticProfile Qwen() {
   p.info.engine = "synthetic";
   p.info.model_name = "qwen";
   p.info.model_id = "Qwen/Qwen3.5-35B-A3B";
-  p.info.vision = true;     // natively multimodal (FN §1)
-  p.info.reasoning = true;  // thinking on by default (MS §1.8)
+  p.info.vision = true;                // natively multimodal (FN §1)
+  p.info.reasoning = true;             // thinking on by default (MS §1.8)
   p.info.max_context_tokens = 262144;  // max_position_embeddings (MS §1)
   p.info.max_output_tokens = 32768;
   // Batch 1: p95 TPOT 6.9 ms at 1 RPS on H200 (FN §3, third-party lab, vLLM FP8).
@@ -47,8 +47,8 @@ SyntheticProfile Nemotron() {
   p.info.engine = "synthetic";
   p.info.model_name = "nemotron";
   p.info.model_id = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16";
-  p.info.vision = false;   // text only (FN §1)
-  p.info.reasoning = true; // reasoning on/off with thinking budget (FN §1)
+  p.info.vision = false;               // text only (FN §1)
+  p.info.reasoning = true;             // reasoning on/off with thinking budget (FN §1)
   p.info.max_context_tokens = 262144;  // max_position_embeddings (MS §2)
   p.info.max_output_tokens = 32768;
   // Batch-1 decode bounds on H200: Qwen ~800 tok/s, Nemotron ~750 tok/s (FN §3). Qwen's measured
@@ -74,8 +74,8 @@ SyntheticProfile Nemotron() {
 absl::StatusOr<SyntheticProfile> SyntheticProfileFor(const std::string& model_name) {
   if (model_name == "qwen") return Qwen();
   if (model_name == "nemotron") return Nemotron();
-  return absl::NotFoundError(absl::StrCat("no synthetic profile for model '", model_name,
-                                          "'; known: qwen, nemotron"));
+  return absl::NotFoundError(
+      absl::StrCat("no synthetic profile for model '", model_name, "'; known: qwen, nemotron"));
 }
 
 }  // namespace tandem::workers

@@ -12,13 +12,12 @@ namespace {
 
 // Words of the simulator's answers; a few are multi-byte to exercise UTF-8 handling downstream.
 constexpr std::array<std::string_view, 48> kWords = {
-    "the",      "request",   "was",     "served",   "by",       "a",        "synthetic",
-    "engine",   "that",      "models",  "latency",  "and",      "load",     "of",
-    "token",    "streams",   "with",    "batch",    "steps",    "prefill",  "decode",
-    "queue",    "gateway",   "worker",  "route",    "signal",   "policy",   "metric",
-    "café",     "naïve",     "über",    "señal",    "日本語",   "模型",     "延迟",
-    "✓",        "→",         "≈",       "data",     "answer",   "is",       "not",
-    "from",     "real",      "weights", "simulated", "output",  "here"};
+    "the",    "request", "was",     "served",  "by",      "a",         "synthetic", "engine",
+    "that",   "models",  "latency", "and",     "load",    "of",        "token",     "streams",
+    "with",   "batch",   "steps",   "prefill", "decode",  "queue",     "gateway",   "worker",
+    "route",  "signal",  "policy",  "metric",  "café",    "naïve",     "über",      "señal",
+    "日本語", "模型",    "延迟",    "✓",       "→",       "≈",         "data",      "answer",
+    "is",     "not",     "from",    "real",    "weights", "simulated", "output",    "here"};
 
 constexpr int32_t kPromptIdBase = 1000;
 constexpr int32_t kPromptIdRange = 100000;
@@ -74,7 +73,8 @@ void SyntheticTokenizer::EncodeText(std::string_view text, std::vector<int32_t>*
   while (i < text.size()) {
     size_t j = i;
     CharKind kind = KindOf(text[i]);
-    if (kind == CharKind::kSpace && i + 1 < text.size() && KindOf(text[i + 1]) == CharKind::kAlnum) {
+    if (kind == CharKind::kSpace && i + 1 < text.size() &&
+        KindOf(text[i + 1]) == CharKind::kAlnum) {
       ++j;
       kind = CharKind::kAlnum;
     }

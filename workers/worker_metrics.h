@@ -43,6 +43,7 @@ struct WorkerMetrics {
   prometheus::Counter& rejected_queue_full;
   prometheus::Counter& rejected_invalid;
   prometheus::Counter& rejected_draining;
+  prometheus::Counter& rejected_loading;
   prometheus::Gauge& device_memory_total;
   prometheus::Gauge& device_memory_used;
   prometheus::Gauge& info;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
 #include "spdlog/spdlog.h"
@@ -25,14 +26,26 @@ Clock::TimePoint SteadyDeadline(std::chrono::system_clock::time_point deadline) 
 // (the scheduler may hold it after the RPC is gone).
 class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> {
  public:
+  // `state` is the worker's: only READY workers accept work.
   GenerateCall(const Engine* engine, Scheduler* scheduler, WorkerMetrics* metrics,
-               const RequestLimits& limits, grpc::CallbackServerContext* context,
+               const RequestLimits& limits, tandem::v1::WorkerInfo::State state,
+               grpc::CallbackServerContext* context,
                const tandem::v1::WorkerGenerateRequest* request)
       : bridge_(std::make_shared<Bridge>(this)),
         request_id_(request->request_id()),
         start_(std::chrono::steady_clock::now()),
         deadline_(context->deadline()) {
     const EngineInfo& info = engine->Info();
+    if (state != tandem::v1::WorkerInfo::READY) {
+      (state == tandem::v1::WorkerInfo::DRAINING ? metrics->rejected_draining
+                                                 : metrics->rejected_loading)
+          .Increment();
+      Reject(absl::UnavailableError(
+          absl::StrCat("worker is ",
+                       state == tandem::v1::WorkerInfo::DRAINING ? "draining" : "loading its model",
+                       " and accepts no new requests")));
+      return;
+    }
     absl::Status status = ValidateMessages(request->messages(), limits);
     if (status.ok()) status = ValidateSampling(request->sampling(), info.max_output_tokens, limits);
     absl::StatusOr<std::vector<int32_t>> prompt =
@@ -189,9 +202,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   void LogEnd(const grpc::Status& status, int32_t completion_tokens) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    spdlog::info("request_id={} end status={} completion_tokens={} duration_ms={:.3f}",
-                 request_id_, GrpcCodeName(status.error_code()), completion_tokens,
-                 seconds * 1e3);
+    spdlog::info("request_id={} end status={} completion_tokens={} duration_ms={:.3f}", request_id_,
+                 GrpcCodeName(status.error_code()), completion_tokens, seconds * 1e3);
   }
 
   std::shared_ptr<Bridge> bridge_;
@@ -216,7 +228,7 @@ WorkerService::WorkerService(const Engine* engine, Scheduler* scheduler, WorkerM
 
 grpc::ServerWriteReactor<WorkerGenerateChunk>* WorkerService::Generate(
     grpc::CallbackServerContext* context, const tandem::v1::WorkerGenerateRequest* request) {
-  return new GenerateCall(engine_, scheduler_, metrics_, limits_, context, request);
+  return new GenerateCall(engine_, scheduler_, metrics_, limits_, state_.load(), context, request);
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* context,

@@ -16,8 +16,7 @@
 namespace tandem::testing {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
-    const std::string& binary, const std::vector<std::string>& args,
-    const std::string& log_path) {
+    const std::string& binary, const std::vector<std::string>& args, const std::string& log_path) {
   int out[2];
   if (pipe(out) != 0) return absl::InternalError("pipe failed");
   const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -65,8 +64,8 @@ absl::StatusOr<std::string> ChildProcess::WaitForLine(const std::string& needle,
     }
     const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
     if (left_ms <= 0) {
-      return absl::DeadlineExceededError(absl::StrCat("no line with '", needle, "'; log:\n",
-                                                      ReadLog()));
+      return absl::DeadlineExceededError(
+          absl::StrCat("no line with '", needle, "'; log:\n", ReadLog()));
     }
     pollfd p{stdout_fd_, POLLIN, 0};
     const int r = poll(&p, 1, static_cast<int>(left_ms));

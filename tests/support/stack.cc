@@ -1,6 +1,7 @@
 #include "tests/support/stack.h"
 
 #include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,14 +12,12 @@
 #include <fstream>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "gtest/gtest.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
 
 namespace tandem::testing {
 namespace {
@@ -89,10 +88,9 @@ absl::Status WaitForHealth(const std::string& address, const std::string& servic
     }
   }
   grpc::Status s = reader->Finish();
-  return absl::DeadlineExceededError(absl::StrCat("health of '", service, "' at ", address,
-                                                  " never became ",
-                                                  serving ? "SERVING" : "NOT_SERVING", ": ",
-                                                  s.error_message()));
+  return absl::DeadlineExceededError(
+      absl::StrCat("health of '", service, "' at ", address, " never became ",
+                   serving ? "SERVING" : "NOT_SERVING", ": ", s.error_message()));
 }
 
 absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::string& path) {
@@ -110,8 +108,8 @@ absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::str
     close(fd);
     return absl::UnavailableError("cannot connect to " + host_port);
   }
-  const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host_port,
-                                       "\r\nConnection: close\r\n\r\n");
+  const std::string req =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host_port, "\r\nConnection: close\r\n\r\n");
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);
     return absl::UnavailableError("write failed");
@@ -163,8 +161,8 @@ absl::StatusOr<double> MetricValue(const std::string& exposition, const std::str
 }
 
 absl::StatusOr<double> WaitForMetric(const std::string& address, const std::string& name,
-                                     const std::map<std::string, std::string>& labels,
-                                     double want, absl::Duration timeout) {
+                                     const std::map<std::string, std::string>& labels, double want,
+                                     absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::StatusOr<double> last = absl::NotFoundError("not read");
   while (absl::Now() < deadline) {

@@ -40,8 +40,8 @@ absl::StatusOr<double> MetricValue(const std::string& exposition, const std::str
 // Polls `address`/metrics until the sample reaches `want` or `timeout` passes; returns the last
 // value read. For effects that happen on another process's thread after an RPC returns.
 absl::StatusOr<double> WaitForMetric(const std::string& address, const std::string& name,
-                                     const std::map<std::string, std::string>& labels,
-                                     double want, absl::Duration timeout = absl::Seconds(10));
+                                     const std::map<std::string, std::string>& labels, double want,
+                                     absl::Duration timeout = absl::Seconds(10));
 
 // Runs `promtool check metrics` on the exposition; OK when it reports no problem.
 absl::Status PromtoolCheckMetrics(const std::string& exposition);
