@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -17,6 +18,12 @@ void InitLogging(const std::string& process_name, const std::string& level) {
   logger->set_level(spdlog::level::from_str(level));
   spdlog::set_default_logger(logger);
   spdlog::flush_on(spdlog::level::info);
+}
+
+void Fatal(const std::string& message) {
+  spdlog::critical("{}", message);
+  spdlog::shutdown();
+  std::exit(2);
 }
 
 void BlockTerminationSignals() {

@@ -25,6 +25,9 @@ void BlockTerminationSignals();
 void AnnounceListening(const std::string& process, const std::string& grpc_address,
                        const std::string& metrics_address);
 
+// Logs `message` as critical and exits with status 2: for configuration and start-up errors.
+[[noreturn]] void Fatal(const std::string& message);
+
 // Splits "host:port"; the host may be "[v6]" or empty. Errors name the flag.
 absl::StatusOr<std::pair<std::string, int>> ParseHostPort(const std::string& flag,
                                                           const std::string& value);

@@ -1,5 +1,4 @@
 // tandem-gateway: the gRPC front that routes every LLM request to a model's workers.
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/grpc_server.h"
 #include "common/metrics_server.h"
 #include "common/process.h"
 #include "gateway/gateway_metrics.h"
@@ -51,11 +51,6 @@ namespace tandem::gateway {
 namespace {
 
 constexpr char kVersion[] = "0.1.0";
-
-[[noreturn]] void Fatal(const std::string& message) {
-  spdlog::critical("{}", message);
-  std::exit(2);
-}
 
 int Run() {
   router::BuiltinRouterConfig router_config;
@@ -124,27 +119,23 @@ int Run() {
   auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
   if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
+  GrpcServerOptions server_options;
+  server_options.listen = absl::GetFlag(FLAGS_listen);
+  server_options.services = {&service};
   // gRPC's own limit sits above ours so that oversized requests get our INVALID_ARGUMENT
   // naming the flag; only requests beyond twice the limit meet gRPC's RESOURCE_EXHAUSTED.
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(std::min<int64_t>(2 * intake_options.max_request_bytes, INT32_MAX)));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) Fatal(absl::StrCat("cannot listen on ", absl::GetFlag(FLAGS_listen)));
+  server_options.max_receive_message_bytes =
+      static_cast<int>(std::min<int64_t>(2 * intake_options.max_request_bytes, INT32_MAX));
+  auto grpc_server = StartGrpcServer(server_options);
+  if (!grpc_server.ok()) Fatal(std::string(grpc_server.status().message()));
+  grpc::Server* server = grpc_server->server.get();
+  const std::string& grpc_address = grpc_server->address;
   auto* health = server->GetHealthCheckService();
+  health->SetServingStatus("", true);
   for (const std::string& m : models) health->SetServingStatus("model/" + m, false);
-  server_ptr = server.get();
+  server_ptr = server;
   pools.Start();
 
-  const auto host_port = ParseHostPort("listen", absl::GetFlag(FLAGS_listen));
-  const std::string grpc_address = absl::StrCat(host_port->first, ":", port);
   spdlog::info("serving grpc={} metrics={} models={} version={}", grpc_address,
                (*metrics_server)->Address(), absl::StrJoin(models, ","), kVersion);
   AnnounceListening("tandem-gateway", grpc_address, (*metrics_server)->Address());
@@ -158,8 +149,7 @@ int Run() {
   if (!service.WaitIdle(deadline)) {
     spdlog::warn("drain timed out with {} requests in flight", service.inflight());
   }
-  health->Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  StopGrpcServer(server, /*grace_seconds=*/5);
   server_ptr = nullptr;
   pools.Stop();
   spdlog::info("stopped");

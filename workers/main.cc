@@ -1,5 +1,4 @@
 // tandem-worker: one process per accelerator, serving one model.
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/grpc_server.h"
 #include "common/metrics_server.h"
 #include "common/process.h"
 #include "spdlog/spdlog.h"
@@ -51,11 +51,6 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
 
 namespace tandem::workers {
 namespace {
-
-[[noreturn]] void Fatal(const std::string& message) {
-  spdlog::critical("{}", message);
-  std::exit(2);
-}
 
 int Run() {
   const std::string model = absl::GetFlag(FLAGS_model);
@@ -98,28 +93,20 @@ int Run() {
   auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
   if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(std::min<int64_t>(absl::GetFlag(FLAGS_max_request_bytes), INT32_MAX)));
-  // Clients re-resolve DNS when connections age out, so new replicas get traffic.
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, 5 * 60 * 1000);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, 60 * 1000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) Fatal(absl::StrCat("cannot listen on ", absl::GetFlag(FLAGS_listen)));
+  GrpcServerOptions server_options;
+  server_options.listen = absl::GetFlag(FLAGS_listen);
+  server_options.services = {&service};
+  server_options.max_receive_message_bytes =
+      static_cast<int>(std::min<int64_t>(absl::GetFlag(FLAGS_max_request_bytes), INT32_MAX));
+  // Clients re-resolve DNS when connections age out, so new gateway replicas spread load.
+  server_options.max_connection_age_ms = 5 * 60 * 1000;
+  auto grpc_server = StartGrpcServer(server_options);
+  if (!grpc_server.ok()) Fatal(std::string(grpc_server.status().message()));
+  grpc::Server* server = grpc_server->server.get();
   auto* health = server->GetHealthCheckService();
-  // gRPC's health service starts SERVING; nothing is served until the model is ready.
-  health->SetServingStatus(false);
+  const std::string& grpc_address = grpc_server->address;
 
   // Listening before the model is ready lets health checks and WorkerInfo report LOADING.
-  const auto host_port = ParseHostPort("listen", absl::GetFlag(FLAGS_listen));
-  const std::string grpc_address = absl::StrCat(host_port->first, ":", port);
   AnnounceListening("tandem-worker", grpc_address, (*metrics_server)->Address());
 
   // The synthetic engine has no weights; it can simulate a load time. A native engine loads here.
@@ -153,8 +140,7 @@ int Run() {
                               absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_drain_timeout));
   if (!scheduler.WaitIdle(drain_deadline)) spdlog::warn("drain timed out; ending what is left");
   scheduler.Stop();
-  health->Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  StopGrpcServer(server, /*grace_seconds=*/5);
   {
     std::lock_guard<std::mutex> l(refresh_mu);
     done = true;

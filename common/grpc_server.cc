@@ -1,0 +1,44 @@
+#include "common/grpc_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/process.h"
+
+namespace tandem {
+
+absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options) {
+  auto host_port = ParseHostPort("listen", options.listen);
+  if (!host_port.ok()) return host_port.status();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  for (grpc::Service* s : options.services) builder.RegisterService(s);
+  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  if (options.max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, options.max_connection_age_ms);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, 60 * 1000);
+  }
+  GrpcServer out;
+  out.server = builder.BuildAndStart();
+  if (!out.server || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  out.server->GetHealthCheckService()->SetServingStatus(false);
+  out.address = absl::StrCat(host_port->first, ":", port);
+  return out;
+}
+
+void StopGrpcServer(grpc::Server* server, int grace_seconds) {
+  server->GetHealthCheckService()->Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(grace_seconds));
+}
+
+}  // namespace tandem

@@ -1,0 +1,37 @@
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem {
+
+struct GrpcServerOptions {
+  // HOST:PORT; port 0 picks a free port.
+  std::string listen;
+  std::vector<grpc::Service*> services;
+  // gRPC's receive limit for one message.
+  int max_receive_message_bytes = 4 << 20;
+  // Connection age after which clients reconnect (and re-resolve DNS); 0 disables it.
+  int max_connection_age_ms = 0;
+};
+
+struct GrpcServer {
+  std::unique_ptr<grpc::Server> server;
+  // HOST:PORT actually bound.
+  std::string address;
+};
+
+// Builds and starts a server with grpc.health.v1 (all services NOT_SERVING until the caller says
+// otherwise: gRPC's default is SERVING from the start), server reflection, and keepalive pings
+// from clients permitted every 5 s.
+absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options);
+
+// Health NOT_SERVING, then Shutdown with a `grace_seconds` deadline for calls still open.
+void StopGrpcServer(grpc::Server* server, int grace_seconds);
+
+}  // namespace tandem
