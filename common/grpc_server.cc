@@ -1,7 +1,6 @@
 #include "common/grpc_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
 
@@ -13,11 +12,12 @@ namespace tandem {
 absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options) {
   auto host_port = ParseHostPort("listen", options.listen);
   if (!host_port.ok()) return host_port.status();
-  grpc::EnableDefaultHealthCheckService(true);
+  if (options.health == nullptr) return absl::InvalidArgumentError("no health service");
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(options.health);
   for (grpc::Service* s : options.services) builder.RegisterService(s);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -31,13 +31,12 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options) {
   if (!out.server || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  out.server->GetHealthCheckService()->SetServingStatus(false);
   out.address = absl::StrCat(host_port->first, ":", port);
   return out;
 }
 
-void StopGrpcServer(grpc::Server* server, int grace_seconds) {
-  server->GetHealthCheckService()->Shutdown();
+void StopGrpcServer(grpc::Server* server, HealthService* health, int grace_seconds) {
+  health->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(grace_seconds));
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/health_service.h"
 
 namespace tandem {
 
@@ -14,6 +15,8 @@ struct GrpcServerOptions {
   // HOST:PORT; port 0 picks a free port.
   std::string listen;
   std::vector<grpc::Service*> services;
+  // Served as grpc.health.v1 (required).
+  HealthService* health = nullptr;
   // gRPC's receive limit for one message.
   int max_receive_message_bytes = 4 << 20;
   // Connection age after which clients reconnect (and re-resolve DNS); 0 disables it.
@@ -26,12 +29,12 @@ struct GrpcServer {
   std::string address;
 };
 
-// Builds and starts a server with grpc.health.v1 (all services NOT_SERVING until the caller says
-// otherwise: gRPC's default is SERVING from the start), server reflection, and keepalive pings
-// from clients permitted every 5 s.
+// Builds and starts a server with `options.health` as grpc.health.v1, server reflection, and
+// keepalive pings from clients permitted every 5 s.
 absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options);
 
-// Health NOT_SERVING, then Shutdown with a `grace_seconds` deadline for calls still open.
-void StopGrpcServer(grpc::Server* server, int grace_seconds);
+// Health NOT_SERVING (ending Watch streams), then Shutdown with a `grace_seconds` deadline for
+// calls still open.
+void StopGrpcServer(grpc::Server* server, HealthService* health, int grace_seconds);
 
 }  // namespace tandem

@@ -1,9 +1,9 @@
 // tandem-gateway: the gRPC front that routes every LLM request to a model's workers.
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -61,15 +61,20 @@ int Run() {
   router_config.long_context_model = absl::GetFlag(FLAGS_long_context_model);
   router_config.long_context_tokens = absl::GetFlag(FLAGS_long_context_tokens);
 
-  grpc::Server* server_ptr = nullptr;
+  // Health is written by probe callbacks (gRPC threads) and by the drain; the mutex keeps a
+  // late probe result from turning a model SERVING again once draining began.
+  std::mutex health_mu;
+  HealthService* health_server = nullptr;  // guarded by health_mu; null until serving, and draining
   std::unique_ptr<WorkerPools> pools_holder;
   GatewayMetrics* metrics_ptr = nullptr;
   // Readiness changes update per-model health ("model/NAME") and the ready-worker gauges.
   auto on_change = [&] {
-    if (server_ptr == nullptr || metrics_ptr == nullptr) return;
+    std::lock_guard<std::mutex> l(health_mu);
     for (const auto& [name, pool] : pools_holder->pools()) {
       const int ready = pool->ReadyCount();
-      server_ptr->GetHealthCheckService()->SetServingStatus("model/" + name, ready > 0);
+      if (health_server != nullptr) {
+        health_server->SetServingStatus("model/" + name, ready > 0);
+      }
       if (auto* m = metrics_ptr->ForModel(name)) m->ready_workers->Set(ready);
     }
   };
@@ -121,7 +126,11 @@ int Run() {
 
   GrpcServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
+  HealthService health;
+  health.SetServingStatus("", false);
+  for (const std::string& m : models) health.SetServingStatus("model/" + m, false);
   server_options.services = {&service};
+  server_options.health = &health;
   // gRPC's own limit sits above ours so that oversized requests get our INVALID_ARGUMENT
   // naming the flag; only requests beyond twice the limit meet gRPC's RESOURCE_EXHAUSTED.
   server_options.max_receive_message_bytes =
@@ -130,10 +139,12 @@ int Run() {
   if (!grpc_server.ok()) Fatal(std::string(grpc_server.status().message()));
   grpc::Server* server = grpc_server->server.get();
   const std::string& grpc_address = grpc_server->address;
-  auto* health = server->GetHealthCheckService();
-  health->SetServingStatus("", true);
-  for (const std::string& m : models) health->SetServingStatus("model/" + m, false);
-  server_ptr = server;
+  {
+    std::lock_guard<std::mutex> l(health_mu);
+    health.SetServingStatus("", true);
+    health.SetServingStatus("tandem.v1.Gateway", true);
+    health_server = &health;
+  }
   pools.Start();
 
   spdlog::info("serving grpc={} metrics={} models={} version={}", grpc_address,
@@ -143,14 +154,17 @@ int Run() {
   const int sig = WaitForTerminationSignal();
   spdlog::info("signal {}: draining (health NOT_SERVING, up to {})", sig,
                absl::FormatDuration(absl::GetFlag(FLAGS_drain_timeout)));
-  health->SetServingStatus(false);
+  {
+    std::lock_guard<std::mutex> l(health_mu);
+    health_server = nullptr;
+    health.SetAllServingStatus(false);
+  }
   const auto deadline = std::chrono::steady_clock::now() +
                         absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_drain_timeout));
   if (!service.WaitIdle(deadline)) {
     spdlog::warn("drain timed out with {} requests in flight", service.inflight());
   }
-  StopGrpcServer(server, /*grace_seconds=*/5);
-  server_ptr = nullptr;
+  StopGrpcServer(server, &health, /*grace_seconds=*/5);
   pools.Stop();
   spdlog::info("stopped");
   // civetweb's stop waits out its 1.5 s poll timeout; at exit nothing is left to flush.

@@ -736,5 +736,25 @@ TEST_F(SlowStackTest, WorkerDrainsOnSigterm) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+TEST_F(SlowStackTest, GatewayDrainsOnSigtermWithoutLosingTheStream) {
+  ASSERT_NO_FATAL_FAILURE(StartStack());
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  // ~60 decode steps of 6.9 ms: the stream is still running when the signal arrives.
+  auto stream = stub_->GenerateStream(&ctx, Prompt("finish me", 60));
+  tandem::v1::GenerateStreamChunk chunk;
+  ASSERT_TRUE(stream->Read(&chunk));
+  gateway_.process->Signal(SIGTERM);
+  ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "", false).ok());
+  int32_t completion_tokens = 0;
+  while (stream->Read(&chunk)) completion_tokens = chunk.usage().completion_tokens();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(completion_tokens, 60);
+  const int status = gateway_.process->Wait(absl::Seconds(20));
+  ASSERT_NE(status, -1);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 }  // namespace
 }  // namespace tandem::testing

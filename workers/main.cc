@@ -1,6 +1,5 @@
 // tandem-worker: one process per accelerator, serving one model.
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
 #include <cstdio>
@@ -95,7 +94,12 @@ int Run() {
 
   GrpcServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
+  HealthService health;
+  // Both names answer: "" (the whole server) and the worker service.
+  health.SetServingStatus("", false);
+  health.SetServingStatus("tandem.v1.Worker", false);
   server_options.services = {&service};
+  server_options.health = &health;
   server_options.max_receive_message_bytes =
       static_cast<int>(std::min<int64_t>(absl::GetFlag(FLAGS_max_request_bytes), INT32_MAX));
   // Clients re-resolve DNS when connections age out, so new gateway replicas spread load.
@@ -103,7 +107,6 @@ int Run() {
   auto grpc_server = StartGrpcServer(server_options);
   if (!grpc_server.ok()) Fatal(std::string(grpc_server.status().message()));
   grpc::Server* server = grpc_server->server.get();
-  auto* health = server->GetHealthCheckService();
   const std::string& grpc_address = grpc_server->address;
 
   // Listening before the model is ready lets health checks and WorkerInfo report LOADING.
@@ -114,7 +117,7 @@ int Run() {
   scheduler.Start();
   service.SetState(tandem::v1::WorkerInfo::READY);
   metrics.ready.Set(1);
-  health->SetServingStatus(true);
+  health.SetAllServingStatus(true);
   spdlog::info("serving model={} ({}) engine={}{} device={} ({}) grpc={} metrics={}",
                info.model_name, info.model_id, info.engine,
                info.engine == "synthetic" ? " [LOAD SIMULATOR: not a real model]" : "", device->id,
@@ -133,14 +136,14 @@ int Run() {
   spdlog::info("signal {}: draining (health NOT_SERVING, up to {})", sig,
                absl::FormatDuration(absl::GetFlag(FLAGS_drain_timeout)));
   service.SetState(tandem::v1::WorkerInfo::DRAINING);
-  health->SetServingStatus(false);
+  health.SetAllServingStatus(false);
   metrics.ready.Set(0);
   scheduler.Drain();
   const auto drain_deadline = std::chrono::steady_clock::now() +
                               absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_drain_timeout));
   if (!scheduler.WaitIdle(drain_deadline)) spdlog::warn("drain timed out; ending what is left");
   scheduler.Stop();
-  StopGrpcServer(server, /*grace_seconds=*/5);
+  StopGrpcServer(server, &health, /*grace_seconds=*/5);
   {
     std::lock_guard<std::mutex> l(refresh_mu);
     done = true;

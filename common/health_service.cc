@@ -1,0 +1,166 @@
+#include "common/health_service.h"
+
+#include <vector>
+
+namespace tandem {
+
+using grpc::health::v1::HealthCheckResponse;
+
+// One Watch stream. Registered with the service while open; the service pushes statuses to it.
+class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheckResponse> {
+ public:
+  Watcher(HealthService* service, std::string name) : service_(service), name_(std::move(name)) {
+    std::lock_guard<std::mutex> l(service_->mu_);
+    if (service_->shut_down_) {
+      finishing_ = true;
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+      return;
+    }
+    registered_ = true;
+    service_->watchers_.emplace(name_, this);
+    PushLocked(service_->StatusOfLocked(name_));
+  }
+
+  // With the service's mutex held. Keeps only the latest status while a write is in flight.
+  void PushLocked(Status status) {
+    if (finishing_) return;
+    if (write_in_flight_) {
+      pending_ = status;
+      has_pending_ = true;
+      return;
+    }
+    write_in_flight_ = true;
+    response_.set_status(status);
+    StartWrite(&response_);
+  }
+
+  // With the service's mutex held.
+  void FinishLocked(const grpc::Status& status) {
+    if (finishing_) return;
+    finishing_ = true;
+    if (!write_in_flight_)
+      Finish(status);
+    else
+      final_status_ = status;
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> l(service_->mu_);
+    write_in_flight_ = false;
+    if (finishing_) {
+      Finish(final_status_);
+      return;
+    }
+    if (!ok) {
+      finishing_ = true;
+      Finish(grpc::Status::CANCELLED);
+      return;
+    }
+    if (has_pending_) {
+      has_pending_ = false;
+      PushLocked(pending_);
+    }
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> l(service_->mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> l(service_->mu_);
+      if (registered_) {
+        auto [begin, end] = service_->watchers_.equal_range(name_);
+        for (auto it = begin; it != end; ++it) {
+          if (it->second == this) {
+            service_->watchers_.erase(it);
+            break;
+          }
+        }
+      }
+    }
+    delete this;
+  }
+
+ private:
+  HealthService* const service_;
+  const std::string name_;
+  HealthCheckResponse response_;
+  bool registered_ = false;
+  bool write_in_flight_ = false;
+  bool has_pending_ = false;
+  Status pending_ = HealthCheckResponse::UNKNOWN;
+  bool finishing_ = false;
+  grpc::Status final_status_;
+};
+
+HealthService::Status HealthService::StatusOfLocked(const std::string& service) const {
+  auto it = statuses_.find(service);
+  return it == statuses_.end() ? HealthCheckResponse::SERVICE_UNKNOWN : it->second;
+}
+
+void HealthService::NotifyLocked(const std::string& service) {
+  auto [begin, end] = watchers_.equal_range(service);
+  for (auto it = begin; it != end; ++it) it->second->PushLocked(StatusOfLocked(service));
+}
+
+void HealthService::SetServingStatus(const std::string& service, bool serving) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (shut_down_) return;
+  const Status s = serving ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+  auto [it, inserted] = statuses_.emplace(service, s);
+  if (!inserted && it->second == s) return;
+  it->second = s;
+  NotifyLocked(service);
+}
+
+void HealthService::SetAllServingStatus(bool serving) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (shut_down_) return;
+  const Status s = serving ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+  for (auto& [name, status] : statuses_) {
+    if (status == s) continue;
+    status = s;
+    NotifyLocked(name);
+  }
+}
+
+void HealthService::Shutdown() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (shut_down_) return;
+  for (auto& [name, status] : statuses_) {
+    status = HealthCheckResponse::NOT_SERVING;
+    NotifyLocked(name);
+  }
+  shut_down_ = true;
+  for (auto& [name, watcher] : watchers_) {
+    watcher->FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+  }
+}
+
+grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context,
+                                               const grpc::health::v1::HealthCheckRequest* request,
+                                               HealthCheckResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  Status s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    s = StatusOfLocked(request->service());
+  }
+  if (s == HealthCheckResponse::SERVICE_UNKNOWN) {
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service '" + request->service() + "'"));
+  } else {
+    response->set_status(s);
+    reactor->Finish(grpc::Status::OK);
+  }
+  return reactor;
+}
+
+grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
+    grpc::CallbackServerContext*, const grpc::health::v1::HealthCheckRequest* request) {
+  return new Watcher(this, request->service());
+}
+
+}  // namespace tandem
