@@ -7,7 +7,13 @@
 # TANDEM_METRICS_PORT (9100; workers use the next two), TANDEM_WORKER_PORT (7101; and 7102).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh >/dev/null || { echo "build failed; run: bash scripts/build.sh" >&2; exit 1; }
+BUILD_LOG=/tmp/tandem-build.log
+echo "installing and building (the first run takes a few minutes; log: $BUILD_LOG)..."
+if ! bash scripts/build.sh >"$BUILD_LOG" 2>&1; then
+  tail -n 20 "$BUILD_LOG" >&2
+  echo "build failed; the whole log is $BUILD_LOG" >&2
+  exit 1
+fi
 
 BUILD_DIR=${TANDEM_BUILD_DIR:-build}
 HOST=${TANDEM_HOST:-127.0.0.1}

@@ -592,6 +592,27 @@ TEST(GatewayAvailabilityTest, ModelWithoutReadyWorkerIsUnavailableWithTheReason)
   grpc::Status s = stub->Generate(&ctx, req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(s.error_message(), HasSubstr("model 'nemotron' has no ready worker (127.0.0.1:1:"));
+  // Per-model health tells load balancers and operators the same.
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(gateway->grpc_address, grpc::InsecureChannelCredentials()));
+  for (const auto& [service, want] :
+       std::vector<std::pair<std::string, grpc::health::v1::HealthCheckResponse::ServingStatus>>{
+           {"", grpc::health::v1::HealthCheckResponse::SERVING},
+           {"model/qwen", grpc::health::v1::HealthCheckResponse::SERVING},
+           {"model/nemotron", grpc::health::v1::HealthCheckResponse::NOT_SERVING}}) {
+    grpc::ClientContext hctx;
+    grpc::health::v1::HealthCheckRequest hreq;
+    hreq.set_service(service);
+    grpc::health::v1::HealthCheckResponse hresp;
+    ASSERT_TRUE(health->Check(&hctx, hreq, &hresp).ok()) << service;
+    EXPECT_EQ(hresp.status(), want) << service;
+  }
+  grpc::ClientContext unknown_ctx;
+  grpc::health::v1::HealthCheckRequest unknown;
+  unknown.set_service("model/llama");
+  grpc::health::v1::HealthCheckResponse unknown_resp;
+  EXPECT_EQ(health->Check(&unknown_ctx, unknown, &unknown_resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
   // The other model is unaffected.
   grpc::ClientContext ctx2;
   Deadline(&ctx2, std::chrono::seconds(10));

@@ -1,0 +1,67 @@
+// Costs of the gateway's per-request CPU work: validation, feature extraction and the built-in
+// routing decision, for the seeds' prompt sizes (about 16, 128 and 700 tokens) and a long
+// document. Run: build/tests/intake_benchmark
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "common/request_validation.h"
+#include "common/utf8.h"
+#include "router/builtin_router.h"
+#include "router/request_features.h"
+#include "workers/stop_matcher.h"
+
+namespace {
+
+std::string Text(int approx_tokens) {
+  static const std::string kSentence = "The quick brown fox jumps over the lazy dog again. ";
+  std::string s;
+  while (static_cast<int>(s.size()) < approx_tokens * 4) s += kSentence;
+  return s;
+}
+
+tandem::v1::GenerateRequest Request(int approx_tokens) {
+  tandem::v1::GenerateRequest r;
+  auto* m = r.add_messages();
+  m->set_role("user");
+  m->add_content()->set_text(Text(approx_tokens));
+  r.mutable_sampling()->set_max_tokens(256);
+  r.mutable_sampling()->set_temperature(0.7f);
+  return r;
+}
+
+void BM_ValidateMessages(benchmark::State& state) {
+  const auto r = Request(static_cast<int>(state.range(0)));
+  const tandem::RequestLimits limits;
+  for (auto _ : state) benchmark::DoNotOptimize(tandem::ValidateMessages(r.messages(), limits));
+  state.SetBytesProcessed(state.iterations() * r.messages(0).content(0).text().size());
+}
+BENCHMARK(BM_ValidateMessages)->Arg(16)->Arg(128)->Arg(700)->Arg(50000);
+
+void BM_ExtractFeaturesAndRoute(benchmark::State& state) {
+  const auto r = Request(static_cast<int>(state.range(0)));
+  const tandem::router::BuiltinRouter router({});
+  for (auto _ : state) {
+    auto features = tandem::router::ExtractFeatures(r);
+    benchmark::DoNotOptimize(router.Route(features));
+  }
+}
+BENCHMARK(BM_ExtractFeaturesAndRoute)->Arg(16)->Arg(128)->Arg(700)->Arg(50000);
+
+void BM_RouteOnly(benchmark::State& state) {
+  const tandem::router::BuiltinRouter router({});
+  const auto features = tandem::router::ExtractFeatures(Request(128));
+  for (auto _ : state) benchmark::DoNotOptimize(router.Route(features));
+}
+BENCHMARK(BM_RouteOnly);
+
+void BM_StopMatcherPerToken(benchmark::State& state) {
+  tandem::workers::StopMatcher m({"</answer>", "\n\nUser:"});
+  bool stopped = false;
+  for (auto _ : state) benchmark::DoNotOptimize(m.Push(" token", &stopped));
+}
+BENCHMARK(BM_StopMatcherPerToken);
+
+}  // namespace
+
+BENCHMARK_MAIN();
