@@ -48,7 +48,14 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
     std::lock_guard<std::mutex> l(service_->mu_);
     write_in_flight_ = false;
     if (finishing_) {
-      Finish(final_status_);
+      // The last status (NOT_SERVING at shutdown) still goes out before the stream ends.
+      if (ok && has_pending_) {
+        has_pending_ = false;
+        response_.set_status(pending_);
+        StartWriteAndFinish(&response_, grpc::WriteOptions(), final_status_);
+      } else {
+        Finish(final_status_);
+      }
       return;
     }
     if (!ok) {

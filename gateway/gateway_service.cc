@@ -47,6 +47,9 @@ class GenerationCall {
  protected:
   // Validates, routes and starts the worker call.
   absl::Status Begin() {
+    if (service_->draining()) {
+      return absl::UnavailableError("gateway is draining; retry on another replica");
+    }
     absl::Status s =
         service_->intake().Admit(*request_, MetadataRequestId(context_), false, &admission_);
     if (!s.ok()) return s;
@@ -66,6 +69,10 @@ class GenerationCall {
     refs_.fetch_add(1, std::memory_order_relaxed);
     admission_.endpoint->client().Generate(upstream_context_.get(), &admission_.worker_request,
                                            &upstream_);
+    // The hold keeps the worker call alive until we have read its end of stream: reads are
+    // started from server reactions, and without it the call could complete (and be freed)
+    // between a write finishing and the next read starting.
+    upstream_.AddHold();
     upstream_.StartRead(&in_);
     upstream_.StartCall();
     return absl::OkStatus();
@@ -160,8 +167,11 @@ class GenerationCall {
    public:
     explicit Upstream(GenerationCall* owner) : owner_(owner) {}
     void OnReadDone(bool ok) override {
-      // !ok: the stream ended; OnDone follows with the status.
-      if (ok) owner_->OnUpstreamChunk(owner_->in_);
+      if (ok) {
+        owner_->OnUpstreamChunk(owner_->in_);
+      } else {
+        RemoveHold();  // end of stream: OnDone follows with the status
+      }
     }
     void OnDone(const grpc::Status& status) override {
       owner_->OnUpstreamDone(status);
@@ -236,15 +246,16 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
   void OnWriteDone(bool ok) override {
     std::unique_lock<std::mutex> l(mu_);
     write_in_flight_ = false;
+    if (!ok) client_gone_ = true;
     const bool upstream_done = upstream_done_;
     l.unlock();
     if (upstream_done) {
       FinishOnce();
-    } else if (ok) {
-      ReadNext();
-    } else {
-      CancelUpstream();  // the client is gone; the worker call's OnDone finishes us
+      return;
     }
+    // The client is gone: stop the worker; the read then ends the stream and releases the hold.
+    if (!ok) CancelUpstream();
+    ReadNext();
   }
   void OnCancel() override { CancelUpstream(); }
   void OnDone() override { Unref(); }
@@ -280,13 +291,20 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
   }
 
   void FinishOnce() {
+    bool client_gone;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (finished_) return;
       finished_ = true;
+      client_gone = client_gone_;
     }
-    Record(upstream_status_);
-    Finish(upstream_status_);
+    // A stream the client stopped reading did not succeed, whatever the worker said.
+    const grpc::Status status =
+        client_gone && upstream_status_.ok()
+            ? grpc::Status(grpc::StatusCode::CANCELLED, "the client went away")
+            : upstream_status_;
+    Record(status);
+    Finish(status);
   }
 
   tandem::v1::GenerateStreamChunk out_;
@@ -295,6 +313,7 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
   bool write_in_flight_ = false;  // guarded by mu_
   bool upstream_done_ = false;    // guarded by mu_
   bool finished_ = false;         // guarded by mu_
+  bool client_gone_ = false;      // guarded by mu_
   grpc::Status upstream_status_;
 };
 

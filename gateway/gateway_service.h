@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -31,6 +32,9 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
                                        const tandem::v1::ListModelsRequest* request,
                                        tandem::v1::ListModelsResponse* response) override;
 
+  // New generations get UNAVAILABLE from now on (those admitted finish).
+  void StartDraining() { draining_.store(true, std::memory_order_relaxed); }
+  bool draining() const { return draining_.load(std::memory_order_relaxed); }
   // Generations dispatched and not yet finished; for draining.
   int64_t inflight() const;
   bool WaitIdle(std::chrono::steady_clock::time_point deadline);
@@ -48,6 +52,7 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   int64_t inflight_ = 0;  // guarded by mu_
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace tandem::gateway

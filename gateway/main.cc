@@ -116,6 +116,9 @@ int Run() {
   intake_options.limits.max_images = absl::GetFlag(FLAGS_max_images);
   intake_options.limits.max_image_bytes = absl::GetFlag(FLAGS_max_image_bytes);
   intake_options.limits.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
+  if (absl::GetFlag(FLAGS_worker_probe_interval) <= absl::ZeroDuration()) {
+    Fatal("--worker_probe_interval must be > 0");
+  }
   if (intake_options.max_request_bytes < 1024) Fatal("--max_request_bytes must be >= 1024");
   if (intake_options.default_max_tokens < 1) Fatal("--default_max_tokens must be >= 1");
   Intake intake(&router, &pools, intake_options);
@@ -159,6 +162,7 @@ int Run() {
     health_server = nullptr;
     health.SetAllServingStatus(false);
   }
+  service.StartDraining();
   const auto deadline = std::chrono::steady_clock::now() +
                         absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_drain_timeout));
   if (!service.WaitIdle(deadline)) {

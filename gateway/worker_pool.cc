@@ -46,7 +46,7 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::function<void()>
   } else {
     now_ready = true;
   }
-  // Read before the probe is released: the next probe reuses probe_response_.
+  // Copied for the log line; the next probe reuses probe_response_.
   const std::string engine = probe_response_.engine();
   const std::string device = probe_response_.device().id();
   bool changed = false;
@@ -56,8 +56,6 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::function<void()>
     changed = ready_.load() != now_ready || not_ready_reason_ != reason;
     not_ready_reason_ = reason;
     ready_.store(now_ready, std::memory_order_release);
-    probe_in_flight_ = false;
-    probe_cv_.notify_all();
   }
   if (changed) {
     if (now_ready) {
@@ -67,6 +65,10 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::function<void()>
     }
     on_change();
   }
+  // Last: StopProbing returns once this is released, and the endpoint may then be destroyed.
+  std::lock_guard<std::mutex> l(mu_);
+  probe_in_flight_ = false;
+  probe_cv_.notify_all();
 }
 
 void Endpoint::StopProbing() {

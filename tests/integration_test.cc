@@ -767,6 +767,15 @@ TEST_F(SlowStackTest, GatewayDrainsOnSigtermWithoutLosingTheStream) {
   ASSERT_TRUE(stream->Read(&chunk));
   gateway_.process->Signal(SIGTERM);
   ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "", false).ok());
+  // New work is refused with a retryable status while the admitted stream finishes.
+  {
+    grpc::ClientContext late_ctx;
+    Deadline(&late_ctx, std::chrono::seconds(5));
+    tandem::v1::GenerateResponse late;
+    grpc::Status s = stub_->Generate(&late_ctx, Prompt("too late", 2), &late);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(s.error_message(), HasSubstr("draining"));
+  }
   int32_t completion_tokens = 0;
   while (stream->Read(&chunk)) completion_tokens = chunk.usage().completion_tokens();
   EXPECT_TRUE(stream->Finish().ok());

@@ -191,11 +191,12 @@ void Scheduler::Loop() {
   std::vector<std::unique_ptr<Sequence>> expired;
   std::vector<std::unique_ptr<Sequence>> admitted;
   while (true) {
-    const Clock::TimePoint now = clock_->Now();
+    Clock::TimePoint now;
     {
       std::unique_lock<std::mutex> l(mu_);
       work_cv_.wait(l, [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
       if (stopping_) break;
+      now = clock_->Now();  // after the wait, which may have been long
       // Queued requests that were cancelled or expired leave without taking a batch slot.
       for (auto it = queue_.begin(); it != queue_.end();) {
         if ((*it)->cancellation->IsCancelled() || now >= (*it)->request.deadline) {

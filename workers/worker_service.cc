@@ -134,6 +134,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
         pending_.set_finish_reason(reason);
         pending_.set_completion_tokens(completion_tokens);
         has_pending_ = true;
+      } else if (pending_.prompt_tokens() > 0) {
+        has_pending_ = true;  // prompt size and queue time still reach the gateway's accounting
       }
       Pump(l);
     }
@@ -262,13 +264,20 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* co
 }
 
 void WorkerService::RefreshDevice() {
-  std::lock_guard<std::mutex> l(device_mu_);
-  if (absl::Status s = RefreshDeviceMemory(&device_); !s.ok()) {
-    spdlog::warn("cannot read device memory: {}", s.ToString());
+  // The device query runs outside the lock so GetInfo never waits on the driver.
+  DeviceDescription d;
+  {
+    std::lock_guard<std::mutex> l(device_mu_);
+    d = device_;
   }
-  metrics_->device_memory_total.Set(static_cast<double>(device_.memory_total_bytes));
-  metrics_->device_memory_used.Set(
-      static_cast<double>(device_.memory_total_bytes - device_.memory_free_bytes));
+  if (absl::Status s = RefreshDeviceMemory(&d); !s.ok()) {
+    spdlog::warn("cannot read device memory: {}", s.ToString());
+    return;
+  }
+  metrics_->device_memory_total.Set(static_cast<double>(d.memory_total_bytes));
+  metrics_->device_memory_used.Set(static_cast<double>(d.memory_total_bytes - d.memory_free_bytes));
+  std::lock_guard<std::mutex> l(device_mu_);
+  device_ = std::move(d);
 }
 
 }  // namespace tandem::workers
