@@ -30,4 +30,13 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(exposer), std::move(bound)));
 }
 
+namespace {
+// Reachable until exit; see KeepUntilExit.
+MetricsServer* kept_until_exit = nullptr;
+}  // namespace
+
+void MetricsServer::KeepUntilExit(std::unique_ptr<MetricsServer> server) {
+  kept_until_exit = server.release();
+}
+
 }  // namespace tandem

@@ -19,6 +19,11 @@ class MetricsServer {
   // HOST:PORT actually bound.
   const std::string& Address() const { return address_; }
 
+  // For the end of main: keeps `server` serving until the process exits instead of stopping
+  // it, because civetweb's stop waits out a 1.5 s poll timeout and at exit there is nothing left
+  // to flush. The server stays reachable from a static, so leak checkers do not report it.
+  static void KeepUntilExit(std::unique_ptr<MetricsServer> server);
+
  private:
   MetricsServer(std::unique_ptr<prometheus::Exposer> exposer, std::string address)
       : exposer_(std::move(exposer)), address_(std::move(address)) {}

@@ -171,8 +171,7 @@ int Run() {
   StopGrpcServer(server, &health, /*grace_seconds=*/5);
   pools.Stop();
   spdlog::info("stopped");
-  // civetweb's stop waits out its 1.5 s poll timeout; at exit nothing is left to flush.
-  (void)metrics_server->release();
+  MetricsServer::KeepUntilExit(std::move(*metrics_server));
   return 0;
 }
 

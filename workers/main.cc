@@ -151,8 +151,7 @@ int Run() {
   refresh_cv.notify_all();
   refresher.join();
   spdlog::info("stopped");
-  // civetweb's stop waits out its 1.5 s poll timeout; at exit nothing is left to flush.
-  (void)metrics_server->release();
+  MetricsServer::KeepUntilExit(std::move(*metrics_server));
   return 0;
 }
 
