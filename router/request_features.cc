@@ -59,6 +59,7 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
       break;
   }
   if (request.sampling().has_max_tokens()) f.max_tokens = request.sampling().max_tokens();
+  f.labels.insert(request.labels().begin(), request.labels().end());
   if (auto it = request.labels().find("tenant"); it != request.labels().end()) {
     f.tenant = it->second;
   }

@@ -31,6 +31,10 @@ struct RequestFeatures {
   int32_t max_tokens = 0;
   std::string tenant;
   std::string app;
+  // Every label, for policy conditions on label.KEY.
+  std::map<std::string, std::string> labels;
+  // Stable per request (a hash of its id): picks the side of a weighted split.
+  uint64_t split_key = 0;
 };
 
 // Pure function of the request; no allocation beyond the result's strings.

@@ -21,6 +21,12 @@ struct RouteDecision {
   double confidence = 1.0;
   // Every rule considered, in order; the last matched one decided.
   std::vector<RuleTrace> trace;
+  // Version of the policy that decided ("builtin" for the built-in rules).
+  std::string policy_version = "builtin";
+  // Also send a copy here, answer discarded; empty for none.
+  std::string shadow;
+  // Models to try in order when `model` has no ready worker.
+  std::vector<std::string> fallback;
 };
 
 }  // namespace tandem::router

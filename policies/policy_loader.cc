@@ -1,0 +1,480 @@
+#include "policies/policy_loader.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/sha256.h"
+#include "router/policy_router.h"
+
+namespace tandem::policies {
+namespace {
+
+using router::Op;
+using router::Policy;
+using router::Predicate;
+
+// Walks the YAML tree, building the policy and collecting every error with its location.
+class Parser {
+ public:
+  Parser(std::string file, std::vector<PolicyError>* errors)
+      : file_(std::move(file)), errors_(errors) {}
+
+  void Error(const YAML::Node& at, const std::string& path, const std::string& message) {
+    const YAML::Mark m = at.Mark();
+    errors_->push_back({file_, m.line + 1, m.column + 1, path, message});
+  }
+
+  // Checks that `node` is a map whose keys are all in `allowed` and unique.
+  bool Map(const YAML::Node& node, const std::string& path, const std::set<std::string>& allowed) {
+    if (!node.IsMap()) {
+      Error(node, path, "expected a map");
+      return false;
+    }
+    std::set<std::string> seen;
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      const std::string key_path = path.empty() ? key : absl::StrCat(path, ".", key);
+      if (!seen.insert(key).second) Error(kv.first, key_path, "duplicate key");
+      if (!allowed.empty() && !allowed.contains(key)) {
+        Error(kv.first, key_path,
+              absl::StrCat("unknown key; expected one of: ", absl::StrJoin(allowed, ", ")));
+      }
+    }
+    return true;
+  }
+
+  // Checks that a map has no duplicate keys (keys are free-form, e.g. model names).
+  bool FreeMap(const YAML::Node& node, const std::string& path) { return Map(node, path, {}); }
+
+  bool String(const YAML::Node& node, const std::string& path, std::string* out) {
+    if (!node.IsScalar() || node.Scalar().empty()) {
+      Error(node, path, "expected a non-empty string");
+      return false;
+    }
+    *out = node.Scalar();
+    return true;
+  }
+
+  bool Number(const YAML::Node& node, const std::string& path, double* out) {
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, *out)) {
+      Error(node, path, "expected a number");
+      return false;
+    }
+    return true;
+  }
+
+  bool Integer(const YAML::Node& node, const std::string& path, int64_t lo, int64_t hi,
+               int64_t* out) {
+    long long v = 0;
+    if (!node.IsScalar() || !YAML::convert<long long>::decode(node, v)) {
+      Error(node, path, "expected an integer");
+      return false;
+    }
+    if (v < lo || v > hi) {
+      Error(node, path, absl::StrCat(v, " is out of range [", lo, ", ", hi, "]"));
+      return false;
+    }
+    *out = v;
+    return true;
+  }
+
+  bool Bool(const YAML::Node& node, const std::string& path, bool* out) {
+    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, *out)) {
+      Error(node, path, "expected true or false");
+      return false;
+    }
+    return true;
+  }
+
+  std::shared_ptr<const Policy> Parse(const YAML::Node& root, const std::string& text) {
+    auto p = std::make_shared<Policy>();
+    p->sha256 = Sha256Hex(text);
+    if (!Map(root, "",
+             {"schema", "version", "models", "classes", "default_class", "classify", "signals",
+              "rules"})) {
+      return nullptr;
+    }
+    for (const char* required :
+         {"schema", "version", "models", "classes", "default_class", "rules"}) {
+      if (!root[required]) Error(root, required, "required key is missing");
+    }
+    if (root["schema"]) {
+      int64_t schema = 0;
+      if (Integer(root["schema"], "schema", 1, 1, &schema)) {
+      }
+    }
+    if (root["version"]) String(root["version"], "version", &p->version);
+    if (root["models"]) ParseModels(root["models"], p.get());
+    if (root["classes"]) ParseClasses(root["classes"], p.get());
+    if (root["default_class"] &&
+        String(root["default_class"], "default_class", &p->default_class) &&
+        !classes_.contains(p->default_class) && !classes_.empty()) {
+      Error(root["default_class"], "default_class",
+            absl::StrCat("unknown class '", p->default_class, "'"));
+    }
+    if (root["signals"]) ParseSignals(root["signals"], p.get());
+    if (root["classify"]) ParseClassify(root["classify"], p.get());
+    if (root["rules"]) ParseRules(root["rules"], p.get());
+    return p;
+  }
+
+ private:
+  void ParseModels(const YAML::Node& node, Policy* p) {
+    if (!FreeMap(node, "models")) return;
+    if (node.size() == 0) Error(node, "models", "at least one model is required");
+    for (const auto& kv : node) {
+      router::ModelSpec m;
+      m.name = kv.first.Scalar();
+      const std::string path = absl::StrCat("models.", m.name);
+      const YAML::Node& spec = kv.second;
+      if (Map(spec, path, {"vision", "max_context_tokens", "cost_per_million_tokens"})) {
+        if (spec["vision"]) Bool(spec["vision"], path + ".vision", &m.vision);
+        if (spec["max_context_tokens"]) {
+          Integer(spec["max_context_tokens"], path + ".max_context_tokens", 1, int64_t{1} << 40,
+                  &m.max_context_tokens);
+        }
+        if (const YAML::Node& cost = spec["cost_per_million_tokens"]) {
+          const std::string cpath = path + ".cost_per_million_tokens";
+          if (Map(cost, cpath, {"input", "output"})) {
+            for (auto [key, out] : {std::pair{"input", &m.input_cost_per_million},
+                                    std::pair{"output", &m.output_cost_per_million}}) {
+              if (cost[key] && Number(cost[key], cpath + "." + key, out) && *out < 0) {
+                Error(cost[key], cpath + "." + key, "must be >= 0");
+              }
+            }
+          }
+        }
+      }
+      p->models[m.name] = m;
+    }
+  }
+
+  void ParseClasses(const YAML::Node& node, Policy* p) {
+    if (!node.IsSequence() || node.size() == 0) {
+      Error(node, "classes", "expected a non-empty list of class names");
+      return;
+    }
+    for (size_t i = 0; i < node.size(); ++i) {
+      std::string name;
+      const std::string path = absl::StrCat("classes[", i, "]");
+      if (!String(node[i], path, &name)) continue;
+      if (!classes_.insert(name).second) Error(node[i], path, "duplicate class");
+      p->classes.push_back(name);
+    }
+  }
+
+  void ParseSignals(const YAML::Node& node, Policy* p) {
+    if (!FreeMap(node, "signals")) return;
+    for (const auto& kv : node) {
+      double v = 0;
+      if (Number(kv.second, "signals." + kv.first.Scalar(), &v)) {
+        p->signals[kv.first.Scalar()] = v;
+      }
+    }
+  }
+
+  void ParseClassify(const YAML::Node& node, Policy* p) {
+    if (!node.IsSequence()) {
+      Error(node, "classify", "expected a list");
+      return;
+    }
+    std::set<std::string> names;
+    std::string catch_all;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const std::string path = absl::StrCat("classify[", i, "]");
+      const YAML::Node& n = node[i];
+      if (!Map(n, path, {"name", "when", "class"})) continue;
+      router::ClassRule cr;
+      if (!n["name"])
+        Error(n, path + ".name", "required key is missing");
+      else if (String(n["name"], path + ".name", &cr.name) && !names.insert(cr.name).second) {
+        Error(n["name"], path + ".name", "duplicate name");
+      }
+      if (!catch_all.empty()) {
+        Error(n, path,
+              absl::StrCat("can never match: '", catch_all, "' before it matches everything"));
+      }
+      if (n["when"]) ParseCondition(n["when"], path + ".when", p, &cr.when);
+      if (!n["class"]) {
+        Error(n, path + ".class", "required key is missing");
+      } else if (String(n["class"], path + ".class", &cr.request_class) &&
+                 !classes_.contains(cr.request_class)) {
+        Error(n["class"], path + ".class", absl::StrCat("unknown class '", cr.request_class, "'"));
+      }
+      // Only a missing `when` matches everything (a `when` with errors is not a catch-all).
+      if (!n["when"] && catch_all.empty()) catch_all = cr.name;
+      p->classify.push_back(std::move(cr));
+    }
+  }
+
+  void ParseRules(const YAML::Node& node, Policy* p) {
+    if (!node.IsSequence() || node.size() == 0) {
+      Error(node, "rules", "expected a non-empty list of rules");
+      return;
+    }
+    std::set<std::string> names;
+    std::string catch_all;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const std::string path = absl::StrCat("rules[", i, "]");
+      const YAML::Node& n = node[i];
+      if (!Map(n, path, {"name", "when", "action"})) continue;
+      router::Rule rule;
+      if (!n["name"])
+        Error(n, path + ".name", "required key is missing");
+      else if (String(n["name"], path + ".name", &rule.name) && !names.insert(rule.name).second) {
+        Error(n["name"], path + ".name", "duplicate name");
+      }
+      if (!catch_all.empty()) {
+        Error(n, path,
+              absl::StrCat("can never match: rule '", catch_all, "' before it matches everything"));
+      }
+      if (n["when"]) ParseCondition(n["when"], path + ".when", p, &rule.when);
+      if (!n["action"])
+        Error(n, path + ".action", "required key is missing");
+      else
+        ParseAction(n["action"], path + ".action", p, &rule.action);
+      if (!n["when"] && catch_all.empty()) catch_all = rule.name;
+      p->rules.push_back(std::move(rule));
+    }
+    if (catch_all.empty()) {
+      Error(node, "rules",
+            "the last rule must have no `when` so that every request gets a decision");
+    }
+  }
+
+  void CheckModel(const YAML::Node& at, const std::string& path, const Policy* p,
+                  const std::string& model) {
+    if (!p->models.empty() && !p->models.contains(model)) {
+      Error(at, path, absl::StrCat("unknown model '", model, "'"));
+    }
+  }
+
+  void ParseAction(const YAML::Node& node, const std::string& path, const Policy* p,
+                   router::Action* a) {
+    if (!Map(node, path, {"route", "split", "route_to_pinned", "shadow", "fallback"})) return;
+    const int kinds =
+        (node["route"] ? 1 : 0) + (node["split"] ? 1 : 0) + (node["route_to_pinned"] ? 1 : 0);
+    if (kinds != 1) {
+      Error(node, path, "exactly one of route, split or route_to_pinned is required");
+    }
+    if (const YAML::Node& r = node["route"]) {
+      router::WeightedModel t;
+      if (String(r, path + ".route", &t.model)) {
+        CheckModel(r, path + ".route", p, t.model);
+        a->targets.push_back(t);
+      }
+    }
+    if (const YAML::Node& s = node["split"]) {
+      if (!s.IsSequence() || s.size() < 2) {
+        Error(s, path + ".split", "expected a list of at least two {model, weight} entries");
+      } else {
+        int64_t sum = 0;
+        std::set<std::string> seen;
+        for (size_t i = 0; i < s.size(); ++i) {
+          const std::string spath = absl::StrCat(path, ".split[", i, "]");
+          if (!Map(s[i], spath, {"model", "weight"})) continue;
+          router::WeightedModel t;
+          int64_t w = 0;
+          if (!s[i]["model"] || !s[i]["weight"]) {
+            Error(s[i], spath, "model and weight are required");
+            continue;
+          }
+          if (String(s[i]["model"], spath + ".model", &t.model)) {
+            CheckModel(s[i]["model"], spath + ".model", p, t.model);
+            if (!seen.insert(t.model).second)
+              Error(s[i]["model"], spath + ".model", "duplicate model");
+          }
+          if (Integer(s[i]["weight"], spath + ".weight", 1, 100, &w))
+            t.weight = static_cast<int>(w);
+          sum += w;
+          a->targets.push_back(t);
+        }
+        if (sum != 100)
+          Error(s, path + ".split", absl::StrCat("weights sum to ", sum, ", not 100"));
+      }
+    }
+    if (const YAML::Node& r = node["route_to_pinned"]) {
+      if (Bool(r, path + ".route_to_pinned", &a->to_pinned) && !a->to_pinned) {
+        Error(r, path + ".route_to_pinned", "only `true` is meaningful; remove the key instead");
+      }
+    }
+    if (const YAML::Node& s = node["shadow"]) {
+      if (String(s, path + ".shadow", &a->shadow)) {
+        CheckModel(s, path + ".shadow", p, a->shadow);
+        if (a->targets.size() == 1 && a->targets[0].model == a->shadow) {
+          Error(s, path + ".shadow", "shadows the model the rule already routes to");
+        }
+      }
+    }
+    if (const YAML::Node& f = node["fallback"]) {
+      if (!f.IsSequence() || f.size() == 0) {
+        Error(f, path + ".fallback", "expected a non-empty list of models");
+      } else {
+        for (size_t i = 0; i < f.size(); ++i) {
+          std::string m;
+          const std::string fpath = absl::StrCat(path, ".fallback[", i, "]");
+          if (String(f[i], fpath, &m)) {
+            CheckModel(f[i], fpath, p, m);
+            a->fallback.push_back(m);
+          }
+        }
+      }
+    }
+  }
+
+  void ParseCondition(const YAML::Node& node, const std::string& path, const Policy* p,
+                      router::Condition* c) {
+    if (!FreeMap(node, path)) return;
+    if (node.size() == 0) Error(node, path, "empty `when`; remove it to match everything");
+    for (const auto& kv : node) {
+      const std::string field = kv.first.Scalar();
+      const std::string fpath = absl::StrCat(path, ".", field);
+      if (field == "any") {
+        if (!kv.second.IsSequence() || kv.second.size() < 2) {
+          Error(kv.second, fpath, "expected a list of at least two single-field conditions");
+          continue;
+        }
+        for (size_t i = 0; i < kv.second.size(); ++i) {
+          const YAML::Node& alt = kv.second[i];
+          const std::string apath = absl::StrCat(fpath, "[", i, "]");
+          if (!FreeMap(alt, apath)) continue;
+          for (const auto& akv : alt) {
+            ParseField(akv.first.Scalar(), akv.second, absl::StrCat(apath, ".", akv.first.Scalar()),
+                       akv.first, p, &c->any);
+          }
+        }
+        continue;
+      }
+      ParseField(field, kv.second, fpath, kv.first, p, &c->all);
+    }
+  }
+
+  // `field: VALUE` (equality) or `field: {op: operand, ...}` (all must hold).
+  void ParseField(const std::string& field, const YAML::Node& node, const std::string& path,
+                  const YAML::Node& key, const Policy* p, std::vector<Predicate>* out) {
+    const auto kind = router::KindOfField(field);
+    if (!kind) {
+      Error(key, path,
+            "unknown field; expected prompt_tokens, prompt_bytes, image_count, num_messages, "
+            "num_turns, max_tokens, confidence, objective, reasoning, class, hint.model, "
+            "label.KEY or signal.NAME");
+      return;
+    }
+    if (field.rfind("signal.", 0) == 0 && !p->signals.contains(field.substr(7))) {
+      Error(key, path, absl::StrCat("signal '", field.substr(7), "' is not declared in `signals`"));
+    }
+    const bool numeric = *kind == router::FieldKind::kNumber;
+    auto check_value = [&](const YAML::Node& v, const std::string& vpath, Predicate* pr) {
+      if (numeric) return Number(v, vpath, &pr->number);
+      if (!String(v, vpath, &pr->text)) return false;
+      if (field == "class" && !classes_.empty() && !classes_.contains(pr->text)) {
+        Error(v, vpath, absl::StrCat("unknown class '", pr->text, "'"));
+      } else if (field == "hint.model") {
+        CheckModel(v, vpath, p, pr->text);
+      } else if (field == "objective" && pr->text != "auto" && pr->text != "accuracy" &&
+                 pr->text != "latency") {
+        Error(v, vpath, "objective is one of auto, accuracy, latency");
+      } else if (field == "reasoning" && pr->text != "default" && pr->text != "on" &&
+                 pr->text != "off") {
+        Error(v, vpath, "reasoning is one of default, on, off");
+      }
+      return true;
+    };
+    if (node.IsScalar()) {
+      Predicate pr;
+      pr.field = field;
+      pr.numeric = numeric;
+      pr.op = Op::kEq;
+      if (check_value(node, path, &pr)) out->push_back(pr);
+      return;
+    }
+    static const std::map<std::string, Op> kOps = {
+        {"eq", Op::kEq}, {"ne", Op::kNe},        {"gt", Op::kGt},
+        {"ge", Op::kGe}, {"lt", Op::kLt},        {"le", Op::kLe},
+        {"in", Op::kIn}, {"not_in", Op::kNotIn}, {"present", Op::kPresent}};
+    if (!Map(node, path, {"eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "present"})) return;
+    for (const auto& kv : node) {
+      auto op = kOps.find(kv.first.Scalar());
+      if (op == kOps.end()) continue;  // reported by Map
+      const std::string opath = absl::StrCat(path, ".", kv.first.Scalar());
+      Predicate pr;
+      pr.field = field;
+      pr.numeric = numeric;
+      pr.op = op->second;
+      bool ok = true;
+      if (pr.op == Op::kPresent) {
+        ok = Bool(kv.second, opath, &pr.flag);
+      } else if (pr.op == Op::kIn || pr.op == Op::kNotIn) {
+        if (numeric) {
+          Error(kv.second, opath, "in/not_in apply to string fields; use gt/lt for numbers");
+          ok = false;
+        } else if (!kv.second.IsSequence() || kv.second.size() == 0) {
+          Error(kv.second, opath, "expected a non-empty list");
+          ok = false;
+        } else {
+          for (size_t i = 0; i < kv.second.size(); ++i) {
+            Predicate tmp;
+            if (check_value(kv.second[i], absl::StrCat(opath, "[", i, "]"), &tmp)) {
+              pr.set.push_back(tmp.text);
+            } else {
+              ok = false;
+            }
+          }
+        }
+      } else if (!numeric && pr.op != Op::kEq && pr.op != Op::kNe) {
+        Error(kv.second, opath, "gt/ge/lt/le apply to numeric fields");
+        ok = false;
+      } else {
+        ok = check_value(kv.second, opath, &pr);
+      }
+      if (ok) out->push_back(pr);
+    }
+  }
+
+  const std::string file_;
+  std::vector<PolicyError>* const errors_;
+  std::set<std::string> classes_;
+};
+
+}  // namespace
+
+std::string PolicyError::ToString() const {
+  return absl::StrCat(file, ":", line, ":", column, ": ", path.empty() ? "(top)" : path, ": ",
+                      message);
+}
+
+absl::StatusOr<std::shared_ptr<const router::Policy>> ParsePolicy(
+    const std::string& text, const std::string& file, std::vector<PolicyError>* errors) {
+  const size_t before = errors->size();
+  YAML::Node root;
+  // yaml-cpp reports syntax errors by throwing; this is its one call site.
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    errors->push_back({file, e.mark.line + 1, e.mark.column + 1, "", e.msg});
+  }
+  std::shared_ptr<const router::Policy> policy;
+  if (errors->size() == before) policy = Parser(file, errors).Parse(root, text);
+  if (errors->size() != before || policy == nullptr) {
+    std::vector<std::string> lines;
+    for (size_t i = before; i < errors->size(); ++i) lines.push_back((*errors)[i].ToString());
+    return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+  }
+  return policy;
+}
+
+absl::StatusOr<std::shared_ptr<const router::Policy>> LoadPolicyFile(
+    const std::string& path, std::vector<PolicyError>* errors) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read policy file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParsePolicy(ss.str(), path, errors);
+}
+
+}  // namespace tandem::policies

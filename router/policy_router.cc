@@ -1,0 +1,226 @@
+#include "router/policy_router.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace tandem::router {
+namespace {
+
+struct FieldValue {
+  bool present = false;
+  double number = 0;
+  std::string text;
+};
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kEq:
+      return "eq";
+    case Op::kNe:
+      return "ne";
+    case Op::kGt:
+      return "gt";
+    case Op::kGe:
+      return "ge";
+    case Op::kLt:
+      return "lt";
+    case Op::kLe:
+      return "le";
+    case Op::kIn:
+      return "in";
+    case Op::kNotIn:
+      return "not_in";
+    case Op::kPresent:
+      return "present";
+  }
+  return "?";
+}
+
+FieldValue Number(double v) { return {true, v, ""}; }
+FieldValue Text(const std::string& s) { return {!s.empty(), 0, s}; }
+
+// Everything a condition can look at for one request.
+struct Context {
+  const RequestFeatures& f;
+  const Policy& policy;
+  const std::string& request_class;
+  double confidence;
+};
+
+FieldValue Resolve(const std::string& field, const Context& c) {
+  const RequestFeatures& f = c.f;
+  if (field == "prompt_tokens") return Number(static_cast<double>(f.prompt_tokens));
+  if (field == "prompt_bytes") return Number(static_cast<double>(f.prompt_bytes));
+  if (field == "image_count") return Number(f.image_count);
+  if (field == "num_messages") return Number(f.num_messages);
+  if (field == "num_turns") return Number(f.num_turns);
+  if (field == "max_tokens") {
+    return f.max_tokens > 0 ? Number(f.max_tokens) : FieldValue{};
+  }
+  if (field == "confidence") return Number(c.confidence);
+  if (field == "objective") return Text(ObjectiveName(f.objective));
+  if (field == "reasoning") return Text(ReasoningModeName(f.reasoning));
+  if (field == "class") return Text(c.request_class);
+  if (field == "hint.model") return Text(f.pinned_model);
+  if (absl::StartsWith(field, "label.")) {
+    auto it = f.labels.find(field.substr(6));
+    return it == f.labels.end() ? FieldValue{} : Text(it->second);
+  }
+  if (absl::StartsWith(field, "signal.")) {
+    auto it = c.policy.signals.find(field.substr(7));
+    return it == c.policy.signals.end() ? FieldValue{} : Number(it->second);
+  }
+  return {};
+}
+
+std::string Show(const FieldValue& v, bool numeric) {
+  if (!v.present) return "(absent)";
+  return numeric ? absl::StrFormat("%g", v.number) : absl::StrCat("'", v.text, "'");
+}
+
+bool Test(const Predicate& p, const Context& c, std::string* detail) {
+  const FieldValue v = Resolve(p.field, c);
+  bool result = false;
+  std::string operand;
+  if (p.op == Op::kPresent) {
+    result = v.present == p.flag;
+    operand = p.flag ? "true" : "false";
+  } else if (p.op == Op::kIn || p.op == Op::kNotIn) {
+    const bool member = v.present && std::find(p.set.begin(), p.set.end(), v.text) != p.set.end();
+    result = p.op == Op::kIn ? member : !member;
+    operand = absl::StrCat("[", absl::StrJoin(p.set, ", "), "]");
+  } else if (p.numeric) {
+    operand = absl::StrFormat("%g", p.number);
+    if (v.present) {
+      switch (p.op) {
+        case Op::kEq:
+          result = v.number == p.number;
+          break;
+        case Op::kNe:
+          result = v.number != p.number;
+          break;
+        case Op::kGt:
+          result = v.number > p.number;
+          break;
+        case Op::kGe:
+          result = v.number >= p.number;
+          break;
+        case Op::kLt:
+          result = v.number < p.number;
+          break;
+        case Op::kLe:
+          result = v.number <= p.number;
+          break;
+        default:
+          break;
+      }
+    }
+  } else {
+    operand = absl::StrCat("'", p.text, "'");
+    result = p.op == Op::kEq ? v.present && v.text == p.text : !(v.present && v.text == p.text);
+  }
+  absl::StrAppend(detail, detail->empty() ? "" : "; ", p.field, "=", Show(v, p.numeric), " ",
+                  OpName(p.op), " ", operand, ": ", result ? "yes" : "no");
+  return result;
+}
+
+bool Matches(const Condition& cond, const Context& c, std::string* detail) {
+  if (cond.MatchesEverything()) {
+    *detail = "no conditions";
+    return true;
+  }
+  bool all = true;
+  for (const auto& p : cond.all) all = Test(p, c, detail) && all;
+  bool any = cond.any.empty();
+  for (const auto& p : cond.any) any = Test(p, c, detail) || any;
+  return all && any;
+}
+
+}  // namespace
+
+std::optional<FieldKind> KindOfField(const std::string& field) {
+  static const char* kNumbers[] = {"prompt_tokens", "prompt_bytes", "image_count", "num_messages",
+                                   "num_turns",     "max_tokens",   "confidence"};
+  static const char* kStrings[] = {"objective", "reasoning", "class", "hint.model"};
+  for (const char* n : kNumbers) {
+    if (field == n) return FieldKind::kNumber;
+  }
+  for (const char* s : kStrings) {
+    if (field == s) return FieldKind::kString;
+  }
+  if (absl::StartsWith(field, "label.") && field.size() > 6) return FieldKind::kString;
+  if (absl::StartsWith(field, "signal.") && field.size() > 7) return FieldKind::kNumber;
+  return std::nullopt;
+}
+
+absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f) const {
+  const Policy& p = *policy_;
+  RouteDecision d;
+  d.policy_version = p.version;
+
+  // Tier 1 classification: transparent rules.
+  std::string request_class = p.default_class;
+  std::string class_rule = "default_class";
+  {
+    const std::string none;
+    const Context c{f, p, none, 1.0};
+    for (const auto& cr : p.classify) {
+      std::string detail;
+      const bool hit = Matches(cr.when, c, &detail);
+      d.trace.push_back({absl::StrCat("classify/", cr.name), hit,
+                         hit ? absl::StrCat(detail, " -> class ", cr.request_class) : detail});
+      if (hit) {
+        request_class = cr.request_class;
+        class_rule = cr.name;
+        break;
+      }
+    }
+  }
+  d.request_class = request_class;
+  d.confidence = 1.0;
+
+  const Context c{f, p, request_class, d.confidence};
+  for (const auto& rule : p.rules) {
+    std::string detail;
+    const bool hit = Matches(rule.when, c, &detail);
+    d.trace.push_back({rule.name, hit, detail});
+    if (!hit) continue;
+    const Action& a = rule.action;
+    if (a.to_pinned) {
+      if (!p.models.contains(f.pinned_model)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "hints.model: unknown model '%s' (policy %s knows: %s)", f.pinned_model, p.version,
+            absl::StrJoin(p.models, ", ",
+                          [](std::string* out, const auto& kv) { out->append(kv.first); })));
+      }
+      d.model = f.pinned_model;
+    } else if (a.targets.size() == 1) {
+      d.model = a.targets[0].model;
+    } else {
+      // Weighted split on a stable key: the same request id always lands on the same side.
+      const int point = static_cast<int>(f.split_key % 100);
+      int acc = 0;
+      for (const auto& t : a.targets) {
+        acc += t.weight;
+        if (point < acc) {
+          d.model = t.model;
+          break;
+        }
+      }
+    }
+    d.rule = rule.name;
+    d.shadow = a.shadow;
+    d.fallback = a.fallback;
+    d.reason = absl::StrFormat("class %s (by %s); rule '%s' matched: %s", request_class, class_rule,
+                               rule.name, detail);
+    return d;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrFormat("policy %s: no rule matched and it has no catch-all rule", p.version));
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,32 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "router/policy.h"
+#include "router/router.h"
+
+namespace tandem::router {
+
+enum class FieldKind { kNumber, kString };
+
+// The kind of a condition field, or nullopt when the name is not a field. Fields: prompt_tokens,
+// prompt_bytes, image_count, num_messages, num_turns, max_tokens, confidence, signal.NAME
+// (numbers); objective, reasoning, class, hint.model, label.KEY (strings).
+std::optional<FieldKind> KindOfField(const std::string& field);
+
+// Decides with a policy: classify (first matching class rule, else the default class), then the
+// first matching rule's action. Pure: the policy is immutable and shared; safe on any thread.
+class PolicyRouter final : public Router {
+ public:
+  explicit PolicyRouter(std::shared_ptr<const Policy> policy) : policy_(std::move(policy)) {}
+
+  absl::StatusOr<RouteDecision> Route(const RequestFeatures& features) const override;
+  const Policy& policy() const { return *policy_; }
+
+ private:
+  const std::shared_ptr<const Policy> policy_;
+};
+
+}  // namespace tandem::router

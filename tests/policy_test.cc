@@ -1,0 +1,209 @@
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "policies/policy_loader.h"
+#include "router/policy_router.h"
+
+namespace tandem::policies {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::shared_ptr<const router::Policy> MustParse(const std::string& yaml) {
+  std::vector<PolicyError> errors;
+  auto p = ParsePolicy(yaml, "test.yaml", &errors);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.value_or(nullptr);
+}
+
+std::vector<std::string> Errors(const std::string& yaml) {
+  std::vector<PolicyError> errors;
+  auto p = ParsePolicy(yaml, "bad.yaml", &errors);
+  EXPECT_FALSE(p.ok());
+  std::vector<std::string> out;
+  for (const auto& e : errors) out.push_back(e.ToString());
+  return out;
+}
+
+constexpr char kHeader[] = R"(schema: 1
+version: t1
+models:
+  qwen: {vision: true}
+  nemotron: {}
+classes: [accuracy_critical, latency_critical]
+default_class: accuracy_critical
+)";
+
+TEST(PolicyLoaderTest, TheShippedDefaultPolicyIsValid) {
+  std::vector<PolicyError> errors;
+  auto p = LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->version, "default-1");
+  EXPECT_EQ((*p)->sha256.size(), 64u);
+  EXPECT_EQ((*p)->rules.size(), 5u);
+}
+
+TEST(PolicyLoaderTest, ReportsEveryErrorWithLineColumnAndPath) {
+  const auto errors = Errors(std::string(kHeader) + R"(bogus: 1
+rules:
+  - name: a
+    when: {prompt_tokens: {gt: many}, colour: red}
+    action: {route: llama}
+  - name: a
+    action: {split: [{model: qwen, weight: 70}, {model: nemotron, weight: 20}]}
+  - name: late
+    action: {route: qwen}
+)");
+  EXPECT_THAT(errors,
+              ElementsAre("bad.yaml:8:1: bogus: unknown key; expected one of: classes, classify, "
+                          "default_class, models, rules, schema, signals, version",
+                          "bad.yaml:11:32: rules[0].when.prompt_tokens.gt: expected a number",
+                          HasSubstr("bad.yaml:11:39: rules[0].when.colour: unknown field"),
+                          "bad.yaml:12:21: rules[0].action.route: unknown model 'llama'",
+                          "bad.yaml:13:11: rules[1].name: duplicate name",
+                          "bad.yaml:14:21: rules[1].action.split: weights sum to 90, not 100",
+                          "bad.yaml:15:5: rules[2]: can never match: rule 'a' before it matches "
+                          "everything"));
+}
+
+TEST(PolicyLoaderTest, CatchesDuplicatesTypesAndReferences) {
+  const auto errors = Errors(R"(schema: 2
+version: x
+version: y
+models:
+  qwen: {vision: maybe, max_context_tokens: 0}
+classes: [a, a]
+default_class: b
+signals: {load: high}
+classify:
+  - {name: c1, class: z}
+rules:
+  - name: r
+    when: {signal.undeclared: {gt: 1}, class: {in: [q]}, objective: fast}
+    action: {route: qwen, shadow: qwen}
+)");
+  const std::string all = ::testing::PrintToString(errors);
+  for (const char* want :
+       {"schema: 2 is out of range [1, 1]", "3:1: version: duplicate key",
+        "models.qwen.vision: expected true or false", "max_context_tokens: 0 is out of range",
+        "classes[1]: duplicate class", "default_class: unknown class 'b'",
+        "signals.load: expected a number", "classify[0].class: unknown class 'z'",
+        "signal 'undeclared' is not declared", "unknown class 'q'",
+        "objective is one of auto, accuracy, latency",
+        "shadows the model the rule already routes to"}) {
+    EXPECT_THAT(all, HasSubstr(want));
+  }
+}
+
+TEST(PolicyLoaderTest, RequiresACatchAllLastRuleAndValidYaml) {
+  EXPECT_THAT(::testing::PrintToString(Errors(std::string(kHeader) + R"(rules:
+  - name: only_images
+    when: {image_count: {gt: 0}}
+    action: {route: qwen}
+)")),
+              HasSubstr("the last rule must have no `when`"));
+  EXPECT_THAT(Errors("rules: [unclosed"), ElementsAre(HasSubstr("bad.yaml:1:")));
+}
+
+router::RequestFeatures Features() {
+  router::RequestFeatures f;
+  f.prompt_tokens = 100;
+  return f;
+}
+
+TEST(PolicyRouterTest, DefaultPolicyMatchesTheSeedsRouting) {
+  std::vector<PolicyError> errors;
+  auto p = LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  ASSERT_TRUE(p.ok());
+  router::PolicyRouter r(*p);
+
+  auto d = r.Route(Features());
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->model, "qwen");
+  EXPECT_EQ(d->rule, "accuracy");
+  EXPECT_EQ(d->request_class, "accuracy_critical");
+  EXPECT_EQ(d->policy_version, "default-1");
+  EXPECT_THAT(d->fallback, ElementsAre("nemotron"));
+
+  auto f = Features();
+  f.objective = router::Objective::kLatency;
+  EXPECT_EQ(r.Route(f)->model, "nemotron");
+  EXPECT_EQ(r.Route(f)->request_class, "latency_critical");
+
+  f = Features();
+  f.prompt_tokens = 50000;
+  EXPECT_EQ(r.Route(f)->rule, "long_context");
+
+  f.image_count = 1;  // images win over long context: only qwen sees them
+  EXPECT_EQ(r.Route(f)->model, "qwen");
+
+  f.pinned_model = "nemotron";
+  EXPECT_EQ(r.Route(f)->model, "nemotron");
+  EXPECT_EQ(r.Route(f)->rule, "pinned");
+  f.pinned_model = "gpt";
+  EXPECT_EQ(r.Route(f).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PolicyRouterTest, ExplanationListsEveryRuleConsidered) {
+  auto p = MustParse(std::string(kHeader) + R"(rules:
+  - name: big
+    when: {prompt_tokens: {ge: 1000}, label.tenant: {in: [acme, initech]}}
+    action: {route: nemotron}
+  - name: rest
+    action: {route: qwen}
+)");
+  router::PolicyRouter r(p);
+  auto f = Features();
+  f.labels["tenant"] = "acme";
+  auto d = r.Route(f);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->rule, "rest");
+  ASSERT_EQ(d->trace.size(), 2u);
+  EXPECT_FALSE(d->trace[0].matched);
+  EXPECT_EQ(d->trace[0].detail,
+            "prompt_tokens=100 ge 1000: no; label.tenant='acme' in [acme, initech]: yes");
+  f.prompt_tokens = 1000;
+  EXPECT_EQ(r.Route(f)->model, "nemotron");
+}
+
+TEST(PolicyRouterTest, WeightedSplitIsStablePerKeyAndHonoursWeights) {
+  auto p = MustParse(std::string(kHeader) + R"(rules:
+  - name: canary
+    action: {split: [{model: qwen, weight: 90}, {model: nemotron, weight: 10}]}
+)");
+  router::PolicyRouter r(p);
+  int nemotron = 0;
+  for (uint64_t key = 0; key < 1000; ++key) {
+    auto f = Features();
+    f.split_key = key * 2654435761u;
+    const std::string m = r.Route(f)->model;
+    EXPECT_EQ(r.Route(f)->model, m);  // stable for the same key
+    nemotron += m == "nemotron";
+  }
+  EXPECT_NEAR(nemotron, 100, 30);
+}
+
+TEST(PolicyRouterTest, SignalsAndAnyConditions) {
+  auto p = MustParse(std::string(kHeader) + R"(signals: {qwen_queue_depth: 40}
+rules:
+  - name: spill
+    when:
+      signal.qwen_queue_depth: {gt: 32}
+      any: [{objective: latency}, {num_turns: {ge: 3}}]
+    action: {route: nemotron, shadow: qwen}
+  - name: rest
+    action: {route: qwen}
+)");
+  router::PolicyRouter r(p);
+  auto f = Features();
+  EXPECT_EQ(r.Route(f)->rule, "rest");
+  f.num_turns = 3;
+  auto d = r.Route(f);
+  EXPECT_EQ(d->rule, "spill");
+  EXPECT_EQ(d->shadow, "qwen");
+}
+
+}  // namespace
+}  // namespace tandem::policies
