@@ -26,22 +26,30 @@ void Fatal(const std::string& message) {
   std::exit(2);
 }
 
-void BlockTerminationSignals() {
+namespace {
+sigset_t HandledSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+}  // namespace
+
+void BlockTerminationSignals() {
+  const sigset_t set = HandledSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-int WaitForTerminationSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  int sig = 0;
-  sigwait(&set, &sig);
-  return sig;
+int WaitForTerminationSignal(const std::function<void()>& on_hangup) {
+  const sigset_t set = HandledSignals();
+  while (true) {
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (sig != SIGHUP) return sig;
+    if (on_hangup) on_hangup();
+  }
 }
 
 void AnnounceListening(const std::string& process, const std::string& grpc_address,

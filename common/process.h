@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -11,12 +12,13 @@ namespace tandem {
 // Configures spdlog: one line per event on stderr, "[time] [process] [level] message".
 void InitLogging(const std::string& process_name, const std::string& level);
 
-// Blocks the calling thread until SIGINT or SIGTERM arrives and returns the signal number.
-// Must be called after BlockTerminationSignals() was called before any thread started.
-int WaitForTerminationSignal();
+// Blocks the calling thread until SIGINT or SIGTERM arrives and returns the signal number;
+// SIGHUP runs `on_hangup` (when set) and keeps waiting. BlockTerminationSignals() must have been
+// called before any thread started.
+int WaitForTerminationSignal(const std::function<void()>& on_hangup = nullptr);
 
-// Blocks SIGINT/SIGTERM in the calling thread (and the threads it creates later), so that only
-// WaitForTerminationSignal() receives them.
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and the threads it creates later), so
+// that only WaitForTerminationSignal() receives them.
 void BlockTerminationSignals();
 
 // Prints the machine-readable line tests and scripts wait for:

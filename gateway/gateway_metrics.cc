@@ -30,8 +30,22 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                     .Register(r)),
       decisions_(BuildCounter()
                      .Name("tandem_gateway_route_decisions_total")
-                     .Help("Routing decisions, by chosen model, class and deciding rule.")
-                     .Register(r)) {
+                     .Help("Routing decisions, by chosen model, class, deciding rule and policy "
+                           "version.")
+                     .Register(r)),
+      policy_info_(BuildGauge()
+                       .Name("tandem_policy_info")
+                       .Help("1 for the live routing policy; labels identify it.")
+                       .Register(r)),
+      reloads_ok_(BuildCounter()
+                      .Name("tandem_policy_reloads_total")
+                      .Help("Policy reload attempts, by result.")
+                      .Register(r)
+                      .Add({{"result", "ok"}})),
+      reloads_error_(BuildCounter()
+                         .Name("tandem_policy_reloads_total")
+                         .Register(r)
+                         .Add({{"result", "error"}})) {
   auto& duration = BuildHistogram()
                        .Name("tandem_gateway_request_duration_seconds")
                        .Help("Time from arrival at the gateway to the end of the response.")
@@ -115,8 +129,27 @@ void GatewayMetrics::CountRequest(const std::string& model, const std::string& r
 }
 
 void GatewayMetrics::CountDecision(const std::string& model, const std::string& request_class,
-                                   const std::string& rule) {
-  Child(decisions_, decision_children_, "rule", model, request_class, rule).Increment();
+                                   const std::string& rule, const std::string& policy_version) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto key = std::make_tuple(model, request_class, rule, policy_version);
+  auto it = decision_children_.find(key);
+  if (it == decision_children_.end()) {
+    prometheus::Counter& c = decisions_.Add({{"model_name", model},
+                                             {"class", request_class},
+                                             {"rule", rule},
+                                             {"policy_version", policy_version}});
+    it = decision_children_.emplace(std::move(key), &c).first;
+  }
+  it->second->Increment();
+}
+
+void GatewayMetrics::CountPolicyReload(bool ok) { (ok ? reloads_ok_ : reloads_error_).Increment(); }
+
+void GatewayMetrics::SetLivePolicy(const std::string& version, const std::string& sha256) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (live_policy_ != nullptr) policy_info_.Remove(live_policy_);
+  live_policy_ = &policy_info_.Add({{"version", version}, {"sha256", sha256}});
+  live_policy_->Set(1);
 }
 
 }  // namespace tandem::gateway

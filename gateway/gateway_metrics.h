@@ -37,7 +37,10 @@ class GatewayMetrics {
   Model* ForModel(const std::string& model);
   void CountRequest(const std::string& model, const std::string& request_class, const char* code);
   void CountDecision(const std::string& model, const std::string& request_class,
-                     const std::string& rule);
+                     const std::string& rule, const std::string& policy_version);
+  // Policy reloads by result ("ok" or "error"), and the live policy's identity.
+  void CountPolicyReload(bool ok);
+  void SetLivePolicy(const std::string& version, const std::string& sha256);
 
  private:
   using Key = std::tuple<std::string, std::string, std::string>;
@@ -48,11 +51,16 @@ class GatewayMetrics {
 
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Counter>& decisions_;
+  prometheus::Family<prometheus::Gauge>& policy_info_;
+  prometheus::Counter& reloads_ok_;
+  prometheus::Counter& reloads_error_;
+  prometheus::Gauge* live_policy_ = nullptr;  // guarded by mu_
   std::map<std::string, Model> models_;
   // Family::Add hashes every label and locks; this cache keeps the hot path to one lookup.
   std::mutex mu_;
-  std::map<Key, prometheus::Counter*> request_children_;   // guarded by mu_
-  std::map<Key, prometheus::Counter*> decision_children_;  // guarded by mu_
+  std::map<Key, prometheus::Counter*> request_children_;  // guarded by mu_
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, prometheus::Counter*>
+      decision_children_;  // guarded by mu_
 };
 
 }  // namespace tandem::gateway

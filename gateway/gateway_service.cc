@@ -27,6 +27,7 @@ void FillRoute(const Admission& a, tandem::v1::RouteInfo* route) {
   route->set_request_class(a.decision.request_class);
   route->set_rule(a.decision.rule);
   route->set_reason(a.decision.reason);
+  route->set_policy_version(a.decision.policy_version);
   if (a.endpoint != nullptr) route->set_worker(a.endpoint->address());
 }
 
@@ -55,7 +56,7 @@ class GenerationCall {
     if (!s.ok()) return s;
     const auto& d = admission_.decision;
     model_metrics_ = service_->metrics().ForModel(d.model);
-    service_->metrics().CountDecision(d.model, d.request_class, d.rule);
+    service_->metrics().CountDecision(d.model, d.request_class, d.rule, d.policy_version);
     if (model_metrics_ != nullptr) model_metrics_->inflight->Increment();
     admission_.endpoint->AddOutstanding(1);
     service_->CallStarted();

@@ -1,6 +1,7 @@
 #include "gateway/intake.h"
 
 #include <algorithm>
+#include <functional>
 #include <random>
 
 #include "absl/strings/str_format.h"
@@ -39,7 +40,10 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   }
 
   out->features = router::ExtractFeatures(request);
-  absl::StatusOr<router::RouteDecision> decision = router_->Route(out->features);
+  out->features.split_key = std::hash<std::string>{}(out->request_id);
+  // One snapshot decides the whole request, whatever reloads happen meanwhile.
+  const std::shared_ptr<const router::Router> router = router_->Current();
+  absl::StatusOr<router::RouteDecision> decision = router->Route(out->features);
   if (!decision.ok()) return decision.status();
   out->decision = std::move(*decision);
   out->pool = pools_->Find(out->decision.model);
@@ -57,7 +61,7 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
         "messages: %d image(s) given, but model '%s' (rule '%s') does not accept images",
         out->features.image_count, out->decision.model, out->decision.rule));
   }
-  const int32_t limit = status.capabilities().max_output_tokens();
+  int32_t limit = status.capabilities().max_output_tokens();
   if (known && request.sampling().has_max_tokens() && request.sampling().max_tokens() > limit) {
     return absl::InvalidArgumentError(
         absl::StrFormat("sampling.max_tokens: %d exceeds the limit of model '%s' (%d)",
@@ -66,6 +70,26 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   if (dry_run) return absl::OkStatus();
 
   absl::StatusOr<Endpoint*> endpoint = out->pool->Pick();
+  // The policy's fallback order, skipping models that could not take this request.
+  for (const std::string& model : out->decision.fallback) {
+    if (endpoint.ok()) break;
+    ModelPool* pool = pools_->Find(model);
+    if (pool == nullptr) continue;
+    const tandem::v1::ModelStatus fb = pool->Status();
+    if (out->features.image_count > 0 && !fb.capabilities().vision()) continue;
+    if (request.sampling().has_max_tokens() &&
+        request.sampling().max_tokens() > fb.capabilities().max_output_tokens()) {
+      continue;
+    }
+    absl::StatusOr<Endpoint*> e = pool->Pick();
+    if (!e.ok()) continue;
+    out->decision.reason = absl::StrFormat("%s; fell back from '%s': %s", out->decision.reason,
+                                           out->decision.model, endpoint.status().message());
+    out->decision.model = model;
+    out->pool = pool;
+    limit = fb.capabilities().max_output_tokens();
+    endpoint = e;
+  }
   if (!endpoint.ok()) return endpoint.status();
   out->endpoint = *endpoint;
 

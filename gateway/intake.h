@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "common/request_validation.h"
+#include "gateway/router_holder.h"
 #include "gateway/worker_pool.h"
 #include "router/router.h"
 #include "tandem/v1/gateway.pb.h"
@@ -35,7 +36,7 @@ struct Admission {
 // Thread-safe and non-blocking.
 class Intake {
  public:
-  Intake(const router::Router* router, const WorkerPools* pools, IntakeOptions options)
+  Intake(const RouterHolder* router, const WorkerPools* pools, IntakeOptions options)
       : router_(router), pools_(pools), options_(options) {}
 
   // Fills `out`. `out->request_id` is set even on error (taken from the request, then from
@@ -47,7 +48,7 @@ class Intake {
   const IntakeOptions& options() const { return options_; }
 
  private:
-  const router::Router* const router_;
+  const RouterHolder* const router_;
   const WorkerPools* const pools_;
   const IntakeOptions options_;
 };

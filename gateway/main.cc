@@ -2,6 +2,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 
@@ -17,7 +18,10 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_service.h"
 #include "gateway/intake.h"
+#include "gateway/policy_reloader.h"
+#include "gateway/router_holder.h"
 #include "gateway/worker_pool.h"
+#include "policies/policy_loader.h"
 #include "router/builtin_router.h"
 #include "spdlog/spdlog.h"
 
@@ -26,6 +30,13 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
           "Prometheus /metrics address; port 0 picks a free port.");
 ABSL_FLAG(std::vector<std::string>, workers, {},
           "Worker endpoints as MODEL=HOST:PORT, comma-separated; repeat a model for replicas.");
+ABSL_FLAG(std::string, policy, "",
+          "Routing policy YAML (policies/README.md); empty uses the built-in rules below. "
+          "Reloaded on SIGHUP and when the file changes.");
+ABSL_FLAG(std::string, validate_policy, "",
+          "Check this policy file, print every error, and exit (0 valid, 1 invalid).");
+ABSL_FLAG(absl::Duration, policy_watch_interval, absl::Seconds(1),
+          "How often the policy file is checked for changes.");
 ABSL_FLAG(std::string, default_model, "qwen", "Model for requests no rule claims.");
 ABSL_FLAG(std::string, accuracy_model, "qwen", "Model for objective ACCURACY.");
 ABSL_FLAG(std::string, latency_model, "nemotron", "Model for objective LATENCY.");
@@ -52,7 +63,22 @@ namespace {
 
 constexpr char kVersion[] = "0.1.0";
 
+int ValidatePolicy(const std::string& path) {
+  std::vector<policies::PolicyError> errors;
+  auto policy = policies::LoadPolicyFile(path, &errors);
+  if (!policy.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(policy.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s: valid (version %s, sha256 %s, %zu rules)\n", path.c_str(),
+              (*policy)->version.c_str(), (*policy)->sha256.c_str(), (*policy)->rules.size());
+  return 0;
+}
+
 int Run() {
+  if (const std::string v = absl::GetFlag(FLAGS_validate_policy); !v.empty()) {
+    return ValidatePolicy(v);
+  }
   router::BuiltinRouterConfig router_config;
   router_config.default_model = absl::GetFlag(FLAGS_default_model);
   router_config.accuracy_model = absl::GetFlag(FLAGS_accuracy_model);
@@ -90,15 +116,18 @@ int Run() {
     models.push_back(name);
     router_config.models.insert(name);
   }
-  for (const std::string& m :
-       {router_config.default_model, router_config.accuracy_model, router_config.latency_model,
-        router_config.vision_model, router_config.long_context_model}) {
-    if (!router_config.models.contains(m)) {
-      Fatal(absl::StrCat("routing names model '", m,
-                         "' but --workers configures only: ", absl::StrJoin(models, ", ")));
+  const std::string policy_path = absl::GetFlag(FLAGS_policy);
+  if (policy_path.empty()) {
+    for (const std::string& m :
+         {router_config.default_model, router_config.accuracy_model, router_config.latency_model,
+          router_config.vision_model, router_config.long_context_model}) {
+      if (!router_config.models.contains(m)) {
+        Fatal(absl::StrCat("routing names model '", m,
+                           "' but --workers configures only: ", absl::StrJoin(models, ", ")));
+      }
     }
   }
-  router::BuiltinRouter router(router_config);
+  RouterHolder router(std::make_shared<router::BuiltinRouter>(router_config));
 
   auto registry = std::make_shared<prometheus::Registry>();
   GatewayMetrics metrics(*registry, models,
@@ -107,6 +136,13 @@ int Run() {
   metrics_ptr = &metrics;
   for (const auto& [name, pool] : pools.pools()) {
     metrics.ForModel(name)->workers->Set(static_cast<double>(pool->endpoints().size()));
+  }
+  std::unique_ptr<PolicyReloader> reloader;
+  if (!policy_path.empty()) {
+    reloader = std::make_unique<PolicyReloader>(policy_path, &pools, &router, &metrics);
+    if (absl::Status s = reloader->Reload("start"); !s.ok()) Fatal(std::string(s.message()));
+  } else {
+    metrics.SetLivePolicy("builtin", "");
   }
 
   IntakeOptions intake_options;
@@ -154,7 +190,15 @@ int Run() {
                (*metrics_server)->Address(), absl::StrJoin(models, ","), kVersion);
   AnnounceListening("tandem-gateway", grpc_address, (*metrics_server)->Address());
 
-  const int sig = WaitForTerminationSignal();
+  if (reloader) reloader->StartWatching(absl::GetFlag(FLAGS_policy_watch_interval));
+  const int sig = WaitForTerminationSignal([&] {
+    if (reloader) {
+      (void)reloader->Reload("SIGHUP");  // errors are logged and counted
+    } else {
+      spdlog::info("SIGHUP: no --policy file to reload");
+    }
+  });
+  if (reloader) reloader->Stop();
   spdlog::info("signal {}: draining (health NOT_SERVING, up to {})", sig,
                absl::FormatDuration(absl::GetFlag(FLAGS_drain_timeout)));
   {

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -658,6 +660,132 @@ TEST(GatewayAvailabilityTest, ModelWithoutReadyWorkerIsUnavailableWithTheReason)
   grpc::ClientContext ctx2;
   Deadline(&ctx2, std::chrono::seconds(10));
   EXPECT_TRUE(stub->Generate(&ctx2, Prompt("hello", 2), &resp).ok());
+}
+
+// A policy that sends everything to one model, versioned so decisions are attributable.
+std::string OneModelPolicy(const std::string& version, const std::string& model) {
+  return absl::StrCat("schema: 1\nversion: ", version,
+                      "\nmodels: {qwen: {vision: true}, nemotron: {}}\n"
+                      "classes: [accuracy_critical]\ndefault_class: accuracy_critical\n"
+                      "rules:\n  - {name: all, action: {route: ",
+                      model, "}}\n");
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  // Write then rename, so the watcher never reads half a file.
+  std::ofstream(path + ".tmp") << text;
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+TEST(PolicyReloadTest, ReloadsAtomicallyUnderLoadAndKeepsTheOldPolicyOnErrors) {
+  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(qwen.ok());
+  auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(nemotron.ok());
+  const std::string policy = TempPath("policy.yaml");
+  WriteFile(policy, OneModelPolicy("v0", "qwen"));
+  // The file watcher is slowed right down: reloads here come from SIGHUP.
+  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
+                              {"--policy=" + policy, "--policy_watch_interval=1h"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
+  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/nemotron", true).ok());
+  auto stub = GatewayStub(gateway->grpc_address);
+
+  // Continuous load while the policy flips between versions.
+  std::atomic<bool> stop{false};
+  std::atomic<int> served{0};
+  std::atomic<int> failed{0};
+  std::atomic<int> misattributed{0};
+  std::thread load([&] {
+    while (!stop.load()) {
+      grpc::ClientContext ctx;
+      Deadline(&ctx, std::chrono::seconds(10));
+      tandem::v1::GenerateResponse resp;
+      grpc::Status s = stub->Generate(&ctx, Prompt("under reload", 2), &resp);
+      if (!s.ok()) {
+        failed.fetch_add(1);
+        continue;
+      }
+      served.fetch_add(1);
+      // Version vN routes to qwen for even N and nemotron for odd N: the model must agree with
+      // the version the response names, or the request was decided by two policies.
+      const std::string& v = resp.route().policy_version();
+      const int n = v.size() > 1 ? std::stoi(v.substr(1)) : -1;
+      const std::string want = n % 2 == 0 ? "qwen" : "nemotron";
+      if (n < 0 || resp.route().model() != want) misattributed.fetch_add(1);
+    }
+  });
+  constexpr int kReloads = 100;
+  for (int i = 1; i <= kReloads; ++i) {
+    WriteFile(policy, OneModelPolicy(absl::StrCat("v", i), i % 2 == 0 ? "qwen" : "nemotron"));
+    gateway->process->Signal(SIGHUP);
+    ASSERT_EQ(WaitForMetric(gateway->metrics_address, "tandem_policy_reloads_total",
+                            {{"result", "ok"}}, i + 1)
+                  .value_or(-1),
+              i + 1);
+  }
+  // An invalid file is refused; the live policy keeps serving.
+  WriteFile(policy, "schema: 1\nversion: broken\nrules: [}\n");
+  gateway->process->Signal(SIGHUP);
+  EXPECT_EQ(WaitForMetric(gateway->metrics_address, "tandem_policy_reloads_total",
+                          {{"result", "error"}}, 1)
+                .value_or(-1),
+            1);
+  stop.store(true);
+  load.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(misattributed.load(), 0);
+  EXPECT_GT(served.load(), kReloads);
+
+  grpc::ClientContext ctx;
+  tandem::v1::RouteResponse route;
+  ASSERT_TRUE(stub->Route(&ctx, Prompt("which policy?"), &route).ok());
+  EXPECT_EQ(route.route().policy_version(), absl::StrCat("v", kReloads));
+  auto metrics = HttpGet(gateway->metrics_address, "/metrics");
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ(MetricValue(*metrics, "tandem_policy_info", {{"version", absl::StrCat("v", kReloads)}})
+                .value_or(-1),
+            1);
+  EXPECT_THAT(gateway->process->ReadLog(), HasSubstr("the live policy stays"));
+  EXPECT_TRUE(PromtoolCheckMetrics(*metrics).ok());
+}
+
+TEST(PolicyReloadTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
+  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(qwen.ok());
+  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=127.0.0.1:1"},
+                              {"--policy=" TANDEM_SOURCE_DIR "/policies/default.yaml"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
+  auto stub = GatewayStub(gateway->grpc_address);
+  GenerateRequest req = Prompt("quick chat turn", 2);
+  req.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::GenerateResponse resp;
+  ASSERT_TRUE(stub->Generate(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.route().model(), "qwen");
+  EXPECT_EQ(resp.route().rule(), "latency");
+  EXPECT_EQ(resp.route().request_class(), "latency_critical");
+  EXPECT_EQ(resp.route().policy_version(), "default-1");
+  EXPECT_THAT(resp.route().reason(), HasSubstr("fell back from 'nemotron'"));
+}
+
+TEST(PolicyReloadTest, FileChangesAreNoticedWithoutASignal) {
+  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(qwen.ok());
+  auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(nemotron.ok());
+  const std::string policy = TempPath("policy.yaml");
+  WriteFile(policy, OneModelPolicy("v0", "qwen"));
+  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
+                              {"--policy=" + policy, "--policy_watch_interval=50ms"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  WriteFile(policy, OneModelPolicy("v1", "nemotron"));
+  EXPECT_EQ(WaitForMetric(gateway->metrics_address, "tandem_policy_info", {{"version", "v1"}}, 1)
+                .value_or(-1),
+            1);
 }
 
 // Workers with the real-time simulator and answers far longer than any test waits for.

@@ -4,6 +4,8 @@
 //   tandemctl [flags] stream PROMPT...     streamed generation, printed as it arrives
 //   tandemctl [flags] route PROMPT...      routing dry run: decision, features, rules
 //   tandemctl [flags] models               models and ready workers
+//   tandemctl policy lint FILE...          validate policy files offline (every error, with
+//                                          FILE:LINE:COL and the key path)
 //
 // PROMPT "-" reads the prompt from stdin. --json prints protobuf JSON (one object per line).
 // Exit status: 0 on success, 1 on an RPC error (printed as CODE: message), 2 on bad usage.
@@ -22,6 +24,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "google/protobuf/util/json_util.h"
+#include "policies/policy_loader.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 
 ABSL_FLAG(std::string, gateway, "127.0.0.1:7000", "Gateway gRPC address.");
@@ -132,7 +135,8 @@ bool BuildRequest(const std::vector<std::string>& words, GenerateRequest* req, s
 
 std::string Describe(const tandem::v1::RouteInfo& r) {
   return "model=" + r.model() + " class=" + r.request_class() + " rule=" + r.rule() +
-         (r.worker().empty() ? "" : " worker=" + r.worker()) + " reason=\"" + r.reason() + "\"";
+         " policy=" + r.policy_version() + (r.worker().empty() ? "" : " worker=" + r.worker()) +
+         " reason=\"" + r.reason() + "\"";
 }
 
 std::string FinishName(tandem::v1::FinishReason f) {
@@ -145,11 +149,31 @@ std::string FinishName(tandem::v1::FinishReason f) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "usage: tandemctl [--gateway=HOST:PORT] [flags] generate|stream|route PROMPT... | models");
+      "usage: tandemctl [--gateway=HOST:PORT] [flags] generate|stream|route PROMPT... | models |\n"
+      "       policy lint FILE...");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) return Usage("missing subcommand");
   const std::string command = positional[1];
   std::vector<std::string> words(positional.begin() + 2, positional.end());
+
+  if (command == "policy") {
+    // Offline: needs no gateway.
+    if (words.size() < 2 || words[0] != "lint")
+      return Usage("usage: tandemctl policy lint FILE...");
+    int bad = 0;
+    for (size_t i = 1; i < words.size(); ++i) {
+      std::vector<tandem::policies::PolicyError> errors;
+      auto policy = tandem::policies::LoadPolicyFile(words[i], &errors);
+      if (!policy.ok()) {
+        std::cerr << policy.status().message() << "\n";
+        ++bad;
+        continue;
+      }
+      std::cout << words[i] << ": ok (version " << (*policy)->version << ", "
+                << (*policy)->rules.size() << " rules, sha256 " << (*policy)->sha256 << ")\n";
+    }
+    return bad == 0 ? 0 : 1;
+  }
 
   auto channel =
       grpc::CreateChannel(absl::GetFlag(FLAGS_gateway), grpc::InsecureChannelCredentials());
