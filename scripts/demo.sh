@@ -60,6 +60,7 @@ start_worker() {  # model device grpc_port metrics_port
 start_worker qwen "$QWEN_DEVICE" "$WORKER_PORT" $((METRICS_PORT + 1))
 start_worker nemotron "$NEMOTRON_DEVICE" $((WORKER_PORT + 1)) $((METRICS_PORT + 2))
 "$GATEWAY" --listen="$HOST:$GW_PORT" --metrics_listen="$HOST:$METRICS_PORT" \
+  --policy="$PWD/policies/default.yaml" \
   --workers="qwen=$HOST:$WORKER_PORT,nemotron=$HOST:$((WORKER_PORT + 1))" \
   >"$LOGS/gateway.out" 2>"$LOGS/gateway.log" &
 pids+=($!)
@@ -89,7 +90,7 @@ printf '\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x02\0\0\0\x90wS\xd
 head -c 200000 >"$LOGS/long_document.txt" < <(
   yes "The quarterly report covers revenue, churn, hiring and the roadmap for next year.")
 
-demo "A plain question (no hints): the default rule" generate --max_tokens=12 \
+demo "A plain question (no hints): accuracy-critical by default" generate --max_tokens=12 \
   "Write a Python function that merges two sorted lists."
 demo "A chat turn marked latency-critical" generate --objective=latency --max_tokens=12 \
   "hey, what's up?"
@@ -97,7 +98,7 @@ demo "Accuracy asked for explicitly" generate --objective=accuracy --max_tokens=
   "Prove that the square root of 2 is irrational."
 demo "An image: only qwen accepts images" generate --image="$LOGS/pixel.png" --max_tokens=12 \
   "What is in this picture?"
-demo "A 200 KB document (~50K tokens): long-context rule" generate --max_tokens=12 - \
+demo "A 200 KB document (~50K tokens): long context" generate --max_tokens=12 - \
   <"$LOGS/long_document.txt"
 demo "Pinned to nemotron, streamed chunk by chunk" stream --model=nemotron --max_tokens=24 \
   "Summarise the meeting in one line."
@@ -110,5 +111,6 @@ echo "  gateway gRPC      $HOST:$GW_PORT   (tandemctl --gateway=$HOST:$GW_PORT g
 echo "  gateway metrics   http://$HOST:$METRICS_PORT/metrics"
 echo "  qwen worker       $HOST:$WORKER_PORT, metrics http://$HOST:$((METRICS_PORT + 1))/metrics"
 echo "  nemotron worker   $HOST:$((WORKER_PORT + 1)), metrics http://$HOST:$((METRICS_PORT + 2))/metrics"
+echo "  routing policy    policies/default.yaml (edit it: the gateway reloads it within a second)"
 echo "  logs              $LOGS"
 wait
