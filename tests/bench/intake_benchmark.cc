@@ -7,7 +7,9 @@
 
 #include "common/request_validation.h"
 #include "common/utf8.h"
+#include "policies/policy_loader.h"
 #include "router/builtin_router.h"
+#include "router/policy_router.h"
 #include "router/request_features.h"
 #include "workers/stop_matcher.h"
 
@@ -54,6 +56,24 @@ void BM_RouteOnly(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(router.Route(features));
 }
 BENCHMARK(BM_RouteOnly);
+
+// The shipped default policy: classification and rules for a 128-token prompt, explanation
+// included.
+void BM_DefaultPolicyRoute(benchmark::State& state) {
+  std::vector<tandem::policies::PolicyError> errors;
+  auto policy =
+      tandem::policies::LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  if (!policy.ok()) {
+    state.SkipWithError("cannot load policies/default.yaml");
+    return;
+  }
+  const tandem::router::PolicyRouter router(*policy);
+  auto features = tandem::router::ExtractFeatures(Request(128));
+  features.objective = static_cast<tandem::router::Objective>(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(router.Route(features));
+}
+// 0: falls through to the last rule; 2: latency objective, matched by the fourth rule.
+BENCHMARK(BM_DefaultPolicyRoute)->Arg(0)->Arg(2);
 
 void BM_StopMatcherPerToken(benchmark::State& state) {
   tandem::workers::StopMatcher m({"</answer>", "\n\nUser:"});
