@@ -677,19 +677,37 @@ void WriteFile(const std::string& path, const std::string& text) {
   std::rename((path + ".tmp").c_str(), path.c_str());
 }
 
-TEST(PolicyReloadTest, ReloadsAtomicallyUnderLoadAndKeepsTheOldPolicyOnErrors) {
-  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
-  ASSERT_TRUE(qwen.ok());
-  auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
-  ASSERT_TRUE(nemotron.ok());
-  const std::string policy = TempPath("policy.yaml");
-  WriteFile(policy, OneModelPolicy("v0", "qwen"));
+// Two fast workers behind a gateway that reads its policy from a file the test rewrites.
+class PolicyReloadTest : public ::testing::Test {
+ protected:
+  void StartStack(const std::string& watch_interval) {
+    auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
+    ASSERT_TRUE(qwen.ok()) << qwen.status();
+    qwen_ = std::move(*qwen);
+    auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
+    ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+    nemotron_ = std::move(*nemotron);
+    WriteFile(policy_, OneModelPolicy("v0", "qwen"));
+    auto gateway =
+        StartGateway({"qwen=" + qwen_.grpc_address, "nemotron=" + nemotron_.grpc_address},
+                     {"--policy=" + policy_, "--policy_watch_interval=" + watch_interval});
+    ASSERT_TRUE(gateway.ok()) << gateway.status();
+    gateway_ = std::move(*gateway);
+    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
+    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/nemotron", true).ok());
+  }
+
+  const std::string policy_ = TempPath("policy.yaml");
+  Server qwen_;
+  Server nemotron_;
+  Server gateway_;
+};
+
+TEST_F(PolicyReloadTest, ReloadsAtomicallyUnderLoadAndKeepsTheOldPolicyOnErrors) {
   // The file watcher is slowed right down: reloads here come from SIGHUP.
-  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
-                              {"--policy=" + policy, "--policy_watch_interval=1h"});
-  ASSERT_TRUE(gateway.ok()) << gateway.status();
-  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
-  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/nemotron", true).ok());
+  ASSERT_NO_FATAL_FAILURE(StartStack("1h"));
+  Server* gateway = &gateway_;
+  const std::string& policy = policy_;
   auto stub = GatewayStub(gateway->grpc_address);
 
   // Continuous load while the policy flips between versions.
@@ -751,7 +769,7 @@ TEST(PolicyReloadTest, ReloadsAtomicallyUnderLoadAndKeepsTheOldPolicyOnErrors) {
   EXPECT_TRUE(PromtoolCheckMetrics(*metrics).ok());
 }
 
-TEST(PolicyReloadTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
+TEST(PolicyFallbackTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
   auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
   ASSERT_TRUE(qwen.ok());
   auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=127.0.0.1:1"},
@@ -772,16 +790,10 @@ TEST(PolicyReloadTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
   EXPECT_THAT(resp.route().reason(), HasSubstr("fell back from 'nemotron'"));
 }
 
-TEST(PolicyReloadTest, FileChangesAreNoticedWithoutASignal) {
-  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
-  ASSERT_TRUE(qwen.ok());
-  auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
-  ASSERT_TRUE(nemotron.ok());
-  const std::string policy = TempPath("policy.yaml");
-  WriteFile(policy, OneModelPolicy("v0", "qwen"));
-  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
-                              {"--policy=" + policy, "--policy_watch_interval=50ms"});
-  ASSERT_TRUE(gateway.ok()) << gateway.status();
+TEST_F(PolicyReloadTest, FileChangesAreNoticedWithoutASignal) {
+  ASSERT_NO_FATAL_FAILURE(StartStack("50ms"));
+  Server* gateway = &gateway_;
+  const std::string& policy = policy_;
   WriteFile(policy, OneModelPolicy("v1", "nemotron"));
   EXPECT_EQ(WaitForMetric(gateway->metrics_address, "tandem_policy_info", {{"version", "v1"}}, 1)
                 .value_or(-1),
