@@ -178,6 +178,28 @@ class Parser {
     }
   }
 
+  // What classify entries and rules share: a unique `name`, an optional `when`, and first-match
+  // order, in which an entry after one without `when` (a catch-all) can never match.
+  void ParseOrderedEntry(const YAML::Node& n, const std::string& path, const Policy* p,
+                         std::set<std::string>* names, std::string* catch_all, std::string* name,
+                         router::Condition* when) {
+    if (!n["name"]) {
+      Error(n, path + ".name", "required key is missing");
+    } else if (String(n["name"], path + ".name", name) && !names->insert(*name).second) {
+      Error(n["name"], path + ".name", "duplicate name");
+    }
+    if (!catch_all->empty()) {
+      Error(n, path,
+            absl::StrCat("can never match: '", *catch_all, "' before it matches everything"));
+    }
+    if (n["when"]) {
+      ParseCondition(n["when"], path + ".when", p, when);
+    } else if (catch_all->empty()) {
+      // Only a missing `when` matches everything (a `when` with errors is not a catch-all).
+      *catch_all = *name;
+    }
+  }
+
   void ParseClassify(const YAML::Node& node, Policy* p) {
     if (!node.IsSequence()) {
       Error(node, "classify", "expected a list");
@@ -190,24 +212,13 @@ class Parser {
       const YAML::Node& n = node[i];
       if (!Map(n, path, {"name", "when", "class"})) continue;
       router::ClassRule cr;
-      if (!n["name"])
-        Error(n, path + ".name", "required key is missing");
-      else if (String(n["name"], path + ".name", &cr.name) && !names.insert(cr.name).second) {
-        Error(n["name"], path + ".name", "duplicate name");
-      }
-      if (!catch_all.empty()) {
-        Error(n, path,
-              absl::StrCat("can never match: '", catch_all, "' before it matches everything"));
-      }
-      if (n["when"]) ParseCondition(n["when"], path + ".when", p, &cr.when);
+      ParseOrderedEntry(n, path, p, &names, &catch_all, &cr.name, &cr.when);
       if (!n["class"]) {
         Error(n, path + ".class", "required key is missing");
       } else if (String(n["class"], path + ".class", &cr.request_class) &&
                  !classes_.contains(cr.request_class)) {
         Error(n["class"], path + ".class", absl::StrCat("unknown class '", cr.request_class, "'"));
       }
-      // Only a missing `when` matches everything (a `when` with errors is not a catch-all).
-      if (!n["when"] && catch_all.empty()) catch_all = cr.name;
       p->classify.push_back(std::move(cr));
     }
   }
@@ -224,21 +235,11 @@ class Parser {
       const YAML::Node& n = node[i];
       if (!Map(n, path, {"name", "when", "action"})) continue;
       router::Rule rule;
-      if (!n["name"])
-        Error(n, path + ".name", "required key is missing");
-      else if (String(n["name"], path + ".name", &rule.name) && !names.insert(rule.name).second) {
-        Error(n["name"], path + ".name", "duplicate name");
-      }
-      if (!catch_all.empty()) {
-        Error(n, path,
-              absl::StrCat("can never match: rule '", catch_all, "' before it matches everything"));
-      }
-      if (n["when"]) ParseCondition(n["when"], path + ".when", p, &rule.when);
+      ParseOrderedEntry(n, path, p, &names, &catch_all, &rule.name, &rule.when);
       if (!n["action"])
         Error(n, path + ".action", "required key is missing");
       else
         ParseAction(n["action"], path + ".action", p, &rule.action);
-      if (!n["when"] && catch_all.empty()) catch_all = rule.name;
       p->rules.push_back(std::move(rule));
     }
     if (catch_all.empty()) {

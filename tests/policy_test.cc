@@ -64,7 +64,7 @@ rules:
                           "bad.yaml:12:21: rules[0].action.route: unknown model 'llama'",
                           "bad.yaml:13:11: rules[1].name: duplicate name",
                           "bad.yaml:14:21: rules[1].action.split: weights sum to 90, not 100",
-                          "bad.yaml:15:5: rules[2]: can never match: rule 'a' before it matches "
+                          "bad.yaml:15:5: rules[2]: can never match: 'a' before it matches "
                           "everything"));
 }
 
