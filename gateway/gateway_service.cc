@@ -51,8 +51,8 @@ class GenerationCall {
     if (service_->draining()) {
       return absl::UnavailableError("gateway is draining; retry on another replica");
     }
-    absl::Status s =
-        service_->intake().Admit(*request_, MetadataRequestId(context_), false, &admission_);
+    absl::Status s = service_->intake().Admit(*request_, MetadataRequestId(context_),
+                                              context_->deadline(), false, &admission_);
     if (!s.ok()) return s;
     const auto& d = admission_.decision;
     model_metrics_ = service_->metrics().ForModel(d.model);
@@ -340,7 +340,8 @@ grpc::ServerUnaryReactor* GatewayService::Route(grpc::CallbackServerContext* con
                                                 tandem::v1::RouteResponse* response) {
   auto* reactor = context->DefaultReactor();
   Admission admission;
-  absl::Status s = intake_->Admit(*request, MetadataRequestId(context), true, &admission);
+  absl::Status s =
+      intake_->Admit(*request, MetadataRequestId(context), context->deadline(), true, &admission);
   if (!s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;

@@ -15,7 +15,8 @@ std::string NewRequestId() {
 }
 
 absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
-                           const std::string& metadata_request_id, bool dry_run,
+                           const std::string& metadata_request_id,
+                           std::chrono::system_clock::time_point deadline, bool dry_run,
                            Admission* out) const {
   out->request_id = !request.request_id().empty()  ? request.request_id()
                     : !metadata_request_id.empty() ? metadata_request_id
@@ -41,6 +42,13 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
 
   out->features = router::ExtractFeatures(request);
   out->features.split_key = std::hash<std::string>{}(out->request_id);
+  // gRPC reports "no deadline" as a time far in the future, not always exactly max().
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::system_clock::now());
+  if (deadline != std::chrono::system_clock::time_point::max() &&
+      left < std::chrono::hours(24 * 365)) {
+    out->features.deadline_ms = std::max<int64_t>(0, left.count());
+  }
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   const std::shared_ptr<const router::Router> router = router_->Current();
   absl::StatusOr<router::RouteDecision> decision = router->Route(out->features);

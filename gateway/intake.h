@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -42,8 +43,11 @@ class Intake {
   // Fills `out`. `out->request_id` is set even on error (taken from the request, then from
   // `metadata_request_id`, else generated). With `dry_run` no endpoint is picked and no worker
   // request is built.
+  // `deadline` is the call's (system_clock max for none); it becomes the deadline_ms feature.
   absl::Status Admit(const tandem::v1::GenerateRequest& request,
-                     const std::string& metadata_request_id, bool dry_run, Admission* out) const;
+                     const std::string& metadata_request_id,
+                     std::chrono::system_clock::time_point deadline, bool dry_run,
+                     Admission* out) const;
 
   const IntakeOptions& options() const { return options_; }
 

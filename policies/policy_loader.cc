@@ -362,7 +362,8 @@ class Parser {
     if (!kind) {
       Error(key, path,
             "unknown field; expected prompt_tokens, prompt_bytes, image_count, num_messages, "
-            "num_turns, max_tokens, confidence, objective, reasoning, class, hint.model, "
+            "num_turns, max_tokens, confidence, code_cues, math_cues, reasoning_cues, "
+            "structured_output_cues, deadline_ms, objective, reasoning, class, hint.model, "
             "label.KEY or signal.NAME");
       return;
     }

@@ -62,6 +62,13 @@ FieldValue Resolve(const std::string& field, const Context& c) {
     return f.max_tokens > 0 ? Number(f.max_tokens) : FieldValue{};
   }
   if (field == "confidence") return Number(c.confidence);
+  if (field == "code_cues") return Number(f.cues.code);
+  if (field == "math_cues") return Number(f.cues.math);
+  if (field == "reasoning_cues") return Number(f.cues.reasoning);
+  if (field == "structured_output_cues") return Number(f.cues.structured_output);
+  if (field == "deadline_ms") {
+    return f.deadline_ms >= 0 ? Number(static_cast<double>(f.deadline_ms)) : FieldValue{};
+  }
   if (field == "objective") return Text(ObjectiveName(f.objective));
   if (field == "reasoning") return Text(ReasoningModeName(f.reasoning));
   if (field == "class") return Text(c.request_class);
@@ -143,8 +150,18 @@ bool Matches(const Condition& cond, const Context& c, std::string* detail) {
 }  // namespace
 
 std::optional<FieldKind> KindOfField(const std::string& field) {
-  static const char* kNumbers[] = {"prompt_tokens", "prompt_bytes", "image_count", "num_messages",
-                                   "num_turns",     "max_tokens",   "confidence"};
+  static const char* kNumbers[] = {"prompt_tokens",
+                                   "prompt_bytes",
+                                   "image_count",
+                                   "num_messages",
+                                   "num_turns",
+                                   "max_tokens",
+                                   "confidence",
+                                   "code_cues",
+                                   "math_cues",
+                                   "reasoning_cues",
+                                   "structured_output_cues",
+                                   "deadline_ms"};
   static const char* kStrings[] = {"objective", "reasoning", "class", "hint.model"};
   for (const char* n : kNumbers) {
     if (field == n) return FieldKind::kNumber;

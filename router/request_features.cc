@@ -30,6 +30,7 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
       } else {
         f.prompt_bytes += static_cast<int64_t>(part.text().size());
         tokens += EstimateTokens(part.text());
+        ScanContentCues(part.text(), &f.cues);
       }
     }
   }
@@ -102,6 +103,11 @@ std::vector<std::pair<std::string, std::string>> DescribeFeatures(const RequestF
       {"max_tokens", f.max_tokens == 0 ? "default" : absl::StrCat(f.max_tokens)},
       {"tenant", f.tenant},
       {"app", f.app},
+      {"code_cues", absl::StrCat(f.cues.code)},
+      {"math_cues", absl::StrCat(f.cues.math)},
+      {"reasoning_cues", absl::StrCat(f.cues.reasoning)},
+      {"structured_output_cues", absl::StrCat(f.cues.structured_output)},
+      {"deadline_ms", f.deadline_ms < 0 ? "none" : absl::StrCat(f.deadline_ms)},
   };
 }
 

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "router/content_cues.h"
 #include "tandem/v1/gateway.pb.h"
 
 namespace tandem::router {
@@ -35,6 +36,10 @@ struct RequestFeatures {
   std::map<std::string, std::string> labels;
   // Stable per request (a hash of its id): picks the side of a weighted split.
   uint64_t split_key = 0;
+  // Lexical cues over all text parts (see content_cues.h).
+  ContentCues cues;
+  // Milliseconds left before the caller's deadline when the request arrived; -1 for none.
+  int64_t deadline_ms = -1;
 };
 
 // Pure function of the request; no allocation beyond the result's strings.

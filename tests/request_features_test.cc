@@ -44,7 +44,32 @@ TEST(ExtractFeaturesTest, ReadsEveryField) {
   EXPECT_EQ(f.max_tokens, 77);
   EXPECT_EQ(f.tenant, "acme");
   EXPECT_EQ(f.app, "chat");
-  EXPECT_EQ(DescribeFeatures(f).size(), 11u);
+  EXPECT_EQ(DescribeFeatures(f).size(), 16u);
+  EXPECT_EQ(f.deadline_ms, -1);
+}
+
+TEST(ContentCuesTest, FindsCodeMathReasoningAndStructuredOutput) {
+  ContentCues c;
+  ScanContentCues("Fix this:\n```python\ndef add(a, b): return a+b\n```", &c);
+  EXPECT_GE(c.code, 2);
+  EXPECT_EQ(c.math, 0);
+  ContentCues m;
+  ScanContentCues("Solve the equation 3 * 4 = x and explain WHY, step by step.", &m);
+  EXPECT_GE(m.math, 3);  // solve, equation, 3 * 4
+  EXPECT_EQ(m.reasoning, 2);
+  EXPECT_EQ(m.code, 0);
+  ContentCues j;
+  ScanContentCues("Extract the names and respond only with JSON matching this schema", &j);
+  EXPECT_EQ(j.structured_output, 3);
+  ContentCues none;
+  ScanContentCues("hey, how are you doing today?", &none);
+  EXPECT_EQ(none.code + none.math + none.reasoning + none.structured_output, 0);
+}
+
+TEST(ContentCuesTest, ScansABoundedPrefix) {
+  ContentCues c;
+  ScanContentCues(std::string(kMaxCueScanBytes, 'a') + "```", &c);
+  EXPECT_EQ(c.code, 0);
 }
 
 }  // namespace
