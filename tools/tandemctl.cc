@@ -6,6 +6,7 @@
 //   tandemctl [flags] models               models and ready workers
 //   tandemctl policy lint FILE...          validate policy files offline (every error, with
 //                                          FILE:LINE:COL and the key path)
+//   tandemctl policy test FILE CASES.yaml  table tests: requests and the decisions expected
 //
 // PROMPT "-" reads the prompt from stdin. --json prints protobuf JSON (one object per line).
 // Exit status: 0 on success, 1 on an RPC error (printed as CODE: message), 2 on bad usage.
@@ -24,6 +25,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "google/protobuf/util/json_util.h"
+#include "policies/policy_cases.h"
 #include "policies/policy_loader.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 
@@ -150,7 +152,7 @@ std::string FinishName(tandem::v1::FinishReason f) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "usage: tandemctl [--gateway=HOST:PORT] [flags] generate|stream|route PROMPT... | models |\n"
-      "       policy lint FILE...");
+      "       policy lint FILE... | policy test FILE CASES.yaml");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) return Usage("missing subcommand");
   const std::string command = positional[1];
@@ -158,8 +160,30 @@ int main(int argc, char** argv) {
 
   if (command == "policy") {
     // Offline: needs no gateway.
-    if (words.size() < 2 || words[0] != "lint")
-      return Usage("usage: tandemctl policy lint FILE...");
+    if (words.size() == 3 && words[0] == "test") {
+      std::vector<tandem::policies::PolicyError> errors;
+      auto policy = tandem::policies::LoadPolicyFile(words[1], &errors);
+      if (!policy.ok()) {
+        std::cerr << policy.status().message() << "\n";
+        return 1;
+      }
+      auto results = tandem::policies::RunPolicyCases(**policy, words[2]);
+      if (!results.ok()) {
+        std::cerr << results.status().message() << "\n";
+        return 1;
+      }
+      int failed = 0;
+      for (const auto& r : *results) {
+        std::cout << (r.passed ? "PASS " : "FAIL ") << r.name << ": " << r.detail << "\n";
+        failed += r.passed ? 0 : 1;
+      }
+      std::cout << results->size() - failed << "/" << results->size() << " cases passed ("
+                << words[1] << ", version " << (*policy)->version << ")\n";
+      return failed == 0 ? 0 : 1;
+    }
+    if (words.size() < 2 || words[0] != "lint") {
+      return Usage("usage: tandemctl policy lint FILE... | policy test FILE CASES.yaml");
+    }
     int bad = 0;
     for (size_t i = 1; i < words.size(); ++i) {
       std::vector<tandem::policies::PolicyError> errors;

@@ -1,0 +1,190 @@
+#include "policies/policy_cases.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "router/policy_router.h"
+#include "router/request_features.h"
+
+namespace tandem::policies {
+namespace {
+
+struct Problems {
+  std::string file;
+  std::vector<std::string> lines;
+  void Add(const YAML::Node& at, const std::string& path, const std::string& message) {
+    lines.push_back(absl::StrCat(file, ":", at.Mark().line + 1, ":", at.Mark().column + 1, ": ",
+                                 path, ": ", message));
+  }
+};
+
+bool KnownKeys(const YAML::Node& n, const std::string& path, const std::set<std::string>& allowed,
+               Problems* problems) {
+  if (!n.IsMap()) {
+    problems->Add(n, path, "expected a map");
+    return false;
+  }
+  for (const auto& kv : n) {
+    if (!allowed.contains(kv.first.Scalar())) {
+      problems->Add(kv.first, path + "." + kv.first.Scalar(),
+                    absl::StrCat("unknown key; expected one of: ", absl::StrJoin(allowed, ", ")));
+    }
+  }
+  return true;
+}
+
+// Builds the request a case describes.
+tandem::v1::GenerateRequest BuildRequest(const YAML::Node& r) {
+  tandem::v1::GenerateRequest req;
+  if (r["system"]) {
+    auto* m = req.add_messages();
+    m->set_role("system");
+    m->add_content()->set_text(r["system"].Scalar());
+  }
+  std::string text = r["text"] ? r["text"].Scalar() : "hello";
+  if (r["prompt_tokens"]) {
+    // ~4 ASCII bytes per estimated token.
+    const int64_t want = r["prompt_tokens"].as<int64_t>(0);
+    while (static_cast<int64_t>(text.size()) < want * 4) text += " lorem ipsum dolor sit amet";
+  }
+  const int turns = r["turns"] ? r["turns"].as<int>(1) : 1;
+  for (int t = 0; t < turns; ++t) {
+    if (t > 0) {
+      auto* a = req.add_messages();
+      a->set_role("assistant");
+      a->add_content()->set_text("ok");
+    }
+    auto* u = req.add_messages();
+    u->set_role("user");
+    u->add_content()->set_text(text);
+  }
+  const int images = r["images"] ? r["images"].as<int>(0) : 0;
+  for (int i = 0; i < images; ++i) {
+    auto* img = req.mutable_messages(req.messages_size() - 1)->add_content()->mutable_image();
+    img->set_data("image");
+    img->set_mime_type("image/png");
+  }
+  auto* h = req.mutable_hints();
+  if (r["objective"]) {
+    const std::string o = r["objective"].Scalar();
+    h->set_objective(o == "accuracy"  ? tandem::v1::OBJECTIVE_ACCURACY
+                     : o == "latency" ? tandem::v1::OBJECTIVE_LATENCY
+                                      : tandem::v1::OBJECTIVE_AUTO);
+  }
+  if (r["model"]) h->set_model(r["model"].Scalar());
+  if (r["reasoning"]) {
+    const std::string m = r["reasoning"].Scalar();
+    h->mutable_reasoning()->set_mode(m == "on"    ? tandem::v1::REASONING_ON
+                                     : m == "off" ? tandem::v1::REASONING_OFF
+                                                  : tandem::v1::REASONING_DEFAULT);
+  }
+  if (r["max_tokens"]) req.mutable_sampling()->set_max_tokens(r["max_tokens"].as<int32_t>(1));
+  if (r["labels"] && r["labels"].IsMap()) {
+    for (const auto& kv : r["labels"])
+      (*req.mutable_labels())[kv.first.Scalar()] = kv.second.Scalar();
+  }
+  if (r["request_id"]) req.set_request_id(r["request_id"].Scalar());
+  return req;
+}
+
+CaseResult RunCase(const router::Policy& policy, const YAML::Node& c, const std::string& name) {
+  CaseResult result;
+  result.name = name;
+  const YAML::Node r = c["request"] ? c["request"] : YAML::Node(YAML::NodeType::Map);
+  std::shared_ptr<const router::Policy> p;
+  if (r["signals"] && r["signals"].IsMap()) {
+    auto copy = std::make_shared<router::Policy>(policy);
+    for (const auto& kv : r["signals"]) copy->signals[kv.first.Scalar()] = kv.second.as<double>(0);
+    p = copy;
+  } else {
+    p = std::make_shared<router::Policy>(policy);
+  }
+  const tandem::v1::GenerateRequest req = BuildRequest(r);
+  router::RequestFeatures f = router::ExtractFeatures(req);
+  f.split_key = std::hash<std::string>{}(req.request_id());
+  const router::PolicyRouter router(p);
+  auto d = router.Route(f);
+  const YAML::Node e = c["expect"];
+  std::vector<std::string> wrong;
+  if (e["error"]) {
+    const std::string want = e["error"].Scalar();
+    const std::string got = d.ok() ? "OK" : absl::StatusCodeToString(d.status().code());
+    // absl spells codes like "INVALID_ARGUMENT", as gRPC does.
+    if (got != want) wrong.push_back(absl::StrCat("error ", want, " expected, got ", got));
+  } else if (!d.ok()) {
+    wrong.push_back(absl::StrCat("decision failed: ", d.status().ToString()));
+  } else {
+    for (const auto& [key, got] : {std::pair<const char*, std::string>{"model", d->model},
+                                   {"class", d->request_class},
+                                   {"rule", d->rule}}) {
+      if (e[key] && e[key].Scalar() != got) {
+        wrong.push_back(absl::StrCat(key, " ", e[key].Scalar(), " expected, got ", got));
+      }
+    }
+  }
+  result.passed = wrong.empty();
+  result.detail = result.passed
+                      ? (d.ok() ? absl::StrCat("model=", d->model, " class=", d->request_class,
+                                               " rule=", d->rule)
+                                : d.status().ToString())
+                      : absl::StrCat(absl::StrJoin(wrong, "; "),
+                                     d.ok() ? absl::StrCat(" (reason: ", d->reason, ")") : "");
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& policy,
+                                                       const std::string& cases_path) {
+  std::ifstream in(cases_path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", cases_path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  YAML::Node root;
+  Problems problems{cases_path, {}};
+  // yaml-cpp reports syntax and conversion errors by throwing; caught here, its call site.
+  try {
+    root = YAML::Load(ss.str());
+    if (!KnownKeys(root, "(top)", {"cases"}, &problems) || !root["cases"] ||
+        !root["cases"].IsSequence() || root["cases"].size() == 0) {
+      if (problems.lines.empty()) problems.Add(root, "cases", "expected a non-empty list");
+    } else {
+      const YAML::Node cases = root["cases"];
+      for (size_t i = 0; i < cases.size(); ++i) {
+        const std::string path = absl::StrCat("cases[", i, "]");
+        if (!KnownKeys(cases[i], path, {"name", "request", "expect"}, &problems)) continue;
+        if (!cases[i]["name"] || !cases[i]["expect"]) {
+          problems.Add(cases[i], path, "name and expect are required");
+          continue;
+        }
+        if (cases[i]["request"]) {
+          KnownKeys(cases[i]["request"], path + ".request",
+                    {"text", "system", "prompt_tokens", "turns", "images", "objective", "model",
+                     "reasoning", "max_tokens", "labels", "request_id", "signals"},
+                    &problems);
+        }
+        KnownKeys(cases[i]["expect"], path + ".expect", {"model", "class", "rule", "error"},
+                  &problems);
+      }
+      if (problems.lines.empty()) {
+        std::vector<CaseResult> results;
+        for (size_t i = 0; i < cases.size(); ++i) {
+          results.push_back(RunCase(policy, cases[i], cases[i]["name"].Scalar()));
+        }
+        return results;
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    problems.lines.push_back(
+        absl::StrCat(cases_path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
+  }
+  return absl::InvalidArgumentError(absl::StrJoin(problems.lines, "\n"));
+}
+
+}  // namespace tandem::policies
