@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "policies/policy_cases.h"
 #include "policies/policy_loader.h"
 #include "router/policy_router.h"
 
@@ -203,6 +204,40 @@ rules:
   auto d = r.Route(f);
   EXPECT_EQ(d->rule, "spill");
   EXPECT_EQ(d->shadow, "qwen");
+}
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(PolicyCasesTest, ReportsWrongExpectationsAndMalformedFiles) {
+  auto p = MustParse(std::string(kHeader) + R"(rules:
+  - name: latency
+    when: {objective: latency}
+    action: {route: nemotron}
+  - name: rest
+    action: {route: qwen}
+)");
+  auto results = RunPolicyCases(*p, WriteTemp("cases.yaml", R"(cases:
+  - {name: right, request: {objective: latency}, expect: {model: nemotron, rule: latency}}
+  - {name: wrong, request: {text: hi}, expect: {model: nemotron}}
+  - {name: error expected, request: {model: llama}, expect: {error: INVALID_ARGUMENT}}
+)"));
+  ASSERT_TRUE(results.ok()) << results.status();
+  ASSERT_EQ(results->size(), 3u);
+  EXPECT_TRUE((*results)[0].passed);
+  EXPECT_FALSE((*results)[1].passed);
+  EXPECT_THAT((*results)[1].detail, HasSubstr("model nemotron expected, got qwen"));
+  EXPECT_FALSE((*results)[2].passed);  // this policy has no pin rule: qwen decides
+  EXPECT_THAT((*results)[2].detail, HasSubstr("error INVALID_ARGUMENT expected, got OK"));
+
+  auto bad = RunPolicyCases(*p, WriteTemp("bad_cases.yaml", R"(cases:
+  - {name: x, request: {colour: red}, expect: {model: qwen}}
+)"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("bad_cases.yaml:2:25: cases[0].request.colour"));
 }
 
 }  // namespace
