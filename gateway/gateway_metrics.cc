@@ -45,7 +45,17 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
       reloads_error_(BuildCounter()
                          .Name("tandem_policy_reloads_total")
                          .Register(r)
-                         .Add({{"result", "error"}})) {
+                         .Add({{"result", "error"}})),
+      decision_log_written_(BuildCounter()
+                                .Name("tandem_gateway_decision_log_records_total")
+                                .Help("Decision-log records, by outcome (dropped: the writer "
+                                      "was more than --decision_log_queue records behind).")
+                                .Register(r)
+                                .Add({{"outcome", "written"}})),
+      decision_log_dropped_(BuildCounter()
+                                .Name("tandem_gateway_decision_log_records_total")
+                                .Register(r)
+                                .Add({{"outcome", "dropped"}})) {
   auto& duration = BuildHistogram()
                        .Name("tandem_gateway_request_duration_seconds")
                        .Help("Time from arrival at the gateway to the end of the response.")

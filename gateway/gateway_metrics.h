@@ -41,6 +41,9 @@ class GatewayMetrics {
   // Policy reloads by result ("ok" or "error"), and the live policy's identity.
   void CountPolicyReload(bool ok);
   void SetLivePolicy(const std::string& version, const std::string& sha256);
+  // Decision-log records written and dropped (writer behind).
+  prometheus::Counter& decision_log_written() { return decision_log_written_; }
+  prometheus::Counter& decision_log_dropped() { return decision_log_dropped_; }
 
  private:
   using Key = std::tuple<std::string, std::string, std::string>;
@@ -54,6 +57,8 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Gauge>& policy_info_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_error_;
+  prometheus::Counter& decision_log_written_;
+  prometheus::Counter& decision_log_dropped_;
   prometheus::Gauge* live_policy_ = nullptr;  // guarded by mu_
   std::map<std::string, Model> models_;
   // Family::Add hashes every label and locks; this cache keeps the hot path to one lookup.

@@ -4,7 +4,10 @@
 #include <chrono>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "router/decision_record.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::gateway {
@@ -57,6 +60,19 @@ class GenerationCall {
     const auto& d = admission_.decision;
     model_metrics_ = service_->metrics().ForModel(d.model);
     service_->metrics().CountDecision(d.model, d.request_class, d.rule, d.policy_version);
+    if (DecisionLog* log = service_->decision_log()) {
+      tandem::v1::DecisionRecord record = router::ToRecord(admission_.features, d);
+      record.set_request_id(admission_.request_id);
+      record.set_time_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+      if (service_->log_prompt_text()) {
+        for (const auto& m : request_->messages()) {
+          for (const auto& part : m.content()) {
+            if (part.has_text()) absl::StrAppend(record.mutable_prompt_text(), part.text(), "\n");
+          }
+        }
+      }
+      log->Record(std::move(record));
+    }
     if (model_metrics_ != nullptr) model_metrics_->inflight->Increment();
     admission_.endpoint->AddOutstanding(1);
     service_->CallStarted();
@@ -321,8 +337,13 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
 }  // namespace
 
 GatewayService::GatewayService(const Intake* intake, const WorkerPools* pools,
-                               GatewayMetrics* metrics)
-    : intake_(intake), pools_(pools), metrics_(metrics) {}
+                               GatewayMetrics* metrics, DecisionLog* decision_log,
+                               bool log_prompt_text)
+    : intake_(intake),
+      pools_(pools),
+      metrics_(metrics),
+      decision_log_(decision_log),
+      log_prompt_text_(log_prompt_text) {}
 
 grpc::ServerUnaryReactor* GatewayService::Generate(grpc::CallbackServerContext* context,
                                                    const GenerateRequest* request,

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "gateway/decision_log.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/intake.h"
 #include "gateway/worker_pool.h"
@@ -18,7 +19,9 @@ namespace tandem::gateway {
 // id propagated to the worker.
 class GatewayService final : public tandem::v1::Gateway::CallbackService {
  public:
-  GatewayService(const Intake* intake, const WorkerPools* pools, GatewayMetrics* metrics);
+  // `decision_log` may be null; with `log_prompt_text` records carry the prompt text too.
+  GatewayService(const Intake* intake, const WorkerPools* pools, GatewayMetrics* metrics,
+                 DecisionLog* decision_log = nullptr, bool log_prompt_text = false);
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const tandem::v1::GenerateRequest* request,
@@ -44,11 +47,15 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   void CallEnded();
   const Intake& intake() const { return *intake_; }
   GatewayMetrics& metrics() { return *metrics_; }
+  DecisionLog* decision_log() const { return decision_log_; }
+  bool log_prompt_text() const { return log_prompt_text_; }
 
  private:
   const Intake* const intake_;
   const WorkerPools* const pools_;
   GatewayMetrics* const metrics_;
+  DecisionLog* const decision_log_;
+  const bool log_prompt_text_;
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   int64_t inflight_ = 0;  // guarded by mu_

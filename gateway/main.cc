@@ -15,6 +15,8 @@
 #include "common/grpc_server.h"
 #include "common/metrics_server.h"
 #include "common/process.h"
+#include "gateway/admin_service.h"
+#include "gateway/decision_log.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_service.h"
 #include "gateway/intake.h"
@@ -37,6 +39,12 @@ ABSL_FLAG(std::string, validate_policy, "",
           "Check this policy file, print every error, and exit (0 valid, 1 invalid).");
 ABSL_FLAG(absl::Duration, policy_watch_interval, absl::Seconds(1),
           "How often the policy file is checked for changes.");
+ABSL_FLAG(std::string, decision_log, "",
+          "Append every routing decision's inputs (features and hints, not prompt text) to this "
+          "JSON-lines file, for tandemctl policy replay.");
+ABSL_FLAG(bool, decision_log_text, false, "Include the prompt text in --decision_log records.");
+ABSL_FLAG(int64_t, decision_log_queue, 10000,
+          "Records the decision-log writer may fall behind before new ones are dropped.");
 ABSL_FLAG(std::string, default_model, "qwen", "Model for requests no rule claims.");
 ABSL_FLAG(std::string, accuracy_model, "qwen", "Model for objective ACCURACY.");
 ABSL_FLAG(std::string, latency_model, "nemotron", "Model for objective LATENCY.");
@@ -158,7 +166,17 @@ int Run() {
   if (intake_options.max_request_bytes < 1024) Fatal("--max_request_bytes must be >= 1024");
   if (intake_options.default_max_tokens < 1) Fatal("--default_max_tokens must be >= 1");
   Intake intake(&router, &pools, intake_options);
-  GatewayService service(&intake, &pools, &metrics);
+  std::unique_ptr<DecisionLog> decision_log;
+  if (const std::string path = absl::GetFlag(FLAGS_decision_log); !path.empty()) {
+    if (absl::GetFlag(FLAGS_decision_log_queue) < 1) Fatal("--decision_log_queue must be >= 1");
+    auto log = DecisionLog::Open(path, static_cast<size_t>(absl::GetFlag(FLAGS_decision_log_queue)),
+                                 &metrics.decision_log_written(), &metrics.decision_log_dropped());
+    if (!log.ok()) Fatal(std::string(log.status().message()));
+    decision_log = std::move(*log);
+  }
+  GatewayService service(&intake, &pools, &metrics, decision_log.get(),
+                         absl::GetFlag(FLAGS_decision_log_text));
+  AdminService admin(reloader.get());
 
   auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
   if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
@@ -168,7 +186,7 @@ int Run() {
   HealthService health;
   health.SetServingStatus("", false);
   for (const std::string& m : models) health.SetServingStatus("model/" + m, false);
-  server_options.services = {&service};
+  server_options.services = {&service, &admin};
   server_options.health = &health;
   // gRPC's own limit sits above ours so that oversized requests get our INVALID_ARGUMENT
   // naming the flag; only requests beyond twice the limit meet gRPC's RESOURCE_EXHAUSTED.
@@ -190,10 +208,10 @@ int Run() {
                (*metrics_server)->Address(), absl::StrJoin(models, ","), kVersion);
   AnnounceListening("tandem-gateway", grpc_address, (*metrics_server)->Address());
 
-  if (reloader) reloader->StartWatching(absl::GetFlag(FLAGS_policy_watch_interval));
+  if (reloader) reloader->Start(absl::GetFlag(FLAGS_policy_watch_interval));
   const int sig = WaitForTerminationSignal([&] {
     if (reloader) {
-      (void)reloader->Reload("SIGHUP");  // errors are logged and counted
+      reloader->ReloadAsync("SIGHUP", nullptr);  // errors are logged and counted
     } else {
       spdlog::info("SIGHUP: no --policy file to reload");
     }

@@ -35,6 +35,7 @@ absl::Status PolicyReloader::Reload(const std::string& trigger) {
   }
   if ((*policy)->sha256 == live_sha256_) return absl::OkStatus();
   holder_->Swap(std::make_shared<router::PolicyRouter>(*policy));
+  live_version_ = (*policy)->version;
   live_sha256_ = (*policy)->sha256;
   last_failed_sha256_.clear();
   metrics_->CountPolicyReload(true);
@@ -44,37 +45,76 @@ absl::Status PolicyReloader::Reload(const std::string& trigger) {
   return absl::OkStatus();
 }
 
-void PolicyReloader::StartWatching(absl::Duration interval) {
-  watcher_ = std::thread([this, interval] {
-    const auto period = absl::ToChronoMilliseconds(interval);
-    std::unique_lock<std::mutex> l(stop_mu_);
-    while (!stop_cv_.wait_for(l, period, [&] { return stop_; })) {
+std::pair<std::string, std::string> PolicyReloader::Live() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return {live_version_, live_sha256_};
+}
+
+void PolicyReloader::Start(absl::Duration interval) {
+  thread_ = std::thread([this, interval] { Loop(interval); });
+}
+
+void PolicyReloader::ReloadAsync(std::string trigger, std::function<void(absl::Status)> done) {
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    if (stop_) {
+      if (done) done(absl::UnavailableError("the gateway is shutting down"));
+      return;
+    }
+    queue_.push_back({std::move(trigger), std::move(done)});
+  }
+  queue_cv_.notify_one();
+}
+
+void PolicyReloader::CheckFile() {
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) return;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string sha = Sha256Hex(ss.str());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (sha == live_sha256_ || sha == last_failed_sha256_) return;
+  }
+  if (!Reload("file changed").ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    last_failed_sha256_ = sha;
+  }
+}
+
+void PolicyReloader::Loop(absl::Duration interval) {
+  const auto period = absl::ToChronoMilliseconds(interval);
+  std::unique_lock<std::mutex> l(queue_mu_);
+  while (!stop_) {
+    if (!queue_cv_.wait_for(l, period, [&] { return stop_ || !queue_.empty(); })) {
       l.unlock();
-      std::ifstream in(path_, std::ios::binary);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      const std::string sha = Sha256Hex(ss.str());
-      bool changed;
-      {
-        std::lock_guard<std::mutex> rl(mu_);
-        changed = in && sha != live_sha256_ && sha != last_failed_sha256_;
-      }
-      if (changed && !Reload("file changed").ok()) {
-        std::lock_guard<std::mutex> rl(mu_);
-        last_failed_sha256_ = sha;
-      }
+      CheckFile();
+      l.lock();
+      continue;
+    }
+    while (!queue_.empty()) {
+      Pending p = std::move(queue_.front());
+      queue_.pop_front();
+      l.unlock();
+      absl::Status s = Reload(p.trigger);
+      if (p.done) p.done(s);
       l.lock();
     }
-  });
+  }
+  // Nothing queued is left without an answer.
+  for (auto& p : queue_) {
+    if (p.done) p.done(absl::UnavailableError("the gateway is shutting down"));
+  }
+  queue_.clear();
 }
 
 void PolicyReloader::Stop() {
   {
-    std::lock_guard<std::mutex> l(stop_mu_);
+    std::lock_guard<std::mutex> l(queue_mu_);
     stop_ = true;
   }
-  stop_cv_.notify_all();
-  if (watcher_.joinable()) watcher_.join();
+  queue_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace tandem::gateway

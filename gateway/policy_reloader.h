@@ -1,6 +1,8 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -14,8 +16,9 @@
 namespace tandem::gateway {
 
 // Loads the policy file, validates it (schema, and every model it names has workers), and swaps
-// it in atomically. Runs off the request path: on SIGHUP, and when the file's content changes.
-// An invalid file never replaces the live policy: its errors are logged, returned and counted.
+// it in atomically. Runs off the request path on its own thread: when the file's content
+// changes, on SIGHUP and on the admin RPC. An invalid file never replaces the live policy: its
+// errors are logged, returned and counted.
 class PolicyReloader {
  public:
   PolicyReloader(std::string path, const WorkerPools* pools, RouterHolder* holder,
@@ -23,24 +26,39 @@ class PolicyReloader {
       : path_(std::move(path)), pools_(pools), holder_(holder), metrics_(metrics) {}
   ~PolicyReloader();
 
-  // Loads and, if valid, swaps. `trigger` is for the log line.
+  // Loads and, if valid, swaps, on the calling thread. `trigger` is for the log line.
   absl::Status Reload(const std::string& trigger);
-  // Polls the file every `interval` and reloads when its content changed.
-  void StartWatching(absl::Duration interval);
+  // Starts the reload thread: it polls the file every `interval` and serves ReloadAsync.
+  void Start(absl::Duration interval);
+  // Queues a reload on the reload thread; `done` (may be empty) gets its result there.
+  void ReloadAsync(std::string trigger, std::function<void(absl::Status)> done);
   void Stop();
 
+  const std::string& path() const { return path_; }
+  // The live policy's version and sha256.
+  std::pair<std::string, std::string> Live() const;
+
  private:
+  struct Pending {
+    std::string trigger;
+    std::function<void(absl::Status)> done;
+  };
+  void Loop(absl::Duration interval);
+  void CheckFile();
+
   const std::string path_;
   const WorkerPools* const pools_;
   RouterHolder* const holder_;
   GatewayMetrics* const metrics_;
-  std::mutex mu_;                   // serialises reloads
+  mutable std::mutex mu_;           // serialises reloads
+  std::string live_version_;        // guarded by mu_
   std::string live_sha256_;         // guarded by mu_
-  std::string last_failed_sha256_;  // guarded by mu_; so a bad file is reported once per change
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;  // guarded by stop_mu_
-  std::thread watcher_;
+  std::string last_failed_sha256_;  // guarded by mu_; a bad file is reported once per change
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Pending> queue_;  // guarded by queue_mu_
+  bool stop_ = false;          // guarded by queue_mu_
+  std::thread thread_;
 };
 
 }  // namespace tandem::gateway

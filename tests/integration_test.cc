@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -788,6 +789,70 @@ TEST(PolicyFallbackTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
   EXPECT_EQ(resp.route().request_class(), "latency_critical");
   EXPECT_EQ(resp.route().policy_version(), "default-1");
   EXPECT_THAT(resp.route().reason(), HasSubstr("fell back from 'nemotron'"));
+}
+
+TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcReloads) {
+  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(qwen.ok());
+  auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(nemotron.ok());
+  const std::string log = TempPath("decisions.jsonl");
+  std::ifstream src(TANDEM_SOURCE_DIR "/policies/default.yaml");
+  std::stringstream text;
+  text << src.rdbuf();
+  WriteFile(policy_, text.str());
+  auto gateway =
+      StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
+                   {"--policy=" + policy_, "--policy_watch_interval=1h", "--decision_log=" + log});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
+  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/nemotron", true).ok());
+  auto stub = GatewayStub(gateway->grpc_address);
+  // Three requests default.yaml sends to qwen, one to nemotron.
+  std::vector<GenerateRequest> requests = {Prompt("Write a parser", 2), Prompt("Prove it", 2),
+                                           Prompt("hello", 2), Prompt("hi", 2)};
+  (*requests[2].mutable_labels())["tenant"] = "enterprise";
+  requests[3].mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
+  for (const auto& r : requests) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::GenerateResponse resp;
+    ASSERT_TRUE(stub->Generate(&ctx, r, &resp).ok());
+  }
+  ASSERT_EQ(WaitForMetric(gateway->metrics_address, "tandem_gateway_decision_log_records_total",
+                          {{"outcome", "written"}}, 4)
+                .value_or(-1),
+            4);
+  std::ifstream logged(log);
+  std::string first;
+  std::getline(logged, first);
+  EXPECT_THAT(first, HasSubstr("\"policy_version\":\"default-1\""));
+  EXPECT_THAT(first, ::testing::Not(HasSubstr("Write a parser")));  // no prompt text by default
+
+  // cost-saver sends the two plain requests to nemotron and keeps the premium tenant on qwen,
+  // though as latency_critical (its default class): three decisions change, two models move.
+  const std::string ctl = TANDEM_CTL_BIN;
+  CommandResult replay =
+      RunCommand(absl::StrCat(ctl, " policy replay --log=", log, " --old=", policy_,
+                              " --new=" TANDEM_SOURCE_DIR "/policies/cost-saver.yaml"));
+  EXPECT_EQ(replay.exit_code, 0) << replay.out;
+  EXPECT_THAT(replay.out, HasSubstr("4 recorded decisions replayed: 3 change (75.0%) from "
+                                    "default-1 to cost-saver-1"));
+  EXPECT_THAT(replay.out, HasSubstr("qwen -> nemotron: 2"));
+  EXPECT_THAT(replay.out, HasSubstr("accuracy_critical -> latency_critical: 3"));
+
+  // The admin RPC reloads; an invalid file is refused with every error and the old one stays.
+  const std::string admin = absl::StrCat(ctl, " --gateway=", gateway->grpc_address);
+  WriteFile(policy_, OneModelPolicy("v7", "nemotron"));
+  CommandResult reload = RunCommand(admin + " policy reload");
+  EXPECT_EQ(reload.exit_code, 0) << reload.out;
+  EXPECT_THAT(reload.out, HasSubstr("version=v7"));
+  WriteFile(policy_, "schema: 1\nversion: broken\nmodels: {}\n");
+  CommandResult bad = RunCommand(admin + " policy reload");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.out, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(bad.out, HasSubstr("classes: required key is missing"));
+  EXPECT_THAT(RunCommand(admin + " policy show").out, HasSubstr("version=v7"));
 }
 
 TEST_F(PolicyReloadTest, FileChangesAreNoticedWithoutASignal) {

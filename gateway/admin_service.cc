@@ -1,0 +1,43 @@
+#include "gateway/admin_service.h"
+
+#include "common/grpc_status.h"
+
+namespace tandem::gateway {
+
+void AdminService::Fill(tandem::v1::PolicyStatus* response) const {
+  if (reloader_ == nullptr) {
+    response->set_version("builtin");
+    return;
+  }
+  auto [version, sha256] = reloader_->Live();
+  response->set_version(version);
+  response->set_sha256(sha256);
+  response->set_path(reloader_->path());
+}
+
+grpc::ServerUnaryReactor* AdminService::ReloadPolicy(grpc::CallbackServerContext* context,
+                                                     const tandem::v1::ReloadPolicyRequest*,
+                                                     tandem::v1::PolicyStatus* response) {
+  auto* reactor = context->DefaultReactor();
+  if (reloader_ == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 "the gateway runs its built-in rules; start it with --policy"));
+    return reactor;
+  }
+  reloader_->ReloadAsync("admin RPC", [this, reactor, response](absl::Status s) {
+    if (s.ok()) Fill(response);
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* context,
+                                                  const tandem::v1::GetPolicyRequest*,
+                                                  tandem::v1::PolicyStatus* response) {
+  Fill(response);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace tandem::gateway

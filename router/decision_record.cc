@@ -1,0 +1,57 @@
+#include "router/decision_record.h"
+
+namespace tandem::router {
+
+tandem::v1::DecisionRecord ToRecord(const RequestFeatures& f, const RouteDecision& d) {
+  tandem::v1::DecisionRecord r;
+  r.set_prompt_tokens(f.prompt_tokens);
+  r.set_prompt_bytes(f.prompt_bytes);
+  r.set_image_count(f.image_count);
+  r.set_num_messages(f.num_messages);
+  r.set_num_turns(f.num_turns);
+  r.set_objective(ObjectiveName(f.objective));
+  r.set_pinned_model(f.pinned_model);
+  r.set_reasoning(ReasoningModeName(f.reasoning));
+  r.set_max_tokens(f.max_tokens);
+  r.mutable_labels()->insert(f.labels.begin(), f.labels.end());
+  r.set_code_cues(f.cues.code);
+  r.set_math_cues(f.cues.math);
+  r.set_reasoning_cues(f.cues.reasoning);
+  r.set_structured_output_cues(f.cues.structured_output);
+  r.set_deadline_ms(f.deadline_ms);
+  r.set_split_key(f.split_key);
+  r.set_model(d.model);
+  r.set_request_class(d.request_class);
+  r.set_rule(d.rule);
+  r.set_policy_version(d.policy_version);
+  return r;
+}
+
+RequestFeatures FeaturesFromRecord(const tandem::v1::DecisionRecord& r) {
+  RequestFeatures f;
+  f.prompt_tokens = r.prompt_tokens();
+  f.prompt_bytes = r.prompt_bytes();
+  f.image_count = r.image_count();
+  f.num_messages = r.num_messages();
+  f.num_turns = r.num_turns();
+  f.objective = r.objective() == "accuracy"  ? Objective::kAccuracy
+                : r.objective() == "latency" ? Objective::kLatency
+                                             : Objective::kAuto;
+  f.pinned_model = r.pinned_model();
+  f.reasoning = r.reasoning() == "on"    ? ReasoningMode::kOn
+                : r.reasoning() == "off" ? ReasoningMode::kOff
+                                         : ReasoningMode::kDefault;
+  f.max_tokens = r.max_tokens();
+  f.labels.insert(r.labels().begin(), r.labels().end());
+  if (auto it = f.labels.find("tenant"); it != f.labels.end()) f.tenant = it->second;
+  if (auto it = f.labels.find("app"); it != f.labels.end()) f.app = it->second;
+  f.cues.code = r.code_cues();
+  f.cues.math = r.math_cues();
+  f.cues.reasoning = r.reasoning_cues();
+  f.cues.structured_output = r.structured_output_cues();
+  f.deadline_ms = r.deadline_ms();
+  f.split_key = r.split_key();
+  return f;
+}
+
+}  // namespace tandem::router
