@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/sha256.h"
+#include "router/hashed_classifier.h"
 #include "router/policy_router.h"
 
 namespace tandem::policies {
@@ -95,8 +96,8 @@ class Parser {
     auto p = std::make_shared<Policy>();
     p->sha256 = Sha256Hex(text);
     if (!Map(root, "",
-             {"schema", "version", "models", "classes", "default_class", "classify", "signals",
-              "rules"})) {
+             {"schema", "version", "models", "classes", "default_class", "classify", "classifier",
+              "signals", "rules"})) {
       return nullptr;
     }
     for (const char* required :
@@ -118,6 +119,7 @@ class Parser {
             absl::StrCat("unknown class '", p->default_class, "'"));
     }
     if (root["signals"]) ParseSignals(root["signals"], p.get());
+    if (root["classifier"]) ParseClassifier(root["classifier"], p.get());
     if (root["classify"]) ParseClassify(root["classify"], p.get());
     if (root["rules"]) ParseRules(root["rules"], p.get());
     return p;
@@ -166,6 +168,48 @@ class Parser {
       if (!classes_.insert(name).second) Error(node[i], path, "duplicate class");
       p->classes.push_back(name);
     }
+  }
+
+  // classifier: {model: PATH, min_confidence: 0..1}; PATH is relative to the policy file.
+  void ParseClassifier(const YAML::Node& node, Policy* p) {
+    if (!Map(node, "classifier", {"model", "min_confidence"})) return;
+    if (!node["model"]) {
+      Error(node, "classifier.model", "required key is missing");
+      return;
+    }
+    std::string path;
+    if (!String(node["model"], "classifier.model", &path)) return;
+    if (path[0] != '/') {
+      const size_t slash = file_.rfind('/');
+      if (slash != std::string::npos) path = file_.substr(0, slash + 1) + path;
+    }
+    if (node["min_confidence"] &&
+        Number(node["min_confidence"], "classifier.min_confidence",
+               &p->classifier_min_confidence) &&
+        (p->classifier_min_confidence < 0 || p->classifier_min_confidence > 1)) {
+      Error(node["min_confidence"], "classifier.min_confidence", "must be in [0, 1]");
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      Error(node["model"], "classifier.model", absl::StrCat("cannot read ", path));
+      return;
+    }
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    auto model = router::HashedClassifier::FromBytes(bytes.str());
+    if (!model.ok()) {
+      Error(node["model"], "classifier.model",
+            absl::StrCat(path, ": ", std::string(model.status().message())));
+      return;
+    }
+    for (const auto& c : model->classes()) {
+      if (!classes_.empty() && !classes_.contains(c)) {
+        Error(node["model"], "classifier.model",
+              absl::StrCat("the model predicts class '", c, "', which `classes` does not list"));
+      }
+    }
+    p->classifier = std::make_shared<router::HashedClassifier>(std::move(*model));
+    p->classifier_path = path;
   }
 
   void ParseSignals(const YAML::Node& node, Policy* p) {

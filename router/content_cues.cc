@@ -3,6 +3,7 @@
 #include <array>
 #include <cctype>
 #include <string>
+#include <vector>
 
 namespace tandem::router {
 namespace {
@@ -36,20 +37,38 @@ constexpr std::array<std::string_view, 9> kStructured = {
     "xml",          "markdown table", "key-value", "respond only with",
     "output format"};
 
-template <size_t N>
-int Count(const std::string& text, const std::array<std::string_view, N>& phrases) {
-  int n = 0;
-  for (std::string_view p : phrases) {
-    for (size_t at = text.find(p); at != std::string::npos; at = text.find(p, at + p.size())) ++n;
+// All phrases indexed by their first byte, so one pass over the text tests at each position only
+// the few phrases that can start there.
+struct PhraseIndex {
+  struct Entry {
+    std::string_view phrase;
+    int ContentCues::*counter;
+  };
+  std::array<std::vector<Entry>, 256> by_first;
+
+  PhraseIndex() {
+    auto add = [&](const auto& phrases, int ContentCues::*counter) {
+      for (std::string_view p : phrases) {
+        by_first[static_cast<unsigned char>(p[0])].push_back({p, counter});
+      }
+    };
+    add(kCode, &ContentCues::code);
+    add(kMath, &ContentCues::math);
+    add(kReasoning, &ContentCues::reasoning);
+    add(kStructured, &ContentCues::structured_output);
   }
-  return n;
+};
+
+const PhraseIndex& Index() {
+  static const PhraseIndex* index = new PhraseIndex();
+  return *index;
 }
 
 // "12 * 7", "3+4", "x = 2": a digit, optional spaces, an operator, optional spaces, a digit.
 int ArithmeticCount(const std::string& t) {
   int n = 0;
   for (size_t i = 0; i < t.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(t[i]))) continue;
+    if (t[i] < '0' || t[i] > '9') continue;
     size_t j = i + 1;
     while (j < t.size() && t[j] == ' ') ++j;
     if (j >= t.size() ||
@@ -58,7 +77,7 @@ int ArithmeticCount(const std::string& t) {
     }
     ++j;
     while (j < t.size() && t[j] == ' ') ++j;
-    if (j < t.size() && std::isdigit(static_cast<unsigned char>(t[j]))) {
+    if (j < t.size() && t[j] >= '0' && t[j] <= '9') {
       ++n;
       i = j;
     }
@@ -69,12 +88,20 @@ int ArithmeticCount(const std::string& t) {
 }  // namespace
 
 void ScanContentCues(std::string_view text, ContentCues* cues) {
-  std::string lower(text.substr(0, kMaxCueScanBytes));
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  cues->code += Count(lower, kCode);
-  cues->math += Count(lower, kMath) + ArithmeticCount(lower);
-  cues->reasoning += Count(lower, kReasoning);
-  cues->structured_output += Count(lower, kStructured);
+  thread_local std::string lower;
+  lower.assign(text.substr(0, kMaxCueScanBytes));
+  // ASCII only, inline: std::tolower goes through the locale for every byte.
+  for (char& c : lower) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + ('a' - 'A'));
+  }
+  const PhraseIndex& index = Index();
+  const std::string_view t(lower);
+  for (size_t i = 0; i < t.size(); ++i) {
+    for (const auto& e : index.by_first[static_cast<unsigned char>(t[i])]) {
+      if (t.compare(i, e.phrase.size(), e.phrase) == 0) ++(cues->*e.counter);
+    }
+  }
+  cues->math += ArithmeticCount(lower);
 }
 
 }  // namespace tandem::router

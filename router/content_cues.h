@@ -18,8 +18,9 @@ struct ContentCues {
   int structured_output = 0;
 };
 
-// Only the first kMaxScanBytes of the text are scanned, so a huge document costs a bounded time.
-inline constexpr size_t kMaxCueScanBytes = 64 * 1024;
+// Only the first kMaxCueScanBytes of each text part are scanned, so a huge document costs a bounded
+// time.
+inline constexpr size_t kMaxCueScanBytes = 16 * 1024;
 
 // Adds the cues found in `text` to `cues`.
 void ScanContentCues(std::string_view text, ContentCues* cues);

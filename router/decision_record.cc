@@ -24,6 +24,8 @@ tandem::v1::DecisionRecord ToRecord(const RequestFeatures& f, const RouteDecisio
   r.set_request_class(d.request_class);
   r.set_rule(d.rule);
   r.set_policy_version(d.policy_version);
+  r.set_learned_class(d.learned_class);
+  r.set_learned_confidence(d.learned_confidence);
   return r;
 }
 
@@ -51,6 +53,9 @@ RequestFeatures FeaturesFromRecord(const tandem::v1::DecisionRecord& r) {
   f.cues.structured_output = r.structured_output_cues();
   f.deadline_ms = r.deadline_ms();
   f.split_key = r.split_key();
+  f.classifier_text = r.prompt_text().substr(0, 8192);
+  f.recorded_learned_class = r.learned_class();
+  f.recorded_learned_confidence = r.learned_confidence();
   return f;
 }
 

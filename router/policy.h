@@ -2,8 +2,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "router/hashed_classifier.h"
 
 namespace tandem::router {
 
@@ -78,6 +81,11 @@ struct Policy {
   std::map<std::string, ModelSpec> models;
   std::vector<std::string> classes;
   std::vector<ClassRule> classify;
+  // Learned tier, consulted when no classify entry matches; null when the policy has none. Its
+  // classes are policy classes. Below min_confidence the default class is used instead.
+  std::shared_ptr<const HashedClassifier> classifier;
+  std::string classifier_path;
+  double classifier_min_confidence = 0;
   std::string default_class;
   std::vector<Rule> rules;
   // Declared signals and the values used until live values arrive (next issue).

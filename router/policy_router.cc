@@ -197,8 +197,32 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f) cons
       }
     }
   }
-  d.request_class = request_class;
   d.confidence = 1.0;
+  if (class_rule == "default_class" && p.classifier != nullptr) {
+    // Tier 2: the learned model, when no transparent rule claimed the request.
+    if (!f.classifier_text.empty()) {
+      const HashedClassifier::Prediction pred = p.classifier->Predict(f.classifier_text);
+      d.learned_class = p.classifier->classes()[pred.label];
+      d.learned_confidence = pred.confidence;
+    } else if (!f.recorded_learned_class.empty()) {
+      d.learned_class = f.recorded_learned_class;
+      d.learned_confidence = f.recorded_learned_confidence;
+    }
+    if (!d.learned_class.empty()) {
+      const bool confident = d.learned_confidence >= p.classifier_min_confidence;
+      d.trace.push_back(
+          {"classify/learned", confident,
+           absl::StrFormat("%s with confidence %.3f (min_confidence %.2f)%s", d.learned_class,
+                           d.learned_confidence, p.classifier_min_confidence,
+                           confident ? "" : absl::StrCat(" -> class ", p.default_class))});
+      d.confidence = d.learned_confidence;
+      if (confident) {
+        request_class = d.learned_class;
+        class_rule = "learned classifier";
+      }
+    }
+  }
+  d.request_class = request_class;
 
   const Context c{f, p, request_class, d.confidence};
   for (const auto& rule : p.rules) {

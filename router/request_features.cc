@@ -3,6 +3,10 @@
 #include "absl/strings/str_cat.h"
 
 namespace tandem::router {
+namespace {
+// Matches HashedClassifier::kMaxTextBytes: no point copying what it will not read.
+constexpr size_t kClassifierTextBytes = 8192;
+}  // namespace
 
 int64_t EstimateTokens(std::string_view text) {
   int64_t ascii = 0;
@@ -31,6 +35,11 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
         f.prompt_bytes += static_cast<int64_t>(part.text().size());
         tokens += EstimateTokens(part.text());
         ScanContentCues(part.text(), &f.cues);
+        if (message.role() != "assistant" && f.classifier_text.size() < kClassifierTextBytes) {
+          if (!f.classifier_text.empty()) f.classifier_text += '\n';
+          f.classifier_text.append(
+              part.text().substr(0, kClassifierTextBytes - f.classifier_text.size()));
+        }
       }
     }
   }

@@ -40,6 +40,13 @@ struct RequestFeatures {
   ContentCues cues;
   // Milliseconds left before the caller's deadline when the request arrived; -1 for none.
   int64_t deadline_ms = -1;
+  // The user and system text the learned classifier reads (at most
+  // HashedClassifier::kMaxTextBytes of it).
+  std::string classifier_text;
+  // A learned-tier result decided earlier (replay of a log without prompt text); used only when
+  // classifier_text is empty.
+  std::string recorded_learned_class;
+  double recorded_learned_confidence = 0;
 };
 
 // Pure function of the request; no allocation beyond the result's strings.

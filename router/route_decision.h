@@ -27,6 +27,9 @@ struct RouteDecision {
   std::string shadow;
   // Models to try in order when `model` has no ready worker.
   std::vector<std::string> fallback;
+  // The learned tier's answer when it was consulted (empty otherwise).
+  std::string learned_class;
+  double learned_confidence = 0;
 };
 
 }  // namespace tandem::router

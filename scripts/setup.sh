@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   prometheus          # promtool, used by the metrics lint tests
   clang-format
+  python3             # builds the classifier's labelled data (router/classifier)
 )
 
 missing=()

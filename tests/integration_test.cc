@@ -787,7 +787,7 @@ TEST(PolicyFallbackTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
   EXPECT_EQ(resp.route().model(), "qwen");
   EXPECT_EQ(resp.route().rule(), "latency");
   EXPECT_EQ(resp.route().request_class(), "latency_critical");
-  EXPECT_EQ(resp.route().policy_version(), "default-1");
+  EXPECT_EQ(resp.route().policy_version(), "default-2");
   EXPECT_THAT(resp.route().reason(), HasSubstr("fell back from 'nemotron'"));
 }
 
@@ -800,7 +800,11 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   std::ifstream src(TANDEM_SOURCE_DIR "/policies/default.yaml");
   std::stringstream text;
   text << src.rdbuf();
-  WriteFile(policy_, text.str());
+  // The copy lives elsewhere, so its classifier path must be absolute.
+  std::string copy = text.str();
+  const std::string rel = "../router/classifier/model.tcls";
+  copy.replace(copy.find(rel), rel.size(), TANDEM_SOURCE_DIR "/router/classifier/model.tcls");
+  WriteFile(policy_, copy);
   auto gateway =
       StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
                    {"--policy=" + policy_, "--policy_watch_interval=1h", "--decision_log=" + log});
@@ -808,7 +812,7 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
   ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/nemotron", true).ok());
   auto stub = GatewayStub(gateway->grpc_address);
-  // Three requests default.yaml sends to qwen, one to nemotron.
+  // Two accuracy requests, a chat greeting from a premium tenant, and a latency-hinted turn.
   std::vector<GenerateRequest> requests = {Prompt("Write a parser", 2), Prompt("Prove it", 2),
                                            Prompt("hello", 2), Prompt("hi", 2)};
   (*requests[2].mutable_labels())["tenant"] = "enterprise";
@@ -826,20 +830,21 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   std::ifstream logged(log);
   std::string first;
   std::getline(logged, first);
-  EXPECT_THAT(first, HasSubstr("\"policy_version\":\"default-1\""));
+  EXPECT_THAT(first, HasSubstr("\"policy_version\":\"default-2\""));
   EXPECT_THAT(first, ::testing::Not(HasSubstr("Write a parser")));  // no prompt text by default
 
-  // cost-saver sends the two plain requests to nemotron and keeps the premium tenant on qwen,
-  // though as latency_critical (its default class): three decisions change, two models move.
+  // default-2's learned tier sends "hello" to nemotron; cost-saver sends the two accuracy
+  // requests to nemotron and the premium tenant's "hello" to qwen: three decisions change.
   const std::string ctl = TANDEM_CTL_BIN;
   CommandResult replay =
       RunCommand(absl::StrCat(ctl, " policy replay --log=", log, " --old=", policy_,
                               " --new=" TANDEM_SOURCE_DIR "/policies/cost-saver.yaml"));
   EXPECT_EQ(replay.exit_code, 0) << replay.out;
   EXPECT_THAT(replay.out, HasSubstr("4 recorded decisions replayed: 3 change (75.0%) from "
-                                    "default-1 to cost-saver-1"));
+                                    "default-2 to cost-saver-1"));
   EXPECT_THAT(replay.out, HasSubstr("qwen -> nemotron: 2"));
-  EXPECT_THAT(replay.out, HasSubstr("accuracy_critical -> latency_critical: 3"));
+  EXPECT_THAT(replay.out, HasSubstr("nemotron -> qwen: 1"));
+  EXPECT_THAT(replay.out, HasSubstr("accuracy_critical -> latency_critical: 2"));
 
   // The admin RPC reloads; an invalid file is refused with every error and the old one stays.
   const std::string admin = absl::StrCat(ctl, " --gateway=", gateway->grpc_address);

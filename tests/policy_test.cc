@@ -41,7 +41,7 @@ TEST(PolicyLoaderTest, TheShippedDefaultPolicyIsValid) {
   std::vector<PolicyError> errors;
   auto p = LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ((*p)->version, "default-1");
+  EXPECT_EQ((*p)->version, "default-2");
   EXPECT_EQ((*p)->sha256.size(), 64u);
   EXPECT_EQ((*p)->rules.size(), 5u);
 }
@@ -57,16 +57,18 @@ rules:
   - name: late
     action: {route: qwen}
 )");
-  EXPECT_THAT(errors,
-              ElementsAre("bad.yaml:8:1: bogus: unknown key; expected one of: classes, classify, "
-                          "default_class, models, rules, schema, signals, version",
-                          "bad.yaml:11:32: rules[0].when.prompt_tokens.gt: expected a number",
-                          HasSubstr("bad.yaml:11:39: rules[0].when.colour: unknown field"),
-                          "bad.yaml:12:21: rules[0].action.route: unknown model 'llama'",
-                          "bad.yaml:13:11: rules[1].name: duplicate name",
-                          "bad.yaml:14:21: rules[1].action.split: weights sum to 90, not 100",
-                          "bad.yaml:15:5: rules[2]: can never match: 'a' before it matches "
-                          "everything"));
+  EXPECT_THAT(
+      errors,
+      ElementsAre(
+          "bad.yaml:8:1: bogus: unknown key; expected one of: classes, classifier, classify, "
+          "default_class, models, rules, schema, signals, version",
+          "bad.yaml:11:32: rules[0].when.prompt_tokens.gt: expected a number",
+          HasSubstr("bad.yaml:11:39: rules[0].when.colour: unknown field"),
+          "bad.yaml:12:21: rules[0].action.route: unknown model 'llama'",
+          "bad.yaml:13:11: rules[1].name: duplicate name",
+          "bad.yaml:14:21: rules[1].action.split: weights sum to 90, not 100",
+          "bad.yaml:15:5: rules[2]: can never match: 'a' before it matches "
+          "everything"));
 }
 
 TEST(PolicyLoaderTest, CatchesDuplicatesTypesAndReferences) {
@@ -125,7 +127,7 @@ TEST(PolicyRouterTest, DefaultPolicyMatchesTheSeedsRouting) {
   EXPECT_EQ(d->model, "qwen");
   EXPECT_EQ(d->rule, "accuracy");
   EXPECT_EQ(d->request_class, "accuracy_critical");
-  EXPECT_EQ(d->policy_version, "default-1");
+  EXPECT_EQ(d->policy_version, "default-2");
   EXPECT_THAT(d->fallback, ElementsAre("nemotron"));
 
   auto f = Features();
@@ -237,7 +239,8 @@ TEST(PolicyCasesTest, ReportsWrongExpectationsAndMalformedFiles) {
   - {name: x, request: {colour: red}, expect: {model: qwen}}
 )"));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("bad_cases.yaml:2:25: cases[0].request.colour"));
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("bad_cases.yaml:2:25: cases[0].request.colour"));
 }
 
 }  // namespace

@@ -75,6 +75,41 @@ void BM_DefaultPolicyRoute(benchmark::State& state) {
 // 0: falls through to the last rule; 2: latency objective, matched by the fourth rule.
 BENCHMARK(BM_DefaultPolicyRoute)->Arg(0)->Arg(2);
 
+// The learned tier alone on a prompt of state.range(0) bytes (the bound: 4 KB in
+// p99 <= 100 us).
+void BM_LearnedClassifier(benchmark::State& state) {
+  std::vector<tandem::policies::PolicyError> errors;
+  auto policy =
+      tandem::policies::LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  if (!policy.ok() || (*policy)->classifier == nullptr) {
+    state.SkipWithError("cannot load the default policy's classifier");
+    return;
+  }
+  const std::string text = Text(static_cast<int>(state.range(0) / 4)).substr(0, state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize((*policy)->classifier->Predict(text));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(text.size()));
+}
+BENCHMARK(BM_LearnedClassifier)->Arg(64)->Arg(512)->Arg(4096);
+
+// Everything the gateway does to decide a 4 KB request with the default policy: features
+// (validation excluded), transparent rules, learned tier, rules and the explanation.
+void BM_FullDecision4KB(benchmark::State& state) {
+  std::vector<tandem::policies::PolicyError> errors;
+  auto policy =
+      tandem::policies::LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  if (!policy.ok()) {
+    state.SkipWithError("cannot load policies/default.yaml");
+    return;
+  }
+  const tandem::router::PolicyRouter router(*policy);
+  const auto request = Request(1024);  // ~4 KB of text
+  for (auto _ : state) {
+    auto features = tandem::router::ExtractFeatures(request);
+    benchmark::DoNotOptimize(router.Route(features));
+  }
+}
+BENCHMARK(BM_FullDecision4KB);
+
 void BM_StopMatcherPerToken(benchmark::State& state) {
   tandem::workers::StopMatcher m({"</answer>", "\n\nUser:"});
   bool stopped = false;

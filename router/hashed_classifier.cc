@@ -1,0 +1,199 @@
+#include "router/hashed_classifier.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::router {
+namespace {
+
+constexpr char kMagic[] = "TNDMCLS1";
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+uint64_t Fnv(uint64_t h, std::string_view s) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+// ASCII letters and digits, and every byte of a multi-byte character (inline: the <cctype>
+// functions consult the locale per byte).
+bool WordByte(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c >= 0x80;
+}
+
+char Lower(unsigned char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c); }
+
+void PutU32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+bool GetU32(std::string_view* in, uint32_t* v) {
+  if (in->size() < 4) return false;
+  *v = 0;
+  for (int i = 0; i < 4; ++i)
+    *v |= static_cast<uint32_t>(static_cast<unsigned char>((*in)[i])) << (8 * i);
+  in->remove_prefix(4);
+  return true;
+}
+
+}  // namespace
+
+void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* out) const {
+  text = text.substr(0, kMaxTextBytes);
+  char word[48];
+  uint64_t prev = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && !WordByte(static_cast<unsigned char>(text[i]))) ++i;
+    size_t n = 0;
+    word[n++] = '<';
+    while (i < text.size() && WordByte(static_cast<unsigned char>(text[i]))) {
+      if (n < sizeof(word) - 1) {
+        word[n++] = Lower(static_cast<unsigned char>(text[i]));
+      }
+      ++i;
+    }
+    if (n == 1) break;
+    word[n++] = '>';
+    const std::string_view w(word, n);
+    const uint64_t unigram = Fnv(kFnvOffset ^ 0x77, w);
+    out->push_back(static_cast<uint32_t>(unigram % buckets_));
+    if (prev != 0) out->push_back(static_cast<uint32_t>((prev * 31 + unigram) % buckets_));
+    prev = unigram;
+    for (size_t len = 3; len <= 4; ++len) {
+      for (size_t s = 0; s + len <= n; ++s) {
+        out->push_back(static_cast<uint32_t>(Fnv(kFnvOffset ^ len, w.substr(s, len)) % buckets_));
+      }
+    }
+  }
+}
+
+void HashedClassifier::Scores(const std::vector<uint32_t>& features,
+                              std::vector<double>* probs) const {
+  const size_t c = classes_.size();
+  probs->assign(c, 0.0);
+  if (!features.empty()) {
+    for (uint32_t f : features) {
+      const float* row = &weights_[static_cast<size_t>(f) * c];
+      for (size_t k = 0; k < c; ++k) (*probs)[k] += row[k];
+    }
+    for (size_t k = 0; k < c; ++k) (*probs)[k] /= static_cast<double>(features.size());
+  }
+  double max = -1e30;
+  for (size_t k = 0; k < c; ++k) {
+    (*probs)[k] += bias_[k];
+    max = std::max(max, (*probs)[k]);
+  }
+  double sum = 0;
+  for (size_t k = 0; k < c; ++k) sum += ((*probs)[k] = std::exp((*probs)[k] - max));
+  for (size_t k = 0; k < c; ++k) (*probs)[k] /= sum;
+}
+
+HashedClassifier::Prediction HashedClassifier::Predict(std::string_view text) const {
+  thread_local std::vector<uint32_t> features;
+  thread_local std::vector<double> probs;
+  features.clear();
+  Features(text, &features);
+  Scores(features, &probs);
+  Prediction p;
+  p.label = static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin());
+  p.confidence = probs[p.label];
+  return p;
+}
+
+HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
+                                         const std::vector<std::pair<std::string, int>>& examples,
+                                         const TrainOptions& options) {
+  HashedClassifier m;
+  m.buckets_ = options.buckets;
+  m.classes_ = std::move(classes);
+  const size_t c = m.classes_.size();
+  m.weights_.assign(static_cast<size_t>(m.buckets_) * c, 0.0f);
+  m.bias_.assign(c, 0.0f);
+  std::vector<std::vector<uint32_t>> features(examples.size());
+  for (size_t i = 0; i < examples.size(); ++i) m.Features(examples[i].first, &features[i]);
+  std::vector<size_t> order(examples.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(options.seed);
+  std::vector<double> probs;
+  const double total_steps = static_cast<double>(options.epochs) * examples.size();
+  double step = 0;
+  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t idx : order) {
+      const auto& f = features[idx];
+      // Linear decay to zero, as fastText does.
+      const double lr = options.learning_rate * (1.0 - step++ / total_steps);
+      m.Scores(f, &probs);
+      for (size_t k = 0; k < c; ++k) {
+        const double grad = probs[k] - (static_cast<int>(k) == examples[idx].second ? 1.0 : 0.0);
+        m.bias_[k] -= static_cast<float>(lr * grad);
+        if (f.empty()) continue;
+        const float g = static_cast<float>(lr * grad / static_cast<double>(f.size()));
+        for (uint32_t b : f) m.weights_[static_cast<size_t>(b) * c + k] -= g;
+      }
+    }
+  }
+  return m;
+}
+
+std::string HashedClassifier::ToBytes() const {
+  std::string out(kMagic, 8);
+  PutU32(&out, buckets_);
+  PutU32(&out, static_cast<uint32_t>(classes_.size()));
+  for (const auto& name : classes_) {
+    PutU32(&out, static_cast<uint32_t>(name.size()));
+    out += name;
+  }
+  const size_t offset = out.size();
+  out.resize(offset + (weights_.size() + bias_.size()) * sizeof(float));
+  std::memcpy(&out[offset], weights_.data(), weights_.size() * sizeof(float));
+  std::memcpy(&out[offset + weights_.size() * sizeof(float)], bias_.data(),
+              bias_.size() * sizeof(float));
+  return out;
+}
+
+absl::StatusOr<HashedClassifier> HashedClassifier::FromBytes(std::string_view in) {
+  auto bad = [](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("classifier model: ", why));
+  };
+  if (in.size() < 8 || in.substr(0, 8) != std::string_view(kMagic, 8)) {
+    return bad("not a Tandem classifier (bad magic)");
+  }
+  in.remove_prefix(8);
+  HashedClassifier m;
+  uint32_t num_classes = 0;
+  if (!GetU32(&in, &m.buckets_) || !GetU32(&in, &num_classes)) return bad("truncated header");
+  if (m.buckets_ == 0 || m.buckets_ > (1u << 24) || num_classes < 2 || num_classes > 64) {
+    return bad(
+        absl::StrCat("implausible shape: ", m.buckets_, " buckets, ", num_classes, " classes"));
+  }
+  for (uint32_t k = 0; k < num_classes; ++k) {
+    uint32_t len = 0;
+    if (!GetU32(&in, &len) || len == 0 || len > 256 || in.size() < len) {
+      return bad("truncated class names");
+    }
+    m.classes_.emplace_back(in.substr(0, len));
+    in.remove_prefix(len);
+  }
+  const size_t weights = static_cast<size_t>(m.buckets_) * num_classes;
+  if (in.size() != (weights + num_classes) * sizeof(float)) {
+    return bad(absl::StrCat("expected ", (weights + num_classes) * sizeof(float),
+                            " bytes of weights, found ", in.size()));
+  }
+  m.weights_.resize(weights);
+  m.bias_.resize(num_classes);
+  std::memcpy(m.weights_.data(), in.data(), weights * sizeof(float));
+  std::memcpy(m.bias_.data(), in.data() + weights * sizeof(float), num_classes * sizeof(float));
+  return m;
+}
+
+}  // namespace tandem::router

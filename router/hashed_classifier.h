@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::router {
+
+// The learned tier of classification: a linear softmax model over hashed word unigrams, word
+// bigrams and character 3- and 4-grams (fastText-style features, without the embedding layer).
+// Pure: built from bytes, no I/O. Prediction allocates nothing beyond the feature buffer.
+class HashedClassifier {
+ public:
+  struct Prediction {
+    int label = 0;
+    double confidence = 0;  // probability of `label`
+  };
+
+  struct TrainOptions {
+    uint32_t buckets = 1u << 17;
+    int epochs = 10;
+    double learning_rate = 2.0;
+    uint64_t seed = 1;
+  };
+
+  // Trains on (text, class index) pairs.
+  static HashedClassifier Train(std::vector<std::string> classes,
+                                const std::vector<std::pair<std::string, int>>& examples,
+                                const TrainOptions& options);
+
+  // The model file format: "TNDMCLS1", buckets, class names, weights (little-endian float32).
+  static absl::StatusOr<HashedClassifier> FromBytes(std::string_view bytes);
+  std::string ToBytes() const;
+
+  Prediction Predict(std::string_view text) const;
+  const std::vector<std::string>& classes() const { return classes_; }
+
+  // Only this many leading bytes of a prompt are read.
+  static constexpr size_t kMaxTextBytes = 8192;
+
+ private:
+  HashedClassifier() = default;
+  // Appends the bucket of every feature of `text`.
+  void Features(std::string_view text, std::vector<uint32_t>* out) const;
+  // Softmax probabilities into `probs` (size = classes).
+  void Scores(const std::vector<uint32_t>& features, std::vector<double>* probs) const;
+
+  uint32_t buckets_ = 0;
+  std::vector<std::string> classes_;
+  std::vector<float> weights_;  // buckets_ x classes, row-major by bucket
+  std::vector<float> bias_;
+};
+
+}  // namespace tandem::router

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Retrains the routing classifier's learned tier: rebuilds the labelled data, trains, writes
+# router/classifier/model.tcls and router/classifier/EVALUATION.md (held-out evaluation).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh >/dev/null
+BUILD_DIR=${TANDEM_BUILD_DIR:-build}
+python3 router/classifier/make_dataset.py
+"$BUILD_DIR/tools/tandem-train-classifier" \
+  --train=router/classifier/data/train.jsonl --heldout=router/classifier/data/heldout.jsonl \
+  --out=router/classifier/model.tcls --report=router/classifier/EVALUATION.md
