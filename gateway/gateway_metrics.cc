@@ -33,6 +33,11 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                      .Help("Routing decisions, by chosen model, class, deciding rule and policy "
                            "version.")
                      .Register(r)),
+      shadows_(BuildCounter()
+                   .Name("tandem_gateway_shadow_requests_total")
+                   .Help("Shadow copies of requests (answer discarded), by shadow model, the "
+                         "request's class and gRPC status code.")
+                   .Register(r)),
       policy_info_(BuildGauge()
                        .Name("tandem_policy_info")
                        .Help("1 for the live routing policy; labels identify it.")
@@ -84,6 +89,14 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                     .Name("tandem_gateway_ready_workers")
                     .Help("Worker endpoints of the model that are ready.")
                     .Register(r);
+  auto& shadow_duration = BuildHistogram()
+                              .Name("tandem_gateway_shadow_duration_seconds")
+                              .Help("Duration of shadow copies, start to last chunk.")
+                              .Register(r);
+  auto& shadow_tokens = BuildCounter()
+                            .Name("tandem_gateway_shadow_completion_tokens_total")
+                            .Help("Tokens generated for shadow copies (discarded).")
+                            .Register(r);
   auto& workers = BuildGauge()
                       .Name("tandem_gateway_workers")
                       .Help("Worker endpoints configured for the model.")
@@ -104,7 +117,9 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                        &prompt.Add(l),
                        &completion.Add(l),
                        &ready.Add(l),
-                       &workers.Add(l)};
+                       &workers.Add(l),
+                       &shadow_duration.Add(l, kDurationBuckets),
+                       &shadow_tokens.Add(l)};
     for (const std::string& c : classes) Child(requests_, request_children_, "code", m, c, "OK");
   }
   // Refusals before routing, so error-ratio alerts have a series from the start.
@@ -136,6 +151,11 @@ prometheus::Counter& GatewayMetrics::Child(prometheus::Family<prometheus::Counte
 void GatewayMetrics::CountRequest(const std::string& model, const std::string& request_class,
                                   const char* code) {
   Child(requests_, request_children_, "code", model, request_class, code).Increment();
+}
+
+void GatewayMetrics::CountShadow(const std::string& model, const std::string& request_class,
+                                 const char* code) {
+  Child(shadows_, shadow_children_, "code", model, request_class, code).Increment();
 }
 
 void GatewayMetrics::CountDecision(const std::string& model, const std::string& request_class,

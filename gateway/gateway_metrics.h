@@ -28,6 +28,9 @@ class GatewayMetrics {
     prometheus::Counter* completion_tokens;
     prometheus::Gauge* ready_workers;
     prometheus::Gauge* workers;
+    // Shadow copies sent to this model (answers discarded).
+    prometheus::Histogram* shadow_duration;
+    prometheus::Counter* shadow_completion_tokens;
   };
 
   GatewayMetrics(prometheus::Registry& registry, const std::vector<std::string>& models,
@@ -36,6 +39,8 @@ class GatewayMetrics {
   // nullptr for an unknown model.
   Model* ForModel(const std::string& model);
   void CountRequest(const std::string& model, const std::string& request_class, const char* code);
+  // A shadow copy finished (or could not start) with `code`.
+  void CountShadow(const std::string& model, const std::string& request_class, const char* code);
   void CountDecision(const std::string& model, const std::string& request_class,
                      const std::string& rule, const std::string& policy_version);
   // Policy reloads by result ("ok" or "error"), and the live policy's identity.
@@ -54,6 +59,7 @@ class GatewayMetrics {
 
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Counter>& decisions_;
+  prometheus::Family<prometheus::Counter>& shadows_;
   prometheus::Family<prometheus::Gauge>& policy_info_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_error_;
@@ -64,6 +70,7 @@ class GatewayMetrics {
   // Family::Add hashes every label and locks; this cache keeps the hot path to one lookup.
   std::mutex mu_;
   std::map<Key, prometheus::Counter*> request_children_;  // guarded by mu_
+  std::map<Key, prometheus::Counter*> shadow_children_;   // guarded by mu_
   std::map<std::tuple<std::string, std::string, std::string, std::string>, prometheus::Counter*>
       decision_children_;  // guarded by mu_
 };

@@ -92,6 +92,7 @@ class GenerationCall {
     upstream_.AddHold();
     upstream_.StartRead(&in_);
     upstream_.StartCall();
+    if (!d.shadow.empty() && d.shadow != d.model) service_->StartShadow(admission_, d.shadow);
     return absl::OkStatus();
   }
 
@@ -206,6 +207,61 @@ class GenerationCall {
   WorkerGenerateChunk in_;
   std::atomic<int> refs_{1};
 };
+
+}  // namespace
+
+// A copy of a request sent to another model to measure it; the answer is read and discarded.
+// Owns itself: deleted in OnDone.
+class ShadowCall final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
+ public:
+  ShadowCall(GatewayService* service, Endpoint* endpoint, std::string model,
+             const Admission& admission, absl::Duration timeout)
+      : service_(service),
+        endpoint_(endpoint),
+        model_(std::move(model)),
+        request_class_(admission.decision.request_class),
+        request_(admission.worker_request),
+        start_(SteadyClock::now()) {
+    request_.set_request_id(admission.request_id + "-shadow");
+    context_.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+    context_.AddMetadata("x-request-id", request_.request_id());
+    endpoint_->AddOutstanding(1);
+    endpoint_->client().Generate(&context_, &request_, this);
+    StartRead(&chunk_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    tokens_ += chunk_.tokens();
+    StartRead(&chunk_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    GatewayMetrics::Model* m = service_->metrics().ForModel(model_);
+    if (m != nullptr) {
+      m->shadow_duration->Observe(Seconds(SteadyClock::now() - start_));
+      m->shadow_completion_tokens->Increment(tokens_);
+    }
+    service_->metrics().CountShadow(model_, request_class_, GrpcCodeName(status.error_code()));
+    endpoint_->AddOutstanding(-1);
+    service_->CallEnded();
+    delete this;
+  }
+
+ private:
+  GatewayService* const service_;
+  Endpoint* const endpoint_;
+  const std::string model_;
+  const std::string request_class_;
+  tandem::v1::WorkerGenerateRequest request_;
+  grpc::ClientContext context_;
+  WorkerGenerateChunk chunk_;
+  int64_t tokens_ = 0;
+  const SteadyClock::time_point start_;
+};
+
+namespace {
 
 class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
  public:
@@ -338,12 +394,32 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
 
 GatewayService::GatewayService(const Intake* intake, const WorkerPools* pools,
                                GatewayMetrics* metrics, DecisionLog* decision_log,
-                               bool log_prompt_text)
+                               bool log_prompt_text, absl::Duration shadow_timeout)
     : intake_(intake),
       pools_(pools),
       metrics_(metrics),
       decision_log_(decision_log),
-      log_prompt_text_(log_prompt_text) {}
+      log_prompt_text_(log_prompt_text),
+      shadow_timeout_(shadow_timeout) {}
+
+void GatewayService::StartShadow(const Admission& a, const std::string& model) {
+  ModelPool* pool = pools_->Find(model);
+  const char* refused = nullptr;
+  absl::StatusOr<Endpoint*> endpoint = absl::UnavailableError("no pool");
+  if (pool == nullptr) {
+    refused = "UNAVAILABLE";
+  } else if (a.features.image_count > 0 && !pool->Status().capabilities().vision()) {
+    refused = "INVALID_ARGUMENT";  // the shadow model cannot take this request
+  } else if (endpoint = pool->Pick(); !endpoint.ok()) {
+    refused = "UNAVAILABLE";
+  }
+  if (refused != nullptr) {
+    metrics_->CountShadow(model, a.decision.request_class, refused);
+    return;
+  }
+  CallStarted();  // draining waits for shadows too
+  new ShadowCall(this, *endpoint, model, a, shadow_timeout_);
+}
 
 grpc::ServerUnaryReactor* GatewayService::Generate(grpc::CallbackServerContext* context,
                                                    const GenerateRequest* request,

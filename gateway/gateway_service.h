@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "absl/time/time.h"
 #include "gateway/decision_log.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/intake.h"
@@ -20,8 +21,10 @@ namespace tandem::gateway {
 class GatewayService final : public tandem::v1::Gateway::CallbackService {
  public:
   // `decision_log` may be null; with `log_prompt_text` records carry the prompt text too.
+  // Shadow copies (a policy's `shadow` action) get `shadow_timeout` as their deadline.
   GatewayService(const Intake* intake, const WorkerPools* pools, GatewayMetrics* metrics,
-                 DecisionLog* decision_log = nullptr, bool log_prompt_text = false);
+                 DecisionLog* decision_log = nullptr, bool log_prompt_text = false,
+                 absl::Duration shadow_timeout = absl::Seconds(60));
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const tandem::v1::GenerateRequest* request,
@@ -49,6 +52,8 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   GatewayMetrics& metrics() { return *metrics_; }
   DecisionLog* decision_log() const { return decision_log_; }
   bool log_prompt_text() const { return log_prompt_text_; }
+  // Sends a copy of an admitted request to `model`, answer discarded, measured in metrics.
+  void StartShadow(const Admission& admission, const std::string& model);
 
  private:
   const Intake* const intake_;
@@ -56,6 +61,7 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   GatewayMetrics* const metrics_;
   DecisionLog* const decision_log_;
   const bool log_prompt_text_;
+  const absl::Duration shadow_timeout_;
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   int64_t inflight_ = 0;  // guarded by mu_

@@ -45,6 +45,8 @@ ABSL_FLAG(std::string, decision_log, "",
 ABSL_FLAG(bool, decision_log_text, false, "Include the prompt text in --decision_log records.");
 ABSL_FLAG(int64_t, decision_log_queue, 10000,
           "Records the decision-log writer may fall behind before new ones are dropped.");
+ABSL_FLAG(absl::Duration, shadow_timeout, absl::Seconds(60),
+          "Deadline of shadow copies (a policy's `shadow` action).");
 ABSL_FLAG(std::string, default_model, "qwen", "Model for requests no rule claims.");
 ABSL_FLAG(std::string, accuracy_model, "qwen", "Model for objective ACCURACY.");
 ABSL_FLAG(std::string, latency_model, "nemotron", "Model for objective LATENCY.");
@@ -174,8 +176,12 @@ int Run() {
     if (!log.ok()) Fatal(std::string(log.status().message()));
     decision_log = std::move(*log);
   }
+  if (absl::GetFlag(FLAGS_shadow_timeout) <= absl::ZeroDuration()) {
+    Fatal("--shadow_timeout must be > 0");
+  }
   GatewayService service(&intake, &pools, &metrics, decision_log.get(),
-                         absl::GetFlag(FLAGS_decision_log_text));
+                         absl::GetFlag(FLAGS_decision_log_text),
+                         absl::GetFlag(FLAGS_shadow_timeout));
   AdminService admin(reloader.get());
 
   auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);

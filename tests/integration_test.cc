@@ -860,6 +860,44 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   EXPECT_THAT(RunCommand(admin + " policy show").out, HasSubstr("version=v7"));
 }
 
+TEST_F(PolicyReloadTest, ShadowCopiesAreSentMeasuredAndDiscarded) {
+  ASSERT_NO_FATAL_FAILURE(StartStack("1h"));
+  WriteFile(policy_,
+            "schema: 1\nversion: shadowing\nmodels: {qwen: {vision: true}, nemotron: {}}\n"
+            "classes: [accuracy_critical]\ndefault_class: accuracy_critical\n"
+            "rules:\n  - {name: all, action: {route: qwen, shadow: nemotron}}\n");
+  gateway_.process->Signal(SIGHUP);
+  ASSERT_EQ(
+      WaitForMetric(gateway_.metrics_address, "tandem_policy_info", {{"version", "shadowing"}}, 1)
+          .value_or(-1),
+      1);
+  auto stub = GatewayStub(gateway_.grpc_address);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::GenerateResponse resp;
+  ASSERT_TRUE(stub->Generate(&ctx, Prompt("measure nemotron on this", 6), &resp).ok());
+  EXPECT_EQ(resp.route().model(), "qwen");  // the caller gets the primary's answer only
+  EXPECT_EQ(WaitForMetric(gateway_.metrics_address, "tandem_gateway_shadow_requests_total",
+                          {{"model_name", "nemotron"}, {"code", "OK"}}, 1)
+                .value_or(-1),
+            1);
+  auto metrics = HttpGet(gateway_.metrics_address, "/metrics");
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ(MetricValue(*metrics, "tandem_gateway_shadow_completion_tokens_total",
+                        {{"model_name", "nemotron"}})
+                .value_or(-1),
+            6);
+  EXPECT_EQ(MetricValue(*metrics, "tandem_gateway_shadow_duration_seconds_count",
+                        {{"model_name", "nemotron"}})
+                .value_or(-1),
+            1);
+  // The shadow really ran on the other worker, under its own request id.
+  auto worker = HttpGet(nemotron_.metrics_address, "/metrics");
+  ASSERT_TRUE(worker.ok());
+  EXPECT_EQ(MetricValue(*worker, "tandem_worker_generation_tokens_total").value_or(-1), 6);
+  EXPECT_THAT(nemotron_.process->ReadLog(), HasSubstr(resp.request_id() + "-shadow"));
+}
+
 TEST_F(PolicyReloadTest, FileChangesAreNoticedWithoutASignal) {
   ASSERT_NO_FATAL_FAILURE(StartStack("50ms"));
   Server* gateway = &gateway_;
