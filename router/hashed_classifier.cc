@@ -14,6 +14,7 @@ namespace {
 constexpr char kMagic[] = "TNDMCLS1";
 constexpr uint64_t kFnvOffset = 1469598103934665603ull;
 constexpr uint64_t kFnvPrime = 1099511628211ull;
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 
 uint64_t Fnv(uint64_t h, std::string_view s) {
   for (unsigned char c : s) {
@@ -48,6 +49,8 @@ bool GetU32(std::string_view* in, uint32_t* v) {
 
 void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* out) const {
   text = text.substr(0, kMaxTextBytes);
+  // buckets_ is a power of two, so a mask replaces the (slow) modulo with the same result.
+  const uint64_t mask = buckets_ - 1;
   char word[48];
   uint64_t prev = 0;
   size_t i = 0;
@@ -65,12 +68,19 @@ void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* ou
     word[n++] = '>';
     const std::string_view w(word, n);
     const uint64_t unigram = Fnv(kFnvOffset ^ 0x77, w);
-    out->push_back(static_cast<uint32_t>(unigram % buckets_));
-    if (prev != 0) out->push_back(static_cast<uint32_t>((prev * 31 + unigram) % buckets_));
+    out->push_back(static_cast<uint32_t>(unigram & mask));
+    if (prev != 0) out->push_back(static_cast<uint32_t>((prev * 31 + unigram) & mask));
     prev = unigram;
-    for (size_t len = 3; len <= 4; ++len) {
-      for (size_t s = 0; s + len <= n; ++s) {
-        out->push_back(static_cast<uint32_t>(Fnv(kFnvOffset ^ len, w.substr(s, len)) % buckets_));
+    // Character 3- and 4-grams: packed into one integer and hashed with a single multiply
+    // (Fibonacci hashing), which is most of the time of a prediction.
+    for (size_t s = 0; s + 3 <= n; ++s) {
+      uint64_t packed = uint64_t{static_cast<unsigned char>(w[s])} |
+                        uint64_t{static_cast<unsigned char>(w[s + 1])} << 8 |
+                        uint64_t{static_cast<unsigned char>(w[s + 2])} << 16;
+      out->push_back(static_cast<uint32_t>(((packed | 3ull << 40) * kGolden) >> 32) & mask);
+      if (s + 4 <= n) {
+        packed |= uint64_t{static_cast<unsigned char>(w[s + 3])} << 24;
+        out->push_back(static_cast<uint32_t>(((packed | 4ull << 40) * kGolden) >> 32) & mask);
       }
     }
   }
@@ -172,7 +182,8 @@ absl::StatusOr<HashedClassifier> HashedClassifier::FromBytes(std::string_view in
   HashedClassifier m;
   uint32_t num_classes = 0;
   if (!GetU32(&in, &m.buckets_) || !GetU32(&in, &num_classes)) return bad("truncated header");
-  if (m.buckets_ == 0 || m.buckets_ > (1u << 24) || num_classes < 2 || num_classes > 64) {
+  if (m.buckets_ == 0 || m.buckets_ > (1u << 24) || (m.buckets_ & (m.buckets_ - 1)) != 0 ||
+      num_classes < 2 || num_classes > 64) {
     return bad(
         absl::StrCat("implausible shape: ", m.buckets_, " buckets, ", num_classes, " classes"));
   }

@@ -21,7 +21,7 @@ class HashedClassifier {
   };
 
   struct TrainOptions {
-    uint32_t buckets = 1u << 17;
+    uint32_t buckets = 1u << 17;  // a power of two
     int epochs = 10;
     double learning_rate = 2.0;
     uint64_t seed = 1;
