@@ -1,5 +1,11 @@
 #include "router/request_features.h"
 
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 
 namespace tandem::router {
@@ -10,6 +16,40 @@ TEST(EstimateTokensTest, AsciiAtFourBytesAndOnePerNonAsciiCodePoint) {
   EXPECT_EQ(EstimateTokens("abcd"), 1);
   EXPECT_EQ(EstimateTokens("abcde"), 2);
   EXPECT_EQ(EstimateTokens("\xE6\x97\xA5\xE6\x9C\xAC"), 2);  // two CJK characters
+}
+
+// The estimate against Qwen3's real tokenizer (counts from tests/tokens/count_tokens.js, see
+// scripts/measure_token_estimate.sh). Prints the error; fails if it grows past the bounds
+// documented in the README.
+TEST(EstimateTokensTest, ErrorAgainstQwen3Tokenizer) {
+  std::ifstream in(TANDEM_SOURCE_DIR "/tests/tokens/qwen3_token_counts.jsonl");
+  ASSERT_TRUE(in) << "missing tests/tokens/qwen3_token_counts.jsonl";
+  std::string line;
+  double abs_rel = 0, signed_rel = 0, est_sum = 0, ref_sum = 0, worst = 0;
+  int n = 0;
+  while (std::getline(in, line)) {
+    google::protobuf::Struct row;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(line, &row).ok()) << line;
+    const std::string text = row.fields().at("text").string_value();
+    const double ref = row.fields().at("tokens").number_value();
+    if (ref <= 0) continue;
+    const double est = static_cast<double>(EstimateTokens(text));
+    const double rel = (est - ref) / ref;
+    abs_rel += std::fabs(rel);
+    signed_rel += rel;
+    worst = std::max(worst, std::fabs(rel));
+    est_sum += est;
+    ref_sum += ref;
+    ++n;
+  }
+  ASSERT_GT(n, 1000);
+  const double mape = abs_rel / n;
+  std::printf(
+      "token estimate vs Qwen3 tokenizer over %d texts: mean |error| %.1f%%, mean bias "
+      "%+.1f%%, total %+.1f%%, worst %.0f%%\n",
+      n, 100 * mape, 100 * signed_rel / n, 100 * (est_sum / ref_sum - 1), 100 * worst);
+  EXPECT_LT(mape, 0.25);
+  EXPECT_LT(std::fabs(est_sum / ref_sum - 1), 0.15);
 }
 
 TEST(ExtractFeaturesTest, ReadsEveryField) {
