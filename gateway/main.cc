@@ -1,6 +1,7 @@
 // tandem-gateway: the gRPC front that routes every LLM request to a model's workers.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -117,7 +118,24 @@ int Run() {
   pools_holder =
       std::make_unique<WorkerPools>(absl::GetFlag(FLAGS_worker_probe_interval), on_change);
   WorkerPools& pools = *pools_holder;
-  if (absl::Status s = pools.Configure(absl::GetFlag(FLAGS_workers)); !s.ok()) {
+  // Endpoints come from --workers and from the policy's models.NAME.endpoints (read here, at
+  // start-up; a reload that changes them says so and waits for a restart).
+  std::vector<std::string> worker_entries = absl::GetFlag(FLAGS_workers);
+  if (const std::string path = absl::GetFlag(FLAGS_policy); !path.empty()) {
+    std::vector<policies::PolicyError> errors;
+    auto policy = policies::LoadPolicyFile(path, &errors);
+    if (!policy.ok()) Fatal(std::string(policy.status().message()));
+    for (const auto& [name, spec] : (*policy)->models) {
+      for (const std::string& ep : spec.endpoints) {
+        const std::string entry = name + "=" + ep;
+        if (std::find(worker_entries.begin(), worker_entries.end(), entry) ==
+            worker_entries.end()) {
+          worker_entries.push_back(entry);
+        }
+      }
+    }
+  }
+  if (absl::Status s = pools.Configure(worker_entries); !s.ok()) {
     Fatal(std::string(s.message()));
   }
   std::vector<std::string> models;

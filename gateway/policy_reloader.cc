@@ -34,6 +34,19 @@ absl::Status PolicyReloader::Reload(const std::string& trigger) {
     return status;
   }
   if ((*policy)->sha256 == live_sha256_) return absl::OkStatus();
+  for (const auto& [name, spec] : (*policy)->models) {
+    const ModelPool* pool = pools_->Find(name);
+    for (const std::string& ep : spec.endpoints) {
+      bool known = false;
+      for (const auto& e : pool->endpoints()) known = known || e->address() == ep;
+      if (!known) {
+        spdlog::warn(
+            "policy {}: models.{}.endpoints adds {}; endpoints are read at start-up, so "
+            "it takes effect at the next restart",
+            (*policy)->version, name, ep);
+      }
+    }
+  }
   holder_->Swap(std::make_shared<router::PolicyRouter>(*policy));
   live_version_ = (*policy)->version;
   live_sha256_ = (*policy)->sha256;

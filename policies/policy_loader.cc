@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/sha256.h"
@@ -134,7 +135,27 @@ class Parser {
       m.name = kv.first.Scalar();
       const std::string path = absl::StrCat("models.", m.name);
       const YAML::Node& spec = kv.second;
-      if (Map(spec, path, {"vision", "max_context_tokens", "cost_per_million_tokens"})) {
+      if (Map(spec, path,
+              {"vision", "max_context_tokens", "cost_per_million_tokens", "endpoints"})) {
+        if (const YAML::Node& eps = spec["endpoints"]) {
+          if (!eps.IsSequence() || eps.size() == 0) {
+            Error(eps, path + ".endpoints", "expected a non-empty list of HOST:PORT");
+          } else {
+            for (size_t i = 0; i < eps.size(); ++i) {
+              std::string ep;
+              const std::string epath = absl::StrCat(path, ".endpoints[", i, "]");
+              if (!String(eps[i], epath, &ep)) continue;
+              const size_t colon = ep.rfind(':');
+              int64_t port = 0;
+              if (colon == std::string::npos || colon == 0 ||
+                  !absl::SimpleAtoi(ep.substr(colon + 1), &port) || port < 1 || port > 65535) {
+                Error(eps[i], epath, "expected HOST:PORT with a port in [1, 65535]");
+                continue;
+              }
+              m.endpoints.push_back(ep);
+            }
+          }
+        }
         if (spec["vision"]) Bool(spec["vision"], path + ".vision", &m.vision);
         if (spec["max_context_tokens"]) {
           Integer(spec["max_context_tokens"], path + ".max_context_tokens", 1, int64_t{1} << 40,

@@ -42,6 +42,8 @@ struct ModelSpec {
   // US dollars per million tokens.
   double input_cost_per_million = 0;
   double output_cost_per_million = 0;
+  // Worker endpoints (HOST:PORT) of the model's pool, read at gateway start-up.
+  std::vector<std::string> endpoints;
 };
 
 // Transparent classification tier: the first matching entry names the class.

@@ -770,6 +770,27 @@ TEST_F(PolicyReloadTest, ReloadsAtomicallyUnderLoadAndKeepsTheOldPolicyOnErrors)
   EXPECT_TRUE(PromtoolCheckMetrics(*metrics).ok());
 }
 
+TEST(PolicyFallbackTest, EndpointsCanComeFromThePolicyAlone) {
+  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(qwen.ok());
+  const std::string policy = TempPath("endpoints.yaml");
+  WriteFile(policy, absl::StrCat("schema: 1\nversion: e1\nmodels:\n  qwen: {vision: true, "
+                                 "endpoints: [\"",
+                                 qwen->grpc_address,
+                                 "\"]}\nclasses: [accuracy_critical]\n"
+                                 "default_class: accuracy_critical\n"
+                                 "rules:\n  - {name: all, action: {route: qwen}}\n"));
+  auto gateway = StartGateway({}, {"--policy=" + policy});  // no --workers at all
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
+  auto stub = GatewayStub(gateway->grpc_address);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::GenerateResponse resp;
+  ASSERT_TRUE(stub->Generate(&ctx, Prompt("hi", 2), &resp).ok());
+  EXPECT_EQ(resp.route().worker(), qwen->grpc_address);
+}
+
 TEST(PolicyFallbackTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
   auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
   ASSERT_TRUE(qwen.ok());

@@ -76,7 +76,7 @@ TEST(PolicyLoaderTest, CatchesDuplicatesTypesAndReferences) {
 version: x
 version: y
 models:
-  qwen: {vision: maybe, max_context_tokens: 0}
+  qwen: {vision: maybe, max_context_tokens: 0, endpoints: [nohost]}
 classes: [a, a]
 default_class: b
 signals: {load: high}
@@ -95,7 +95,8 @@ rules:
         "signals.load: expected a number", "classify[0].class: unknown class 'z'",
         "signal 'undeclared' is not declared", "unknown class 'q'",
         "objective is one of auto, accuracy, latency",
-        "shadows the model the rule already routes to"}) {
+        "shadows the model the rule already routes to",
+        "models.qwen.endpoints[0]: expected HOST:PORT"}) {
     EXPECT_THAT(all, HasSubstr(want));
   }
 }
