@@ -64,13 +64,8 @@ class GenerationCall {
       tandem::v1::DecisionRecord record = router::ToRecord(admission_.features, d);
       record.set_request_id(admission_.request_id);
       record.set_time_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
-      if (service_->log_prompt_text()) {
-        for (const auto& m : request_->messages()) {
-          for (const auto& part : m.content()) {
-            if (part.has_text()) absl::StrAppend(record.mutable_prompt_text(), part.text(), "\n");
-          }
-        }
-      }
+      // The text the learned tier read (bounded), so replay classifies exactly what live did.
+      if (service_->log_prompt_text()) record.set_prompt_text(admission_.features.classifier_text);
       log->Record(std::move(record));
     }
     if (model_metrics_ != nullptr) model_metrics_->inflight->Increment();
@@ -237,7 +232,10 @@ class ShadowCall final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
     StartRead(&chunk_);
   }
 
+  void Cancel() { context_.TryCancel(); }
+
   void OnDone(const grpc::Status& status) override {
+    service_->ShadowEnded(this);
     GatewayMetrics::Model* m = service_->metrics().ForModel(model_);
     if (m != nullptr) {
       m->shadow_duration->Observe(Seconds(SteadyClock::now() - start_));
@@ -418,7 +416,26 @@ void GatewayService::StartShadow(const Admission& a, const std::string& model) {
     return;
   }
   CallStarted();  // draining waits for shadows too
-  new ShadowCall(this, *endpoint, model, a, shadow_timeout_);
+  std::lock_guard<std::mutex> l(shadow_mu_);
+  if (draining()) {
+    metrics_->CountShadow(model, a.decision.request_class, "UNAVAILABLE");
+    CallEnded();
+    return;
+  }
+  // Registered under the lock before it can finish, so StartDraining can cancel it.
+  shadows_.insert(new ShadowCall(this, *endpoint, model, a, shadow_timeout_));
+}
+
+void GatewayService::ShadowEnded(ShadowCall* call) {
+  std::lock_guard<std::mutex> l(shadow_mu_);
+  shadows_.erase(call);
+}
+
+void GatewayService::StartDraining() {
+  draining_.store(true, std::memory_order_relaxed);
+  // Shadows only measure; they need not delay the drain.
+  std::lock_guard<std::mutex> l(shadow_mu_);
+  for (ShadowCall* s : shadows_) s->Cancel();
 }
 
 grpc::ServerUnaryReactor* GatewayService::Generate(grpc::CallbackServerContext* context,

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 
 #include "absl/time/time.h"
 #include "gateway/decision_log.h"
@@ -13,6 +14,8 @@
 #include "tandem/v1/gateway.grpc.pb.h"
 
 namespace tandem::gateway {
+
+class ShadowCall;
 
 // tandem.v1.Gateway over the callback API. No thread is held per request: each call is a
 // reactor pair (server side to the client, client side to the worker) that relays chunk by
@@ -39,7 +42,8 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
                                        tandem::v1::ListModelsResponse* response) override;
 
   // New generations get UNAVAILABLE from now on (those admitted finish).
-  void StartDraining() { draining_.store(true, std::memory_order_relaxed); }
+  // Also cancels shadow copies in flight.
+  void StartDraining();
   bool draining() const { return draining_.load(std::memory_order_relaxed); }
   // Generations dispatched and not yet finished; for draining.
   int64_t inflight() const;
@@ -54,6 +58,7 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   bool log_prompt_text() const { return log_prompt_text_; }
   // Sends a copy of an admitted request to `model`, answer discarded, measured in metrics.
   void StartShadow(const Admission& admission, const std::string& model);
+  void ShadowEnded(ShadowCall* call);
 
  private:
   const Intake* const intake_;
@@ -66,6 +71,8 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   std::condition_variable idle_cv_;
   int64_t inflight_ = 0;  // guarded by mu_
   std::atomic<bool> draining_{false};
+  std::mutex shadow_mu_;
+  std::set<ShadowCall*> shadows_;  // guarded by shadow_mu_
 };
 
 }  // namespace tandem::gateway

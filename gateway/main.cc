@@ -255,6 +255,8 @@ int Run() {
     spdlog::warn("drain timed out with {} requests in flight", service.inflight());
   }
   StopGrpcServer(server, &health, /*grace_seconds=*/5);
+  // Client-side calls (cancelled shadows) must end before what they use is destroyed.
+  service.WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   pools.Stop();
   spdlog::info("stopped");
   MetricsServer::KeepUntilExit(std::move(*metrics_server));

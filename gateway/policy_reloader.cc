@@ -1,5 +1,7 @@
 #include "gateway/policy_reloader.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -13,10 +15,40 @@ namespace tandem::gateway {
 
 PolicyReloader::~PolicyReloader() { Stop(); }
 
+namespace {
+
+std::string ReadFile(const std::string& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  *ok = static_cast<bool>(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Size and modification time: cheap to poll, unlike hashing a model file every interval.
+std::string FileStamp(const std::string& path) {
+  struct stat st;
+  if (path.empty() || stat(path.c_str(), &st) != 0) return "";
+  return absl::StrCat(st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
 absl::Status PolicyReloader::Reload(const std::string& trigger) {
+  bool ok = false;
+  const std::string text = ReadFile(path_, &ok);
+  if (!ok) {
+    metrics_->CountPolicyReload(false);
+    spdlog::error("policy reload ({}): cannot read {}; the live policy stays", trigger, path_);
+    return absl::NotFoundError(absl::StrCat("cannot read policy file ", path_));
+  }
+  return ReloadText(text, trigger);
+}
+
+absl::Status PolicyReloader::ReloadText(const std::string& text, const std::string& trigger) {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<policies::PolicyError> errors;
-  auto policy = policies::LoadPolicyFile(path_, &errors);
+  auto policy = policies::ParsePolicy(text, path_, &errors);
   absl::Status status = policy.status();
   if (status.ok()) {
     for (const auto& [name, spec] : (*policy)->models) {
@@ -33,7 +65,13 @@ absl::Status PolicyReloader::Reload(const std::string& trigger) {
                   std::string(status.message()));
     return status;
   }
-  if ((*policy)->sha256 == live_sha256_) return absl::OkStatus();
+  live_classifier_path_ = (*policy)->classifier_path;
+  live_key_ = Sha256Hex(text) + "|" + FileStamp(live_classifier_path_);
+  last_failed_key_.clear();
+  {
+    std::lock_guard<std::mutex> live(live_mu_);
+    if ((*policy)->sha256 == live_sha256_) return absl::OkStatus();
+  }
   for (const auto& [name, spec] : (*policy)->models) {
     const ModelPool* pool = pools_->Find(name);
     for (const std::string& ep : spec.endpoints) {
@@ -48,9 +86,11 @@ absl::Status PolicyReloader::Reload(const std::string& trigger) {
     }
   }
   holder_->Swap(std::make_shared<router::PolicyRouter>(*policy));
-  live_version_ = (*policy)->version;
-  live_sha256_ = (*policy)->sha256;
-  last_failed_sha256_.clear();
+  {
+    std::lock_guard<std::mutex> live(live_mu_);
+    live_version_ = (*policy)->version;
+    live_sha256_ = (*policy)->sha256;
+  }
   metrics_->CountPolicyReload(true);
   metrics_->SetLivePolicy((*policy)->version, (*policy)->sha256);
   spdlog::info("policy ({}) {} version={} sha256={} rules={}", trigger, path_, (*policy)->version,
@@ -59,7 +99,7 @@ absl::Status PolicyReloader::Reload(const std::string& trigger) {
 }
 
 std::pair<std::string, std::string> PolicyReloader::Live() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(live_mu_);
   return {live_version_, live_sha256_};
 }
 
@@ -80,18 +120,20 @@ void PolicyReloader::ReloadAsync(std::string trigger, std::function<void(absl::S
 }
 
 void PolicyReloader::CheckFile() {
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) return;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string sha = Sha256Hex(ss.str());
+  bool ok = false;
+  const std::string text = ReadFile(path_, &ok);
+  if (!ok) return;
+  std::string key;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (sha == live_sha256_ || sha == last_failed_sha256_) return;
+    // The YAML's bytes and the model file's stamp: either changing is a new policy.
+    key = Sha256Hex(text) + "|" + FileStamp(live_classifier_path_);
+    if (key == live_key_ || key == last_failed_key_) return;
   }
-  if (!Reload("file changed").ok()) {
+  // The same bytes that were hashed are parsed, so a half-written file is judged as read.
+  if (!ReloadText(text, "file changed").ok()) {
     std::lock_guard<std::mutex> l(mu_);
-    last_failed_sha256_ = sha;
+    last_failed_key_ = key;  // reported once per change, not every interval
   }
 }
 

@@ -45,15 +45,23 @@ class PolicyReloader {
   };
   void Loop(absl::Duration interval);
   void CheckFile();
+  // Parses `text` (the file's bytes as read once) and swaps it in if valid.
+  absl::Status ReloadText(const std::string& text, const std::string& trigger);
 
   const std::string path_;
   const WorkerPools* const pools_;
   RouterHolder* const holder_;
   GatewayMetrics* const metrics_;
-  mutable std::mutex mu_;           // serialises reloads
-  std::string live_version_;        // guarded by mu_
-  std::string live_sha256_;         // guarded by mu_
-  std::string last_failed_sha256_;  // guarded by mu_; a bad file is reported once per change
+  std::mutex mu_;  // serialises reloads; held through file I/O and parsing
+  // The live policy's YAML hash and its model file's size and mtime; and the same key of the
+  // last file that failed, so it is reported once per change.
+  std::string live_key_;              // guarded by mu_
+  std::string live_classifier_path_;  // guarded by mu_
+  std::string last_failed_key_;       // guarded by mu_
+  // What Live() reports; its own lock so admin RPCs never wait for a reload's I/O.
+  mutable std::mutex live_mu_;
+  std::string live_version_;  // guarded by live_mu_
+  std::string live_sha256_;   // guarded by live_mu_
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
   std::deque<Pending> queue_;  // guarded by queue_mu_

@@ -6,6 +6,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -163,11 +164,25 @@ absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& pol
           problems.Add(cases[i], path, "name and expect are required");
           continue;
         }
-        if (cases[i]["request"]) {
-          KnownKeys(cases[i]["request"], path + ".request",
-                    {"text", "system", "prompt_tokens", "turns", "images", "objective", "model",
-                     "reasoning", "max_tokens", "labels", "request_id", "signals"},
-                    &problems);
+        if (const YAML::Node r = cases[i]["request"]) {
+          if (KnownKeys(r, path + ".request",
+                        {"text", "system", "prompt_tokens", "turns", "images", "objective", "model",
+                         "reasoning", "max_tokens", "labels", "request_id", "signals"},
+                        &problems)) {
+            // Bounds keep a typo from building an enormous request.
+            for (const auto& [key, lo, hi] :
+                 {std::tuple<const char*, int64_t, int64_t>{"turns", 1, 1000},
+                  {"images", 0, 16},
+                  {"prompt_tokens", 0, 1000000},
+                  {"max_tokens", 1, 1000000}}) {
+              if (!r[key]) continue;
+              const int64_t v = r[key].as<int64_t>(lo - 1);
+              if (v < lo || v > hi) {
+                problems.Add(r[key], path + ".request." + key,
+                             absl::StrCat("expected an integer in [", lo, ", ", hi, "]"));
+              }
+            }
+          }
         }
         KnownKeys(cases[i]["expect"], path + ".expect", {"model", "class", "rule", "error"},
                   &problems);

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -63,8 +64,8 @@ class Parser {
   }
 
   bool Number(const YAML::Node& node, const std::string& path, double* out) {
-    if (!node.IsScalar() || !YAML::convert<double>::decode(node, *out)) {
-      Error(node, path, "expected a number");
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, *out) || !std::isfinite(*out)) {
+      Error(node, path, "expected a finite number");
       return false;
     }
     return true;
@@ -231,6 +232,8 @@ class Parser {
     }
     p->classifier = std::make_shared<router::HashedClassifier>(std::move(*model));
     p->classifier_path = path;
+    // The policy's identity covers the model too: retraining it is a policy change.
+    p->sha256 = Sha256Hex(p->sha256 + Sha256Hex(bytes.str()));
   }
 
   void ParseSignals(const YAML::Node& node, Policy* p) {
@@ -402,17 +405,24 @@ class Parser {
       const std::string fpath = absl::StrCat(path, ".", field);
       if (field == "any") {
         if (!kv.second.IsSequence() || kv.second.size() < 2) {
-          Error(kv.second, fpath, "expected a list of at least two single-field conditions");
+          Error(kv.second, fpath, "expected a list of at least two alternatives");
           continue;
         }
         for (size_t i = 0; i < kv.second.size(); ++i) {
           const YAML::Node& alt = kv.second[i];
           const std::string apath = absl::StrCat(fpath, "[", i, "]");
           if (!FreeMap(alt, apath)) continue;
+          if (alt.size() == 0) {
+            Error(alt, apath, "empty alternative");
+            continue;
+          }
+          // One alternative: all its fields and operators must hold.
+          std::vector<Predicate> alternative;
           for (const auto& akv : alt) {
             ParseField(akv.first.Scalar(), akv.second, absl::StrCat(apath, ".", akv.first.Scalar()),
-                       akv.first, p, &c->any);
+                       akv.first, p, &alternative);
           }
+          c->any.push_back(std::move(alternative));
         }
         continue;
       }

@@ -28,10 +28,11 @@ struct Predicate {
   bool numeric = false;
 };
 
-// All of `all` hold, and (when `any` is not empty) at least one of `any`. Empty matches all.
+// All of `all` hold, and (when `any` is not empty) at least one alternative of `any` holds, an
+// alternative holding when all its predicates do. Empty matches all.
 struct Condition {
   std::vector<Predicate> all;
-  std::vector<Predicate> any;
+  std::vector<std::vector<Predicate>> any;
   bool MatchesEverything() const { return all.empty() && any.empty(); }
 };
 
@@ -78,7 +79,7 @@ struct Rule {
 struct Policy {
   // Operator-chosen version string, shown on every decision metric.
   std::string version;
-  // SHA-256 of the file's bytes, hex.
+  // SHA-256 of the file's bytes, hex; with a classifier, of that and the model's SHA-256.
   std::string sha256;
   std::map<std::string, ModelSpec> models;
   std::vector<std::string> classes;

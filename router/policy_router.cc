@@ -143,7 +143,11 @@ bool Matches(const Condition& cond, const Context& c, std::string* detail) {
   bool all = true;
   for (const auto& p : cond.all) all = Test(p, c, detail) && all;
   bool any = cond.any.empty();
-  for (const auto& p : cond.any) any = Test(p, c, detail) || any;
+  for (const auto& alternative : cond.any) {
+    bool holds = true;
+    for (const auto& p : alternative) holds = Test(p, c, detail) && holds;
+    any = any || holds;
+  }
   return all && any;
 }
 

@@ -62,7 +62,7 @@ rules:
       ElementsAre(
           "bad.yaml:8:1: bogus: unknown key; expected one of: classes, classifier, classify, "
           "default_class, models, rules, schema, signals, version",
-          "bad.yaml:11:32: rules[0].when.prompt_tokens.gt: expected a number",
+          "bad.yaml:11:32: rules[0].when.prompt_tokens.gt: expected a finite number",
           HasSubstr("bad.yaml:11:39: rules[0].when.colour: unknown field"),
           "bad.yaml:12:21: rules[0].action.route: unknown model 'llama'",
           "bad.yaml:13:11: rules[1].name: duplicate name",
@@ -92,7 +92,7 @@ rules:
        {"schema: 2 is out of range [1, 1]", "3:1: version: duplicate key",
         "models.qwen.vision: expected true or false", "max_context_tokens: 0 is out of range",
         "classes[1]: duplicate class", "default_class: unknown class 'b'",
-        "signals.load: expected a number", "classify[0].class: unknown class 'z'",
+        "signals.load: expected a finite number", "classify[0].class: unknown class 'z'",
         "signal 'undeclared' is not declared", "unknown class 'q'",
         "objective is one of auto, accuracy, latency",
         "shadows the model the rule already routes to",
@@ -189,6 +189,38 @@ TEST(PolicyRouterTest, WeightedSplitIsStablePerKeyAndHonoursWeights) {
   EXPECT_NEAR(nemotron, 100, 30);
 }
 
+TEST(PolicyRouterTest, AnAlternativeHoldsOnlyWhenAllItsTestsDo) {
+  auto p = MustParse(std::string(kHeader) + R"(rules:
+  - name: mid
+    when: {any: [{prompt_tokens: {gt: 1000, lt: 4000}}, {label.app: {eq: x}, num_turns: {ge: 3}}]}
+    action: {route: nemotron}
+  - name: rest
+    action: {route: qwen}
+)");
+  router::PolicyRouter r(p);
+  auto f = Features();  // 100 tokens: neither alternative
+  EXPECT_EQ(r.Route(f)->rule, "rest");
+  f.prompt_tokens = 2000;
+  EXPECT_EQ(r.Route(f)->rule, "mid");
+  f.prompt_tokens = 5000;
+  EXPECT_EQ(r.Route(f)->rule, "rest");
+  f.labels["app"] = "x";  // half of the second alternative
+  EXPECT_EQ(r.Route(f)->rule, "rest");
+  f.num_turns = 3;
+  EXPECT_EQ(r.Route(f)->rule, "mid");
+  EXPECT_THAT(Errors(std::string(kHeader) + R"(rules:
+  - {name: a, when: {any: [{}, {class: accuracy_critical}]}, action: {route: qwen}}
+  - {name: b, action: {route: qwen}}
+)"),
+              ::testing::Contains(HasSubstr("rules[0].when.any[0]: empty alternative")));
+  EXPECT_THAT(::testing::PrintToString(
+                  Errors(std::string(kHeader) + R"(classifier: {model: m, min_confidence: .nan}
+rules:
+  - {name: b, action: {route: qwen}}
+)")),
+              HasSubstr("classifier.min_confidence: expected a finite number"));
+}
+
 TEST(PolicyRouterTest, SignalsAndAnyConditions) {
   auto p = MustParse(std::string(kHeader) + R"(signals: {qwen_queue_depth: 40}
 rules:
@@ -242,6 +274,12 @@ TEST(PolicyCasesTest, ReportsWrongExpectationsAndMalformedFiles) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr("bad_cases.yaml:2:25: cases[0].request.colour"));
+  auto huge = RunPolicyCases(*p, WriteTemp("huge_cases.yaml", R"(cases:
+  - {name: x, request: {turns: 0, images: 1, prompt_tokens: 1000000000000}, expect: {model: qwen}}
+)"));
+  EXPECT_THAT(std::string(huge.status().message()),
+              HasSubstr("cases[0].request.turns: expected an integer in [1, 1000]"));
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("cases[0].request.prompt_tokens"));
 }
 
 }  // namespace
