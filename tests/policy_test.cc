@@ -4,6 +4,7 @@
 #include "gtest/gtest.h"
 #include "policies/policy_cases.h"
 #include "policies/policy_loader.h"
+#include "router/hashed_classifier.h"
 #include "router/policy_router.h"
 
 namespace tandem::policies {
@@ -26,6 +27,12 @@ std::vector<std::string> Errors(const std::string& yaml) {
   std::vector<std::string> out;
   for (const auto& e : errors) out.push_back(e.ToString());
   return out;
+}
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
 }
 
 constexpr char kHeader[] = R"(schema: 1
@@ -241,10 +248,29 @@ rules:
   EXPECT_EQ(d->shadow, "qwen");
 }
 
-std::string WriteTemp(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
-  std::ofstream(path) << text;
-  return path;
+TEST(PolicyLoaderTest, TheClassifierModelIsPartOfThePolicyIdentity) {
+  auto train = [](uint64_t seed) {
+    router::HashedClassifier::TrainOptions o;
+    o.buckets = 1 << 10;
+    o.seed = seed;
+    o.epochs = 1 + static_cast<int>(seed);
+    return router::HashedClassifier::Train(
+        {"accuracy_critical", "latency_critical"},
+        {{"write code", 0}, {"hi there", 1}, {"prove it", 0}, {"thanks", 1}}, o);
+  };
+  const std::string dir = ::testing::TempDir();
+  const std::string yaml = std::string(kHeader) + "classifier: {model: " + dir +
+                           "/model.tcls}\nrules:\n  - {name: r, action: {route: qwen}}\n";
+  WriteTemp("model.tcls", train(1).ToBytes());
+  auto a = MustParse(yaml);
+  WriteTemp("model.tcls", train(2).ToBytes());
+  auto b = MustParse(yaml);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a->sha256, b->sha256);  // same YAML, retrained model: a different policy
+  EXPECT_THAT(Errors(std::string(kHeader) + "classifier: {model: /nonexistent.tcls}\nrules:\n"
+                                            "  - {name: r, action: {route: qwen}}\n"),
+              ::testing::Contains(HasSubstr("classifier.model: cannot read /nonexistent.tcls")));
 }
 
 TEST(PolicyCasesTest, ReportsWrongExpectationsAndMalformedFiles) {
