@@ -40,4 +40,26 @@ grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* c
   return reactor;
 }
 
+grpc::ServerUnaryReactor* AdminService::ListEndpoints(
+    grpc::CallbackServerContext* context, const tandem::v1::ListEndpointsRequest*,
+    tandem::v1::ListEndpointsResponse* response) {
+  if (pools_ != nullptr) {
+    for (const auto& [name, pool] : pools_->pools()) {
+      for (const auto& e : *pool->endpoints()) *response->add_endpoints() = e->Describe();
+    }
+  }
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::GetSignals(grpc::CallbackServerContext* context,
+                                                   const tandem::v1::GetSignalsRequest*,
+                                                   tandem::v1::SignalsStatus* response) {
+  if (signals_ != nullptr) *response = signals_->Describe();
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 }  // namespace tandem::gateway

@@ -1,6 +1,8 @@
 #pragma once
 
 #include "gateway/policy_reloader.h"
+#include "gateway/signal_engine.h"
+#include "gateway/worker_pool.h"
 #include "tandem/v1/admin.grpc.pb.h"
 
 namespace tandem::gateway {
@@ -9,8 +11,11 @@ namespace tandem::gateway {
 // reactor finishes when it answers, so no gRPC thread waits on file I/O.
 class AdminService final : public tandem::v1::Admin::CallbackService {
  public:
-  // `reloader` is null when the gateway runs the built-in rules.
-  explicit AdminService(PolicyReloader* reloader) : reloader_(reloader) {}
+  // `reloader` is null when the gateway runs the built-in rules; `pools` and `signals` may be
+  // null (tests).
+  explicit AdminService(PolicyReloader* reloader, const WorkerPools* pools = nullptr,
+                        const SignalEngine* signals = nullptr)
+      : reloader_(reloader), pools_(pools), signals_(signals) {}
 
   grpc::ServerUnaryReactor* ReloadPolicy(grpc::CallbackServerContext* context,
                                          const tandem::v1::ReloadPolicyRequest* request,
@@ -18,11 +23,19 @@ class AdminService final : public tandem::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* context,
                                       const tandem::v1::GetPolicyRequest* request,
                                       tandem::v1::PolicyStatus* response) override;
+  grpc::ServerUnaryReactor* ListEndpoints(grpc::CallbackServerContext* context,
+                                          const tandem::v1::ListEndpointsRequest* request,
+                                          tandem::v1::ListEndpointsResponse* response) override;
+  grpc::ServerUnaryReactor* GetSignals(grpc::CallbackServerContext* context,
+                                       const tandem::v1::GetSignalsRequest* request,
+                                       tandem::v1::SignalsStatus* response) override;
 
  private:
   void Fill(tandem::v1::PolicyStatus* response) const;
 
   PolicyReloader* const reloader_;
+  const WorkerPools* const pools_;
+  const SignalEngine* const signals_;
 };
 
 }  // namespace tandem::gateway

@@ -1,5 +1,9 @@
 #include "gateway/gateway_metrics.h"
 
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
 namespace tandem::gateway {
 namespace {
 
@@ -42,6 +46,75 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                        .Name("tandem_policy_info")
                        .Help("1 for the live routing policy; labels identify it.")
                        .Register(r)),
+      endpoint_ready_(BuildGauge()
+                          .Name("tandem_gateway_endpoint_ready")
+                          .Help("1 when the worker endpoint's last active health probe passed.")
+                          .Register(r)),
+      endpoint_breaker_(BuildGauge()
+                            .Name("tandem_gateway_endpoint_breaker_state")
+                            .Help("Circuit breaker of the endpoint: 0 closed, 1 open (ejected), "
+                                  "2 half-open (next probe decides).")
+                            .Register(r)),
+      endpoint_ejections_(BuildCounter()
+                              .Name("tandem_gateway_endpoint_ejections_total")
+                              .Help("Times the endpoint was ejected by outlier detection.")
+                              .Register(r)),
+      dns_resolutions_(BuildCounter()
+                           .Name("tandem_gateway_dns_resolutions_total")
+                           .Help("Re-resolutions of dns: worker endpoints, by result.")
+                           .Register(r)),
+      scrapes_(BuildCounter()
+                   .Name("tandem_gateway_worker_scrapes_total")
+                   .Help("Scrapes of worker /metrics for routing signals, by result.")
+                   .Register(r)),
+      signal_value_(BuildGauge()
+                        .Name("tandem_gateway_signal_value")
+                        .Help("Current value of a policy signal (NaN when it has none).")
+                        .Register(r)),
+      signal_stale_(BuildGauge()
+                        .Name("tandem_gateway_signal_stale")
+                        .Help("1 when the policy signal's value is older than its stale_after.")
+                        .Register(r)),
+      signal_age_(BuildGauge()
+                      .Name("tandem_gateway_signal_age_seconds")
+                      .Help("Seconds since the policy signal was last refreshed.")
+                      .Register(r)),
+      signal_errors_(BuildCounter()
+                         .Name("tandem_gateway_signal_refresh_errors_total")
+                         .Help("Failed refreshes of a policy signal (query error, no data).")
+                         .Register(r)),
+      trigger_active_(BuildGauge()
+                          .Name("tandem_gateway_trigger_active")
+                          .Help("1 while the policy trigger is on.")
+                          .Register(r)),
+      trigger_transitions_(BuildCounter()
+                               .Name("tandem_gateway_trigger_transitions_total")
+                               .Help("Times the policy trigger turned on or off.")
+                               .Register(r)),
+      retries_(BuildCounter()
+                   .Name("tandem_gateway_retries_total")
+                   .Help("Requests retried before anything was streamed, by the model retried "
+                         "on and the reason.")
+                   .Register(r)),
+      retry_budget_exhausted_(BuildCounter()
+                                  .Name("tandem_gateway_retry_budget_exhausted_total")
+                                  .Help("Retries and failovers refused by the retry budget.")
+                                  .Register(r)
+                                  .Add({})),
+      failovers_(BuildCounter()
+                     .Name("tandem_gateway_midstream_failovers_total")
+                     .Help("Answers continued on another worker after their worker failed "
+                           "mid-stream, by the model that failed and the one that continued.")
+                     .Register(r)),
+      hedges_(BuildCounter()
+                  .Name("tandem_gateway_hedges_total")
+                  .Help("Hedged copies sent (no first token after the rule's delay), by model "
+                        "and outcome (won: the hedge answered first).")
+                  .Register(r)),
+      shed_(BuildCounter()
+                .Name("tandem_gateway_shed_requests_total")
+                .Help("Requests refused with RESOURCE_EXHAUSTED by a policy shed rule.")
+                .Register(r)),
       reloads_ok_(BuildCounter()
                       .Name("tandem_policy_reloads_total")
                       .Help("Policy reload attempts, by result.")
@@ -121,7 +194,20 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                        &shadow_duration.Add(l, kDurationBuckets),
                        &shadow_tokens.Add(l)};
     for (const std::string& c : classes) Child(requests_, request_children_, "code", m, c, "OK");
+    for (const char* result : {"ok", "error"}) {
+      Labelled(scrapes_, {{"model_name", m}, {"result", result}});
+    }
+    for (const char* reason : {"worker_error", "resource_exhausted"}) {
+      Labelled(retries_, {{"model_name", m}, {"reason", reason}});
+    }
+    for (const char* outcome : {"won", "lost"}) {
+      Labelled(hedges_, {{"model_name", m}, {"outcome", outcome}});
+    }
+    for (const std::string& to : models) {
+      Labelled(failovers_, {{"from_model", m}, {"to_model", to}});
+    }
   }
+  for (const std::string& c : classes) Labelled(shed_, {{"class", c}});
   // Refusals before routing, so error-ratio alerts have a series from the start.
   for (const char* code : {"INVALID_ARGUMENT", "UNAVAILABLE", "RESOURCE_EXHAUSTED"}) {
     Child(requests_, request_children_, "code", "none", "none", code);
@@ -171,6 +257,101 @@ void GatewayMetrics::CountDecision(const std::string& model, const std::string& 
     it = decision_children_.emplace(std::move(key), &c).first;
   }
   it->second->Increment();
+}
+
+prometheus::Counter& GatewayMetrics::Labelled(prometheus::Family<prometheus::Counter>& family,
+                                             const prometheus::Labels& labels) {
+  std::string key;
+  for (const auto& [k, v] : labels) absl::StrAppend(&key, k, "=", v, std::string(1, '\0'));
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = labelled_.find({&family, key});
+  if (it != labelled_.end()) return *it->second;
+  prometheus::Counter& c = family.Add(labels);
+  labelled_.emplace(std::make_pair(&family, key), &c);
+  return c;
+}
+
+void GatewayMetrics::AddEndpoint(const std::string& model, const std::string& address) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& e = endpoints_[{model, address}];
+  if (e.refs++ > 0) return;
+  const prometheus::Labels labels = {{"model_name", model}, {"endpoint", address}};
+  e.ready = &endpoint_ready_.Add(labels);
+  e.breaker = &endpoint_breaker_.Add(labels);
+  e.ejections = &endpoint_ejections_.Add(labels);
+}
+
+void GatewayMetrics::RemoveEndpoint(const std::string& model, const std::string& address) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = endpoints_.find({model, address});
+  if (it == endpoints_.end() || --it->second.refs > 0) return;
+  endpoint_ready_.Remove(it->second.ready);
+  endpoint_breaker_.Remove(it->second.breaker);
+  endpoint_ejections_.Remove(it->second.ejections);
+  endpoints_.erase(it);
+}
+
+void GatewayMetrics::SetEndpointState(const std::string& model, const std::string& address,
+                                      bool ready, int breaker_state) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = endpoints_.find({model, address});
+  if (it == endpoints_.end()) return;
+  it->second.ready->Set(ready ? 1 : 0);
+  it->second.breaker->Set(breaker_state);
+}
+
+void GatewayMetrics::CountEjection(const std::string& model, const std::string& address) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = endpoints_.find({model, address});
+  if (it != endpoints_.end()) it->second.ejections->Increment();
+}
+
+void GatewayMetrics::CountDnsResolution(const std::string& model, bool ok) {
+  Labelled(dns_resolutions_, {{"model_name", model}, {"result", ok ? "ok" : "error"}}).Increment();
+}
+
+void GatewayMetrics::CountScrape(const std::string& model, bool ok) {
+  Labelled(scrapes_, {{"model_name", model}, {"result", ok ? "ok" : "error"}}).Increment();
+}
+
+GatewayMetrics::Signal GatewayMetrics::ForSignal(const std::string& name) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = signals_.find(name);
+  if (it != signals_.end()) return it->second;
+  const prometheus::Labels labels = {{"signal", name}};
+  Signal s{&signal_value_.Add(labels), &signal_stale_.Add(labels), &signal_age_.Add(labels),
+           &signal_errors_.Add(labels)};
+  s.value->Set(std::nan(""));
+  signals_.emplace(name, s);
+  return s;
+}
+
+GatewayMetrics::Trigger GatewayMetrics::ForTrigger(const std::string& name) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = triggers_.find(name);
+  if (it != triggers_.end()) return it->second;
+  const prometheus::Labels labels = {{"trigger", name}};
+  Trigger t{&trigger_active_.Add(labels), &trigger_transitions_.Add(labels)};
+  triggers_.emplace(name, t);
+  return t;
+}
+
+void GatewayMetrics::CountRetry(const std::string& model, const char* reason) {
+  Labelled(retries_, {{"model_name", model}, {"reason", reason}}).Increment();
+}
+
+void GatewayMetrics::CountRetryBudgetExhausted() { retry_budget_exhausted_.Increment(); }
+
+void GatewayMetrics::CountFailover(const std::string& from_model, const std::string& to_model) {
+  Labelled(failovers_, {{"from_model", from_model}, {"to_model", to_model}}).Increment();
+}
+
+void GatewayMetrics::CountHedge(const std::string& model, bool won) {
+  Labelled(hedges_, {{"model_name", model}, {"outcome", won ? "won" : "lost"}}).Increment();
+}
+
+void GatewayMetrics::CountShed(const std::string& request_class) {
+  Labelled(shed_, {{"class", request_class}}).Increment();
 }
 
 void GatewayMetrics::CountPolicyReload(bool ok) { (ok ? reloads_ok_ : reloads_error_).Increment(); }

@@ -46,6 +46,37 @@ class GatewayMetrics {
   // Policy reloads by result ("ok" or "error"), and the live policy's identity.
   void CountPolicyReload(bool ok);
   void SetLivePolicy(const std::string& version, const std::string& sha256);
+  // Worker endpoints: created when an endpoint joins a pool, removed when DNS drops it.
+  void AddEndpoint(const std::string& model, const std::string& address);
+  void RemoveEndpoint(const std::string& model, const std::string& address);
+  void SetEndpointState(const std::string& model, const std::string& address, bool ready,
+                        int breaker_state);
+  void CountEjection(const std::string& model, const std::string& address);
+  void CountDnsResolution(const std::string& model, bool ok);
+  void CountScrape(const std::string& model, bool ok);
+
+  // Policy signals and triggers; series are created (at 0) when a policy declaring them loads.
+  struct Signal {
+    prometheus::Gauge* value;
+    prometheus::Gauge* stale;
+    prometheus::Gauge* age;
+    prometheus::Counter* errors;
+  };
+  Signal ForSignal(const std::string& name);
+  struct Trigger {
+    prometheus::Gauge* active;
+    prometheus::Counter* transitions;
+  };
+  Trigger ForTrigger(const std::string& name);
+
+  // Resilience: retries (before anything was streamed), retries refused by the budget,
+  // mid-stream failovers, hedges sent and won, requests shed by policy.
+  void CountRetry(const std::string& model, const char* reason);
+  void CountRetryBudgetExhausted();
+  void CountFailover(const std::string& from_model, const std::string& to_model);
+  void CountHedge(const std::string& model, bool won);
+  void CountShed(const std::string& request_class);
+
   // Decision-log records written and dropped (writer behind).
   prometheus::Counter& decision_log_written() { return decision_log_written_; }
   prometheus::Counter& decision_log_dropped() { return decision_log_dropped_; }
@@ -61,6 +92,22 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& decisions_;
   prometheus::Family<prometheus::Counter>& shadows_;
   prometheus::Family<prometheus::Gauge>& policy_info_;
+  prometheus::Family<prometheus::Gauge>& endpoint_ready_;
+  prometheus::Family<prometheus::Gauge>& endpoint_breaker_;
+  prometheus::Family<prometheus::Counter>& endpoint_ejections_;
+  prometheus::Family<prometheus::Counter>& dns_resolutions_;
+  prometheus::Family<prometheus::Counter>& scrapes_;
+  prometheus::Family<prometheus::Gauge>& signal_value_;
+  prometheus::Family<prometheus::Gauge>& signal_stale_;
+  prometheus::Family<prometheus::Gauge>& signal_age_;
+  prometheus::Family<prometheus::Counter>& signal_errors_;
+  prometheus::Family<prometheus::Gauge>& trigger_active_;
+  prometheus::Family<prometheus::Counter>& trigger_transitions_;
+  prometheus::Family<prometheus::Counter>& retries_;
+  prometheus::Counter& retry_budget_exhausted_;
+  prometheus::Family<prometheus::Counter>& failovers_;
+  prometheus::Family<prometheus::Counter>& hedges_;
+  prometheus::Family<prometheus::Counter>& shed_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_error_;
   prometheus::Counter& decision_log_written_;
@@ -71,6 +118,19 @@ class GatewayMetrics {
   std::mutex mu_;
   std::map<Key, prometheus::Counter*> request_children_;  // guarded by mu_
   std::map<Key, prometheus::Counter*> shadow_children_;   // guarded by mu_
+  struct EndpointSeries {
+    prometheus::Gauge* ready;
+    prometheus::Gauge* breaker;
+    prometheus::Counter* ejections;
+    int refs = 0;  // a DNS re-resolution may briefly hold an old and a new endpoint object
+  };
+  std::map<std::pair<std::string, std::string>, EndpointSeries> endpoints_;  // guarded by mu_
+  std::map<std::string, Signal> signals_;                                    // guarded by mu_
+  std::map<std::string, Trigger> triggers_;                                  // guarded by mu_
+  // Counters with free-form small label sets, keyed by their label values joined with '\0'.
+  prometheus::Counter& Labelled(prometheus::Family<prometheus::Counter>& family,
+                                const prometheus::Labels& labels);
+  std::map<std::pair<void*, std::string>, prometheus::Counter*> labelled_;  // guarded by mu_
   std::map<std::tuple<std::string, std::string, std::string, std::string>, prometheus::Counter*>
       decision_children_;  // guarded by mu_
 };

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <memory>
 
+#include <grpcpp/alarm.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
@@ -34,9 +36,17 @@ void FillRoute(const Admission& a, tandem::v1::RouteInfo* route) {
   if (a.endpoint != nullptr) route->set_worker(a.endpoint->address());
 }
 
-// What Generate and GenerateStream share: intake, the worker call, accounting and logging.
-// Lifetime: one reference for the server reactor and one for the worker call once started;
-// the object deletes itself when both are done.
+bool HasRecovery(const tandem::v1::Recovery& r) {
+  return r.retries() > 0 || r.failovers() > 0 || r.hedged();
+}
+
+// What Generate and GenerationStream share: intake, the worker attempts (first, retries,
+// mid-stream failovers, hedges), accounting and logging. Exactly one attempt is "committed" at
+// a time: the one whose chunks reach the client. The first attempt to deliver a chunk commits;
+// any other still racing (a hedge) is cancelled.
+//
+// Lifetime: one reference for the server reactor, one per live attempt, one for a pending hedge
+// alarm; the object deletes itself when the last goes.
 class GenerationCall {
  public:
   GenerationCall(GatewayService* service, grpc::CallbackServerContext* context,
@@ -48,15 +58,83 @@ class GenerationCall {
         arrival_(SteadyClock::now()) {}
   virtual ~GenerationCall() = default;
 
+  // One call to one worker.
+  class Attempt final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
+   public:
+    Attempt(GenerationCall* owner, Target target, tandem::v1::WorkerGenerateRequest request,
+            bool extra, bool hedge)
+        : owner_(owner),
+          target_(std::move(target)),
+          request_(std::move(request)),
+          extra_(extra),
+          hedge_(hedge),
+          context_(grpc::ClientContext::FromCallbackServerContext(*owner->context_)) {
+      // Propagation already bounds this by the caller's deadline; this adds the default.
+      context_->set_deadline(owner->attempt_deadline_);
+      context_->AddMetadata("x-request-id", request_.request_id());
+    }
+    void Start() {
+      target_.endpoint->AddOutstanding(1);
+      target_.endpoint->client().Generate(context_.get(), &request_, this);
+      // The hold keeps the call alive until its end of stream is read: reads are started from
+      // other reactions, and without it the call could complete between them.
+      AddHold();
+      StartRead(&in_);
+      StartCall();
+    }
+    void Read() { StartRead(&in_); }
+    void Cancel() { context_->TryCancel(); }
+    const WorkerGenerateChunk& chunk() const { return in_; }
+    Endpoint* endpoint() const { return target_.endpoint.get(); }
+    const std::shared_ptr<Endpoint>& endpoint_ref() const { return target_.endpoint; }
+    const std::string& model() const { return target_.pool->name(); }
+    bool extra() const { return extra_; }
+    bool hedge() const { return hedge_; }
+
+    void OnReadDone(bool ok) override {
+      if (ok) {
+        owner_->OnAttemptChunk(this);
+      } else {
+        RemoveHold();  // end of stream: OnDone follows with the status
+      }
+    }
+    void OnDone(const grpc::Status& status) override {
+      owner_->OnAttemptDone(this, status);
+      delete this;
+    }
+
+   private:
+    GenerationCall* const owner_;
+    const Target target_;
+    const tandem::v1::WorkerGenerateRequest request_;
+    const bool extra_;
+    const bool hedge_;
+    std::unique_ptr<grpc::ClientContext> context_;
+    WorkerGenerateChunk in_;
+  };
+
  protected:
-  // Validates, routes and starts the worker call.
+  // Validates, routes and starts the first attempt.
   absl::Status Begin() {
     if (service_->draining()) {
       return absl::UnavailableError("gateway is draining; retry on another replica");
     }
     absl::Status s = service_->intake().Admit(*request_, MetadataRequestId(context_),
                                               context_->deadline(), false, &admission_);
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      if (admission_.retry_after_seconds > 0) {
+        // gRPC has no standard retry-after; this key mirrors HTTP's Retry-After in milliseconds.
+        context_->AddTrailingMetadata(
+            "retry-after-ms",
+            std::to_string(static_cast<int64_t>(admission_.retry_after_seconds * 1000)));
+        service_->metrics().CountShed(admission_.decision.request_class);
+        service_->metrics().CountDecision(admission_.decision.model,
+                                          admission_.decision.request_class,
+                                          admission_.decision.rule,
+                                          admission_.decision.policy_version);
+      }
+      return s;
+    }
     const auto& d = admission_.decision;
     model_metrics_ = service_->metrics().ForModel(d.model);
     service_->metrics().CountDecision(d.model, d.request_class, d.rule, d.policy_version);
@@ -69,43 +147,75 @@ class GenerationCall {
       log->Record(std::move(record));
     }
     if (model_metrics_ != nullptr) model_metrics_->inflight->Increment();
-    admission_.endpoint->AddOutstanding(1);
     service_->CallStarted();
+    service_->retry_budget().RequestStarted();
     started_ = true;
     spdlog::info("request_id={} rpc={} start model={} class={} rule={} worker={}",
                  admission_.request_id, rpc_, d.model, d.request_class, d.rule,
                  admission_.endpoint->address());
 
-    upstream_context_ = grpc::ClientContext::FromCallbackServerContext(*context_);
-    upstream_context_->AddMetadata("x-request-id", admission_.request_id);
-    refs_.fetch_add(1, std::memory_order_relaxed);
-    admission_.endpoint->client().Generate(upstream_context_.get(), &admission_.worker_request,
-                                           &upstream_);
-    // The hold keeps the worker call alive until we have read its end of stream: reads are
-    // started from server reactions, and without it the call could complete (and be freed)
-    // between a write finishing and the next read starting.
-    upstream_.AddHold();
-    upstream_.StartRead(&in_);
-    upstream_.StartCall();
+    // Every attempt shares one deadline: the caller's, or the default when it set none.
+    const auto now = std::chrono::system_clock::now();
+    const auto fallback = now + absl::ToChronoMilliseconds(service_->options().default_deadline);
+    attempt_deadline_ = std::min(context_->deadline(), fallback);
+
+    Target first{admission_.pool, admission_.endpoint, 0};
+    Attempt* a = new Attempt(this, first, admission_.worker_request, false, false);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      live_.push_back(a);
+      refs_.fetch_add(1, std::memory_order_relaxed);
+      ++attempts_;
+    }
+    a->Start();
+    if (d.hedge_after_seconds > 0) {
+      refs_.fetch_add(1, std::memory_order_relaxed);
+      hedge_armed_.store(true);
+      hedge_alarm_.Set(
+          now + std::chrono::microseconds(static_cast<int64_t>(d.hedge_after_seconds * 1e6)),
+          [this](bool ok) { OnHedgeAlarm(ok); });
+    }
     if (!d.shadow.empty() && d.shadow != d.model) service_->StartShadow(admission_, d.shadow);
     return absl::OkStatus();
   }
 
-  // A chunk arrived from the worker; the subclass relays it and calls ReadNext() when ready.
-  virtual void OnUpstreamChunk(const WorkerGenerateChunk& chunk) = 0;
-  // The worker call ended; no chunk follows.
-  virtual void OnUpstreamDone(const grpc::Status& status) = 0;
+  // A chunk of the committed attempt; the subclass relays it and calls Resume() when ready for
+  // the next. `final` when it carries the finish reason.
+  virtual void Relay(const WorkerGenerateChunk& chunk) = 0;
+  // The outcome of the whole call; called exactly once, after the last Relay.
+  virtual void Complete(const grpc::Status& status) = 0;
 
-  void ReadNext() { upstream_.StartRead(&in_); }
-  void CancelUpstream() {
-    if (upstream_context_) upstream_context_->TryCancel();
+  // Reads the next chunk of the committed attempt.
+  void Resume() {
+    Attempt* a = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      a = committed_;
+    }
+    if (a != nullptr) a->Read();
+  }
+  void CancelAll() {
+    std::vector<Attempt*> live;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      cancelled_ = true;
+      live = live_;
+    }
+    for (Attempt* a : live) a->Cancel();
+    CancelHedge();
+  }
+
+  void CancelHedge() {
+    // Cancel only an alarm that was set; the callback then runs with ok=false.
+    if (hedge_armed_.load()) hedge_alarm_.Cancel();
   }
 
   // Token accounting from a worker chunk.
   void Track(const WorkerGenerateChunk& chunk) {
     const auto now = SteadyClock::now();
-    if (chunk.prompt_tokens() > 0) prompt_tokens_ = chunk.prompt_tokens();
-    if (chunk.queue_seconds() > 0) queue_seconds_ = chunk.queue_seconds();
+    // The first attempt's prompt count is the caller's prompt; a failover's includes the prefix.
+    if (chunk.prompt_tokens() > 0 && prompt_tokens_ == 0) prompt_tokens_ = chunk.prompt_tokens();
+    if (chunk.queue_seconds() > 0 && queue_seconds_ == 0) queue_seconds_ = chunk.queue_seconds();
     if (chunk.tokens() > 0) {
       if (completion_tokens_ == 0) first_token_ = now;
       last_token_ = now;
@@ -113,7 +223,8 @@ class GenerationCall {
     }
   }
 
-  void FillFinal(tandem::v1::Usage* usage, tandem::v1::Timings* timings) const {
+  void FillFinal(tandem::v1::Usage* usage, tandem::v1::Timings* timings,
+                 tandem::v1::Recovery* recovery) const {
     usage->set_prompt_tokens(prompt_tokens_);
     usage->set_completion_tokens(completion_tokens_);
     usage->set_total_tokens(prompt_tokens_ + completion_tokens_);
@@ -122,6 +233,8 @@ class GenerationCall {
       timings->set_time_to_first_token_seconds(Seconds(first_token_ - arrival_));
     }
     timings->set_total_seconds(Seconds(SteadyClock::now() - arrival_));
+    std::lock_guard<std::mutex> l(mu_);
+    if (HasRecovery(recovery_)) *recovery = recovery_;
   }
 
   // Metrics and the end log line; exactly once per call.
@@ -129,7 +242,7 @@ class GenerationCall {
     const auto now = SteadyClock::now();
     const auto& d = admission_.decision;
     const std::string& model = started_ ? d.model : kNone;
-    const std::string& klass = started_ ? d.request_class : kNone;
+    const std::string& klass = started_ || d.shed ? d.request_class : kNone;
     service_->metrics().CountRequest(model, klass, GrpcCodeName(status.error_code()));
     if (model_metrics_ != nullptr) {
       model_metrics_->inflight->Decrement();
@@ -144,15 +257,25 @@ class GenerationCall {
       model_metrics_->prompt_tokens->Increment(prompt_tokens_);
       model_metrics_->completion_tokens->Increment(completion_tokens_);
     }
+    std::string recovery;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (HasRecovery(recovery_)) {
+        recovery = absl::StrCat(" retries=", recovery_.retries(),
+                                " failovers=", recovery_.failovers(),
+                                " hedged=", recovery_.hedged() ? "yes" : "no",
+                                " final_worker=", recovery_.final_worker());
+      }
+    }
     if (started_) {
-      admission_.endpoint->AddOutstanding(-1);
+      service_->retry_budget().RequestEnded();
       service_->CallEnded();
     }
     spdlog::info(
         "request_id={} rpc={} end model={} class={} status={} prompt_tokens={} "
-        "completion_tokens={} duration_ms={:.3f}{}{}",
+        "completion_tokens={} duration_ms={:.3f}{}{}{}",
         admission_.request_id, rpc_, model, klass, GrpcCodeName(status.error_code()),
-        prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3,
+        prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3, recovery,
         status.ok() ? "" : " message=", status.error_message());
   }
 
@@ -176,31 +299,198 @@ class GenerationCall {
  private:
   static inline const std::string kNone = "none";
 
-  class Upstream final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
-   public:
-    explicit Upstream(GenerationCall* owner) : owner_(owner) {}
-    void OnReadDone(bool ok) override {
-      if (ok) {
-        owner_->OnUpstreamChunk(owner_->in_);
+  void OnAttemptChunk(Attempt* a) {
+    std::vector<Attempt*> losers;
+    bool committed_now = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (committed_ != a) {
+        committed_now = true;
+        if (committed_ != nullptr || done_) {
+          // A hedge that lost the race (already cancelled): drain it to its end.
+          a->Read();
+          return;
+        }
+        committed_ = a;
+        recovery_.set_final_worker(a->endpoint()->address());
+        recovery_.set_final_model(a->model());
+        for (Attempt* o : live_) {
+          if (o != a) losers.push_back(o);
+        }
+        if (recovery_.hedged()) {
+          recovery_.set_hedge_won(a->hedge());
+          service_->metrics().CountHedge(a->model(), a->hedge());
+          recovery_.add_events(absl::StrCat(a->hedge() ? "hedge" : "first attempt",
+                                            " answered first: ", a->endpoint()->address()));
+        }
+      }
+      const WorkerGenerateChunk& chunk = a->chunk();
+      absl::StrAppend(&relayed_text_, chunk.text());
+      relayed_tokens_ += chunk.tokens();
+    }
+    for (Attempt* o : losers) o->Cancel();
+    if (committed_now) CancelHedge();  // a first token came: no hedge needed any more
+    Track(a->chunk());
+    Relay(a->chunk());
+  }
+
+  void OnAttemptDone(Attempt* a, const grpc::Status& status) {
+    const auto now = std::chrono::system_clock::now();
+    a->endpoint()->AddOutstanding(-1);
+    a->endpoint()->RecordCall(
+        ClassifyCall(status.error_code(), now >= context_->deadline()),
+        SteadyClock::now());
+    if (a->extra()) service_->retry_budget().Release();
+
+    Attempt* next = nullptr;
+    bool complete = false;
+    grpc::Status outcome = status;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      live_.erase(std::find(live_.begin(), live_.end(), a));
+      const bool was_committed = committed_ == a;
+      if (was_committed) committed_ = nullptr;
+      if (done_ || (!was_committed && committed_ != nullptr)) {
+        // The call is over, or this was a hedge that lost: nothing to decide.
+      } else if (status.ok() && was_committed) {
+        done_ = complete = true;
+      } else if (!live_.empty()) {
+        // Failed before its first chunk while a hedge copy still races: that one carries on.
+        failed_.push_back(a->endpoint_ref());
       } else {
-        RemoveHold();  // end of stream: OnDone follows with the status
+        failed_.push_back(a->endpoint_ref());
+        next = Recover(a, status, &outcome);
+        if (next == nullptr) done_ = complete = true;
       }
     }
-    void OnDone(const grpc::Status& status) override {
-      owner_->OnUpstreamDone(status);
-      owner_->Unref();
+    if (next != nullptr) next->Start();
+    if (complete) {
+      CancelHedge();
+      Complete(outcome);
     }
+    Unref();
+  }
 
-   private:
-    GenerationCall* const owner_;
-  };
+  // After the last live attempt failed: another attempt (a retry when nothing was relayed yet, a
+  // mid-stream failover otherwise), or nullptr with the call's final status in `outcome`.
+  // mu_ held.
+  Attempt* Recover(const Attempt* failed, const grpc::Status& status, grpc::Status* outcome) {
+    const grpc::StatusCode code = status.error_code();
+    const bool caller_gone =
+        cancelled_ || context_->IsCancelled() ||
+        std::chrono::system_clock::now() >= std::min(context_->deadline(), attempt_deadline_);
+    const CallOutcome kind = ClassifyCall(code, true);
+    // Safe to repeat: the worker failed (not the request), or its queue was full.
+    const bool retryable = !caller_gone && (kind == CallOutcome::kWorkerFault ||
+                                            code == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    if (!retryable) return nullptr;
+    const std::string failure = absl::StrCat(failed->endpoint()->address(), " ",
+                                             GrpcCodeName(code), ": ", status.error_message());
+    if (attempts_ >= service_->options().max_attempts) {
+      recovery_.add_events(absl::StrCat(failure, "; no attempts left (--max_attempts)"));
+      *outcome = grpc::Status(code, absl::StrCat(status.error_message(), " (after ", attempts_,
+                                                 " attempts)"));
+      return nullptr;
+    }
+    std::vector<const Endpoint*> exclude;
+    for (const auto& e : failed_) exclude.push_back(e.get());
+    absl::StatusOr<Target> target = service_->intake().PickTarget(admission_, exclude);
+    if (!target.ok()) {
+      recovery_.add_events(absl::StrCat(failure, "; nowhere else to go"));
+      *outcome = grpc::Status(code, absl::StrCat(status.error_message(), "; no other worker: ",
+                                                 target.status().message()));
+      return nullptr;
+    }
+    if (!service_->retry_budget().TryAcquire()) {
+      service_->metrics().CountRetryBudgetExhausted();
+      recovery_.add_events(absl::StrCat(failure, "; retry budget exhausted"));
+      *outcome = grpc::Status(code, absl::StrCat(status.error_message(),
+                                                 " (retry budget exhausted; not retried)"));
+      return nullptr;
+    }
+    tandem::v1::WorkerGenerateRequest request = admission_.worker_request;
+    int32_t max_tokens = request.sampling().max_tokens();
+    if (relayed_tokens_ > 0) {
+      // Mid-stream: the new worker continues the partial answer as the assistant's own text.
+      auto* prefix = request.add_messages();
+      prefix->set_role("assistant");
+      prefix->add_content()->set_text(relayed_text_);
+      request.set_continue_final_message(true);
+      max_tokens = std::max(1, max_tokens - relayed_tokens_);
+      recovery_.set_failovers(recovery_.failovers() + 1);
+      service_->metrics().CountFailover(failed->model(), target->pool->name());
+      recovery_.add_events(absl::StrCat("failover after ", relayed_tokens_, " tokens: ", failure,
+                                        " -> ", target->pool->name(), " at ",
+                                        target->endpoint->address()));
+    } else {
+      recovery_.set_retries(recovery_.retries() + 1);
+      service_->metrics().CountRetry(target->pool->name(),
+                                     code == grpc::StatusCode::RESOURCE_EXHAUSTED
+                                         ? "resource_exhausted"
+                                         : "worker_error");
+      recovery_.add_events(absl::StrCat("retry: ", failure, " -> ", target->pool->name(), " at ",
+                                        target->endpoint->address()));
+    }
+    if (target->max_output_tokens > 0) max_tokens = std::min(max_tokens, target->max_output_tokens);
+    request.mutable_sampling()->set_max_tokens(max_tokens);
+    spdlog::warn("request_id={} {}", admission_.request_id, recovery_.events(recovery_.events_size() - 1));
+    Attempt* a = new Attempt(this, std::move(*target), std::move(request), true, false);
+    live_.push_back(a);
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    ++attempts_;
+    return a;
+  }
+
+  void OnHedgeAlarm(bool ok) {
+    Attempt* hedge = nullptr;
+    if (ok) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!done_ && !cancelled_ && committed_ == nullptr && live_.size() == 1 &&
+          attempts_ < service_->options().max_attempts) {
+        std::vector<const Endpoint*> exclude = {live_[0]->endpoint()};
+        for (const auto& e : failed_) exclude.push_back(e.get());
+        absl::StatusOr<Target> target = service_->intake().PickTarget(admission_, exclude);
+        if (target.ok() && service_->retry_budget().TryAcquire()) {
+          recovery_.set_hedged(true);
+          recovery_.add_events(absl::StrCat("hedge: no first token after ",
+                                            admission_.decision.hedge_after_seconds, "s -> ",
+                                            target->pool->name(), " at ",
+                                            target->endpoint->address()));
+          tandem::v1::WorkerGenerateRequest request = admission_.worker_request;
+          if (target->max_output_tokens > 0 &&
+              request.sampling().max_tokens() > target->max_output_tokens) {
+            request.mutable_sampling()->set_max_tokens(target->max_output_tokens);
+          }
+          hedge = new Attempt(this, std::move(*target), std::move(request), true, true);
+          live_.push_back(hedge);
+          refs_.fetch_add(1, std::memory_order_relaxed);
+          ++attempts_;
+        } else if (target.ok()) {
+          service_->metrics().CountRetryBudgetExhausted();
+        }
+      }
+    }
+    if (hedge != nullptr) hedge->Start();
+    Unref();
+  }
 
   GatewayMetrics::Model* model_metrics_ = nullptr;
   bool started_ = false;
-  std::unique_ptr<grpc::ClientContext> upstream_context_;
-  Upstream upstream_{this};
-  WorkerGenerateChunk in_;
+  std::chrono::system_clock::time_point attempt_deadline_;
+  grpc::Alarm hedge_alarm_;
+  std::atomic<bool> hedge_armed_{false};
   std::atomic<int> refs_{1};
+
+  mutable std::mutex mu_;
+  std::vector<Attempt*> live_;                     // guarded by mu_
+  Attempt* committed_ = nullptr;                   // guarded by mu_
+  std::vector<std::shared_ptr<Endpoint>> failed_;  // guarded by mu_
+  std::string relayed_text_;                       // guarded by mu_
+  int32_t relayed_tokens_ = 0;                     // guarded by mu_
+  int attempts_ = 0;                               // guarded by mu_
+  bool done_ = false;                              // guarded by mu_
+  bool cancelled_ = false;                         // guarded by mu_
+  tandem::v1::Recovery recovery_;                  // guarded by mu_
 };
 
 }  // namespace
@@ -209,10 +499,10 @@ class GenerationCall {
 // Owns itself: deleted in OnDone.
 class ShadowCall final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
  public:
-  ShadowCall(GatewayService* service, Endpoint* endpoint, std::string model,
+  ShadowCall(GatewayService* service, std::shared_ptr<Endpoint> endpoint, std::string model,
              const Admission& admission, absl::Duration timeout)
       : service_(service),
-        endpoint_(endpoint),
+        endpoint_(std::move(endpoint)),
         model_(std::move(model)),
         request_class_(admission.decision.request_class),
         request_(admission.worker_request),
@@ -249,7 +539,7 @@ class ShadowCall final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
 
  private:
   GatewayService* const service_;
-  Endpoint* const endpoint_;
+  const std::shared_ptr<Endpoint> endpoint_;
   const std::string model_;
   const std::string request_class_;
   tandem::v1::WorkerGenerateRequest request_;
@@ -274,24 +564,25 @@ class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
     }
   }
 
-  void OnCancel() override { CancelUpstream(); }
+  void OnCancel() override { CancelAll(); }
   void OnDone() override { Unref(); }
 
  private:
-  void OnUpstreamChunk(const WorkerGenerateChunk& chunk) override {
-    Track(chunk);
+  void Relay(const WorkerGenerateChunk& chunk) override {
     response_->mutable_text()->append(chunk.text());
     if (chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
       response_->set_finish_reason(chunk.finish_reason());
     }
-    ReadNext();
+    Resume();
   }
 
-  void OnUpstreamDone(const grpc::Status& status) override {
+  void Complete(const grpc::Status& status) override {
     if (status.ok()) {
       response_->set_request_id(admission_.request_id);
       FillRoute(admission_, response_->mutable_route());
-      FillFinal(response_->mutable_usage(), response_->mutable_timings());
+      FillFinal(response_->mutable_usage(), response_->mutable_timings(),
+                response_->mutable_recovery());
+      if (response_->recovery().final_worker().empty()) response_->clear_recovery();
     }
     Record(status);
     Finish(status);
@@ -324,16 +615,15 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
       FinishOnce();
       return;
     }
-    // The client is gone: stop the worker; the read then ends the stream and releases the hold.
-    if (!ok) CancelUpstream();
-    ReadNext();
+    // The client is gone: stop the workers; the reads then end and release the holds.
+    if (!ok) CancelAll();
+    Resume();
   }
-  void OnCancel() override { CancelUpstream(); }
+  void OnCancel() override { CancelAll(); }
   void OnDone() override { Unref(); }
 
  private:
-  void OnUpstreamChunk(const WorkerGenerateChunk& chunk) override {
-    Track(chunk);
+  void Relay(const WorkerGenerateChunk& chunk) override {
     out_.Clear();
     if (first_) {
       first_ = false;
@@ -343,7 +633,8 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
     out_.set_text(chunk.text());
     if (chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
       out_.set_finish_reason(chunk.finish_reason());
-      FillFinal(out_.mutable_usage(), out_.mutable_timings());
+      FillFinal(out_.mutable_usage(), out_.mutable_timings(), out_.mutable_recovery());
+      if (out_.recovery().final_worker().empty()) out_.clear_recovery();
     }
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -352,7 +643,7 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
     StartWrite(&out_);
   }
 
-  void OnUpstreamDone(const grpc::Status& status) override {
+  void Complete(const grpc::Status& status) override {
     std::unique_lock<std::mutex> l(mu_);
     upstream_done_ = true;
     upstream_status_ = status;
@@ -391,24 +682,22 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
 }  // namespace
 
 GatewayService::GatewayService(const Intake* intake, const WorkerPools* pools,
-                               GatewayMetrics* metrics, DecisionLog* decision_log,
-                               bool log_prompt_text, absl::Duration shadow_timeout)
+                               GatewayMetrics* metrics, GatewayServiceOptions options)
     : intake_(intake),
       pools_(pools),
       metrics_(metrics),
-      decision_log_(decision_log),
-      log_prompt_text_(log_prompt_text),
-      shadow_timeout_(shadow_timeout) {}
+      options_(options),
+      retry_budget_(options.retry_budget_ratio, options.retry_budget_min) {}
 
 void GatewayService::StartShadow(const Admission& a, const std::string& model) {
   ModelPool* pool = pools_->Find(model);
   const char* refused = nullptr;
-  absl::StatusOr<Endpoint*> endpoint = absl::UnavailableError("no pool");
+  absl::StatusOr<std::shared_ptr<Endpoint>> endpoint = absl::UnavailableError("no pool");
   if (pool == nullptr) {
     refused = "UNAVAILABLE";
   } else if (a.features.image_count > 0 && !pool->Status().capabilities().vision()) {
     refused = "INVALID_ARGUMENT";  // the shadow model cannot take this request
-  } else if (endpoint = pool->Pick(); !endpoint.ok()) {
+  } else if (endpoint = pool->Pick(pools_->pick()); !endpoint.ok()) {
     refused = "UNAVAILABLE";
   }
   if (refused != nullptr) {
@@ -423,7 +712,7 @@ void GatewayService::StartShadow(const Admission& a, const std::string& model) {
     return;
   }
   // Registered under the lock before it can finish, so StartDraining can cancel it.
-  shadows_.insert(new ShadowCall(this, *endpoint, model, a, shadow_timeout_));
+  shadows_.insert(new ShadowCall(this, *endpoint, model, a, options_.shadow_timeout));
 }
 
 void GatewayService::ShadowEnded(ShadowCall* call) {

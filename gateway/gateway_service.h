@@ -10,6 +10,7 @@
 #include "gateway/decision_log.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/intake.h"
+#include "gateway/retry_budget.h"
 #include "gateway/worker_pool.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 
@@ -17,17 +18,30 @@ namespace tandem::gateway {
 
 class ShadowCall;
 
+struct GatewayServiceOptions {
+  // May be null; with `log_prompt_text` records carry the prompt text too.
+  DecisionLog* decision_log = nullptr;
+  bool log_prompt_text = false;
+  // Deadline of shadow copies (a policy's `shadow` action).
+  absl::Duration shadow_timeout = absl::Seconds(60);
+  // Applied to every worker call of a request whose caller set no deadline.
+  absl::Duration default_deadline = absl::Seconds(300);
+  // Attempts per request, the first included: retries before anything streamed, mid-stream
+  // failovers and hedges each take one.
+  int max_attempts = 3;
+  // Extra attempts in flight at most max(retry_budget_min, retry_budget_ratio x active requests).
+  double retry_budget_ratio = 0.2;
+  int retry_budget_min = 3;
+};
+
 // tandem.v1.Gateway over the callback API. No thread is held per request: each call is a
 // reactor pair (server side to the client, client side to the worker) that relays chunk by
 // chunk, one message in flight each way, with the client's deadline, cancellation and request
 // id propagated to the worker.
 class GatewayService final : public tandem::v1::Gateway::CallbackService {
  public:
-  // `decision_log` may be null; with `log_prompt_text` records carry the prompt text too.
-  // Shadow copies (a policy's `shadow` action) get `shadow_timeout` as their deadline.
   GatewayService(const Intake* intake, const WorkerPools* pools, GatewayMetrics* metrics,
-                 DecisionLog* decision_log = nullptr, bool log_prompt_text = false,
-                 absl::Duration shadow_timeout = absl::Seconds(60));
+                 GatewayServiceOptions options = {});
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const tandem::v1::GenerateRequest* request,
@@ -54,8 +68,10 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   void CallEnded();
   const Intake& intake() const { return *intake_; }
   GatewayMetrics& metrics() { return *metrics_; }
-  DecisionLog* decision_log() const { return decision_log_; }
-  bool log_prompt_text() const { return log_prompt_text_; }
+  DecisionLog* decision_log() const { return options_.decision_log; }
+  bool log_prompt_text() const { return options_.log_prompt_text; }
+  const GatewayServiceOptions& options() const { return options_; }
+  RetryBudget& retry_budget() { return retry_budget_; }
   // Sends a copy of an admitted request to `model`, answer discarded, measured in metrics.
   void StartShadow(const Admission& admission, const std::string& model);
   void ShadowEnded(ShadowCall* call);
@@ -64,9 +80,8 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   const Intake* const intake_;
   const WorkerPools* const pools_;
   GatewayMetrics* const metrics_;
-  DecisionLog* const decision_log_;
-  const bool log_prompt_text_;
-  const absl::Duration shadow_timeout_;
+  const GatewayServiceOptions options_;
+  RetryBudget retry_budget_;
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   int64_t inflight_ = 0;  // guarded by mu_

@@ -51,9 +51,19 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   }
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   const std::shared_ptr<const router::Router> router = router_->Current();
-  absl::StatusOr<router::RouteDecision> decision = router->Route(out->features);
+  static const router::SignalSnapshot kNoSignals;
+  const std::shared_ptr<const router::SignalSnapshot> signals =
+      signals_ != nullptr ? signals_->Current() : nullptr;
+  absl::StatusOr<router::RouteDecision> decision =
+      router->Route(out->features, signals != nullptr ? *signals : kNoSignals);
   if (!decision.ok()) return decision.status();
   out->decision = std::move(*decision);
+  if (out->decision.shed) {
+    out->retry_after_seconds = out->decision.retry_after_seconds;
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "shed by rule '%s' of policy %s (%s); retry after %gs", out->decision.rule,
+        out->decision.policy_version, out->decision.reason, out->decision.retry_after_seconds));
+  }
   out->pool = pools_->Find(out->decision.model);
   if (out->pool == nullptr) {
     return absl::UnavailableError(
@@ -69,7 +79,7 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
         "messages: %d image(s) given, but model '%s' (rule '%s') does not accept images",
         out->features.image_count, out->decision.model, out->decision.rule));
   }
-  int32_t limit = status.capabilities().max_output_tokens();
+  const int32_t limit = status.capabilities().max_output_tokens();
   if (known && request.sampling().has_max_tokens() && request.sampling().max_tokens() > limit) {
     return absl::InvalidArgumentError(
         absl::StrFormat("sampling.max_tokens: %d exceeds the limit of model '%s' (%d)",
@@ -77,40 +87,58 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   }
   if (dry_run) return absl::OkStatus();
 
-  absl::StatusOr<Endpoint*> endpoint = out->pool->Pick();
-  // The policy's fallback order, skipping models that could not take this request.
-  for (const std::string& model : out->decision.fallback) {
-    if (endpoint.ok()) break;
-    ModelPool* pool = pools_->Find(model);
-    if (pool == nullptr) continue;
-    const tandem::v1::ModelStatus fb = pool->Status();
-    if (out->features.image_count > 0 && !fb.capabilities().vision()) continue;
-    if (request.sampling().has_max_tokens() &&
-        request.sampling().max_tokens() > fb.capabilities().max_output_tokens()) {
-      continue;
-    }
-    absl::StatusOr<Endpoint*> e = pool->Pick();
-    if (!e.ok()) continue;
-    out->decision.reason = absl::StrFormat("%s; fell back from '%s': %s", out->decision.reason,
-                                           out->decision.model, endpoint.status().message());
-    out->decision.model = model;
-    out->pool = pool;
-    limit = fb.capabilities().max_output_tokens();
-    endpoint = e;
+  absl::StatusOr<Target> target = PickTarget(*out, {});
+  if (!target.ok()) return target.status();
+  if (target->pool != out->pool) {
+    out->decision.reason = absl::StrFormat("%s; fell back from '%s' (no usable worker)",
+                                           out->decision.reason, out->decision.model);
+    out->decision.model = target->pool->name();
+    out->pool = target->pool;
   }
-  if (!endpoint.ok()) return endpoint.status();
-  out->endpoint = *endpoint;
+  out->endpoint = target->endpoint;
 
   auto& w = out->worker_request;
   w.set_request_id(out->request_id);
   *w.mutable_messages() = request.messages();
   *w.mutable_sampling() = request.sampling();
   if (!request.sampling().has_max_tokens()) {
-    w.mutable_sampling()->set_max_tokens(limit > 0 ? std::min(options_.default_max_tokens, limit)
-                                                   : options_.default_max_tokens);
+    const int32_t model_limit = target->max_output_tokens;
+    w.mutable_sampling()->set_max_tokens(model_limit > 0
+                                             ? std::min(options_.default_max_tokens, model_limit)
+                                             : options_.default_max_tokens);
   }
   *w.mutable_reasoning() = request.hints().reasoning();
   return absl::OkStatus();
+}
+
+absl::StatusOr<Target> Intake::PickTarget(const Admission& a,
+                                          const std::vector<const Endpoint*>& exclude) const {
+  absl::Status first;
+  const auto try_model = [&](const std::string& model, bool primary) -> std::optional<Target> {
+    ModelPool* pool = pools_->Find(model);
+    if (pool == nullptr) return std::nullopt;
+    const tandem::v1::ModelStatus st = pool->Status();
+    const int32_t limit = st.capabilities().max_output_tokens();
+    if (!primary) {
+      // A fallback must be able to take the request as it is.
+      if (a.features.image_count > 0 && !st.capabilities().vision()) return std::nullopt;
+      if (a.features.max_tokens > 0 && a.features.max_tokens > limit) return std::nullopt;
+    }
+    absl::StatusOr<std::shared_ptr<Endpoint>> e = pool->Pick(pools_->pick(), exclude);
+    if (!e.ok()) {
+      if (first.ok()) first = e.status();
+      return std::nullopt;
+    }
+    return Target{pool, std::move(*e), limit};
+  };
+  if (auto t = try_model(a.decision.model, true)) return *t;
+  for (const std::string& model : a.decision.fallback) {
+    if (model == a.decision.model) continue;
+    if (auto t = try_model(model, false)) return *t;
+  }
+  return first.ok() ? absl::UnavailableError(absl::StrFormat(
+                          "model '%s' has no usable worker", a.decision.model))
+                    : first;
 }
 
 }  // namespace tandem::gateway

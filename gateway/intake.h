@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "common/request_validation.h"
 #include "gateway/router_holder.h"
+#include "gateway/signal_engine.h"
 #include "gateway/worker_pool.h"
 #include "router/router.h"
 #include "tandem/v1/gateway.pb.h"
@@ -29,16 +30,29 @@ struct Admission {
   router::RouteDecision decision;
   ModelPool* pool = nullptr;
   // Null for dry runs.
-  Endpoint* endpoint = nullptr;
+  std::shared_ptr<Endpoint> endpoint;
+  // For the chosen model; its max_tokens is capped again for any other model tried.
   tandem::v1::WorkerGenerateRequest worker_request;
+  // Set when a shed rule refused the request.
+  double retry_after_seconds = 0;
+};
+
+// Where one attempt of a request goes.
+struct Target {
+  ModelPool* pool = nullptr;
+  std::shared_ptr<Endpoint> endpoint;
+  // The model's max_output_tokens as its workers report it (0 when unknown).
+  int32_t max_output_tokens = 0;
 };
 
 // Validation, routing and endpoint choice, shared by Generate, GenerateStream and Route.
 // Thread-safe and non-blocking.
 class Intake {
  public:
-  Intake(const RouterHolder* router, const WorkerPools* pools, IntakeOptions options)
-      : router_(router), pools_(pools), options_(options) {}
+  // `signals` may be null (no live signals: static values only, triggers off).
+  Intake(const RouterHolder* router, const WorkerPools* pools, IntakeOptions options,
+         const SignalEngine* signals = nullptr)
+      : router_(router), pools_(pools), options_(options), signals_(signals) {}
 
   // Fills `out`. `out->request_id` is set even on error (taken from the request, then from
   // `metadata_request_id`, else generated). With `dry_run` no endpoint is picked and no worker
@@ -49,12 +63,19 @@ class Intake {
                      std::chrono::system_clock::time_point deadline, bool dry_run,
                      Admission* out) const;
 
+  // A usable endpoint for another attempt of an admitted request: the decided model first, then
+  // its fallbacks in order, skipping `exclude` (endpoints that already failed it, or the one a
+  // hedge races) and models that cannot take the request (images, max_tokens).
+  absl::StatusOr<Target> PickTarget(const Admission& admission,
+                                    const std::vector<const Endpoint*>& exclude) const;
+
   const IntakeOptions& options() const { return options_; }
 
  private:
   const RouterHolder* const router_;
   const WorkerPools* const pools_;
   const IntakeOptions options_;
+  const SignalEngine* const signals_;
 };
 
 // 16 random hex digits.

@@ -23,6 +23,7 @@
 #include "gateway/intake.h"
 #include "gateway/policy_reloader.h"
 #include "gateway/router_holder.h"
+#include "gateway/signal_engine.h"
 #include "gateway/worker_pool.h"
 #include "policies/policy_loader.h"
 #include "router/builtin_router.h"
@@ -63,8 +64,36 @@ ABSL_FLAG(int32_t, max_messages, 1024, "Most messages in one request.");
 ABSL_FLAG(int32_t, max_images, 16, "Most images in one request.");
 ABSL_FLAG(int64_t, max_image_bytes, 20ll << 20, "Largest image, in bytes.");
 ABSL_FLAG(int32_t, max_stop_sequences, 16, "Most stop sequences in one request.");
-ABSL_FLAG(absl::Duration, worker_probe_interval, absl::Milliseconds(250),
-          "How often every worker endpoint is asked for its info and readiness.");
+ABSL_FLAG(absl::Duration, worker_probe_interval, absl::Milliseconds(100),
+          "How often every worker endpoint gets an active health probe (grpc.health.v1 Check, "
+          "then GetInfo); each probe RPC may take 4x this.");
+ABSL_FLAG(absl::Duration, dns_interval, absl::Seconds(5),
+          "How often dns:///HOST:PORT worker endpoints are re-resolved.");
+ABSL_FLAG(std::string, endpoint_pick, "least_outstanding",
+          "How a model's worker is chosen: least_outstanding (fewest calls in flight from this "
+          "gateway) or power_of_two (two at random, the less loaded by scraped queue depth).");
+ABSL_FLAG(int32_t, eject_after_failures, 3,
+          "Consecutive failed calls (UNAVAILABLE, transport errors, worker timeouts) that eject "
+          "an endpoint.");
+ABSL_FLAG(int32_t, eject_after_internal_errors, 5,
+          "Consecutive INTERNAL errors that eject an endpoint.");
+ABSL_FLAG(absl::Duration, base_ejection, absl::Milliseconds(200),
+          "First ejection time; doubled on each re-ejection from half-open, up to --max_ejection.");
+ABSL_FLAG(absl::Duration, max_ejection, absl::Milliseconds(800), "Longest ejection time.");
+ABSL_FLAG(absl::Duration, scrape_interval, absl::Milliseconds(250),
+          "How often every worker's /metrics is scraped for routing signals (>= 100ms).");
+ABSL_FLAG(absl::Duration, scrape_timeout, absl::Milliseconds(500), "Timeout of one scrape.");
+ABSL_FLAG(std::string, prometheus_url, "",
+          "Prometheus server whose HTTP API PromQL signals query, e.g. http://127.0.0.1:9090.");
+ABSL_FLAG(absl::Duration, promql_timeout, absl::Seconds(1), "Timeout of one PromQL query.");
+ABSL_FLAG(absl::Duration, default_deadline, absl::Seconds(300),
+          "Deadline of worker calls for requests that carry none.");
+ABSL_FLAG(int32_t, max_attempts, 3,
+          "Attempts per request, the first included (retries, mid-stream failovers, hedges).");
+ABSL_FLAG(double, retry_budget_ratio, 0.2,
+          "Extra attempts (retries, failovers, hedges) in flight at most this fraction of active "
+          "requests...");
+ABSL_FLAG(int32_t, retry_budget_min, 3, "...or this many, whichever is larger.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
@@ -112,12 +141,12 @@ int Run() {
       if (health_server != nullptr) {
         health_server->SetServingStatus("model/" + name, ready > 0);
       }
-      if (auto* m = metrics_ptr->ForModel(name)) m->ready_workers->Set(ready);
+      if (auto* m = metrics_ptr->ForModel(name)) {
+        m->ready_workers->Set(ready);
+        m->workers->Set(static_cast<double>(pool->endpoints()->size()));
+      }
     }
   };
-  pools_holder =
-      std::make_unique<WorkerPools>(absl::GetFlag(FLAGS_worker_probe_interval), on_change);
-  WorkerPools& pools = *pools_holder;
   // Endpoints come from --workers and from the policy's models.NAME.endpoints (read here, at
   // start-up; a reload that changes them says so and waits for a restart).
   std::vector<std::string> worker_entries = absl::GetFlag(FLAGS_workers);
@@ -135,15 +164,52 @@ int Run() {
       }
     }
   }
+  std::vector<std::string> models;
+  for (const std::string& e : worker_entries) {
+    const std::string m = e.substr(0, e.find('='));
+    if (!m.empty() && std::find(models.begin(), models.end(), m) == models.end()) {
+      models.push_back(m);
+    }
+  }
+  std::sort(models.begin(), models.end());
+  auto registry = std::make_shared<prometheus::Registry>();
+  GatewayMetrics metrics(*registry, models,
+                         {"accuracy_critical", "latency_critical", "long_context", "pinned"},
+                         kVersion);
+  metrics_ptr = &metrics;
+
+  WorkerPoolsOptions pool_options;
+  pool_options.probe_interval = absl::GetFlag(FLAGS_worker_probe_interval);
+  pool_options.dns_interval = absl::GetFlag(FLAGS_dns_interval);
+  pool_options.endpoint.failure_threshold = absl::GetFlag(FLAGS_eject_after_failures);
+  pool_options.endpoint.internal_error_threshold = absl::GetFlag(FLAGS_eject_after_internal_errors);
+  pool_options.endpoint.base_ejection = absl::GetFlag(FLAGS_base_ejection);
+  pool_options.endpoint.max_ejection = absl::GetFlag(FLAGS_max_ejection);
+  const std::string pick = absl::GetFlag(FLAGS_endpoint_pick);
+  if (pick == "power_of_two") {
+    pool_options.pick = PickStrategy::kPowerOfTwo;
+  } else if (pick != "least_outstanding") {
+    Fatal("--endpoint_pick must be least_outstanding or power_of_two, not '" + pick + "'");
+  }
+  if (pool_options.probe_interval <= absl::ZeroDuration()) {
+    Fatal("--worker_probe_interval must be > 0");
+  }
+  if (pool_options.dns_interval < absl::Milliseconds(100)) Fatal("--dns_interval must be >= 100ms");
+  if (pool_options.endpoint.failure_threshold < 1 ||
+      pool_options.endpoint.internal_error_threshold < 1) {
+    Fatal("--eject_after_failures and --eject_after_internal_errors must be >= 1");
+  }
+  if (pool_options.endpoint.base_ejection <= absl::ZeroDuration() ||
+      pool_options.endpoint.max_ejection < pool_options.endpoint.base_ejection) {
+    Fatal("--base_ejection must be > 0 and <= --max_ejection");
+  }
+  pools_holder = std::make_unique<WorkerPools>(pool_options, on_change, &metrics);
+  WorkerPools& pools = *pools_holder;
   if (absl::Status s = pools.Configure(worker_entries); !s.ok()) {
     Fatal(std::string(s.message()));
   }
-  std::vector<std::string> models;
   router_config.models.clear();
-  for (const auto& [name, pool] : pools.pools()) {
-    models.push_back(name);
-    router_config.models.insert(name);
-  }
+  for (const auto& [name, pool] : pools.pools()) router_config.models.insert(name);
   const std::string policy_path = absl::GetFlag(FLAGS_policy);
   if (policy_path.empty()) {
     for (const std::string& m :
@@ -157,17 +223,25 @@ int Run() {
   }
   RouterHolder router(std::make_shared<router::BuiltinRouter>(router_config));
 
-  auto registry = std::make_shared<prometheus::Registry>();
-  GatewayMetrics metrics(*registry, models,
-                         {"accuracy_critical", "latency_critical", "long_context", "pinned"},
-                         kVersion);
-  metrics_ptr = &metrics;
-  for (const auto& [name, pool] : pools.pools()) {
-    metrics.ForModel(name)->workers->Set(static_cast<double>(pool->endpoints().size()));
+  SignalEngineOptions signal_options;
+  signal_options.scrape_interval = absl::GetFlag(FLAGS_scrape_interval);
+  signal_options.scrape_timeout = absl::GetFlag(FLAGS_scrape_timeout);
+  signal_options.prometheus_url = absl::GetFlag(FLAGS_prometheus_url);
+  signal_options.promql_timeout = absl::GetFlag(FLAGS_promql_timeout);
+  while (!signal_options.prometheus_url.empty() && signal_options.prometheus_url.back() == '/') {
+    signal_options.prometheus_url.pop_back();
   }
+  if (signal_options.scrape_interval < absl::Milliseconds(100)) {
+    Fatal("--scrape_interval must be >= 100ms");
+  }
+  if (signal_options.scrape_timeout <= absl::ZeroDuration() ||
+      signal_options.promql_timeout <= absl::ZeroDuration()) {
+    Fatal("--scrape_timeout and --promql_timeout must be > 0");
+  }
+  SignalEngine signals(&pools, &metrics, signal_options);
   std::unique_ptr<PolicyReloader> reloader;
   if (!policy_path.empty()) {
-    reloader = std::make_unique<PolicyReloader>(policy_path, &pools, &router, &metrics);
+    reloader = std::make_unique<PolicyReloader>(policy_path, &pools, &router, &metrics, &signals);
     if (absl::Status s = reloader->Reload("start"); !s.ok()) Fatal(std::string(s.message()));
   } else {
     metrics.SetLivePolicy("builtin", "");
@@ -180,12 +254,9 @@ int Run() {
   intake_options.limits.max_images = absl::GetFlag(FLAGS_max_images);
   intake_options.limits.max_image_bytes = absl::GetFlag(FLAGS_max_image_bytes);
   intake_options.limits.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
-  if (absl::GetFlag(FLAGS_worker_probe_interval) <= absl::ZeroDuration()) {
-    Fatal("--worker_probe_interval must be > 0");
-  }
   if (intake_options.max_request_bytes < 1024) Fatal("--max_request_bytes must be >= 1024");
   if (intake_options.default_max_tokens < 1) Fatal("--default_max_tokens must be >= 1");
-  Intake intake(&router, &pools, intake_options);
+  Intake intake(&router, &pools, intake_options, &signals);
   std::unique_ptr<DecisionLog> decision_log;
   if (const std::string path = absl::GetFlag(FLAGS_decision_log); !path.empty()) {
     if (absl::GetFlag(FLAGS_decision_log_queue) < 1) Fatal("--decision_log_queue must be >= 1");
@@ -197,10 +268,23 @@ int Run() {
   if (absl::GetFlag(FLAGS_shadow_timeout) <= absl::ZeroDuration()) {
     Fatal("--shadow_timeout must be > 0");
   }
-  GatewayService service(&intake, &pools, &metrics, decision_log.get(),
-                         absl::GetFlag(FLAGS_decision_log_text),
-                         absl::GetFlag(FLAGS_shadow_timeout));
-  AdminService admin(reloader.get());
+  GatewayServiceOptions service_options;
+  service_options.decision_log = decision_log.get();
+  service_options.log_prompt_text = absl::GetFlag(FLAGS_decision_log_text);
+  service_options.shadow_timeout = absl::GetFlag(FLAGS_shadow_timeout);
+  service_options.default_deadline = absl::GetFlag(FLAGS_default_deadline);
+  service_options.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  service_options.retry_budget_ratio = absl::GetFlag(FLAGS_retry_budget_ratio);
+  service_options.retry_budget_min = absl::GetFlag(FLAGS_retry_budget_min);
+  if (service_options.default_deadline <= absl::ZeroDuration()) {
+    Fatal("--default_deadline must be > 0");
+  }
+  if (service_options.max_attempts < 1) Fatal("--max_attempts must be >= 1");
+  if (service_options.retry_budget_ratio < 0 || service_options.retry_budget_min < 0) {
+    Fatal("--retry_budget_ratio and --retry_budget_min must be >= 0");
+  }
+  GatewayService service(&intake, &pools, &metrics, service_options);
+  AdminService admin(reloader.get(), &pools, &signals);
 
   auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
   if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
@@ -227,6 +311,7 @@ int Run() {
     health_server = &health;
   }
   pools.Start();
+  signals.Start();
 
   spdlog::info("serving grpc={} metrics={} models={} version={}", grpc_address,
                (*metrics_server)->Address(), absl::StrJoin(models, ","), kVersion);
@@ -257,7 +342,10 @@ int Run() {
   StopGrpcServer(server, &health, /*grace_seconds=*/5);
   // Client-side calls (cancelled shadows) must end before what they use is destroyed.
   service.WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  signals.Stop();
   pools.Stop();
+  // Endpoints remove their series from `metrics` as they go, so they go first.
+  pools_holder.reset();
   spdlog::info("stopped");
   MetricsServer::KeepUntilExit(std::move(*metrics_server));
   return 0;

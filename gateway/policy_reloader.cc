@@ -59,6 +59,7 @@ absl::Status PolicyReloader::ReloadText(const std::string& text, const std::stri
       }
     }
   }
+  if (status.ok() && signals_ != nullptr) status = signals_->Validate(**policy);
   if (!status.ok()) {
     metrics_->CountPolicyReload(false);
     spdlog::error("policy reload ({}) from {} failed; the live policy stays:\n{}", trigger, path_,
@@ -76,7 +77,8 @@ absl::Status PolicyReloader::ReloadText(const std::string& text, const std::stri
     const ModelPool* pool = pools_->Find(name);
     for (const std::string& ep : spec.endpoints) {
       bool known = false;
-      for (const auto& e : pool->endpoints()) known = known || e->address() == ep;
+      if (pool == nullptr) continue;
+      for (const auto& e : *pool->endpoints()) known = known || e->address() == ep;
       if (!known) {
         spdlog::warn(
             "policy {}: models.{}.endpoints adds {}; endpoints are read at start-up, so "
@@ -85,6 +87,7 @@ absl::Status PolicyReloader::ReloadText(const std::string& text, const std::stri
       }
     }
   }
+  if (signals_ != nullptr) signals_->SetPolicy(*policy);
   holder_->Swap(std::make_shared<router::PolicyRouter>(*policy));
   {
     std::lock_guard<std::mutex> live(live_mu_);

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/router_holder.h"
+#include "gateway/signal_engine.h"
 #include "gateway/worker_pool.h"
 
 namespace tandem::gateway {
@@ -21,9 +22,14 @@ namespace tandem::gateway {
 // errors are logged, returned and counted.
 class PolicyReloader {
  public:
+  // `signals` (may be null) gets every policy before it goes live.
   PolicyReloader(std::string path, const WorkerPools* pools, RouterHolder* holder,
-                 GatewayMetrics* metrics)
-      : path_(std::move(path)), pools_(pools), holder_(holder), metrics_(metrics) {}
+                 GatewayMetrics* metrics, SignalEngine* signals = nullptr)
+      : path_(std::move(path)),
+        pools_(pools),
+        holder_(holder),
+        metrics_(metrics),
+        signals_(signals) {}
   ~PolicyReloader();
 
   // Loads and, if valid, swaps, on the calling thread. `trigger` is for the log line.
@@ -52,6 +58,7 @@ class PolicyReloader {
   const WorkerPools* const pools_;
   RouterHolder* const holder_;
   GatewayMetrics* const metrics_;
+  SignalEngine* const signals_;
   std::mutex mu_;  // serialises reloads; held through file I/O and parsing
   // The live policy's YAML hash and its model file's size and mtime; and the same key of the
   // last file that failed, so it is reported once per change.

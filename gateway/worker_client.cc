@@ -11,12 +11,22 @@ GrpcWorkerClient::GrpcWorkerClient(std::string address) : address_(std::move(add
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // Reconnect quickly after a worker restart (defaults back off up to 120 s).
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  stub_ = tandem::v1::Worker::NewStub(
-      grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args));
+  // Reconnect quickly after a worker restart (defaults back off up to 120 s): readmission
+  // within a second needs a connection attempt at least every ~200 ms.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  auto channel = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  stub_ = tandem::v1::Worker::NewStub(channel);
+  health_ = grpc::health::v1::Health::NewStub(channel);
+}
+
+void GrpcWorkerClient::CheckHealth(grpc::ClientContext* context,
+                                   const grpc::health::v1::HealthCheckRequest* request,
+                                   grpc::health::v1::HealthCheckResponse* response,
+                                   std::function<void(grpc::Status)> done) {
+  health_->async()->Check(context, request, response, std::move(done));
 }
 
 void GrpcWorkerClient::Generate(grpc::ClientContext* context,

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::gateway {
@@ -23,9 +24,15 @@ class WorkerClient {
   virtual void GetInfo(grpc::ClientContext* context, const tandem::v1::WorkerInfoRequest* request,
                        tandem::v1::WorkerInfo* response,
                        std::function<void(grpc::Status)> done) = 0;
+  // grpc.health.v1 Check.
+  virtual void CheckHealth(grpc::ClientContext* context,
+                           const grpc::health::v1::HealthCheckRequest* request,
+                           grpc::health::v1::HealthCheckResponse* response,
+                           std::function<void(grpc::Status)> done) = 0;
 };
 
-// One HTTP/2 channel per endpoint.
+// One HTTP/2 channel per endpoint. gRPC's own retries are off: the gateway retries at one layer
+// only (its relay), where it knows whether anything was streamed yet.
 class GrpcWorkerClient final : public WorkerClient {
  public:
   explicit GrpcWorkerClient(std::string address);
@@ -34,10 +41,15 @@ class GrpcWorkerClient final : public WorkerClient {
                 grpc::ClientReadReactor<tandem::v1::WorkerGenerateChunk>* reactor) override;
   void GetInfo(grpc::ClientContext* context, const tandem::v1::WorkerInfoRequest* request,
                tandem::v1::WorkerInfo* response, std::function<void(grpc::Status)> done) override;
+  void CheckHealth(grpc::ClientContext* context,
+                   const grpc::health::v1::HealthCheckRequest* request,
+                   grpc::health::v1::HealthCheckResponse* response,
+                   std::function<void(grpc::Status)> done) override;
 
  private:
   const std::string address_;
   std::unique_ptr<tandem::v1::Worker::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
 
 }  // namespace tandem::gateway

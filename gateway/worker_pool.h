@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -14,96 +15,215 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "gateway/worker_client.h"
+#include "tandem/v1/admin.pb.h"
 #include "tandem/v1/gateway.pb.h"
 
 namespace tandem::gateway {
 
-// One worker endpoint and what the gateway last learned about it.
-class Endpoint {
+class GatewayMetrics;
+
+// Circuit breaker of one endpoint. Closed: takes traffic. Open: ejected by passive outlier
+// detection (failed calls); no traffic. Half-open: the ejection time is over and the next
+// active probe decides (readmit, or eject again for twice as long).
+enum class BreakerState { kClosed = 0, kOpen = 1, kHalfOpen = 2 };
+const char* BreakerStateName(BreakerState s);
+
+// How a finished worker call counts for outlier detection.
+enum class CallOutcome {
+  kSuccess,      // resets the failure count
+  kNeutral,      // the caller's doing (bad request, cancel, its deadline, a full queue)
+  kWorkerFault,  // UNAVAILABLE, transport errors, timeouts the caller did not cause
+  kInternal,     // INTERNAL: a sick worker only when repeated
+};
+// `caller_deadline_passed`: DEADLINE_EXCEEDED is the caller's deadline, not the worker's fault.
+CallOutcome ClassifyCall(grpc::StatusCode code, bool caller_deadline_passed);
+
+struct EndpointOptions {
+  // Consecutive worker faults (or INTERNAL errors) that eject an endpoint.
+  int failure_threshold = 3;
+  int internal_error_threshold = 5;
+  // First ejection lasts `base_ejection`; each re-ejection from half-open doubles it, up to
+  // `max_ejection`. Readmission also needs a passing active probe.
+  absl::Duration base_ejection = absl::Milliseconds(200);
+  absl::Duration max_ejection = absl::Milliseconds(800);
+};
+
+// One worker endpoint and what the gateway knows about it: active health (grpc.health.v1
+// Check, then GetInfo), passive outlier detection, outstanding calls and scraped load.
+class Endpoint : public std::enable_shared_from_this<Endpoint> {
  public:
-  Endpoint(std::string model, std::unique_ptr<WorkerClient> client)
-      : model_(std::move(model)), client_(std::move(client)) {}
+  using TimePoint = std::chrono::steady_clock::time_point;
+  Endpoint(std::string model, std::unique_ptr<WorkerClient> client, EndpointOptions options,
+           GatewayMetrics* metrics);
+  ~Endpoint();
 
   WorkerClient& client() { return *client_; }
+  const std::string& model() const { return model_; }
   const std::string& address() const { return client_->address(); }
+  // Active health: the last probe found it SERVING and READY for this model.
   bool ready() const { return ready_.load(std::memory_order_acquire); }
+  // Ready and not ejected: may take traffic.
+  bool usable() const { return ready() && breaker() != BreakerState::kOpen; }
+  BreakerState breaker() const { return breaker_.load(std::memory_order_acquire); }
   int outstanding() const { return outstanding_.load(std::memory_order_relaxed); }
   void AddOutstanding(int delta) { outstanding_.fetch_add(delta, std::memory_order_relaxed); }
+  // Requests running plus waiting on the worker at its last scrape; -1 before any scrape.
+  int64_t scraped_load() const { return scraped_load_.load(std::memory_order_relaxed); }
+  void set_scraped_load(int64_t v) { scraped_load_.store(v, std::memory_order_relaxed); }
+  // The worker's /metrics URL from its WorkerInfo; empty until known.
+  std::string metrics_url() const;
 
-  // Last successful WorkerInfo, and the reason it is not ready (empty when ready).
+  // Last successful WorkerInfo, and the reason it is not usable (empty when usable).
   tandem::v1::WorkerInfo info() const;
   std::string not_ready_reason() const;
+  tandem::v1::EndpointStatus Describe() const;
 
-  // Issues one asynchronous GetInfo unless one is in flight; `on_change` runs when readiness
-  // flips. `timeout` bounds the probe.
+  // Passive outlier detection: called once per finished worker call.
+  void RecordCall(CallOutcome outcome, TimePoint now);
+  // The timer side of the breaker: moves an open breaker whose ejection is over to half-open.
+  void Tick(TimePoint now);
+
+  // Issues one asynchronous probe unless one is in flight; `on_change` runs when usability
+  // flips. `timeout` bounds each RPC of the probe.
   void Probe(absl::Duration timeout, const std::function<void()>& on_change);
   // Cancels an in-flight probe and waits for its callback; for shutdown.
   void StopProbing();
 
  private:
-  void ProbeDone(const grpc::Status& status, const std::function<void()>& on_change);
+  void HealthDone(const grpc::Status& status, absl::Duration timeout,
+                  const std::function<void()>& on_change);
+  void ProbeDone(const grpc::Status& status, const std::string& health_failure,
+                 const std::function<void()>& on_change);
+  void Eject(TimePoint now, const char* why);  // mu_ held
+  void ExportState();                          // mu_ held
 
   const std::string model_;
   const std::unique_ptr<WorkerClient> client_;
+  const EndpointOptions options_;
+  GatewayMetrics* const metrics_;
   std::atomic<bool> ready_{false};
+  std::atomic<BreakerState> breaker_{BreakerState::kClosed};
   std::atomic<int> outstanding_{0};
+  std::atomic<int64_t> scraped_load_{-1};
 
   mutable std::mutex mu_;
   std::condition_variable probe_cv_;
-  tandem::v1::WorkerInfo info_;                         // guarded by mu_
-  std::string not_ready_reason_ = "not probed yet";     // guarded by mu_
-  bool probe_in_flight_ = false;                        // guarded by mu_
+  tandem::v1::WorkerInfo info_;                      // guarded by mu_
+  std::string not_ready_reason_ = "not probed yet";  // guarded by mu_
+  int consecutive_faults_ = 0;                       // guarded by mu_
+  int consecutive_internal_ = 0;                     // guarded by mu_
+  int64_t ejections_ = 0;                            // guarded by mu_
+  absl::Duration ejection_ = absl::ZeroDuration();   // guarded by mu_
+  TimePoint ejected_until_{};                        // guarded by mu_
+  std::string last_fault_;                           // guarded by mu_
+  bool probe_in_flight_ = false;                     // guarded by mu_
   std::unique_ptr<grpc::ClientContext> probe_context_;  // guarded by mu_
+  grpc::health::v1::HealthCheckRequest health_request_;
+  grpc::health::v1::HealthCheckResponse health_response_;
   tandem::v1::WorkerInfoRequest probe_request_;
   tandem::v1::WorkerInfo probe_response_;
 };
 
-// The endpoints serving one model.
+using EndpointList = std::vector<std::shared_ptr<Endpoint>>;
+
+// How a pool chooses among its usable endpoints.
+enum class PickStrategy {
+  kLeastOutstanding,  // fewest calls this gateway has in flight there
+  kPowerOfTwo,        // two at random, the one with less live load (scraped queue + outstanding)
+};
+
+using ClientFactory = std::function<std::unique_ptr<WorkerClient>(const std::string& address)>;
+
+// The endpoints serving one model: a static list, or what a DNS name resolves to (re-resolved
+// periodically by WorkerPools). The list is an immutable snapshot swapped atomically, so picks
+// never lock; an endpoint removed from DNS lives on while calls hold it.
 class ModelPool {
  public:
-  explicit ModelPool(std::string name) : name_(std::move(name)) {}
+  ModelPool(std::string name, EndpointOptions options = {}, GatewayMetrics* metrics = nullptr)
+      : name_(std::move(name)), options_(options), metrics_(metrics) {}
 
   const std::string& name() const { return name_; }
   void AddEndpoint(std::unique_ptr<WorkerClient> client);
-  const std::vector<std::unique_ptr<Endpoint>>& endpoints() const { return endpoints_; }
+  // Replaces the list: keeps endpoints whose address stays, creates new ones with `factory`.
+  // Returns true when it changed.
+  bool SetAddresses(const std::vector<std::string>& addresses, const ClientFactory& factory);
+  std::shared_ptr<const EndpointList> endpoints() const { return endpoints_.load(); }
 
-  // The ready endpoint with the fewest outstanding requests, or UNAVAILABLE with the reason each
-  // endpoint is not ready.
-  absl::StatusOr<Endpoint*> Pick() const;
+  // A usable endpoint not in `exclude`, or UNAVAILABLE with the reason each one is not usable.
+  absl::StatusOr<std::shared_ptr<Endpoint>> Pick(
+      PickStrategy strategy = PickStrategy::kLeastOutstanding,
+      const std::vector<const Endpoint*>& exclude = {}) const;
   int ReadyCount() const;
   // Model facts from the most recently seen worker info (empty before any probe succeeded).
   tandem::v1::ModelStatus Status() const;
 
  private:
   const std::string name_;
-  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  const EndpointOptions options_;
+  GatewayMetrics* const metrics_;
+  std::mutex write_mu_;  // serializes writers of endpoints_
+  std::atomic<std::shared_ptr<const EndpointList>> endpoints_{std::make_shared<EndpointList>()};
 };
 
-// All model pools, and the thread that probes their endpoints every `interval`.
+// Resolves HOST to addresses (IPv4 and IPv6), for dns: endpoints.
+using Resolver =
+    std::function<absl::StatusOr<std::vector<std::string>>(const std::string& host, int port)>;
+absl::StatusOr<std::vector<std::string>> ResolveWithGetaddrinfo(const std::string& host, int port);
+
+struct WorkerPoolsOptions {
+  // Active probes: every `probe_interval`, each RPC bounded by 4x that.
+  absl::Duration probe_interval = absl::Milliseconds(100);
+  // How often dns: endpoints are re-resolved.
+  absl::Duration dns_interval = absl::Seconds(5);
+  EndpointOptions endpoint;
+  PickStrategy pick = PickStrategy::kLeastOutstanding;
+};
+
+// All model pools, and the thread that probes their endpoints, runs breaker timers and
+// re-resolves DNS names.
 class WorkerPools {
  public:
-  // `on_change` runs (on a gRPC thread) whenever an endpoint's readiness changes.
-  WorkerPools(absl::Duration interval, std::function<void()> on_change)
-      : interval_(interval), on_change_(std::move(on_change)) {}
+  // `on_change` runs (on a gRPC thread or the pools' thread) whenever an endpoint's usability
+  // or a pool's membership changes. `metrics` may be null.
+  WorkerPools(WorkerPoolsOptions options, std::function<void()> on_change,
+              GatewayMetrics* metrics = nullptr);
   ~WorkerPools();
 
-  // "model=host:port" entries; a model may be named several times (replicas).
+  // "MODEL=HOST:PORT" or "MODEL=dns:///HOST:PORT" entries; a model may be named several times.
   absl::Status Configure(const std::vector<std::string>& entries);
   void AddEndpoint(const std::string& model, std::unique_ptr<WorkerClient> client);
+  // Seams for tests.
+  void SetResolver(Resolver resolver) { resolver_ = std::move(resolver); }
+  void SetClientFactory(ClientFactory factory) { factory_ = std::move(factory); }
 
   void Start();
   void Stop();
+  // Re-resolves every dns: entry now; returns the first error (pools keep their last list).
+  absl::Status ResolveNow();
 
   // nullptr when the model is not configured.
   ModelPool* Find(const std::string& model) const;
   const std::map<std::string, std::unique_ptr<ModelPool>>& pools() const { return pools_; }
+  PickStrategy pick() const { return options_.pick; }
 
  private:
+  struct DnsEntry {
+    std::string model;
+    std::string host;
+    int port = 0;
+  };
   void Loop();
+  ModelPool& PoolFor(const std::string& model);
 
-  const absl::Duration interval_;
+  const WorkerPoolsOptions options_;
   const std::function<void()> on_change_;
+  GatewayMetrics* const metrics_;
+  Resolver resolver_ = ResolveWithGetaddrinfo;
+  ClientFactory factory_;
   std::map<std::string, std::unique_ptr<ModelPool>> pools_;
+  std::vector<DnsEntry> dns_;
+  // Static addresses per model, kept in every DNS-driven list.
+  std::map<std::string, std::vector<std::string>> static_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // guarded by mu_

@@ -98,19 +98,31 @@ CaseResult RunCase(const router::Policy& policy, const YAML::Node& c, const std:
   CaseResult result;
   result.name = name;
   const YAML::Node r = c["request"] ? c["request"] : YAML::Node(YAML::NodeType::Map);
-  std::shared_ptr<const router::Policy> p;
+  auto p = std::make_shared<router::Policy>(policy);
+  // Case values stand in for live ones: static signals take the value, live signals and
+  // triggers get it through the snapshot the router reads.
+  router::SignalSnapshot signals;
   if (r["signals"] && r["signals"].IsMap()) {
-    auto copy = std::make_shared<router::Policy>(policy);
-    for (const auto& kv : r["signals"]) copy->signals[kv.first.Scalar()] = kv.second.as<double>(0);
-    p = copy;
-  } else {
-    p = std::make_shared<router::Policy>(policy);
+    for (const auto& kv : r["signals"]) {
+      const double v = kv.second.as<double>(0);
+      auto it = p->signals.find(kv.first.Scalar());
+      if (it != p->signals.end() && it->second.source == router::SignalSource::kStatic) {
+        it->second.static_value = v;
+      } else {
+        signals.values[kv.first.Scalar()] = v;
+      }
+    }
+  }
+  if (r["triggers"] && r["triggers"].IsMap()) {
+    for (const auto& kv : r["triggers"]) {
+      signals.triggers[kv.first.Scalar()] = kv.second.Scalar() == "on";
+    }
   }
   const tandem::v1::GenerateRequest req = BuildRequest(r);
   router::RequestFeatures f = router::ExtractFeatures(req);
   f.split_key = std::hash<std::string>{}(req.request_id());
   const router::PolicyRouter router(p);
-  auto d = router.Route(f);
+  auto d = router.Route(f, signals);
   const YAML::Node e = c["expect"];
   std::vector<std::string> wrong;
   if (e["error"]) {
@@ -123,7 +135,8 @@ CaseResult RunCase(const router::Policy& policy, const YAML::Node& c, const std:
   } else {
     for (const auto& [key, got] : {std::pair<const char*, std::string>{"model", d->model},
                                    {"class", d->request_class},
-                                   {"rule", d->rule}}) {
+                                   {"rule", d->rule},
+                                   {"shed", d->shed ? "true" : "false"}}) {
       if (e[key] && e[key].Scalar() != got) {
         wrong.push_back(absl::StrCat(key, " ", e[key].Scalar(), " expected, got ", got));
       }
@@ -167,7 +180,8 @@ absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& pol
         if (const YAML::Node r = cases[i]["request"]) {
           if (KnownKeys(r, path + ".request",
                         {"text", "system", "prompt_tokens", "turns", "images", "objective", "model",
-                         "reasoning", "max_tokens", "labels", "request_id", "signals"},
+                         "reasoning", "max_tokens", "labels", "request_id", "signals",
+                         "triggers"},
                         &problems)) {
             // Bounds keep a typo from building an enormous request.
             for (const auto& [key, lo, hi] :
@@ -184,7 +198,7 @@ absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& pol
             }
           }
         }
-        KnownKeys(cases[i]["expect"], path + ".expect", {"model", "class", "rule", "error"},
+        KnownKeys(cases[i]["expect"], path + ".expect", {"model", "class", "rule", "shed", "error"},
                   &problems);
       }
       if (problems.lines.empty()) {

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "common/sha256.h"
 #include "router/hashed_classifier.h"
 #include "router/policy_router.h"
@@ -86,6 +87,22 @@ class Parser {
     return true;
   }
 
+  // A duration: a number of seconds, or a string such as 250ms, 2s, 1m. Must be >= 0.
+  bool Duration(const YAML::Node& node, const std::string& path, double* seconds) {
+    absl::Duration d;
+    if (node.IsScalar() && YAML::convert<double>::decode(node, *seconds) &&
+        std::isfinite(*seconds) && *seconds >= 0) {
+      return true;
+    }
+    if (!node.IsScalar() || !absl::ParseDuration(node.Scalar(), &d) || d < absl::ZeroDuration() ||
+        d == absl::InfiniteDuration()) {
+      Error(node, path, "expected a duration such as 250ms, 2s or 1m (or a number of seconds)");
+      return false;
+    }
+    *seconds = absl::ToDoubleSeconds(d);
+    return true;
+  }
+
   bool Bool(const YAML::Node& node, const std::string& path, bool* out) {
     if (!node.IsScalar() || !YAML::convert<bool>::decode(node, *out)) {
       Error(node, path, "expected true or false");
@@ -99,7 +116,7 @@ class Parser {
     p->sha256 = Sha256Hex(text);
     if (!Map(root, "",
              {"schema", "version", "models", "classes", "default_class", "classify", "classifier",
-              "signals", "rules"})) {
+              "signals", "triggers", "rules"})) {
       return nullptr;
     }
     for (const char* required :
@@ -121,6 +138,7 @@ class Parser {
             absl::StrCat("unknown class '", p->default_class, "'"));
     }
     if (root["signals"]) ParseSignals(root["signals"], p.get());
+    if (root["triggers"]) ParseTriggers(root["triggers"], p.get());
     if (root["classifier"]) ParseClassifier(root["classifier"], p.get());
     if (root["classify"]) ParseClassify(root["classify"], p.get());
     if (root["rules"]) ParseRules(root["rules"], p.get());
@@ -236,13 +254,167 @@ class Parser {
     p->sha256 = Sha256Hex(p->sha256 + Sha256Hex(bytes.str()));
   }
 
+  // signals: NAME: NUMBER (static) or NAME: {scrape: {...} | promql: EXPR, interval, stale}.
   void ParseSignals(const YAML::Node& node, Policy* p) {
     if (!FreeMap(node, "signals")) return;
     for (const auto& kv : node) {
-      double v = 0;
-      if (Number(kv.second, "signals." + kv.first.Scalar(), &v)) {
-        p->signals[kv.first.Scalar()] = v;
+      router::SignalSpec sig;
+      sig.name = kv.first.Scalar();
+      const std::string path = "signals." + sig.name;
+      const YAML::Node& n = kv.second;
+      if (n.IsScalar()) {
+        if (Number(n, path, &sig.static_value)) p->signals[sig.name] = sig;
+        continue;
       }
+      if (!Map(n, path, {"scrape", "promql", "interval", "stale"})) continue;
+      if ((n["scrape"] ? 1 : 0) + (n["promql"] ? 1 : 0) != 1) {
+        Error(n, path, "expected a number, or exactly one of scrape or promql");
+        continue;
+      }
+      if (const YAML::Node& sc = n["scrape"]) {
+        sig.source = router::SignalSource::kScrape;
+        ParseScrape(sc, path + ".scrape", p, &sig);
+        if (n["interval"]) {
+          Error(n["interval"], path + ".interval",
+                "scrape signals refresh at the gateway's --scrape_interval");
+        }
+      } else {
+        sig.source = router::SignalSource::kPromQL;
+        String(n["promql"], path + ".promql", &sig.query);
+        if (n["interval"] && Duration(n["interval"], path + ".interval", &sig.interval_seconds) &&
+            sig.interval_seconds < 0.1) {
+          Error(n["interval"], path + ".interval", "must be at least 100ms");
+        }
+      }
+      if (const YAML::Node& st = n["stale"]) {
+        const std::string spath = path + ".stale";
+        if (Map(st, spath, {"after", "hold", "then"})) {
+          if (st["after"]) Duration(st["after"], spath + ".after", &sig.stale_after_seconds);
+          if (st["hold"]) Duration(st["hold"], spath + ".hold", &sig.hold_seconds);
+          if (const YAML::Node& t = st["then"]) {
+            std::string then;
+            if (String(t, spath + ".then", &then)) {
+              if (then == "fail_closed") {
+                sig.fail_closed = true;
+              } else if (then != "fail_open") {
+                Error(t, spath + ".then", "expected fail_open or fail_closed");
+              }
+            }
+          }
+        }
+      }
+      p->signals[sig.name] = sig;
+    }
+  }
+
+  // scrape: {model, metric, labels: {K: V}, aggregate: sum|max|min|avg|rate|quantile,
+  //          quantile: 0..1, window: DURATION}
+  void ParseScrape(const YAML::Node& n, const std::string& path, const Policy* p,
+                   router::SignalSpec* sig) {
+    if (!Map(n, path, {"model", "metric", "labels", "aggregate", "quantile", "window"})) return;
+    for (const char* required : {"model", "metric"}) {
+      if (!n[required]) Error(n, absl::StrCat(path, ".", required), "required key is missing");
+    }
+    if (n["model"] && String(n["model"], path + ".model", &sig->model)) {
+      CheckModel(n["model"], path + ".model", p, sig->model);
+    }
+    if (n["metric"]) String(n["metric"], path + ".metric", &sig->metric);
+    if (const YAML::Node& l = n["labels"]; l && FreeMap(l, path + ".labels")) {
+      for (const auto& kv : l) {
+        std::string v;
+        if (String(kv.second, path + ".labels." + kv.first.Scalar(), &v)) {
+          sig->labels[kv.first.Scalar()] = v;
+        }
+      }
+    }
+    static const std::map<std::string, router::Aggregate> kAggregates = {
+        {"sum", router::Aggregate::kSum},   {"max", router::Aggregate::kMax},
+        {"min", router::Aggregate::kMin},   {"avg", router::Aggregate::kAvg},
+        {"rate", router::Aggregate::kRate}, {"quantile", router::Aggregate::kQuantile}};
+    if (const YAML::Node& a = n["aggregate"]) {
+      std::string name;
+      if (String(a, path + ".aggregate", &name)) {
+        auto it = kAggregates.find(name);
+        if (it == kAggregates.end()) {
+          Error(a, path + ".aggregate", "expected sum, max, min, avg, rate or quantile");
+        } else {
+          sig->aggregate = it->second;
+        }
+      }
+    }
+    if (const YAML::Node& q = n["quantile"]) {
+      if (sig->aggregate != router::Aggregate::kQuantile) {
+        Error(q, path + ".quantile", "only with aggregate: quantile");
+      } else if (Number(q, path + ".quantile", &sig->quantile) &&
+                 (sig->quantile <= 0 || sig->quantile >= 1)) {
+        Error(q, path + ".quantile", "must be in (0, 1)");
+      }
+    }
+    if (const YAML::Node& w = n["window"]) {
+      if (sig->aggregate != router::Aggregate::kQuantile &&
+          sig->aggregate != router::Aggregate::kRate) {
+        Error(w, path + ".window", "only with aggregate: rate or quantile");
+      } else if (Duration(w, path + ".window", &sig->window_seconds) &&
+                 sig->window_seconds < 0.1) {
+        Error(w, path + ".window", "must be at least 100ms");
+      }
+    }
+  }
+
+  // triggers: NAME: {signal, enter: {OP: X}, exit: {OP: Y}, min_dwell: DURATION}
+  void ParseTriggers(const YAML::Node& node, Policy* p) {
+    if (!FreeMap(node, "triggers")) return;
+    for (const auto& kv : node) {
+      router::TriggerSpec t;
+      t.name = kv.first.Scalar();
+      const std::string path = "triggers." + t.name;
+      const YAML::Node& n = kv.second;
+      if (!Map(n, path, {"signal", "enter", "exit", "min_dwell"})) continue;
+      for (const char* required : {"signal", "enter", "exit"}) {
+        if (!n[required]) Error(n, absl::StrCat(path, ".", required), "required key is missing");
+      }
+      if (n["signal"] && String(n["signal"], path + ".signal", &t.signal) &&
+          !p->signals.contains(t.signal)) {
+        Error(n["signal"], path + ".signal",
+              absl::StrCat("signal '", t.signal, "' is not declared in `signals`"));
+      }
+      const bool enter_ok = n["enter"] && ParseThreshold(n["enter"], path + ".enter", &t.enter);
+      const bool exit_ok = n["exit"] && ParseThreshold(n["exit"], path + ".exit", &t.exit);
+      if (enter_ok && exit_ok) CheckBand(n, path, t);
+      if (n["min_dwell"]) Duration(n["min_dwell"], path + ".min_dwell", &t.min_dwell_seconds);
+      p->triggers[t.name] = t;
+    }
+  }
+
+  bool ParseThreshold(const YAML::Node& n, const std::string& path, router::Threshold* t) {
+    static const std::map<std::string, Op> kOps = {
+        {"gt", Op::kGt}, {"ge", Op::kGe}, {"lt", Op::kLt}, {"le", Op::kLe}};
+    if (!Map(n, path, {"gt", "ge", "lt", "le"})) return false;
+    if (n.size() != 1) {
+      Error(n, path, "expected exactly one of gt, ge, lt, le");
+      return false;
+    }
+    const auto kv = *n.begin();
+    auto op = kOps.find(kv.first.Scalar());
+    if (op == kOps.end()) return false;
+    t->op = op->second;
+    return Number(kv.second, path + "." + kv.first.Scalar(), &t->value);
+  }
+
+  // The exit side must point the other way from the enter side, with the band between them;
+  // otherwise the trigger could be asked to enter and exit at once.
+  void CheckBand(const YAML::Node& n, const std::string& path, const router::TriggerSpec& t) {
+    const bool enter_up = t.enter.op == Op::kGt || t.enter.op == Op::kGe;
+    const bool exit_up = t.exit.op == Op::kGt || t.exit.op == Op::kGe;
+    if (enter_up == exit_up) {
+      Error(n["exit"], path + ".exit",
+            enter_up ? "enter tests gt/ge, so exit must test lt/le"
+                     : "enter tests lt/le, so exit must test gt/ge");
+    } else if (enter_up ? t.exit.value > t.enter.value : t.exit.value < t.enter.value) {
+      Error(n["exit"], path + ".exit",
+            absl::StrCat("the exit threshold ", t.exit.value,
+                         enter_up ? " is above" : " is below", " the enter threshold ",
+                         t.enter.value, "; hysteresis needs the band between them"));
     }
   }
 
@@ -325,11 +497,48 @@ class Parser {
 
   void ParseAction(const YAML::Node& node, const std::string& path, const Policy* p,
                    router::Action* a) {
-    if (!Map(node, path, {"route", "split", "route_to_pinned", "shadow", "fallback"})) return;
-    const int kinds =
-        (node["route"] ? 1 : 0) + (node["split"] ? 1 : 0) + (node["route_to_pinned"] ? 1 : 0);
+    if (!Map(node, path,
+             {"route", "split", "route_to_pinned", "shed", "shadow", "fallback", "hedge"})) {
+      return;
+    }
+    const int kinds = (node["route"] ? 1 : 0) + (node["split"] ? 1 : 0) +
+                      (node["route_to_pinned"] ? 1 : 0) + (node["shed"] ? 1 : 0);
     if (kinds != 1) {
-      Error(node, path, "exactly one of route, split or route_to_pinned is required");
+      Error(node, path, "exactly one of route, split, route_to_pinned or shed is required");
+    }
+    if (const YAML::Node& sh = node["shed"]) {
+      a->shed = true;
+      const std::string spath = path + ".shed";
+      if (Map(sh, spath, {"retry_after"}) && sh["retry_after"]) {
+        Duration(sh["retry_after"], spath + ".retry_after", &a->retry_after_seconds);
+      }
+      for (const char* other : {"shadow", "fallback", "hedge"}) {
+        if (node[other]) Error(node[other], path + "." + other, "has no meaning with shed");
+      }
+    }
+    if (const YAML::Node& h = node["hedge"]) {
+      const std::string hpath = path + ".hedge";
+      if (Map(h, hpath, {"after", "after_signal", "min", "max"})) {
+        a->hedge.enabled = true;
+        if (!h["after"] && !h["after_signal"]) {
+          Error(h, hpath, "expected after (a duration) or after_signal (a signal of seconds)");
+        }
+        if (h["after"] && Duration(h["after"], hpath + ".after", &a->hedge.after_seconds) &&
+            a->hedge.after_seconds <= 0) {
+          Error(h["after"], hpath + ".after", "must be > 0");
+        }
+        if (h["after_signal"] &&
+            String(h["after_signal"], hpath + ".after_signal", &a->hedge.after_signal) &&
+            !p->signals.contains(a->hedge.after_signal)) {
+          Error(h["after_signal"], hpath + ".after_signal",
+                absl::StrCat("signal '", a->hedge.after_signal, "' is not declared in `signals`"));
+        }
+        if (h["min"]) Duration(h["min"], hpath + ".min", &a->hedge.min_seconds);
+        if (h["max"]) Duration(h["max"], hpath + ".max", &a->hedge.max_seconds);
+        if (a->hedge.min_seconds > a->hedge.max_seconds) {
+          Error(h, hpath, "min is above max");
+        }
+      }
     }
     if (const YAML::Node& r = node["route"]) {
       router::WeightedModel t;
@@ -439,11 +648,15 @@ class Parser {
             "unknown field; expected prompt_tokens, prompt_bytes, image_count, num_messages, "
             "num_turns, max_tokens, confidence, code_cues, math_cues, reasoning_cues, "
             "structured_output_cues, deadline_ms, objective, reasoning, class, hint.model, "
-            "label.KEY or signal.NAME");
+            "label.KEY, signal.NAME or trigger.NAME");
       return;
     }
     if (field.rfind("signal.", 0) == 0 && !p->signals.contains(field.substr(7))) {
       Error(key, path, absl::StrCat("signal '", field.substr(7), "' is not declared in `signals`"));
+    }
+    if (field.rfind("trigger.", 0) == 0 && !p->triggers.contains(field.substr(8))) {
+      Error(key, path,
+            absl::StrCat("trigger '", field.substr(8), "' is not declared in `triggers`"));
     }
     const bool numeric = *kind == router::FieldKind::kNumber;
     auto check_value = [&](const YAML::Node& v, const std::string& vpath, Predicate* pr) {
@@ -459,6 +672,8 @@ class Parser {
       } else if (field == "reasoning" && pr->text != "default" && pr->text != "on" &&
                  pr->text != "off") {
         Error(v, vpath, "reasoning is one of default, on, off");
+      } else if (field.rfind("trigger.", 0) == 0 && pr->text != "on" && pr->text != "off") {
+        Error(v, vpath, "a trigger is on or off");
       }
       return true;
     };

@@ -26,7 +26,9 @@ struct BuiltinRouterConfig {
 class BuiltinRouter final : public Router {
  public:
   explicit BuiltinRouter(BuiltinRouterConfig config) : config_(std::move(config)) {}
-  absl::StatusOr<RouteDecision> Route(const RequestFeatures& features) const override;
+  using Router::Route;
+  absl::StatusOr<RouteDecision> Route(const RequestFeatures& features,
+                                      const SignalSnapshot& signals) const override;
 
  private:
   const BuiltinRouterConfig config_;

@@ -59,7 +59,23 @@ struct WeightedModel {
   int weight = 100;  // percent
 };
 
+// Hedging (latency class, opt-in per rule): when the first token has not arrived after a delay, a
+// second copy goes to another replica (or the first fallback model) and the slower is cancelled.
+struct Hedge {
+  bool enabled = false;
+  // Fixed delay; with `after_signal`, the delay used while that signal has no value.
+  double after_seconds = 0;
+  // The delay is this signal's value (seconds, e.g. a p95 TTFT), clamped to [min, max].
+  std::string after_signal;
+  double min_seconds = 0.01;
+  double max_seconds = 10;
+};
+
 struct Action {
+  // Refuse with RESOURCE_EXHAUSTED and a retry hint instead of queueing (load shedding).
+  bool shed = false;
+  double retry_after_seconds = 1;
+  Hedge hedge;
   // One entry for `route`, several for `split` (weights sum to 100).
   std::vector<WeightedModel> targets;
   // Route to the model pinned in the request's hints (rules using it test hint.model present).
@@ -74,6 +90,64 @@ struct Rule {
   std::string name;
   Condition when;
   Action action;
+};
+
+// Where a signal's value comes from.
+enum class SignalSource {
+  kStatic,  // a constant from the policy
+  kScrape,  // the gateway's own scrape of the model's workers' /metrics
+  kPromQL,  // an instant query against a Prometheus server's HTTP API
+};
+
+// How scraped samples of one model's workers become one number.
+enum class Aggregate {
+  kSum,       // gauges: sum over ready workers
+  kMax,
+  kMin,
+  kAvg,
+  kRate,      // counters: per-second increase over `window`, summed over workers
+  kQuantile,  // histograms: the `quantile` of observations in the last `window`
+};
+
+// A named live value that conditions test as signal.NAME.
+struct SignalSpec {
+  std::string name;
+  SignalSource source = SignalSource::kStatic;
+  double static_value = 0;
+  // Scrape: the model whose workers are read, the sample name (a histogram's base name for
+  // kQuantile) and the labels a sample must carry.
+  std::string model;
+  std::string metric;
+  std::map<std::string, std::string> labels;
+  Aggregate aggregate = Aggregate::kSum;
+  double quantile = 0.95;
+  double window_seconds = 30;
+  // PromQL: the expression (must yield one series or a scalar) and how often it is evaluated.
+  std::string query;
+  double interval_seconds = 1;
+  // Staleness: a value older than `stale_after_seconds` is stale (0 = three refresh intervals).
+  // A stale value is still used for `hold_seconds`; then it is absent, and triggers on it are
+  // forced off (fail open) or on (fail closed).
+  double stale_after_seconds = 0;
+  double hold_seconds = 0;
+  bool fail_closed = false;
+};
+
+// One side of a hysteresis band: signal OP value.
+struct Threshold {
+  Op op = Op::kGt;
+  double value = 0;
+};
+
+// A boolean with hysteresis over one signal: it turns on when `enter` holds, off when `exit`
+// holds, and keeps each state for at least `min_dwell_seconds`. Conditions test trigger.NAME
+// (on or off). The state lives in the gateway; the router reads it from the signal snapshot.
+struct TriggerSpec {
+  std::string name;
+  std::string signal;
+  Threshold enter;
+  Threshold exit;
+  double min_dwell_seconds = 0;
 };
 
 struct Policy {
@@ -91,8 +165,8 @@ struct Policy {
   double classifier_min_confidence = 0;
   std::string default_class;
   std::vector<Rule> rules;
-  // Declared signals and the values used until live values arrive (next issue).
-  std::map<std::string, double> signals;
+  std::map<std::string, SignalSpec> signals;
+  std::map<std::string, TriggerSpec> triggers;
 };
 
 }  // namespace tandem::router

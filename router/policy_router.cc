@@ -49,6 +49,7 @@ struct Context {
   const Policy& policy;
   const std::string& request_class;
   double confidence;
+  const SignalSnapshot& signals;
 };
 
 FieldValue Resolve(const std::string& field, const Context& c) {
@@ -78,8 +79,16 @@ FieldValue Resolve(const std::string& field, const Context& c) {
     return it == f.labels.end() ? FieldValue{} : Text(it->second);
   }
   if (absl::StartsWith(field, "signal.")) {
-    auto it = c.policy.signals.find(field.substr(7));
-    return it == c.policy.signals.end() ? FieldValue{} : Number(it->second);
+    const std::string name = field.substr(7);
+    auto spec = c.policy.signals.find(name);
+    if (spec == c.policy.signals.end()) return {};
+    if (spec->second.source == SignalSource::kStatic) return Number(spec->second.static_value);
+    auto it = c.signals.values.find(name);
+    return it == c.signals.values.end() ? FieldValue{} : Number(it->second);
+  }
+  if (absl::StartsWith(field, "trigger.")) {
+    auto it = c.signals.triggers.find(field.substr(8));
+    return Text(it != c.signals.triggers.end() && it->second ? "on" : "off");
   }
   return {};
 }
@@ -175,10 +184,12 @@ std::optional<FieldKind> KindOfField(const std::string& field) {
   }
   if (absl::StartsWith(field, "label.") && field.size() > 6) return FieldKind::kString;
   if (absl::StartsWith(field, "signal.") && field.size() > 7) return FieldKind::kNumber;
+  if (absl::StartsWith(field, "trigger.") && field.size() > 8) return FieldKind::kString;
   return std::nullopt;
 }
 
-absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f) const {
+absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,
+                                                  const SignalSnapshot& signals) const {
   const Policy& p = *policy_;
   RouteDecision d;
   d.policy_version = p.version;
@@ -188,7 +199,7 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f) cons
   std::string class_rule = "default_class";
   {
     const std::string none;
-    const Context c{f, p, none, 1.0};
+    const Context c{f, p, none, 1.0, signals};
     for (const auto& cr : p.classify) {
       std::string detail;
       const bool hit = Matches(cr.when, c, &detail);
@@ -228,14 +239,18 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f) cons
   }
   d.request_class = request_class;
 
-  const Context c{f, p, request_class, d.confidence};
+  const Context c{f, p, request_class, d.confidence, signals};
   for (const auto& rule : p.rules) {
     std::string detail;
     const bool hit = Matches(rule.when, c, &detail);
     d.trace.push_back({rule.name, hit, detail});
     if (!hit) continue;
     const Action& a = rule.action;
-    if (a.to_pinned) {
+    if (a.shed) {
+      d.model = kShedModel;
+      d.shed = true;
+      d.retry_after_seconds = a.retry_after_seconds;
+    } else if (a.to_pinned) {
       if (!p.models.contains(f.pinned_model)) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "hints.model: unknown model '%s' (policy %s knows: %s)", f.pinned_model, p.version,
@@ -260,6 +275,15 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f) cons
     d.rule = rule.name;
     d.shadow = a.shadow;
     d.fallback = a.fallback;
+    if (a.hedge.enabled) {
+      d.hedge_after_seconds = a.hedge.after_seconds;
+      if (!a.hedge.after_signal.empty()) {
+        auto it = signals.values.find(a.hedge.after_signal);
+        if (it != signals.values.end()) {
+          d.hedge_after_seconds = std::clamp(it->second, a.hedge.min_seconds, a.hedge.max_seconds);
+        }
+      }
+    }
     d.reason = absl::StrFormat("class %s (by %s); rule '%s' matched: %s", request_class, class_rule,
                                rule.name, detail);
     return d;

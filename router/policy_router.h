@@ -11,10 +11,13 @@ namespace tandem::router {
 
 enum class FieldKind { kNumber, kString };
 
+// The model name a shedding decision carries (no model serves it).
+inline constexpr char kShedModel[] = "none";
+
 // The kind of a condition field, or nullopt when the name is not a field. Fields: prompt_tokens,
 // prompt_bytes, image_count, num_messages, num_turns, max_tokens, confidence, code_cues,
 // math_cues, reasoning_cues, structured_output_cues, deadline_ms, signal.NAME (numbers); objective,
-// reasoning, class, hint.model, label.KEY (strings).
+// reasoning, class, hint.model, label.KEY, trigger.NAME (on or off) (strings).
 std::optional<FieldKind> KindOfField(const std::string& field);
 
 // Decides with a policy: classify (first matching class rule, else the default class), then the
@@ -23,7 +26,9 @@ class PolicyRouter final : public Router {
  public:
   explicit PolicyRouter(std::shared_ptr<const Policy> policy) : policy_(std::move(policy)) {}
 
-  absl::StatusOr<RouteDecision> Route(const RequestFeatures& features) const override;
+  using Router::Route;
+  absl::StatusOr<RouteDecision> Route(const RequestFeatures& features,
+                                      const SignalSnapshot& signals) const override;
   const Policy& policy() const { return *policy_; }
 
  private:

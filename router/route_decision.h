@@ -27,6 +27,11 @@ struct RouteDecision {
   std::string shadow;
   // Models to try in order when `model` has no ready worker.
   std::vector<std::string> fallback;
+  // Load shedding: refuse with RESOURCE_EXHAUSTED and this retry hint.
+  bool shed = false;
+  double retry_after_seconds = 0;
+  // Hedge after this many seconds without a first token; 0 for no hedging.
+  double hedge_after_seconds = 0;
   // The learned tier's answer when it was consulted (empty otherwise).
   std::string learned_class;
   double learned_confidence = 0;

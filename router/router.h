@@ -3,6 +3,7 @@
 #include "absl/status/statusor.h"
 #include "router/request_features.h"
 #include "router/route_decision.h"
+#include "router/signal_snapshot.h"
 
 namespace tandem::router {
 
@@ -13,7 +14,13 @@ class Router {
   virtual ~Router() = default;
   // Errors only when no configured model can serve the request (e.g. images and no vision
   // model): FAILED_PRECONDITION or INVALID_ARGUMENT with the reason.
-  virtual absl::StatusOr<RouteDecision> Route(const RequestFeatures& features) const = 0;
+  // `signals` is the live snapshot the decision reads signal.NAME and trigger.NAME from.
+  virtual absl::StatusOr<RouteDecision> Route(const RequestFeatures& features,
+                                              const SignalSnapshot& signals) const = 0;
+  // With no live signals (tests, replay, tandemctl): static values only, triggers off.
+  absl::StatusOr<RouteDecision> Route(const RequestFeatures& features) const {
+    return Route(features, SignalSnapshot{});
+  }
 };
 
 }  // namespace tandem::router

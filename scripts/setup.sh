@@ -8,6 +8,7 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libcurl4-openssl-dev nlohmann-json3-dev   # gateway: worker scrapes and PromQL queries
   prometheus          # promtool, used by the metrics lint tests
   clang-format
   python3             # builds the classifier's labelled data (router/classifier)

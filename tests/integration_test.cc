@@ -635,7 +635,7 @@ TEST(GatewayAvailabilityTest, ModelWithoutReadyWorkerIsUnavailableWithTheReason)
   tandem::v1::GenerateResponse resp;
   grpc::Status s = stub->Generate(&ctx, req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_THAT(s.error_message(), HasSubstr("model 'nemotron' has no ready worker (127.0.0.1:1:"));
+  EXPECT_THAT(s.error_message(), HasSubstr("model 'nemotron' has no usable worker (127.0.0.1:1:"));
   // Per-model health tells load balancers and operators the same.
   auto health = grpc::health::v1::Health::NewStub(
       grpc::CreateChannel(gateway->grpc_address, grpc::InsecureChannelCredentials()));

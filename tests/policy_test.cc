@@ -68,7 +68,7 @@ rules:
       errors,
       ElementsAre(
           "bad.yaml:8:1: bogus: unknown key; expected one of: classes, classifier, classify, "
-          "default_class, models, rules, schema, signals, version",
+          "default_class, models, rules, schema, signals, triggers, version",
           "bad.yaml:11:32: rules[0].when.prompt_tokens.gt: expected a finite number",
           HasSubstr("bad.yaml:11:39: rules[0].when.colour: unknown field"),
           "bad.yaml:12:21: rules[0].action.route: unknown model 'llama'",

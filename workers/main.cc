@@ -8,6 +8,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -91,6 +92,12 @@ int Run() {
 
   auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
   if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
+
+  {
+    const std::string& a = (*metrics_server)->Address();
+    int port = 0;
+    if (absl::SimpleAtoi(a.substr(a.rfind(':') + 1), &port)) service.SetMetricsPort(port);
+  }
 
   GrpcServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);

@@ -91,7 +91,11 @@ void SyntheticTokenizer::EncodeText(std::string_view text, std::vector<int32_t>*
 
 absl::StatusOr<std::vector<int32_t>> SyntheticTokenizer::EncodeChat(
     const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
-    const tandem::v1::ReasoningOptions& reasoning) const {
+    const tandem::v1::ReasoningOptions& reasoning, bool continue_final) const {
+  if (continue_final && (messages.empty() || messages[messages.size() - 1].role() != "assistant")) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the last message must be the assistant's partial answer");
+  }
   std::vector<int32_t> ids;
   for (int m = 0; m < messages.size(); ++m) {
     const auto& message = messages[m];
@@ -109,6 +113,7 @@ absl::StatusOr<std::vector<int32_t>> SyntheticTokenizer::EncodeChat(
         EncodeText(part.text(), &ids);
       }
     }
+    if (continue_final && m + 1 == messages.size()) return ids;  // left open
     ids.insert(ids.end(), {kTemplateToken, kTemplateToken});
   }
   // Generation prompt: "<|im_start|>assistant\n<think>\n" plus "\n</think>\n\n" when off.

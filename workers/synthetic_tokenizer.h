@@ -16,7 +16,7 @@ class SyntheticTokenizer final : public Tokenizer {
 
   absl::StatusOr<std::vector<int32_t>> EncodeChat(
       const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
-      const tandem::v1::ReasoningOptions& reasoning) const override;
+      const tandem::v1::ReasoningOptions& reasoning, bool continue_final = false) const override;
   std::unique_ptr<StreamDecoder> NewStreamDecoder() const override;
 
   // Number of generated-token ids that are words (ids >= this are not produced).

@@ -24,10 +24,11 @@ class StreamDecoder {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // The model's prompt for a chat: template applied, generation prompt appended.
+  // The model's prompt for a chat: template applied, generation prompt appended. With
+  // `continue_final`, the last (assistant) message is left open so generation continues it.
   virtual absl::StatusOr<std::vector<int32_t>> EncodeChat(
       const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
-      const tandem::v1::ReasoningOptions& reasoning) const = 0;
+      const tandem::v1::ReasoningOptions& reasoning, bool continue_final = false) const = 0;
   virtual std::unique_ptr<StreamDecoder> NewStreamDecoder() const = 0;
 };
 

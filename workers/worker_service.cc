@@ -49,7 +49,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     absl::Status status = ValidateMessages(request->messages(), limits);
     if (status.ok()) status = ValidateSampling(request->sampling(), info.max_output_tokens, limits);
     absl::StatusOr<std::vector<int32_t>> prompt =
-        status.ok() ? engine->GetTokenizer().EncodeChat(request->messages(), request->reasoning())
+        status.ok() ? engine->GetTokenizer().EncodeChat(request->messages(), request->reasoning(),
+                                                             request->continue_final_message())
                     : absl::StatusOr<std::vector<int32_t>>(status);
     if (prompt.ok() && static_cast<int64_t>(prompt->size()) >= info.max_context_tokens) {
       prompt = absl::InvalidArgumentError(absl::StrFormat(
@@ -258,6 +259,7 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* co
   load->set_max_batch_size(scheduler_->options().max_batch_size);
   load->set_max_queue(scheduler_->options().max_queue);
   response->set_state(state_.load());
+  response->set_metrics_port(metrics_port_.load());
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

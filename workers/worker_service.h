@@ -28,6 +28,8 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
                                     tandem::v1::WorkerInfo* response) override;
 
   void SetState(tandem::v1::WorkerInfo::State state) { state_.store(state); }
+  // Reported in WorkerInfo so the gateway can scrape this worker's metrics.
+  void SetMetricsPort(int port) { metrics_port_.store(port); }
   // Re-reads device memory into metrics and worker info; called periodically by main.
   void RefreshDevice();
 
@@ -37,6 +39,7 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
   WorkerMetrics* const metrics_;
   const RequestLimits limits_;
   std::atomic<tandem::v1::WorkerInfo::State> state_{tandem::v1::WorkerInfo::LOADING};
+  std::atomic<int> metrics_port_{0};
   std::mutex device_mu_;
   DeviceDescription device_;  // guarded by device_mu_
 };

@@ -1,0 +1,118 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/http_client.h"
+#include "gateway/prometheus_text.h"
+#include "gateway/trigger.h"
+#include "gateway/worker_pool.h"
+#include "router/policy.h"
+#include "router/signal_snapshot.h"
+#include "tandem/v1/admin.pb.h"
+
+namespace tandem::gateway {
+
+struct SignalEngineOptions {
+  // How often every worker's /metrics is scraped (also the refresh interval of scrape signals).
+  absl::Duration scrape_interval = absl::Milliseconds(250);
+  absl::Duration scrape_timeout = absl::Milliseconds(500);
+  // Base URL of the Prometheus server PromQL signals query, e.g. http://prometheus:9090.
+  std::string prometheus_url;
+  absl::Duration promql_timeout = absl::Seconds(1);
+};
+
+// Turns live metrics into the policy's signals and triggers. Two sources: the gateway's own
+// scrape of every worker's /metrics (gauges, counter rates and histogram quantiles from deltas
+// between scrapes), and PromQL instant queries against a Prometheus server. Each round publishes
+// an immutable SignalSnapshot that intake reads without locking. HTTP happens only on the
+// engine's own two threads (scrapes, queries); nothing here runs on a gRPC reactor.
+class SignalEngine {
+ public:
+  using HttpFactory = std::function<std::unique_ptr<HttpClient>()>;
+  SignalEngine(const WorkerPools* pools, GatewayMetrics* metrics, SignalEngineOptions options,
+               Clock* clock = Clock::Real(), HttpFactory http_factory = nullptr);
+  ~SignalEngine();
+
+  // What a policy needs that this gateway lacks (a PromQL signal without --prometheus_url, a
+  // scrape of a model with no workers): FAILED_PRECONDITION listing each.
+  absl::Status Validate(const router::Policy& policy) const;
+  // The live policy's signals and triggers; called at start and on every reload. State of
+  // signals and triggers that keep their name and definition carries over.
+  void SetPolicy(std::shared_ptr<const router::Policy> policy);
+  std::shared_ptr<const router::SignalSnapshot> Current() const { return snapshot_.load(); }
+  tandem::v1::SignalsStatus Describe() const;
+
+  // One round of each source, synchronously (the threads call these; so can tests).
+  void ScrapeOnce(HttpClient& http);
+  void QueryDue(HttpClient& http, bool force = false);
+  void Publish();
+
+  void Start();
+  void Stop();
+
+ private:
+  using TimePoint = Clock::TimePoint;
+  struct Scrape {
+    TimePoint at;
+    std::vector<Sample> samples;
+  };
+  struct EndpointData {
+    std::string model;
+    bool last_ok = false;
+    std::deque<Scrape> history;  // oldest first, bounded by the longest window
+  };
+  struct SignalState {
+    router::SignalSpec spec;
+    std::optional<double> value;  // from the last successful refresh
+    TimePoint refreshed;          // last successful refresh (start time before any)
+    TimePoint next_query;         // PromQL only
+    std::string error;            // last refresh error
+  };
+  // Value of a scrape signal from the endpoint data; nullopt for no data. `error` says why.
+  std::optional<double> Evaluate(const router::SignalSpec& spec, TimePoint now,
+                                 std::string* error) const;
+  double StaleAfter(const SignalState& s) const;
+  void ScrapeLoop();
+  void QueryLoop();
+
+  const WorkerPools* const pools_;
+  GatewayMetrics* const metrics_;
+  const SignalEngineOptions options_;
+  Clock* const clock_;
+  HttpFactory http_factory_;
+
+  mutable std::mutex mu_;
+  std::shared_ptr<const router::Policy> policy_;        // guarded by mu_
+  std::map<std::string, EndpointData> endpoints_;       // guarded by mu_; by model/address
+  std::map<std::string, SignalState> signals_;          // guarded by mu_
+  std::map<std::string, std::unique_ptr<Trigger>> triggers_;  // guarded by mu_
+  double history_seconds_ = 0;                          // guarded by mu_
+  std::atomic<std::shared_ptr<const router::SignalSnapshot>> snapshot_{
+      std::make_shared<router::SignalSnapshot>()};
+
+  std::mutex run_mu_;
+  std::condition_variable run_cv_;
+  bool stop_ = false;  // guarded by run_mu_
+  std::thread scrape_thread_;
+  std::thread query_thread_;
+};
+
+// histogram_quantile over cumulative bucket counts (upper bound -> count, +Inf included), with
+// Prometheus's linear interpolation inside the bucket; nullopt when there are no observations.
+std::optional<double> HistogramQuantile(double q, const std::map<double, double>& buckets);
+
+}  // namespace tandem::gateway
