@@ -20,7 +20,7 @@ class LineParser {
 
   absl::Status Parse(Sample* out) {
     if (!Name(&out->name, /*metric=*/true)) return Error("expected a metric name");
-    SkipSpaces();
+    bool spaced = SkipSpaces();
     if (Peek() == '{') {
       ++i_;
       while (true) {
@@ -47,8 +47,9 @@ class LineParser {
           return Error("expected ',' or '}' in the label set");
         }
       }
+      spaced = SkipSpaces();
     }
-    if (!SkipSpaces()) return Error("expected a space before the value");
+    if (!spaced) return Error("expected a space before the value");
     const size_t start = i_;
     while (i_ < s_.size() && s_[i_] != ' ' && s_[i_] != '\t') ++i_;
     if (!ParseValue(s_.substr(start, i_ - start), &out->value)) {

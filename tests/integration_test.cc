@@ -808,7 +808,7 @@ TEST(PolicyFallbackTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
   EXPECT_EQ(resp.route().model(), "qwen");
   EXPECT_EQ(resp.route().rule(), "latency");
   EXPECT_EQ(resp.route().request_class(), "latency_critical");
-  EXPECT_EQ(resp.route().policy_version(), "default-2");
+  EXPECT_EQ(resp.route().policy_version(), "default-3");
   EXPECT_THAT(resp.route().reason(), HasSubstr("fell back from 'nemotron'"));
 }
 
@@ -851,10 +851,10 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   std::ifstream logged(log);
   std::string first;
   std::getline(logged, first);
-  EXPECT_THAT(first, HasSubstr("\"policy_version\":\"default-2\""));
+  EXPECT_THAT(first, HasSubstr("\"policy_version\":\"default-3\""));
   EXPECT_THAT(first, ::testing::Not(HasSubstr("Write a parser")));  // no prompt text by default
 
-  // default-2's learned tier sends "hello" to nemotron; cost-saver sends the two accuracy
+  // default-3's learned tier sends "hello" to nemotron; cost-saver sends the two accuracy
   // requests to nemotron and the premium tenant's "hello" to qwen: three decisions change.
   const std::string ctl = TANDEM_CTL_BIN;
   CommandResult replay =
@@ -862,7 +862,7 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
                               " --new=" TANDEM_SOURCE_DIR "/policies/cost-saver.yaml"));
   EXPECT_EQ(replay.exit_code, 0) << replay.out;
   EXPECT_THAT(replay.out, HasSubstr("4 recorded decisions replayed: 3 change (75.0%) from "
-                                    "default-2 to cost-saver-1"));
+                                    "default-3 to cost-saver-1"));
   EXPECT_THAT(replay.out, HasSubstr("qwen -> nemotron: 2"));
   EXPECT_THAT(replay.out, HasSubstr("nemotron -> qwen: 1"));
   EXPECT_THAT(replay.out, HasSubstr("accuracy_critical -> latency_critical: 2"));

@@ -1,5 +1,6 @@
 #include <fstream>
 
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policies/policy_cases.h"
@@ -48,9 +49,10 @@ TEST(PolicyLoaderTest, TheShippedDefaultPolicyIsValid) {
   std::vector<PolicyError> errors;
   auto p = LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ((*p)->version, "default-2");
+  EXPECT_EQ((*p)->version, "default-3");
   EXPECT_EQ((*p)->sha256.size(), 64u);
-  EXPECT_EQ((*p)->rules.size(), 5u);
+  EXPECT_EQ((*p)->rules.size(), 8u);
+  EXPECT_EQ((*p)->triggers.size(), 2u);
 }
 
 TEST(PolicyLoaderTest, ReportsEveryErrorWithLineColumnAndPath) {
@@ -135,7 +137,7 @@ TEST(PolicyRouterTest, DefaultPolicyMatchesTheSeedsRouting) {
   EXPECT_EQ(d->model, "qwen");
   EXPECT_EQ(d->rule, "accuracy");
   EXPECT_EQ(d->request_class, "accuracy_critical");
-  EXPECT_EQ(d->policy_version, "default-2");
+  EXPECT_EQ(d->policy_version, "default-3");
   EXPECT_THAT(d->fallback, ElementsAre("nemotron"));
 
   auto f = Features();
@@ -246,6 +248,92 @@ rules:
   auto d = r.Route(f);
   EXPECT_EQ(d->rule, "spill");
   EXPECT_EQ(d->shadow, "qwen");
+}
+
+TEST(PolicyLoaderTest, ParsesLiveSignalsTriggersShedAndHedge) {
+  auto p = MustParse(std::string(kHeader) + R"(signals:
+  q:
+    scrape: {model: nemotron, metric: tandem_worker_num_requests_waiting, labels: {a: b}, aggregate: max}
+    stale: {after: 500ms, hold: 3s, then: fail_closed}
+  p95:
+    promql: 'histogram_quantile(0.95, sum by (le) (rate(x_bucket[1m])))'
+    interval: 2s
+  ttft:
+    scrape: {model: nemotron, metric: ttft, aggregate: quantile, quantile: 0.9, window: 1m}
+triggers:
+  busy: {signal: q, enter: {ge: 8}, exit: {le: 2}, min_dwell: 1.5}
+rules:
+  - name: shed
+    when: {trigger.busy: on}
+    action: {shed: {retry_after: 250ms}}
+  - name: rest
+    action: {route: nemotron, hedge: {after_signal: p95, after: 1s, min: 20ms, max: 3s}}
+)");
+  ASSERT_NE(p, nullptr);
+  const auto& q = p->signals.at("q");
+  EXPECT_EQ(q.source, router::SignalSource::kScrape);
+  EXPECT_EQ(q.aggregate, router::Aggregate::kMax);
+  EXPECT_EQ(q.labels.at("a"), "b");
+  EXPECT_DOUBLE_EQ(q.stale_after_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(q.hold_seconds, 3);
+  EXPECT_TRUE(q.fail_closed);
+  EXPECT_EQ(p->signals.at("p95").source, router::SignalSource::kPromQL);
+  EXPECT_DOUBLE_EQ(p->signals.at("p95").interval_seconds, 2);
+  EXPECT_DOUBLE_EQ(p->signals.at("ttft").window_seconds, 60);
+  EXPECT_DOUBLE_EQ(p->triggers.at("busy").min_dwell_seconds, 1.5);
+  EXPECT_TRUE(p->rules[0].action.shed);
+  EXPECT_DOUBLE_EQ(p->rules[0].action.retry_after_seconds, 0.25);
+
+  router::PolicyRouter r(p);
+  router::SignalSnapshot live;
+  live.triggers["busy"] = true;
+  auto shed = r.Route(Features(), live);
+  ASSERT_TRUE(shed.ok());
+  EXPECT_TRUE(shed->shed);
+  EXPECT_EQ(shed->model, router::kShedModel);
+  // Hedge delay: the signal's value clamped, or the fixed delay while the signal has none.
+  live.triggers.clear();
+  live.values["p95"] = 0.001;
+  EXPECT_DOUBLE_EQ(r.Route(Features(), live)->hedge_after_seconds, 0.02);
+  live.values["p95"] = 0.4;
+  EXPECT_DOUBLE_EQ(r.Route(Features(), live)->hedge_after_seconds, 0.4);
+  EXPECT_DOUBLE_EQ(r.Route(Features())->hedge_after_seconds, 1);
+}
+
+TEST(PolicyLoaderTest, SignalAndTriggerMistakesAreReported) {
+  const auto errors = Errors(std::string(kHeader) + R"(signals:
+  both: {scrape: {model: qwen, metric: m}, promql: 'up'}
+  fast: {promql: 'up', interval: 10ms}
+  q: {scrape: {model: llama, metric: m, quantile: 0.5}}
+  s: {scrape: {model: qwen, metric: m}, stale: {then: explode}}
+triggers:
+  t1: {signal: nope, enter: {gt: 1}, exit: {lt: 0}}
+  t2: {signal: q, enter: {gt: 5}, exit: {gt: 1}}
+  t3: {signal: q, enter: {gt: 5}, exit: {lt: 9}}
+rules:
+  - name: r
+    when: {trigger.t9: on, trigger.t2: maybe}
+    action: {route: qwen, shed: {}, hedge: {min: 1s}}
+  - name: rest
+    action: {route: qwen}
+)");
+  const std::string all = absl::StrJoin(errors, "\n");
+  for (const char* want : {
+           "signals.both: expected a number, or exactly one of scrape or promql",
+           "signals.fast.interval: must be at least 100ms",
+           "signals.q.scrape.model: unknown model 'llama'",
+           "signals.q.scrape.quantile: only with aggregate: quantile",
+           "signals.s.stale.then: expected fail_open or fail_closed",
+           "triggers.t1.signal: signal 'nope' is not declared",
+           "triggers.t2.exit: enter tests gt/ge, so exit must test lt/le",
+           "triggers.t3.exit: the exit threshold 9 is above the enter threshold 5",
+           "rules[0].when.trigger.t9: trigger 't9' is not declared",
+           "rules[0].when.trigger.t2: a trigger is on or off",
+           "exactly one of route, split, route_to_pinned or shed is required",
+           "rules[0].action.hedge: has no meaning with shed",
+           "rules[0].action.hedge: expected after (a duration) or after_signal"}) {
+    EXPECT_THAT(all, HasSubstr(want));
+  }
 }
 
 TEST(PolicyLoaderTest, TheClassifierModelIsPartOfThePolicyIdentity) {
