@@ -337,9 +337,9 @@ class GenerationCall {
   void OnAttemptDone(Attempt* a, const grpc::Status& status) {
     const auto now = std::chrono::system_clock::now();
     a->endpoint()->AddOutstanding(-1);
-    a->endpoint()->RecordCall(
-        ClassifyCall(status.error_code(), now >= context_->deadline()),
-        SteadyClock::now());
+    // A deadline of ours (the caller's or the default) passing is not the worker's fault.
+    a->endpoint()->RecordCall(ClassifyCall(status.error_code(), now >= attempt_deadline_),
+                              SteadyClock::now());
     if (a->extra()) service_->retry_budget().Release();
 
     Attempt* next = nullptr;

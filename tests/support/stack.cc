@@ -191,4 +191,45 @@ absl::Status PromtoolCheckMetrics(const std::string& exposition) {
   return absl::OkStatus();
 }
 
+std::string WriteTempFile(const std::string& name, const std::string& text) {
+  const std::string path = TempPath(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+absl::StatusOr<Server> StartPrometheus(const std::vector<std::string>& targets,
+                                       const std::string& scrape_interval) {
+  std::string targets_yaml;
+  for (const auto& t : targets) absl::StrAppend(&targets_yaml, targets_yaml.empty() ? "" : ", ", "'", t, "'");
+  const std::string config = WriteTempFile(
+      "prometheus.yml",
+      absl::StrCat("global: {scrape_interval: ", scrape_interval, ", evaluation_interval: ",
+                   scrape_interval, "}\nscrape_configs:\n  - job_name: tandem\n",
+                   "    static_configs: [{targets: [", targets_yaml, "]}]\n"));
+  const std::string data = TempPath("prometheus-data");
+  // Prometheus logs to stderr; the shell points it at the pipe the "Listening on" line is read
+  // from, and exec keeps the pid so the destructor's signals reach Prometheus itself.
+  const std::string cmd =
+      absl::StrCat("exec ", TANDEM_PROMETHEUS, " --config.file=", config,
+                   " --storage.tsdb.path=", data, " --web.listen-address=127.0.0.1:0 2>&1");
+  auto process = ChildProcess::Start("/bin/sh", {"-c", cmd}, TempPath("prometheus.log"));
+  if (!process.ok()) return process.status();
+  auto line = (*process)->WaitForLine("msg=\"Listening on\"", absl::Seconds(30));
+  if (!line.ok()) return line.status();
+  Server s;
+  s.grpc_address = Field(*line, "address");
+  s.process = std::move(*process);
+  if (s.grpc_address.empty()) return absl::InternalError("no address in: " + *line);
+  return s;
+}
+
 }  // namespace tandem::testing

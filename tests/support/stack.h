@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,5 +49,17 @@ absl::Status PromtoolCheckMetrics(const std::string& exposition);
 
 // A fresh path under the test temp directory.
 std::string TempPath(const std::string& name);
+// Writes `text` to a fresh temp file and returns its path.
+std::string WriteTempFile(const std::string& name, const std::string& text);
+
+// Debian's Prometheus server on 127.0.0.1 with port 0, storage in a temp directory, scraping
+// `targets` (HOST:PORT of /metrics) every `scrape_interval`. grpc_address holds its HTTP
+// address (HOST:PORT) once it logs that it listens.
+absl::StatusOr<Server> StartPrometheus(const std::vector<std::string>& targets,
+                                       const std::string& scrape_interval = "200ms");
+
+// Polls `done` every 10 ms until it returns true or `timeout` passes; returns whether it did.
+// For conditions another process reaches asynchronously (never a fixed sleep).
+bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(20));
 
 }  // namespace tandem::testing

@@ -1,0 +1,562 @@
+// Faults and live signals with the real parts: worker and gateway processes on loopback, workers
+// killed with SIGKILL and restarted, Debian's Prometheus server scraping them for PromQL signals.
+// Timing: assertions are on outcomes; the two "within 1 s" checks are the issue's requirement
+// and are measured with generous polling, never with fixed sleeps.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tandem/v1/admin.grpc.pb.h"
+#include "tandem/v1/gateway.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "tests/support/stack.h"
+
+namespace tandem::testing {
+namespace {
+
+using tandem::v1::GenerateRequest;
+using ::testing::HasSubstr;
+
+GenerateRequest Prompt(const std::string& text, int32_t max_tokens) {
+  GenerateRequest r;
+  auto* m = r.add_messages();
+  m->set_role("user");
+  m->add_content()->set_text(text);
+  r.mutable_sampling()->set_max_tokens(max_tokens);
+  r.mutable_sampling()->set_temperature(0);
+  return r;
+}
+
+GenerateRequest Latency(const std::string& text, int32_t max_tokens) {
+  GenerateRequest r = Prompt(text, max_tokens);
+  r.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
+  return r;
+}
+
+void Deadline(grpc::ClientContext* ctx, std::chrono::milliseconds d) {
+  ctx->set_deadline(std::chrono::system_clock::now() + d);
+}
+
+std::string PolicyYaml(const std::string& signals_and_triggers, const std::string& rules,
+                       const std::string& models = "{qwen: {}, nemotron: {}}") {
+  return absl::StrCat(R"(schema: 1
+version: test
+models: )", models, R"(
+classes: [accuracy_critical, latency_critical]
+default_class: accuracy_critical
+classify:
+  - name: latency
+    when: {objective: latency}
+    class: latency_critical
+)",
+                      signals_and_triggers, "\nrules:\n", rules);
+}
+
+// A gateway and its workers, started per test.
+class ResilienceTest : public ::testing::Test {
+ protected:
+  Server StartOrDie(absl::StatusOr<Server> s) {
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : Server{};
+  }
+  void StartGatewayWith(const std::vector<std::string>& entries,
+                        std::vector<std::string> extra = {}) {
+    auto g = StartGateway(entries, extra);
+    ASSERT_TRUE(g.ok()) << g.status();
+    gateway_ = std::move(*g);
+    auto channel = grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials());
+    stub_ = tandem::v1::Gateway::NewStub(channel);
+    admin_ = tandem::v1::Admin::NewStub(channel);
+  }
+  std::vector<tandem::v1::EndpointStatus> Endpoints() {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(5));
+    tandem::v1::ListEndpointsResponse r;
+    EXPECT_TRUE(admin_->ListEndpoints(&ctx, {}, &r).ok());
+    return {r.endpoints().begin(), r.endpoints().end()};
+  }
+  int UsableCount(const std::string& model) {
+    int n = 0;
+    for (const auto& e : Endpoints()) n += e.model() == model && e.usable();
+    return n;
+  }
+  bool Usable(const std::string& address) {
+    for (const auto& e : Endpoints()) {
+      if (e.address() == address) return e.usable();
+    }
+    return false;
+  }
+  tandem::v1::SignalsStatus Signals() {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(5));
+    tandem::v1::SignalsStatus s;
+    EXPECT_TRUE(admin_->GetSignals(&ctx, {}, &s).ok());
+    return s;
+  }
+  std::string RuleFor(const GenerateRequest& req) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(5));
+    tandem::v1::RouteResponse r;
+    const grpc::Status s = stub_->Route(&ctx, req, &r);
+    return s.ok() ? r.route().rule() : "error: " + s.error_message();
+  }
+  double GatewayMetric(const std::string& name, const std::map<std::string, std::string>& labels) {
+    auto text = HttpGet(gateway_.metrics_address, "/metrics");
+    if (!text.ok()) return -1;
+    return MetricValue(*text, name, labels).value_or(-1);
+  }
+
+  Server gateway_;
+  std::unique_ptr<tandem::v1::Gateway::Stub> stub_;
+  std::unique_ptr<tandem::v1::Admin::Stub> admin_;
+};
+
+// Reads a stream to its end, killing the worker that serves it after the first chunk.
+struct KilledStream {
+  grpc::Status status;
+  std::string text;
+  tandem::v1::GenerateStreamChunk first;
+  tandem::v1::GenerateStreamChunk last;
+};
+
+KilledStream StreamAndKill(tandem::v1::Gateway::Stub* stub, const GenerateRequest& req,
+                           const std::map<std::string, Server*>& workers) {
+  KilledStream out;
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(60));
+  auto reader = stub->GenerateStream(&ctx, req);
+  tandem::v1::GenerateStreamChunk c;
+  bool first = true;
+  while (reader->Read(&c)) {
+    out.text += c.text();
+    if (first) {
+      first = false;
+      out.first = c;
+      auto it = workers.find(c.route().worker());
+      EXPECT_NE(it, workers.end()) << c.route().worker();
+      if (it != workers.end()) {
+        it->second->process->Signal(SIGKILL);
+        it->second->process->Wait(absl::Seconds(10));
+      }
+    }
+    out.last = c;
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+constexpr char kFailoverRules[] = R"(  - name: rest
+    action: {route: qwen, fallback: [nemotron]}
+)";
+constexpr char kQwenOnlyRules[] = R"(  - name: rest
+    action: {route: qwen}
+)";
+std::string QwenOnlyPolicy() {
+  return WriteTempFile("p.yaml", PolicyYaml("", kQwenOnlyRules, "{qwen: {}}"));
+}
+
+TEST_F(ResilienceTest, WorkerKilledMidStreamTheAnswerContinuesOnAnotherReplicaAndSaysSo) {
+  Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5"}));
+  Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5"}));
+  const std::string policy = QwenOnlyPolicy();
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
+                                           {"--policy=" + policy}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
+
+  const KilledStream s = StreamAndKill(stub_.get(), Prompt("tell me a long story", 60),
+                                       {{a.grpc_address, &a}, {b.grpc_address, &b}});
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  const std::string killed = s.first.route().worker();
+  const std::string other = killed == a.grpc_address ? b.grpc_address : a.grpc_address;
+  EXPECT_EQ(s.last.usage().completion_tokens(), 60);
+  EXPECT_NE(s.last.finish_reason(), tandem::v1::FINISH_REASON_UNSPECIFIED);
+  EXPECT_EQ(s.last.recovery().failovers(), 1);
+  EXPECT_EQ(s.last.recovery().final_worker(), other);
+  EXPECT_EQ(s.last.recovery().final_model(), "qwen");
+  ASSERT_GE(s.last.recovery().events_size(), 1);
+  EXPECT_THAT(s.last.recovery().events(0), HasSubstr("failover after"));
+  EXPECT_EQ(GatewayMetric("tandem_gateway_midstream_failovers_total",
+                          {{"from_model", "qwen"}, {"to_model", "qwen"}}),
+            1);
+}
+
+TEST_F(ResilienceTest, LastReplicaKilledMidStreamTheFallbackModelContinues) {
+  Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5"}));
+  Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0"}));
+  const std::string policy = WriteTempFile("p.yaml", PolicyYaml("", kFailoverRules));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
+      {"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address}, {"--policy=" + policy}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1 && UsableCount("nemotron") == 1; }));
+
+  const KilledStream s = StreamAndKill(stub_.get(), Prompt("tell me a long story", 40),
+                                       {{qwen.grpc_address, &qwen}});
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_EQ(s.first.route().model(), "qwen");
+  EXPECT_EQ(s.last.usage().completion_tokens(), 40);
+  EXPECT_EQ(s.last.recovery().failovers(), 1);
+  EXPECT_EQ(s.last.recovery().final_model(), "nemotron");
+  EXPECT_EQ(GatewayMetric("tandem_gateway_midstream_failovers_total",
+                          {{"from_model", "qwen"}, {"to_model", "nemotron"}}),
+            1);
+}
+
+TEST_F(ResilienceTest, AFullWorkerQueueIsRetriedOnAnotherReplicaBeforeAnythingStreams) {
+  // `a` holds one running and one queued request: full. It is first in the list, so the
+  // gateway's tie-break picks it and gets RESOURCE_EXHAUSTED, then retries on `b`.
+  Server a = StartOrDie(StartWorker(
+      "qwen", {"--synthetic_time_scale=20", "--max_batch_size=1", "--max_queue=1"}));
+  Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
+  const std::string policy = QwenOnlyPolicy();
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
+                                           {"--policy=" + policy}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
+
+  auto worker = tandem::v1::Worker::NewStub(
+      grpc::CreateChannel(a.grpc_address, grpc::InsecureChannelCredentials()));
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<tandem::v1::WorkerGenerateChunk>>> fill;
+  tandem::v1::WorkerGenerateRequest long_request;
+  *long_request.mutable_messages() = Prompt("x", 1).messages();
+  long_request.mutable_sampling()->set_max_tokens(2000);
+  for (int i = 0; i < 2; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    fill.push_back(worker->Generate(contexts.back().get(), long_request));
+  }
+  ASSERT_TRUE(WaitForMetric(a.metrics_address, "tandem_worker_num_requests_waiting", {}, 1).ok());
+
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  tandem::v1::GenerateResponse resp;
+  const grpc::Status s = stub_->Generate(&ctx, Prompt("hello", 8), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.recovery().retries(), 1);
+  EXPECT_EQ(resp.recovery().final_worker(), b.grpc_address);
+  EXPECT_THAT(resp.recovery().events(0), HasSubstr("RESOURCE_EXHAUSTED"));
+  EXPECT_EQ(GatewayMetric("tandem_gateway_retries_total",
+                          {{"model_name", "qwen"}, {"reason", "resource_exhausted"}}),
+            1);
+  // A full queue is load, not sickness: `a` was not ejected.
+  EXPECT_TRUE(Usable(a.grpc_address));
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& r : fill) r->Finish();
+}
+
+TEST_F(ResilienceTest, AKilledWorkerIsEjectedAndItsRestartReadmittedWithinASecond) {
+  Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
+  Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
+  const std::string address = a.grpc_address;
+  const std::string policy = QwenOnlyPolicy();
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"qwen=" + address, "qwen=" + b.grpc_address}, {"--policy=" + policy}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
+
+  a.process->Signal(SIGKILL);
+  ASSERT_NE(a.process->Wait(absl::Seconds(10)), -1);
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(WaitUntil([&] { return !Usable(address); }, absl::Seconds(10)));
+  const absl::Duration ejection = absl::Now() - killed;
+  EXPECT_LT(ejection, absl::Seconds(1));
+  // Meanwhile requests are served by the other replica.
+  for (int i = 0; i < 5; ++i) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::GenerateResponse resp;
+    ASSERT_TRUE(stub_->Generate(&ctx, Prompt("hi", 4), &resp).ok());
+    EXPECT_EQ(resp.route().worker(), b.grpc_address);
+  }
+
+  // The same address comes back.
+  Server again = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0", "--listen=" + address}));
+  ASSERT_EQ(again.grpc_address, address);
+  ASSERT_TRUE(WaitForHealth(address, "", true).ok());
+  const absl::Time healthy = absl::Now();
+  ASSERT_TRUE(WaitUntil([&] { return Usable(address); }, absl::Seconds(10)));
+  const absl::Duration readmission = absl::Now() - healthy;
+  EXPECT_LT(readmission, absl::Seconds(1));
+  std::printf("ejected in %s, readmitted in %s\n", absl::FormatDuration(ejection).c_str(),
+              absl::FormatDuration(readmission).c_str());
+  EXPECT_EQ(GatewayMetric("tandem_gateway_endpoint_ready",
+                          {{"model_name", "qwen"}, {"endpoint", address}}),
+            1);
+}
+
+TEST_F(ResilienceTest, StaleSignalsHoldThenFailClosedOrOpenAsDeclared) {
+  Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
+  Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0"}));
+  const std::string policy = WriteTempFile("p.yaml", PolicyYaml(R"(signals:
+  closed_q:
+    scrape: {model: nemotron, metric: tandem_worker_num_requests_waiting}
+    stale: {after: 300ms, hold: 500ms, then: fail_closed}
+  open_q:
+    scrape: {model: nemotron, metric: tandem_worker_num_requests_waiting}
+    stale: {after: 300ms, hold: 500ms, then: fail_open}
+triggers:
+  protect: {signal: closed_q, enter: {gt: 100}, exit: {lt: 50}}
+  relaxed: {signal: open_q, enter: {gt: 100}, exit: {lt: 50}}
+)",
+                                                                R"(  - name: protected
+    when: {class: latency_critical, trigger.protect: on}
+    action: {route: qwen}
+  - name: relaxed_on
+    when: {class: latency_critical, trigger.relaxed: on}
+    action: {route: qwen}
+  - name: latency
+    when: {class: latency_critical}
+    action: {route: nemotron, fallback: [qwen]}
+  - name: rest
+    action: {route: qwen}
+)"));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
+      {"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address},
+      {"--policy=" + policy, "--scrape_interval=100ms"}));
+  ASSERT_TRUE(WaitUntil([&] {
+    auto s = Signals();
+    return s.signals_size() == 2 && s.signals(0).has_value() && s.signals(1).has_value();
+  }));
+  EXPECT_EQ(RuleFor(Latency("hi", 4)), "latency");
+  EXPECT_EQ(GatewayMetric("tandem_gateway_signal_stale", {{"signal", "closed_q"}}), 0);
+
+  nemotron.process->Signal(SIGKILL);
+  nemotron.process->Wait(absl::Seconds(10));
+  // Stale after 300 ms, held 500 ms more, then the closed trigger turns on.
+  ASSERT_TRUE(WaitUntil([&] { return RuleFor(Latency("hi", 4)) == "protected"; }));
+  const auto s = Signals();
+  for (const auto& sig : s.signals()) {
+    EXPECT_TRUE(sig.stale()) << sig.name();
+    EXPECT_FALSE(sig.has_value()) << sig.name();
+    EXPECT_THAT(sig.error(), HasSubstr("no fresh scrape"));
+  }
+  for (const auto& t : s.triggers()) EXPECT_EQ(t.on(), t.name() == "protect") << t.name();
+  EXPECT_EQ(GatewayMetric("tandem_gateway_signal_stale", {{"signal", "closed_q"}}), 1);
+  EXPECT_EQ(GatewayMetric("tandem_gateway_trigger_active", {{"trigger", "protect"}}), 1);
+  EXPECT_EQ(GatewayMetric("tandem_gateway_trigger_active", {{"trigger", "relaxed"}}), 0);
+  EXPECT_GT(GatewayMetric("tandem_gateway_worker_scrapes_total",
+                          {{"model_name", "nemotron"}, {"result", "error"}}),
+            0);
+}
+
+TEST_F(ResilienceTest, BothModelsSaturatedAreShedFastWithARetryHint) {
+  Server qwen = StartOrDie(
+      StartWorker("qwen", {"--synthetic_time_scale=20", "--max_batch_size=1", "--max_queue=64"}));
+  Server nemotron = StartOrDie(StartWorker(
+      "nemotron", {"--synthetic_time_scale=20", "--max_batch_size=1", "--max_queue=64"}));
+  const std::string policy = WriteTempFile("p.yaml", PolicyYaml(R"(signals:
+  qwen_q: {scrape: {model: qwen, metric: tandem_worker_num_requests_waiting}}
+  nemotron_q: {scrape: {model: nemotron, metric: tandem_worker_num_requests_waiting}}
+triggers:
+  qwen_full: {signal: qwen_q, enter: {ge: 2}, exit: {lt: 1}}
+  nemotron_full: {signal: nemotron_q, enter: {ge: 2}, exit: {lt: 1}}
+)",
+                                                                R"(  - name: pinned
+    when: {hint.model: {present: true}}
+    action: {route_to_pinned: true}
+  - name: both_full
+    when: {trigger.qwen_full: on, trigger.nemotron_full: on}
+    action: {shed: {retry_after: 1500ms}}
+  - name: rest
+    action: {route: qwen, fallback: [nemotron]}
+)"));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
+      {"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address},
+      {"--policy=" + policy, "--scrape_interval=100ms"}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1 && UsableCount("nemotron") == 1; }));
+
+  // Three long requests pinned to each model: one runs, two wait.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::thread> load;
+  for (const char* model : {"qwen", "nemotron"}) {
+    for (int i = 0; i < 3; ++i) {
+      contexts.push_back(std::make_unique<grpc::ClientContext>());
+      grpc::ClientContext* ctx = contexts.back().get();
+      load.emplace_back([this, ctx, model] {
+        GenerateRequest r = Prompt("long", 2000);
+        r.mutable_hints()->set_model(model);
+        tandem::v1::GenerateResponse resp;
+        stub_->Generate(ctx, r, &resp);
+      });
+    }
+  }
+  ASSERT_TRUE(WaitUntil([&] {
+    const auto s = Signals();
+    return s.triggers_size() == 2 && s.triggers(0).on() && s.triggers(1).on();
+  }));
+  int shed = 0;
+  for (int i = 0; i < 20; ++i) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::GenerateResponse resp;
+    const auto start = std::chrono::steady_clock::now();
+    const grpc::Status s = stub_->Generate(&ctx, Prompt("one more", 8), &resp);
+    const auto took = std::chrono::steady_clock::now() - start;
+    ASSERT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("shed by rule 'both_full'"));
+    EXPECT_THAT(s.error_message(), HasSubstr("retry after 1.5s"));
+    auto hint = ctx.GetServerTrailingMetadata().find("retry-after-ms");
+    ASSERT_NE(hint, ctx.GetServerTrailingMetadata().end());
+    EXPECT_EQ(std::string(hint->second.data(), hint->second.size()), "1500");
+    // Fast: nowhere near the 10 s deadline (no queueing behind the saturated workers).
+    EXPECT_LT(took, std::chrono::seconds(2));
+    ++shed;
+  }
+  EXPECT_EQ(GatewayMetric("tandem_gateway_shed_requests_total", {{"class", "accuracy_critical"}}),
+            shed);
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& t : load) t.join();
+}
+
+TEST_F(ResilienceTest, APromQLSignalFromARealPrometheusSwitchesARuleOnAndOffWithHysteresis) {
+  Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
+  Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=10"}));
+  Server prometheus = StartOrDie(StartPrometheus({nemotron.metrics_address}, "200ms"));
+  const std::string policy = WriteTempFile("p.yaml", PolicyYaml(R"(signals:
+  nemotron_running:
+    promql: 'sum(tandem_worker_num_requests_running{model_name="nemotron"})'
+    interval: 200ms
+triggers:
+  nemotron_busy: {signal: nemotron_running, enter: {ge: 3}, exit: {lt: 1}, min_dwell: 1s}
+)",
+                                                                R"(  - name: pinned
+    when: {hint.model: {present: true}}
+    action: {route_to_pinned: true}
+  - name: spill
+    when: {class: latency_critical, trigger.nemotron_busy: on}
+    action: {route: qwen}
+  - name: latency
+    when: {class: latency_critical}
+    action: {route: nemotron}
+  - name: rest
+    action: {route: qwen}
+)"));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
+      {"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address},
+      {"--policy=" + policy, "--prometheus_url=http://" + prometheus.grpc_address}));
+  // Prometheus has scraped the worker at least once: the signal has a value (0).
+  ASSERT_TRUE(WaitUntil([&] {
+    const auto s = Signals();
+    return s.signals_size() == 1 && s.signals(0).has_value() && s.signals(0).error().empty();
+  }));
+  EXPECT_EQ(RuleFor(Latency("hi", 4)), "latency");
+
+  // Four clients keep nemotron busy (pinned, so they do not spill themselves).
+  std::atomic<int> clients{4};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> load;
+  for (int i = 0; i < 4; ++i) {
+    load.emplace_back([&, i] {
+      while (!stop && i < clients) {
+        grpc::ClientContext ctx;
+        Deadline(&ctx, std::chrono::seconds(30));
+        GenerateRequest r = Prompt("busy", 20);
+        r.mutable_hints()->set_model("nemotron");
+        tandem::v1::GenerateResponse resp;
+        stub_->Generate(&ctx, r, &resp);
+      }
+    });
+  }
+  ASSERT_TRUE(WaitUntil([&] { return RuleFor(Latency("hi", 4)) == "spill"; }, absl::Seconds(30)));
+  // Two clients: the value sits inside the band (below enter, not below exit): still on.
+  clients = 2;
+  ASSERT_TRUE(WaitUntil([&] {
+    const auto s = Signals();
+    const double v = s.signals(0).value();
+    return s.signals(0).has_value() && v >= 1 && v < 3 && s.triggers(0).on() &&
+           s.triggers(0).seconds_in_state() > 1.5;
+  }, absl::Seconds(30)));
+  EXPECT_EQ(RuleFor(Latency("hi", 4)), "spill");
+  // No load: it turns off, once.
+  stop = true;
+  for (auto& t : load) t.join();
+  ASSERT_TRUE(WaitUntil([&] { return RuleFor(Latency("hi", 4)) == "latency"; }, absl::Seconds(30)));
+  EXPECT_EQ(GatewayMetric("tandem_gateway_trigger_transitions_total", {{"trigger", "nemotron_busy"}}),
+            2);
+  EXPECT_EQ(GatewayMetric("tandem_gateway_signal_refresh_errors_total",
+                          {{"signal", "nemotron_running"}}),
+            0);
+}
+
+TEST_F(ResilienceTest, ASlowFirstTokenIsHedgedAndTheFasterCopyWins) {
+  // The first replica takes ~1.4 s per token; the second answers at once.
+  Server slow = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=200"}));
+  Server fast = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0"}));
+  Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
+  const std::string policy = WriteTempFile("p.yaml", PolicyYaml("", R"(  - name: latency
+    when: {class: latency_critical}
+    action: {route: nemotron, hedge: {after: 100ms}}
+  - name: rest
+    action: {route: qwen}
+)"));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"nemotron=" + slow.grpc_address,
+                                            "nemotron=" + fast.grpc_address,
+                                            "qwen=" + qwen.grpc_address},
+                                           {"--policy=" + policy}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("nemotron") == 2; }));
+
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  tandem::v1::GenerateResponse resp;
+  const grpc::Status s = stub_->Generate(&ctx, Latency("quick!", 8), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.usage().completion_tokens(), 8);
+  EXPECT_TRUE(resp.recovery().hedged());
+  EXPECT_TRUE(resp.recovery().hedge_won());
+  EXPECT_EQ(resp.recovery().final_worker(), fast.grpc_address);
+  EXPECT_EQ(GatewayMetric("tandem_gateway_hedges_total",
+                          {{"model_name", "nemotron"}, {"outcome", "won"}}),
+            1);
+  // The slower copy was cancelled on its worker.
+  EXPECT_TRUE(WaitForMetric(slow.metrics_address, "tandem_worker_requests_total",
+                            {{"finish_reason", "cancelled"}}, 1)
+                  .ok());
+  // A request that answers in time is not hedged.
+  grpc::ClientContext ctx2;
+  Deadline(&ctx2, std::chrono::seconds(30));
+  tandem::v1::GenerateResponse plain;
+  ASSERT_TRUE(stub_->Generate(&ctx2, Prompt("accurate", 4), &plain).ok());
+  EXPECT_FALSE(plain.has_recovery());
+}
+
+TEST_F(ResilienceTest, TheGatewayAppliesItsDefaultDeadlineWhenTheCallerSetsNone) {
+  Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=20"}));
+  const std::string policy = QwenOnlyPolicy();
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"qwen=" + qwen.grpc_address},
+                                           {"--policy=" + policy, "--default_deadline=300ms"}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1; }));
+  grpc::ClientContext ctx;  // no deadline
+  tandem::v1::GenerateResponse resp;
+  const grpc::Status s = stub_->Generate(&ctx, Prompt("never ending", 5000), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  // The worker stopped the work (deadline propagated) and was not blamed for it.
+  EXPECT_TRUE(WaitForMetric(qwen.metrics_address, "tandem_worker_requests_total",
+                            {{"finish_reason", "deadline_exceeded"}}, 1)
+                  .ok());
+  EXPECT_TRUE(Usable(qwen.grpc_address));
+}
+
+TEST_F(ResilienceTest, ADnsNameBecomesThePoolsEndpoints) {
+  Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
+  const std::string port = qwen.grpc_address.substr(qwen.grpc_address.rfind(':') + 1);
+  const std::string policy = QwenOnlyPolicy();
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"qwen=dns:///localhost:" + port}, {"--policy=" + policy}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1; }));
+  bool found = false;
+  for (const auto& e : Endpoints()) found = found || e.address() == "127.0.0.1:" + port;
+  EXPECT_TRUE(found);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::GenerateResponse resp;
+  ASSERT_TRUE(stub_->Generate(&ctx, Prompt("hello", 4), &resp).ok());
+  EXPECT_EQ(resp.route().worker(), "127.0.0.1:" + port);
+}
+
+}  // namespace
+}  // namespace tandem::testing
