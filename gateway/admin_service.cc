@@ -40,9 +40,9 @@ grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* c
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AdminService::ListEndpoints(
-    grpc::CallbackServerContext* context, const tandem::v1::ListEndpointsRequest*,
-    tandem::v1::ListEndpointsResponse* response) {
+grpc::ServerUnaryReactor* AdminService::ListEndpoints(grpc::CallbackServerContext* context,
+                                                      const tandem::v1::ListEndpointsRequest*,
+                                                      tandem::v1::ListEndpointsResponse* response) {
   if (pools_ != nullptr) {
     for (const auto& [name, pool] : pools_->pools()) {
       for (const auto& e : *pool->endpoints()) *response->add_endpoints() = e->Describe();

@@ -260,7 +260,7 @@ void GatewayMetrics::CountDecision(const std::string& model, const std::string& 
 }
 
 prometheus::Counter& GatewayMetrics::Labelled(prometheus::Family<prometheus::Counter>& family,
-                                             const prometheus::Labels& labels) {
+                                              const prometheus::Labels& labels) {
   std::string key;
   for (const auto& [k, v] : labels) absl::StrAppend(&key, k, "=", v, std::string(1, '\0'));
   std::lock_guard<std::mutex> l(mu_);

@@ -1,10 +1,10 @@
 #include "gateway/gateway_service.h"
 
+#include <grpcpp/alarm.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
-
-#include <grpcpp/alarm.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -128,10 +128,9 @@ class GenerationCall {
             "retry-after-ms",
             std::to_string(static_cast<int64_t>(admission_.retry_after_seconds * 1000)));
         service_->metrics().CountShed(admission_.decision.request_class);
-        service_->metrics().CountDecision(admission_.decision.model,
-                                          admission_.decision.request_class,
-                                          admission_.decision.rule,
-                                          admission_.decision.policy_version);
+        service_->metrics().CountDecision(
+            admission_.decision.model, admission_.decision.request_class, admission_.decision.rule,
+            admission_.decision.policy_version);
       }
       return s;
     }
@@ -261,10 +260,10 @@ class GenerationCall {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (HasRecovery(recovery_)) {
-        recovery = absl::StrCat(" retries=", recovery_.retries(),
-                                " failovers=", recovery_.failovers(),
-                                " hedged=", recovery_.hedged() ? "yes" : "no",
-                                " final_worker=", recovery_.final_worker());
+        recovery =
+            absl::StrCat(" retries=", recovery_.retries(), " failovers=", recovery_.failovers(),
+                         " hedged=", recovery_.hedged() ? "yes" : "no",
+                         " final_worker=", recovery_.final_worker());
       }
     }
     if (started_) {
@@ -384,12 +383,12 @@ class GenerationCall {
     const bool retryable = !caller_gone && (kind == CallOutcome::kWorkerFault ||
                                             code == grpc::StatusCode::RESOURCE_EXHAUSTED);
     if (!retryable) return nullptr;
-    const std::string failure = absl::StrCat(failed->endpoint()->address(), " ",
-                                             GrpcCodeName(code), ": ", status.error_message());
+    const std::string failure = absl::StrCat(failed->endpoint()->address(), " ", GrpcCodeName(code),
+                                             ": ", status.error_message());
     if (attempts_ >= service_->options().max_attempts) {
       recovery_.add_events(absl::StrCat(failure, "; no attempts left (--max_attempts)"));
-      *outcome = grpc::Status(code, absl::StrCat(status.error_message(), " (after ", attempts_,
-                                                 " attempts)"));
+      *outcome = grpc::Status(
+          code, absl::StrCat(status.error_message(), " (after ", attempts_, " attempts)"));
       return nullptr;
     }
     std::vector<const Endpoint*> exclude;
@@ -397,15 +396,15 @@ class GenerationCall {
     absl::StatusOr<Target> target = service_->intake().PickTarget(admission_, exclude);
     if (!target.ok()) {
       recovery_.add_events(absl::StrCat(failure, "; nowhere else to go"));
-      *outcome = grpc::Status(code, absl::StrCat(status.error_message(), "; no other worker: ",
-                                                 target.status().message()));
+      *outcome = grpc::Status(code, absl::StrCat(status.error_message(),
+                                                 "; no other worker: ", target.status().message()));
       return nullptr;
     }
     if (!service_->retry_budget().TryAcquire()) {
       service_->metrics().CountRetryBudgetExhausted();
       recovery_.add_events(absl::StrCat(failure, "; retry budget exhausted"));
-      *outcome = grpc::Status(code, absl::StrCat(status.error_message(),
-                                                 " (retry budget exhausted; not retried)"));
+      *outcome = grpc::Status(
+          code, absl::StrCat(status.error_message(), " (retry budget exhausted; not retried)"));
       return nullptr;
     }
     tandem::v1::WorkerGenerateRequest request = admission_.worker_request;
@@ -424,16 +423,16 @@ class GenerationCall {
                                         target->endpoint->address()));
     } else {
       recovery_.set_retries(recovery_.retries() + 1);
-      service_->metrics().CountRetry(target->pool->name(),
-                                     code == grpc::StatusCode::RESOURCE_EXHAUSTED
-                                         ? "resource_exhausted"
-                                         : "worker_error");
+      service_->metrics().CountRetry(
+          target->pool->name(),
+          code == grpc::StatusCode::RESOURCE_EXHAUSTED ? "resource_exhausted" : "worker_error");
       recovery_.add_events(absl::StrCat("retry: ", failure, " -> ", target->pool->name(), " at ",
                                         target->endpoint->address()));
     }
     if (target->max_output_tokens > 0) max_tokens = std::min(max_tokens, target->max_output_tokens);
     request.mutable_sampling()->set_max_tokens(max_tokens);
-    spdlog::warn("request_id={} {}", admission_.request_id, recovery_.events(recovery_.events_size() - 1));
+    spdlog::warn("request_id={} {}", admission_.request_id,
+                 recovery_.events(recovery_.events_size() - 1));
     Attempt* a = new Attempt(this, std::move(*target), std::move(request), true, false);
     live_.push_back(a);
     refs_.fetch_add(1, std::memory_order_relaxed);
@@ -452,10 +451,9 @@ class GenerationCall {
         absl::StatusOr<Target> target = service_->intake().PickTarget(admission_, exclude);
         if (target.ok() && service_->retry_budget().TryAcquire()) {
           recovery_.set_hedged(true);
-          recovery_.add_events(absl::StrCat("hedge: no first token after ",
-                                            admission_.decision.hedge_after_seconds, "s -> ",
-                                            target->pool->name(), " at ",
-                                            target->endpoint->address()));
+          recovery_.add_events(
+              absl::StrCat("hedge: no first token after ", admission_.decision.hedge_after_seconds,
+                           "s -> ", target->pool->name(), " at ", target->endpoint->address()));
           tandem::v1::WorkerGenerateRequest request = admission_.worker_request;
           if (target->max_output_tokens > 0 &&
               request.sampling().max_tokens() > target->max_output_tokens) {

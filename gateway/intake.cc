@@ -136,8 +136,8 @@ absl::StatusOr<Target> Intake::PickTarget(const Admission& a,
     if (model == a.decision.model) continue;
     if (auto t = try_model(model, false)) return *t;
   }
-  return first.ok() ? absl::UnavailableError(absl::StrFormat(
-                          "model '%s' has no usable worker", a.decision.model))
+  return first.ok() ? absl::UnavailableError(
+                          absl::StrFormat("model '%s' has no usable worker", a.decision.model))
                     : first;
 }
 

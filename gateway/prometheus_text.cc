@@ -120,7 +120,8 @@ class LineParser {
       *out = std::nan("");
       return true;
     }
-    return !v.empty() && absl::SimpleAtod(absl::string_view(v.data(), v.size()), out) && !std::isnan(*out);
+    return !v.empty() && absl::SimpleAtod(absl::string_view(v.data(), v.size()), out) &&
+           !std::isnan(*out);
   }
   absl::Status Error(std::string_view what) const {
     return absl::InvalidArgumentError(

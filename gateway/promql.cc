@@ -1,7 +1,6 @@
 #include "gateway/promql.h"
 
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"

@@ -140,8 +140,8 @@ void SignalEngine::SetPolicy(std::shared_ptr<const router::Policy> policy) {
     }
     s.spec = spec;
     if (spec.source == router::SignalSource::kScrape) {
-      history = std::max(history, spec.window_seconds + 2 * absl::ToDoubleSeconds(
-                                                                options_.scrape_interval));
+      history = std::max(history,
+                         spec.window_seconds + 2 * absl::ToDoubleSeconds(options_.scrape_interval));
     }
     if (metrics_ != nullptr) metrics_->ForSignal(name);
     signals.emplace(name, std::move(s));
@@ -344,8 +344,8 @@ void SignalEngine::QueryDue(HttpClient& http, bool force) {
       v = absl::FailedPreconditionError(
           "PromQL signal, but the gateway has no --prometheus_url to query");
     } else {
-      const std::string url = absl::StrCat(options_.prometheus_url, "/api/v1/query?query=",
-                                           CurlHttpClient::Escape(d.query));
+      const std::string url = absl::StrCat(options_.prometheus_url,
+                                           "/api/v1/query?query=", CurlHttpClient::Escape(d.query));
       absl::StatusOr<std::string> body = http.Get(url, options_.promql_timeout);
       v = body.ok() ? ParsePromQLResponse(*body)
                     : absl::StatusOr<std::optional<double>>(body.status());
@@ -403,18 +403,18 @@ void SignalEngine::Publish() {
       value = sig->second.spec.static_value;
     } else if (auto v = views.find(spec.signal); v != views.end()) {
       if (v->second.expired) {
-        input = sig->second.spec.fail_closed ? Trigger::Input::kForcedOn
-                                             : Trigger::Input::kForcedOff;
+        input =
+            sig->second.spec.fail_closed ? Trigger::Input::kForcedOn : Trigger::Input::kForcedOff;
       } else if (v->second.value) {
         input = Trigger::Input::kValue;
         value = *v->second.value;
       }
     }
     if (t->Update(input, value, now)) {
-      spdlog::info("trigger {} turned {} (signal {}={})", name, t->on() ? "on" : "off",
-                   spec.signal, input == Trigger::Input::kValue ? absl::StrCat(value)
-                                : input == Trigger::Input::kNoData ? std::string("no data")
-                                                                   : std::string("stale"));
+      spdlog::info("trigger {} turned {} (signal {}={})", name, t->on() ? "on" : "off", spec.signal,
+                   input == Trigger::Input::kValue    ? absl::StrCat(value)
+                   : input == Trigger::Input::kNoData ? std::string("no data")
+                                                      : std::string("stale"));
       if (metrics_ != nullptr) metrics_->ForTrigger(name).transitions->Increment();
     }
     if (metrics_ != nullptr) metrics_->ForTrigger(name).active->Set(t->on() ? 1 : 0);

@@ -96,11 +96,11 @@ class SignalEngine {
   HttpFactory http_factory_;
 
   mutable std::mutex mu_;
-  std::shared_ptr<const router::Policy> policy_;        // guarded by mu_
-  std::map<std::string, EndpointData> endpoints_;       // guarded by mu_; by model/address
-  std::map<std::string, SignalState> signals_;          // guarded by mu_
+  std::shared_ptr<const router::Policy> policy_;              // guarded by mu_
+  std::map<std::string, EndpointData> endpoints_;             // guarded by mu_; by model/address
+  std::map<std::string, SignalState> signals_;                // guarded by mu_
   std::map<std::string, std::unique_ptr<Trigger>> triggers_;  // guarded by mu_
-  double history_seconds_ = 0;                          // guarded by mu_
+  double history_seconds_ = 0;                                // guarded by mu_
   std::atomic<std::shared_ptr<const router::SignalSnapshot>> snapshot_{
       std::make_shared<router::SignalSnapshot>()};
 

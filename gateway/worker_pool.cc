@@ -48,8 +48,8 @@ CallOutcome ClassifyCall(grpc::StatusCode code, bool caller_deadline_passed) {
   }
 }
 
-Endpoint::Endpoint(std::string model, std::unique_ptr<WorkerClient> client,
-                   EndpointOptions options, GatewayMetrics* metrics)
+Endpoint::Endpoint(std::string model, std::unique_ptr<WorkerClient> client, EndpointOptions options,
+                   GatewayMetrics* metrics)
     : model_(std::move(model)), client_(std::move(client)), options_(options), metrics_(metrics) {
   if (metrics_ != nullptr) metrics_->AddEndpoint(model_, address());
 }
@@ -93,8 +93,8 @@ tandem::v1::EndpointStatus Endpoint::Describe() const {
   s.set_ejections(ejections_);
   if (breaker() == BreakerState::kOpen) {
     s.set_ejected_for_seconds(std::max(
-        0.0, std::chrono::duration<double>(ejected_until_ - std::chrono::steady_clock::now())
-                 .count()));
+        0.0,
+        std::chrono::duration<double>(ejected_until_ - std::chrono::steady_clock::now()).count()));
   }
   s.set_last_fault(last_fault_);
   return s;
@@ -324,8 +324,8 @@ absl::StatusOr<std::shared_ptr<Endpoint>> ModelPool::Pick(
   std::vector<std::string> reasons;
   for (const auto& e : *list) {
     const bool excluded = std::find(exclude.begin(), exclude.end(), e.get()) != exclude.end();
-    reasons.push_back(absl::StrCat(e->address(), ": ",
-                                   excluded ? "already failed this request" : e->not_ready_reason()));
+    reasons.push_back(absl::StrCat(
+        e->address(), ": ", excluded ? "already failed this request" : e->not_ready_reason()));
   }
   if (list->empty()) reasons.push_back("no endpoints (DNS gave no addresses?)");
   return absl::UnavailableError(absl::StrCat("model '", name_, "' has no usable worker (",
@@ -363,8 +363,7 @@ tandem::v1::ModelStatus ModelPool::Status() const {
   return s;
 }
 
-absl::StatusOr<std::vector<std::string>> ResolveWithGetaddrinfo(const std::string& host,
-                                                                int port) {
+absl::StatusOr<std::vector<std::string>> ResolveWithGetaddrinfo(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -496,7 +495,8 @@ void WorkerPools::Stop() {
 
 void WorkerPools::Loop() {
   const auto period = absl::ToChronoMilliseconds(options_.probe_interval);
-  auto next_dns = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(options_.dns_interval);
+  auto next_dns =
+      std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(options_.dns_interval);
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
     const auto now = std::chrono::steady_clock::now();

@@ -108,15 +108,15 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
 
   mutable std::mutex mu_;
   std::condition_variable probe_cv_;
-  tandem::v1::WorkerInfo info_;                      // guarded by mu_
-  std::string not_ready_reason_ = "not probed yet";  // guarded by mu_
-  int consecutive_faults_ = 0;                       // guarded by mu_
-  int consecutive_internal_ = 0;                     // guarded by mu_
-  int64_t ejections_ = 0;                            // guarded by mu_
-  absl::Duration ejection_ = absl::ZeroDuration();   // guarded by mu_
-  TimePoint ejected_until_{};                        // guarded by mu_
-  std::string last_fault_;                           // guarded by mu_
-  bool probe_in_flight_ = false;                     // guarded by mu_
+  tandem::v1::WorkerInfo info_;                         // guarded by mu_
+  std::string not_ready_reason_ = "not probed yet";     // guarded by mu_
+  int consecutive_faults_ = 0;                          // guarded by mu_
+  int consecutive_internal_ = 0;                        // guarded by mu_
+  int64_t ejections_ = 0;                               // guarded by mu_
+  absl::Duration ejection_ = absl::ZeroDuration();      // guarded by mu_
+  TimePoint ejected_until_{};                           // guarded by mu_
+  std::string last_fault_;                              // guarded by mu_
+  bool probe_in_flight_ = false;                        // guarded by mu_
   std::unique_ptr<grpc::ClientContext> probe_context_;  // guarded by mu_
   grpc::health::v1::HealthCheckRequest health_request_;
   grpc::health::v1::HealthCheckResponse health_response_;

@@ -180,8 +180,7 @@ absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& pol
         if (const YAML::Node r = cases[i]["request"]) {
           if (KnownKeys(r, path + ".request",
                         {"text", "system", "prompt_tokens", "turns", "images", "objective", "model",
-                         "reasoning", "max_tokens", "labels", "request_id", "signals",
-                         "triggers"},
+                         "reasoning", "max_tokens", "labels", "request_id", "signals", "triggers"},
                         &problems)) {
             // Bounds keep a typo from building an enormous request.
             for (const auto& [key, lo, hi] :

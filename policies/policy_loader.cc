@@ -354,8 +354,7 @@ class Parser {
       if (sig->aggregate != router::Aggregate::kQuantile &&
           sig->aggregate != router::Aggregate::kRate) {
         Error(w, path + ".window", "only with aggregate: rate or quantile");
-      } else if (Duration(w, path + ".window", &sig->window_seconds) &&
-                 sig->window_seconds < 0.1) {
+      } else if (Duration(w, path + ".window", &sig->window_seconds) && sig->window_seconds < 0.1) {
         Error(w, path + ".window", "must be at least 100ms");
       }
     }
@@ -412,9 +411,9 @@ class Parser {
                      : "enter tests lt/le, so exit must test gt/ge");
     } else if (enter_up ? t.exit.value > t.enter.value : t.exit.value < t.enter.value) {
       Error(n["exit"], path + ".exit",
-            absl::StrCat("the exit threshold ", t.exit.value,
-                         enter_up ? " is above" : " is below", " the enter threshold ",
-                         t.enter.value, "; hysteresis needs the band between them"));
+            absl::StrCat("the exit threshold ", t.exit.value, enter_up ? " is above" : " is below",
+                         " the enter threshold ", t.enter.value,
+                         "; hysteresis needs the band between them"));
     }
   }
 

@@ -101,7 +101,7 @@ enum class SignalSource {
 
 // How scraped samples of one model's workers become one number.
 enum class Aggregate {
-  kSum,       // gauges: sum over ready workers
+  kSum,  // gauges: sum over ready workers
   kMax,
   kMin,
   kAvg,

@@ -31,10 +31,10 @@ using tandem::v1::GenerateRequest;
 struct Tally {
   std::mutex mu;
   std::map<std::string, int64_t> by_status;  // guarded by mu
-  int64_t sent = 0;                           // guarded by mu
-  int64_t streams_short = 0;                  // OK streams missing tokens; guarded by mu
-  int64_t failovers = 0;                      // guarded by mu
-  int64_t retries = 0;                        // guarded by mu
+  int64_t sent = 0;                          // guarded by mu
+  int64_t streams_short = 0;                 // OK streams missing tokens; guarded by mu
+  int64_t failovers = 0;                     // guarded by mu
+  int64_t retries = 0;                       // guarded by mu
   void Add(const grpc::Status& s, const tandem::v1::Recovery& r) {
     std::lock_guard<std::mutex> l(mu);
     ++by_status[GrpcCodeName(s.error_code())];
@@ -131,8 +131,8 @@ TEST(LoadTest, SteadyTrafficSurvivesWorkerKillsAndRestartsWithEveryRequestAccoun
   const auto start = std::chrono::steady_clock::now();
   auto wait_until = [&](double fraction) {
     std::unique_lock<std::mutex> l(fault_mu);
-    fault_cv.wait_until(l, start + std::chrono::milliseconds(
-                                       static_cast<int64_t>(seconds * 1000 * fraction)));
+    fault_cv.wait_until(
+        l, start + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000 * fraction)));
   };
   int kills = 0;
   for (const auto& [fraction, name] :

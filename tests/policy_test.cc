@@ -318,20 +318,19 @@ rules:
     action: {route: qwen}
 )");
   const std::string all = absl::StrJoin(errors, "\n");
-  for (const char* want : {
-           "signals.both: expected a number, or exactly one of scrape or promql",
-           "signals.fast.interval: must be at least 100ms",
-           "signals.q.scrape.model: unknown model 'llama'",
-           "signals.q.scrape.quantile: only with aggregate: quantile",
-           "signals.s.stale.then: expected fail_open or fail_closed",
-           "triggers.t1.signal: signal 'nope' is not declared",
-           "triggers.t2.exit: enter tests gt/ge, so exit must test lt/le",
-           "triggers.t3.exit: the exit threshold 9 is above the enter threshold 5",
-           "rules[0].when.trigger.t9: trigger 't9' is not declared",
-           "rules[0].when.trigger.t2: a trigger is on or off",
-           "exactly one of route, split, route_to_pinned or shed is required",
-           "rules[0].action.hedge: has no meaning with shed",
-           "rules[0].action.hedge: expected after (a duration) or after_signal"}) {
+  for (const char* want : {"signals.both: expected a number, or exactly one of scrape or promql",
+                           "signals.fast.interval: must be at least 100ms",
+                           "signals.q.scrape.model: unknown model 'llama'",
+                           "signals.q.scrape.quantile: only with aggregate: quantile",
+                           "signals.s.stale.then: expected fail_open or fail_closed",
+                           "triggers.t1.signal: signal 'nope' is not declared",
+                           "triggers.t2.exit: enter tests gt/ge, so exit must test lt/le",
+                           "triggers.t3.exit: the exit threshold 9 is above the enter threshold 5",
+                           "rules[0].when.trigger.t9: trigger 't9' is not declared",
+                           "rules[0].when.trigger.t2: a trigger is on or off",
+                           "exactly one of route, split, route_to_pinned or shed is required",
+                           "rules[0].action.hedge: has no meaning with shed",
+                           "rules[0].action.hedge: expected after (a duration) or after_signal"}) {
     EXPECT_THAT(all, HasSubstr(want));
   }
 }

@@ -50,7 +50,8 @@ std::string PolicyYaml(const std::string& signals_and_triggers, const std::strin
                        const std::string& models = "{qwen: {}, nemotron: {}}") {
   return absl::StrCat(R"(schema: 1
 version: test
-models: )", models, R"(
+models: )",
+                      models, R"(
 classes: [accuracy_critical, latency_critical]
 default_class: accuracy_critical
 classify:
@@ -197,8 +198,8 @@ TEST_F(ResilienceTest, LastReplicaKilledMidStreamTheFallbackModelContinues) {
       {"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address}, {"--policy=" + policy}));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1 && UsableCount("nemotron") == 1; }));
 
-  const KilledStream s = StreamAndKill(stub_.get(), Prompt("tell me a long story", 40),
-                                       {{qwen.grpc_address, &qwen}});
+  const KilledStream s =
+      StreamAndKill(stub_.get(), Prompt("tell me a long story", 40), {{qwen.grpc_address, &qwen}});
   ASSERT_TRUE(s.status.ok()) << s.status.error_message();
   EXPECT_EQ(s.first.route().model(), "qwen");
   EXPECT_EQ(s.last.usage().completion_tokens(), 40);
@@ -212,8 +213,8 @@ TEST_F(ResilienceTest, LastReplicaKilledMidStreamTheFallbackModelContinues) {
 TEST_F(ResilienceTest, AFullWorkerQueueIsRetriedOnAnotherReplicaBeforeAnythingStreams) {
   // `a` holds one running and one queued request: full. It is first in the list, so the
   // gateway's tie-break picks it and gets RESOURCE_EXHAUSTED, then retries on `b`.
-  Server a = StartOrDie(StartWorker(
-      "qwen", {"--synthetic_time_scale=20", "--max_batch_size=1", "--max_queue=1"}));
+  Server a = StartOrDie(
+      StartWorker("qwen", {"--synthetic_time_scale=20", "--max_batch_size=1", "--max_queue=1"}));
   Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
   const std::string policy = QwenOnlyPolicy();
   ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
@@ -275,7 +276,8 @@ TEST_F(ResilienceTest, AKilledWorkerIsEjectedAndItsRestartReadmittedWithinASecon
   }
 
   // The same address comes back.
-  Server again = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0", "--listen=" + address}));
+  Server again =
+      StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0", "--listen=" + address}));
   ASSERT_EQ(again.grpc_address, address);
   ASSERT_TRUE(WaitForHealth(address, "", true).ok());
   const absl::Time healthy = absl::Now();
@@ -315,9 +317,9 @@ triggers:
   - name: rest
     action: {route: qwen}
 )"));
-  ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
-      {"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address},
-      {"--policy=" + policy, "--scrape_interval=100ms"}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address},
+                       {"--policy=" + policy, "--scrape_interval=100ms"}));
   ASSERT_TRUE(WaitUntil([&] {
     auto s = Signals();
     return s.signals_size() == 2 && s.signals(0).has_value() && s.signals(1).has_value();
@@ -365,9 +367,9 @@ triggers:
   - name: rest
     action: {route: qwen, fallback: [nemotron]}
 )"));
-  ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
-      {"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address},
-      {"--policy=" + policy, "--scrape_interval=100ms"}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address},
+                       {"--policy=" + policy, "--scrape_interval=100ms"}));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1 && UsableCount("nemotron") == 1; }));
 
   // Three long requests pinned to each model: one runs, two wait.
@@ -465,22 +467,24 @@ triggers:
   ASSERT_TRUE(WaitUntil([&] { return RuleFor(Latency("hi", 4)) == "spill"; }, absl::Seconds(30)));
   // Two clients: the value sits inside the band (below enter, not below exit): still on.
   clients = 2;
-  ASSERT_TRUE(WaitUntil([&] {
-    const auto s = Signals();
-    const double v = s.signals(0).value();
-    return s.signals(0).has_value() && v >= 1 && v < 3 && s.triggers(0).on() &&
-           s.triggers(0).seconds_in_state() > 1.5;
-  }, absl::Seconds(30)));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto s = Signals();
+        const double v = s.signals(0).value();
+        return s.signals(0).has_value() && v >= 1 && v < 3 && s.triggers(0).on() &&
+               s.triggers(0).seconds_in_state() > 1.5;
+      },
+      absl::Seconds(30)));
   EXPECT_EQ(RuleFor(Latency("hi", 4)), "spill");
   // No load: it turns off, once.
   stop = true;
   for (auto& t : load) t.join();
   ASSERT_TRUE(WaitUntil([&] { return RuleFor(Latency("hi", 4)) == "latency"; }, absl::Seconds(30)));
-  EXPECT_EQ(GatewayMetric("tandem_gateway_trigger_transitions_total", {{"trigger", "nemotron_busy"}}),
-            2);
-  EXPECT_EQ(GatewayMetric("tandem_gateway_signal_refresh_errors_total",
-                          {{"signal", "nemotron_running"}}),
-            0);
+  EXPECT_EQ(
+      GatewayMetric("tandem_gateway_trigger_transitions_total", {{"trigger", "nemotron_busy"}}), 2);
+  EXPECT_EQ(
+      GatewayMetric("tandem_gateway_signal_refresh_errors_total", {{"signal", "nemotron_running"}}),
+      0);
 }
 
 TEST_F(ResilienceTest, ASlowFirstTokenIsHedgedAndTheFasterCopyWins) {
@@ -494,10 +498,10 @@ TEST_F(ResilienceTest, ASlowFirstTokenIsHedgedAndTheFasterCopyWins) {
   - name: rest
     action: {route: qwen}
 )"));
-  ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"nemotron=" + slow.grpc_address,
-                                            "nemotron=" + fast.grpc_address,
-                                            "qwen=" + qwen.grpc_address},
-                                           {"--policy=" + policy}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"nemotron=" + slow.grpc_address, "nemotron=" + fast.grpc_address,
+                        "qwen=" + qwen.grpc_address},
+                       {"--policy=" + policy}));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("nemotron") == 2; }));
 
   grpc::ClientContext ctx;
@@ -556,6 +560,17 @@ TEST_F(ResilienceTest, ADnsNameBecomesThePoolsEndpoints) {
   tandem::v1::GenerateResponse resp;
   ASSERT_TRUE(stub_->Generate(&ctx, Prompt("hello", 4), &resp).ok());
   EXPECT_EQ(resp.route().worker(), "127.0.0.1:" + port);
+  // Operators see the same through tandemctl.
+  FILE* p = popen(absl::StrCat(TANDEM_CTL_BIN, " --gateway=", gateway_.grpc_address,
+                               " endpoints 2>&1")
+                      .c_str(),
+                  "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_THAT(out, HasSubstr("qwen 127.0.0.1:" + port + " usable breaker=closed"));
 }
 
 }  // namespace

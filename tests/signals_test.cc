@@ -77,11 +77,13 @@ TEST(PromQLResponseTest, ReadsOneSeriesScalarsAndEmptyResults) {
 }
 
 TEST(PromQLResponseTest, ErrorsSayWhat) {
-  EXPECT_THAT(std::string(ParsePromQLResponse(
-                              R"({"status":"error","errorType":"bad_data","error":"parse error at char 5"})")
-                              .status()
-                              .message()),
-              HasSubstr("PromQL bad_data: parse error at char 5"));
+  EXPECT_THAT(
+      std::string(
+          ParsePromQLResponse(
+              R"({"status":"error","errorType":"bad_data","error":"parse error at char 5"})")
+              .status()
+              .message()),
+      HasSubstr("PromQL bad_data: parse error at char 5"));
   EXPECT_THAT(
       std::string(
           ParsePromQLResponse(

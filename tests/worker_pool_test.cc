@@ -1,8 +1,8 @@
 #include "gateway/worker_pool.h"
-#include "tests/support/fake_worker_client.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/fake_worker_client.h"
 
 namespace tandem::gateway {
 namespace {
@@ -206,12 +206,13 @@ TEST(WorkerPoolsTest, DnsEntriesFollowTheResolverAndKeepTheLastGoodList) {
   WorkerPools pools(WorkerPoolsOptions{}, [] {});
   std::vector<std::string> answer = {"10.0.0.1:7001", "10.0.0.2:7001"};
   bool fail = false;
-  pools.SetResolver([&](const std::string& host, int port) -> absl::StatusOr<std::vector<std::string>> {
-    EXPECT_EQ(host, "qwen-workers.tandem.svc");
-    EXPECT_EQ(port, 7001);
-    if (fail) return absl::UnavailableError("resolve: temporary failure");
-    return answer;
-  });
+  pools.SetResolver(
+      [&](const std::string& host, int port) -> absl::StatusOr<std::vector<std::string>> {
+        EXPECT_EQ(host, "qwen-workers.tandem.svc");
+        EXPECT_EQ(port, 7001);
+        if (fail) return absl::UnavailableError("resolve: temporary failure");
+        return answer;
+      });
   pools.SetClientFactory([](const std::string& a) {
     return std::make_unique<FakeWorkerClient>(a, grpc::Status::OK,
                                               Info("qwen", tandem::v1::WorkerInfo::READY));

@@ -10,6 +10,8 @@
 //   tandemctl policy replay --log=FILE --old=A.yaml --new=B.yaml
 //                                          re-decide recorded traffic; report what changes
 //   tandemctl policy reload | show         the gateway's admin RPC
+//   tandemctl endpoints                    every worker endpoint: health, breaker, load
+//   tandemctl signals                      the live policy's signals and triggers
 //
 // PROMPT "-" reads the prompt from stdin. --json prints protobuf JSON (one object per line).
 // Exit status: 0 on success, 1 on an RPC error (printed as CODE: message), 2 on bad usage.
@@ -24,6 +26,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
@@ -160,7 +163,7 @@ std::string FinishName(tandem::v1::FinishReason f) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "usage: tandemctl [--gateway=HOST:PORT] [flags] generate|stream|route PROMPT... | models |\n"
-      "       policy lint FILE... | policy test FILE CASES.yaml");
+      "       policy lint FILE... | policy test FILE CASES.yaml | endpoints | signals");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) return Usage("missing subcommand");
   const std::string command = positional[1];
@@ -252,6 +255,47 @@ int main(int argc, char** argv) {
   ctx.set_deadline(std::chrono::system_clock::now() +
                    absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
   const bool json = absl::GetFlag(FLAGS_json);
+
+  if (command == "endpoints" || command == "signals") {
+    auto admin = tandem::v1::Admin::NewStub(channel);
+    if (command == "endpoints") {
+      tandem::v1::ListEndpointsResponse resp;
+      grpc::Status s = admin->ListEndpoints(&ctx, {}, &resp);
+      if (!s.ok()) return RpcError(s);
+      if (json) {
+        std::cout << ToJson(resp) << "\n";
+        return 0;
+      }
+      for (const auto& e : resp.endpoints()) {
+        std::cout << e.model() << " " << e.address() << " "
+                  << (e.usable() ? "usable" : "NOT USABLE") << " breaker=" << e.breaker()
+                  << " outstanding=" << e.outstanding() << " load=" << e.scraped_load()
+                  << " ejections=" << e.ejections();
+        if (!e.reason().empty()) std::cout << " reason=\"" << e.reason() << "\"";
+        std::cout << "\n";
+      }
+      return 0;
+    }
+    tandem::v1::SignalsStatus resp;
+    grpc::Status s = admin->GetSignals(&ctx, {}, &resp);
+    if (!s.ok()) return RpcError(s);
+    if (json) {
+      std::cout << ToJson(resp) << "\n";
+      return 0;
+    }
+    for (const auto& sig : resp.signals()) {
+      std::cout << "signal " << sig.name() << " (" << sig.source()
+                << ") = " << (sig.has_value() ? absl::StrCat(sig.value()) : std::string("(none)"))
+                << (sig.stale() ? " STALE" : "") << " age=" << sig.age_seconds() << "s";
+      if (!sig.error().empty()) std::cout << " error=\"" << sig.error() << "\"";
+      std::cout << "\n";
+    }
+    for (const auto& t : resp.triggers()) {
+      std::cout << "trigger " << t.name() << " " << (t.on() ? "on" : "off") << " for "
+                << t.seconds_in_state() << "s\n";
+    }
+    return 0;
+  }
 
   if (command == "models") {
     tandem::v1::ListModelsResponse resp;

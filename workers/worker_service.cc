@@ -50,7 +50,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     if (status.ok()) status = ValidateSampling(request->sampling(), info.max_output_tokens, limits);
     absl::StatusOr<std::vector<int32_t>> prompt =
         status.ok() ? engine->GetTokenizer().EncodeChat(request->messages(), request->reasoning(),
-                                                             request->continue_final_message())
+                                                        request->continue_final_message())
                     : absl::StatusOr<std::vector<int32_t>>(status);
     if (prompt.ok() && static_cast<int64_t>(prompt->size()) >= info.max_context_tokens) {
       prompt = absl::InvalidArgumentError(absl::StrFormat(

@@ -48,8 +48,7 @@ class FakeWorkerClient final : public WorkerClient {
   std::shared_ptr<FakeState> state_;
 };
 
-inline tandem::v1::WorkerInfo Info(const std::string& model,
-                                   tandem::v1::WorkerInfo::State state) {
+inline tandem::v1::WorkerInfo Info(const std::string& model, tandem::v1::WorkerInfo::State state) {
   tandem::v1::WorkerInfo i;
   i.set_model_name(model);
   i.set_model_id("id/" + model);

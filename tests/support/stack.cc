@@ -209,12 +209,13 @@ bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
 absl::StatusOr<Server> StartPrometheus(const std::vector<std::string>& targets,
                                        const std::string& scrape_interval) {
   std::string targets_yaml;
-  for (const auto& t : targets) absl::StrAppend(&targets_yaml, targets_yaml.empty() ? "" : ", ", "'", t, "'");
+  for (const auto& t : targets)
+    absl::StrAppend(&targets_yaml, targets_yaml.empty() ? "" : ", ", "'", t, "'");
   const std::string config = WriteTempFile(
-      "prometheus.yml",
-      absl::StrCat("global: {scrape_interval: ", scrape_interval, ", evaluation_interval: ",
-                   scrape_interval, "}\nscrape_configs:\n  - job_name: tandem\n",
-                   "    static_configs: [{targets: [", targets_yaml, "]}]\n"));
+      "prometheus.yml", absl::StrCat("global: {scrape_interval: ", scrape_interval,
+                                     ", evaluation_interval: ", scrape_interval,
+                                     "}\nscrape_configs:\n  - job_name: tandem\n",
+                                     "    static_configs: [{targets: [", targets_yaml, "]}]\n"));
   const std::string data = TempPath("prometheus-data");
   // Prometheus logs to stderr; the shell points it at the pipe the "Listening on" line is read
   // from, and exec keeps the pid so the destructor's signals reach Prometheus itself.
