@@ -22,6 +22,7 @@
 #include "proto/reflection_subset.grpc.pb.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/support/requests.h"
 #include "tests/support/stack.h"
 
 namespace tandem::testing {
@@ -29,20 +30,6 @@ namespace {
 
 using tandem::v1::GenerateRequest;
 using ::testing::HasSubstr;
-
-GenerateRequest Prompt(const std::string& text, int32_t max_tokens = 16) {
-  GenerateRequest r;
-  auto* m = r.add_messages();
-  m->set_role("user");
-  m->add_content()->set_text(text);
-  r.mutable_sampling()->set_max_tokens(max_tokens);
-  r.mutable_sampling()->set_temperature(0);
-  return r;
-}
-
-void Deadline(grpc::ClientContext* ctx, std::chrono::milliseconds d) {
-  ctx->set_deadline(std::chrono::system_clock::now() + d);
-}
 
 std::unique_ptr<tandem::v1::Gateway::Stub> GatewayStub(const std::string& address) {
   return tandem::v1::Gateway::NewStub(

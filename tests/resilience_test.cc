@@ -18,6 +18,7 @@
 #include "tandem/v1/admin.grpc.pb.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/support/requests.h"
 #include "tests/support/stack.h"
 
 namespace tandem::testing {
@@ -26,24 +27,10 @@ namespace {
 using tandem::v1::GenerateRequest;
 using ::testing::HasSubstr;
 
-GenerateRequest Prompt(const std::string& text, int32_t max_tokens) {
-  GenerateRequest r;
-  auto* m = r.add_messages();
-  m->set_role("user");
-  m->add_content()->set_text(text);
-  r.mutable_sampling()->set_max_tokens(max_tokens);
-  r.mutable_sampling()->set_temperature(0);
-  return r;
-}
-
 GenerateRequest Latency(const std::string& text, int32_t max_tokens) {
   GenerateRequest r = Prompt(text, max_tokens);
   r.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
   return r;
-}
-
-void Deadline(grpc::ClientContext* ctx, std::chrono::milliseconds d) {
-  ctx->set_deadline(std::chrono::system_clock::now() + d);
 }
 
 std::string PolicyYaml(const std::string& signals_and_triggers, const std::string& rules,
