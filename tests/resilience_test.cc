@@ -215,11 +215,13 @@ TEST_F(ResilienceTest, AFullWorkerQueueIsRetriedOnAnotherReplicaBeforeAnythingSt
   tandem::v1::WorkerGenerateRequest long_request;
   *long_request.mutable_messages() = Prompt("x", 1).messages();
   long_request.mutable_sampling()->set_max_tokens(2000);
-  for (int i = 0; i < 2; ++i) {
+  // One at a time: the first must be running before the second queues behind it.
+  for (const char* gauge :
+       {"tandem_worker_num_requests_running", "tandem_worker_num_requests_waiting"}) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     fill.push_back(worker->Generate(contexts.back().get(), long_request));
+    ASSERT_TRUE(WaitForMetric(a.metrics_address, gauge, {}, 1).ok()) << gauge;
   }
-  ASSERT_TRUE(WaitForMetric(a.metrics_address, "tandem_worker_num_requests_waiting", {}, 1).ok());
 
   grpc::ClientContext ctx;
   Deadline(&ctx, std::chrono::seconds(30));
