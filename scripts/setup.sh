@@ -9,6 +9,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcurl4-openssl-dev nlohmann-json3-dev   # gateway: worker scrapes and PromQL queries
+  libopenblas-dev     # native engine: matrix products on the CPU
   prometheus          # promtool, used by the metrics lint tests
   clang-format
   python3             # builds the classifier's labelled data (router/classifier)
