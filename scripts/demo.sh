@@ -37,28 +37,62 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 # Each worker owns one accelerator. Without GPUs they run on the CPU, and say so.
-gpus=0
-if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
-if [[ $gpus -ge 2 ]]; then
-  QWEN_DEVICE=0; NEMOTRON_DEVICE=1
-elif [[ $gpus -eq 1 ]]; then
-  QWEN_DEVICE=0; NEMOTRON_DEVICE=cpu
-  echo "NOTE: one GPU found: qwen runs on GPU 0, nemotron on the CPU."
-else
+# Engine: native (the real model code; random weights unless checkpoints are given) or
+# synthetic (the load simulator with H200 timings).
+ENGINE=${TANDEM_ENGINE:-native}
+MAKE_CKPT=$BUILD_DIR/tools/tandem-make-checkpoint
+if [[ $ENGINE == native ]]; then
+  QWEN_CKPT=${TANDEM_QWEN_CHECKPOINT:-}
+  NEMOTRON_CKPT=${TANDEM_NEMOTRON_CHECKPOINT:-}
+  if [[ -z $QWEN_CKPT || -z $NEMOTRON_CKPT ]]; then
+    MODELS=$BUILD_DIR/random-models
+    for arch in qwen3_5_moe nemotron_h; do
+      if [[ ! -f $MODELS/$arch/config.json ]]; then
+        "$MAKE_CKPT" --arch=$arch --out="$MODELS/$arch" \
+          --tokenizer="$PWD/tests/tokenizer/qwen3/tokenizer.json" --hidden=256 --layers=4 \
+          --experts=16 --moe_intermediate=128 --shared_intermediate=128 >/dev/null
+      fi
+    done
+    QWEN_CKPT=${QWEN_CKPT:-$MODELS/qwen3_5_moe}
+    NEMOTRON_CKPT=${NEMOTRON_CKPT:-$MODELS/nemotron_h}
+    echo "NOTE: RANDOM WEIGHTS. No real checkpoints are configured (TANDEM_QWEN_CHECKPOINT,"
+    echo "      TANDEM_NEMOTRON_CHECKPOINT), so both workers run the native engine on small"
+    echo "      random-weight models in the real architectures: the answers are MEANINGLESS"
+    echo "      random-weight output; the tokenizer, routing, streaming and metrics are real."
+  fi
+  # The native engine runs on the CPU until its CUDA path lands.
   QWEN_DEVICE=cpu; NEMOTRON_DEVICE=cpu
-  echo "NOTE: no GPU found: both workers run on the CPU."
+  QWEN_ARGS=(--engine=native --checkpoint="$QWEN_CKPT" --memory_budget=1073741824)
+  NEMOTRON_ARGS=(--engine=native --checkpoint="$NEMOTRON_CKPT" --memory_budget=1073741824)
+else
+  gpus=0
+  if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+  if [[ $gpus -ge 2 ]]; then
+    QWEN_DEVICE=0; NEMOTRON_DEVICE=1
+  elif [[ $gpus -eq 1 ]]; then
+    QWEN_DEVICE=0; NEMOTRON_DEVICE=cpu
+    echo "NOTE: one GPU found: qwen runs on GPU 0, nemotron on the CPU."
+  else
+    QWEN_DEVICE=cpu; NEMOTRON_DEVICE=cpu
+    echo "NOTE: no GPU found: both workers run on the CPU."
+  fi
+  echo "NOTE: the workers use the 'synthetic' engine, a load simulator with H200 timings: the"
+  echo "      answers are filler text, the routing, streaming, metrics and timings are real."
+  QWEN_ARGS=(--engine=synthetic)
+  NEMOTRON_ARGS=(--engine=synthetic)
 fi
-echo "NOTE: the workers use the 'synthetic' engine, a load simulator with H200 timings: the"
-echo "      answers are filler text, the routing, streaming, metrics and timings are real."
 echo
 
-start_worker() {  # model device grpc_port metrics_port
-  "$WORKER" --model="$1" --device="$2" --listen="$HOST:$3" --metrics_listen="$HOST:$4" \
-    >"$LOGS/$1.out" 2>"$LOGS/$1.log" &
+start_worker() {  # model device grpc_port metrics_port engine-args...
+  local model=$1 device=$2 grpc=$3 metrics=$4
+  shift 4
+  "$WORKER" --model="$model" --device="$device" --listen="$HOST:$grpc" \
+    --metrics_listen="$HOST:$metrics" "$@" >"$LOGS/$model.out" 2>"$LOGS/$model.log" &
   pids+=($!)
 }
-start_worker qwen "$QWEN_DEVICE" "$WORKER_PORT" $((METRICS_PORT + 1))
-start_worker nemotron "$NEMOTRON_DEVICE" $((WORKER_PORT + 1)) $((METRICS_PORT + 2))
+start_worker qwen "$QWEN_DEVICE" "$WORKER_PORT" $((METRICS_PORT + 1)) "${QWEN_ARGS[@]}"
+start_worker nemotron "$NEMOTRON_DEVICE" $((WORKER_PORT + 1)) $((METRICS_PORT + 2)) \
+  "${NEMOTRON_ARGS[@]}"
 "$GATEWAY" --listen="$HOST:$GW_PORT" --metrics_listen="$HOST:$METRICS_PORT" \
   --policy="$PWD/policies/default.yaml" \
   --workers="qwen=$HOST:$WORKER_PORT,nemotron=$HOST:$((WORKER_PORT + 1))" \
@@ -96,10 +130,17 @@ demo "A chat turn marked latency-critical" generate --objective=latency --max_to
   "hey, what's up?"
 demo "Accuracy asked for explicitly" generate --objective=accuracy --max_tokens=12 \
   "Prove that the square root of 2 is irrational."
-demo "An image: only qwen accepts images" generate --image="$LOGS/pixel.png" --max_tokens=12 \
-  "What is in this picture?"
-demo "A 200 KB document (~50K tokens): long context" generate --max_tokens=12 - \
-  <"$LOGS/long_document.txt"
+if [[ $ENGINE == native ]]; then
+  demo "An image: qwen is the vision model, but the native engine has no vision encoder yet" \
+    generate --image="$LOGS/pixel.png" --max_tokens=12 "What is in this picture?"
+  demo "Routing a 200 KB document (~50K tokens): long context (dry run; the small CPU models \
+have a 32K context)" route - <"$LOGS/long_document.txt"
+else
+  demo "An image: only qwen accepts images" generate --image="$LOGS/pixel.png" --max_tokens=12 \
+    "What is in this picture?"
+  demo "A 200 KB document (~50K tokens): long context" generate --max_tokens=12 - \
+    <"$LOGS/long_document.txt"
+fi
 demo "Pinned to nemotron, streamed chunk by chunk" stream --model=nemotron --max_tokens=24 \
   "Summarise the meeting in one line."
 demo "Routing dry run with the explanation" route --objective=latency "Classify: refund or not?"

@@ -9,7 +9,8 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcurl4-openssl-dev nlohmann-json3-dev   # gateway: worker scrapes and PromQL queries
-  libopenblas-dev     # native engine: matrix products on the CPU
+  libopenblas-dev libopenblas0-serial   # native engine: matrix products on the CPU
+  libicu-dev          # tokenizer: Unicode categories and NFC
   prometheus          # promtool, used by the metrics lint tests
   clang-format
   python3             # builds the classifier's labelled data (router/classifier)

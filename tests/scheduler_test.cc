@@ -73,11 +73,24 @@ class GatedEngine final : public Engine {
     std::lock_guard<std::mutex> l(mu_);
     return live_.size();
   }
+  // A memory budget: each sequence takes `per_sequence` bytes.
+  void SetBudget(int64_t budget, int64_t per_sequence) {
+    budget_ = budget;
+    per_sequence_ = per_sequence;
+  }
+  int64_t SequenceBytes(int64_t, int32_t) const override { return per_sequence_; }
+  int64_t MemoryBudgetBytes() const override { return budget_; }
+  int64_t MemoryReservedBytes() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return static_cast<int64_t>(live_.size()) * per_sequence_;
+  }
 
  private:
   EngineInfo info_;
   SyntheticTokenizer tokenizer_;
-  std::mutex mu_;
+  int64_t budget_ = 0;
+  int64_t per_sequence_ = 0;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   int allowed_ = 0;
   int waiting_steps_ = 0;
@@ -273,6 +286,29 @@ TEST_F(SchedulerTest, DrainRefusesNewWorkAndStopEndsAdmittedWork) {
   EXPECT_EQ(running->status_.code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(queued->done());
   EXPECT_EQ(queued->status_.code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(SchedulerTest, AdmissionWaitsForSequenceMemoryAndRefusesWhatCanNeverFit) {
+  engine_.SetBudget(/*budget=*/2000, /*per_sequence=*/1000);
+  Make(/*max_batch=*/8, /*max_queue=*/8);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(scheduler_->Submit(Request(2), sinks.back()).ok());
+  }
+  engine_.RunSteps(1);
+  // Batch slots for all three, memory for two: the third waits.
+  ASSERT_EQ(engine_.batches().size(), 1u);
+  EXPECT_EQ(engine_.batches()[0].size(), 2u);
+  engine_.Open();
+  for (auto& s : sinks) s->Wait();
+  for (auto& s : sinks) EXPECT_TRUE(s->status_.ok()) << s->status_;
+  EXPECT_EQ(engine_.live(), 0u);
+  // A sequence larger than the whole budget is refused at once.
+  engine_.SetBudget(500, 1000);
+  auto refused = scheduler_->Submit(Request(2), std::make_shared<RecordingSink>());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--memory_budget"));
 }
 
 }  // namespace

@@ -36,6 +36,8 @@ struct SequenceSpec {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
   SamplingConfig sampling;
+  // Most tokens the sequence will generate (its memory is reserved for prompt + max_tokens).
+  int32_t max_tokens = 0;
 };
 
 struct StepOutput {
@@ -62,6 +64,18 @@ class Engine {
   // Advances every listed sequence by one token; sequences not yet run are prefilled first.
   // Appends one StepOutput per id, in order.
   virtual absl::Status Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) = 0;
+
+  // Sequence memory (KV cache and recurrent state), for admission against a budget. Engines
+  // without one report a zero budget and never refuse. Thread-safe.
+  // Bytes a sequence of this size reserves.
+  virtual int64_t SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const {
+    (void)prompt_tokens;
+    (void)max_tokens;
+    return 0;
+  }
+  // 0 when the engine has no budget.
+  virtual int64_t MemoryBudgetBytes() const { return 0; }
+  virtual int64_t MemoryReservedBytes() const { return 0; }
 };
 
 }  // namespace tandem::workers

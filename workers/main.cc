@@ -18,14 +18,24 @@
 #include "common/process.h"
 #include "spdlog/spdlog.h"
 #include "workers/device.h"
+#include "workers/native/kernels.h"
+#include "workers/native_engine.h"
 #include "workers/scheduler.h"
 #include "workers/synthetic_engine.h"
 #include "workers/worker_metrics.h"
 #include "workers/worker_service.h"
 
 ABSL_FLAG(std::string, model, "", "Model to serve: qwen or nemotron.");
+ABSL_FLAG(std::string, checkpoint, "",
+          "Native engine: model directory (config.json, *.safetensors, tokenizer.json).");
+ABSL_FLAG(std::string, model_id, "", "Upstream model id reported in WorkerInfo (native engine).");
+ABSL_FLAG(int64_t, memory_budget, 4ll << 30,
+          "Native engine: bytes of KV cache and recurrent state for all sequences together; "
+          "admission waits when it is full.");
+ABSL_FLAG(int32_t, native_threads, 0, "Native engine: CPU threads for matrix products (0: all).");
 ABSL_FLAG(std::string, engine, "synthetic",
-          "Engine: 'synthetic' (load simulator for tests and benchmarks; not a real model).");
+          "Engine: native (the model in --checkpoint) or synthetic (load simulator for tests "
+          "and benchmarks; not a real model).");
 ABSL_FLAG(std::string, device, "",
           "Device this process owns: a CUDA ordinal (0, 1, ...) or 'cpu'. Required.");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC address; port 0 picks a free port.");
@@ -57,9 +67,11 @@ int Run() {
   if (model.empty()) Fatal("--model is required (qwen or nemotron)");
   const std::string device_flag = absl::GetFlag(FLAGS_device);
   if (device_flag.empty()) Fatal("--device is required: a CUDA ordinal such as 0, or 'cpu'");
-  if (absl::GetFlag(FLAGS_engine) != "synthetic") {
-    Fatal(absl::StrCat("--engine=", absl::GetFlag(FLAGS_engine),
-                       ": unknown engine; this build has 'synthetic' (the load simulator)"));
+  const std::string engine_name = absl::GetFlag(FLAGS_engine);
+  if (engine_name != "synthetic" && engine_name != "native") {
+    Fatal(absl::StrCat("--engine=", engine_name,
+                       ": unknown engine; expected native (the model from --checkpoint) or "
+                       "synthetic (the load simulator)"));
   }
   if (absl::GetFlag(FLAGS_max_batch_size) < 1) Fatal("--max_batch-size must be >= 1");
   if (absl::GetFlag(FLAGS_max_queue) < 0) Fatal("--max_queue must be >= 0");
@@ -68,24 +80,60 @@ int Run() {
   auto device = OpenDevice(device_flag);
   if (!device.ok()) Fatal(std::string(device.status().message()));
 
-  auto profile = SyntheticProfileFor(model);
-  if (!profile.ok()) Fatal(std::string(profile.status().message()));
-  if (int32_t v = absl::GetFlag(FLAGS_max_output_tokens); v > 0) {
-    profile->info.max_output_tokens = v;
+  std::unique_ptr<Engine> engine_holder;
+  if (engine_name == "native") {
+    const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint);
+    if (checkpoint.empty()) Fatal("--engine=native needs --checkpoint=DIR (a model directory)");
+    if (device->id != "cpu") {
+      Fatal(absl::StrCat("--engine=native --device=", device_flag,
+                         ": the native engine's CUDA path is not built yet; use --device=cpu"));
+    }
+    if (absl::GetFlag(FLAGS_memory_budget) < 1) Fatal("--memory_budget must be >= 1 byte");
+    NativeEngineOptions options;
+    options.model_name = model;
+    options.model_id = absl::GetFlag(FLAGS_model_id);
+    options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget);
+    options.max_output_tokens = absl::GetFlag(FLAGS_max_output_tokens);
+    options.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
+    native::SetKernelThreads(absl::GetFlag(FLAGS_native_threads));
+    bool random_weights = false;
+    const auto start = std::chrono::steady_clock::now();
+    auto native = LoadNativeEngine(checkpoint, options, &random_weights);
+    if (!native.ok()) Fatal(std::string(native.status().message()));
+    spdlog::info("loaded {} from {} in {:.2f}s (KV {} bytes/token, state {} bytes/sequence)",
+                 (*native)->model().shape().architecture, checkpoint,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                 (*native)->model().shape().kv_bytes_per_token,
+                 (*native)->model().shape().state_bytes);
+    if (random_weights) {
+      spdlog::warn(
+          "RANDOM WEIGHTS: {} was written by tandem-make-checkpoint; the answers are "
+          "meaningless random-weight output (point --checkpoint at real weights)",
+          checkpoint);
+    }
+    engine_holder = std::move(*native);
+  } else {
+    auto profile = SyntheticProfileFor(model);
+    if (!profile.ok()) Fatal(std::string(profile.status().message()));
+    if (int32_t v = absl::GetFlag(FLAGS_max_output_tokens); v > 0) {
+      profile->info.max_output_tokens = v;
+    }
+    if (int32_t v = absl::GetFlag(FLAGS_max_context_tokens); v > 0) {
+      profile->info.max_context_tokens = v;
+    }
+    SyntheticEngineOptions engine_options;
+    engine_options.time_scale = absl::GetFlag(FLAGS_synthetic_time_scale);
+    engine_options.output_tokens = absl::GetFlag(FLAGS_synthetic_output_tokens);
+    engine_holder = std::make_unique<SyntheticEngine>(*profile, engine_options, Clock::Real());
   }
-  if (int32_t v = absl::GetFlag(FLAGS_max_context_tokens); v > 0) {
-    profile->info.max_context_tokens = v;
-  }
-  SyntheticEngineOptions engine_options;
-  engine_options.time_scale = absl::GetFlag(FLAGS_synthetic_time_scale);
-  engine_options.output_tokens = absl::GetFlag(FLAGS_synthetic_output_tokens);
-  SyntheticEngine engine(*profile, engine_options, Clock::Real());
+  Engine& engine = *engine_holder;
   const EngineInfo& info = engine.Info();
 
   auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics metrics(*registry,
                         {info.model_name, info.model_id, info.engine, device->id, device->name});
 
+  metrics.sequence_memory_budget.Set(static_cast<double>(engine.MemoryBudgetBytes()));
   Scheduler scheduler(&engine, &metrics, Clock::Real(),
                       {absl::GetFlag(FLAGS_max_batch_size), absl::GetFlag(FLAGS_max_queue)});
   WorkerService service(&engine, &scheduler, &metrics, *device, RequestLimits{});

@@ -68,6 +68,16 @@ absl::StatusOr<std::shared_ptr<Cancellation>> Scheduler::Submit(
       metrics_->rejected_draining.Increment();
       return absl::UnavailableError("worker is draining and accepts no new requests");
     }
+    const int64_t budget = engine_->MemoryBudgetBytes();
+    const int64_t need = engine_->SequenceBytes(static_cast<int64_t>(seq->request.prompt.size()),
+                                                seq->request.max_tokens);
+    if (budget > 0 && need > budget) {
+      metrics_->rejected_invalid.Increment();
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the sequence needs %d bytes of KV cache and state (prompt %d + max_tokens %d tokens), "
+          "more than this worker's whole budget of %d bytes (--memory_budget); send fewer tokens",
+          need, seq->request.prompt.size(), seq->request.max_tokens, budget));
+    }
     if (static_cast<int32_t>(queue_.size()) >= options_.max_queue) {
       metrics_->rejected_queue_full.Increment();
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -135,6 +145,7 @@ void Scheduler::Admit(std::unique_ptr<Sequence> seq) {
   spec.id = seq->id;
   spec.prompt = seq->request.prompt;
   spec.sampling = seq->request.sampling;
+  spec.max_tokens = seq->request.max_tokens;
   if (absl::Status s = engine_->AddSequence(spec); !s.ok()) {
     Finish(*seq, s, tandem::v1::FINISH_REASON_UNSPECIFIED);
     return;
@@ -206,8 +217,17 @@ void Scheduler::Loop() {
           ++it;
         }
       }
+      // Admission in order while batch slots and sequence memory last (a request that does not
+      // fit waits for memory to free; one that can never fit was refused at Submit).
+      const int64_t budget = engine_->MemoryBudgetBytes();
+      int64_t free_bytes = budget - engine_->MemoryReservedBytes();
       while (static_cast<int32_t>(running_.size() + admitted.size()) < options_.max_batch_size &&
              !queue_.empty()) {
+        const auto& next = queue_.front()->request;
+        const int64_t need =
+            engine_->SequenceBytes(static_cast<int64_t>(next.prompt.size()), next.max_tokens);
+        if (budget > 0 && need > free_bytes) break;
+        free_bytes -= need;
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -246,6 +266,7 @@ void Scheduler::Loop() {
       }
     }
     std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
+    metrics_->sequence_memory_reserved.Set(static_cast<double>(engine_->MemoryReservedBytes()));
     running_count_.store(static_cast<int32_t>(running_.size()), std::memory_order_relaxed);
     metrics_->running.Set(static_cast<double>(running_.size()));
   }

@@ -130,6 +130,18 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const Labels& l)
                            .Name("tandem_worker_rejected_requests_total")
                            .Register(r)
                            .Add({{"model_name", l.model_name}, {"reason", "loading"}})),
+      sequence_memory_reserved(
+          BuildGauge()
+              .Name("tandem_worker_sequence_memory_reserved_bytes")
+              .Help("KV cache and recurrent state bytes reserved by admitted sequences (prompt "
+                    "plus max_tokens each).")
+              .Register(r)
+              .Add({{"model_name", l.model_name}})),
+      sequence_memory_budget(BuildGauge()
+                                 .Name("tandem_worker_sequence_memory_budget_bytes")
+                                 .Help("Budget for sequence memory (--memory_budget); 0: none.")
+                                 .Register(r)
+                                 .Add({{"model_name", l.model_name}})),
       device_memory_total(BuildGauge()
                               .Name("tandem_worker_device_memory_total_bytes")
                               .Help("Memory of the device this worker owns.")

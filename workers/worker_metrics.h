@@ -44,6 +44,9 @@ struct WorkerMetrics {
   prometheus::Counter& rejected_invalid;
   prometheus::Counter& rejected_draining;
   prometheus::Counter& rejected_loading;
+  // KV cache and recurrent state reserved by running sequences, and its budget (0: none).
+  prometheus::Gauge& sequence_memory_reserved;
+  prometheus::Gauge& sequence_memory_budget;
   prometheus::Gauge& device_memory_total;
   prometheus::Gauge& device_memory_used;
   prometheus::Gauge& info;

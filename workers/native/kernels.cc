@@ -3,19 +3,117 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 namespace tandem::workers::native {
+namespace {
 
-void Linear(const float* x, int64_t n, int64_t cols, const float* w, int64_t rows, float* out,
-            bool accumulate) {
+// A fixed pool that splits one product into row slices, one per thread. OpenBLAS itself is the
+// single-threaded build: its threaded builds break civetweb's worker threads in the same
+// process (the metrics endpoint returns nothing), so the parallelism is ours.
+class Pool {
+ public:
+  static Pool& Get() {
+    static Pool* pool = new Pool();  // never destroyed: workers may outlive static teardown
+    return *pool;
+  }
+  void SetThreads(int threads) {
+    std::lock_guard<std::mutex> l(mu_);
+    while (static_cast<int>(workers_.size()) + 1 < threads) {
+      workers_.emplace_back([this, id = workers_.size()] { Loop(id); });
+    }
+    threads_ = std::max(1, threads);
+  }
+  int threads() const { return threads_.load(); }
+  // Runs fn(0..parts-1) with the calling thread taking part 0; returns when all are done.
+  void Run(int parts, const std::function<void(int)>& fn) {
+    std::unique_lock<std::mutex> run(run_mu_);  // one product at a time
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      fn_ = &fn;
+      parts_ = parts;
+      pending_ = parts - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    fn(0);
+    std::unique_lock<std::mutex> l(mu_);
+    done_cv_.wait(l, [&] { return pending_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  Pool() {
+    const unsigned hw = std::thread::hardware_concurrency();
+    SetThreads(hw == 0 ? 1 : static_cast<int>(hw));
+  }
+  void Loop(size_t id) {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> l(mu_);
+    while (true) {
+      cv_.wait(l, [&] { return generation_ != seen; });
+      seen = generation_;
+      const int part = static_cast<int>(id) + 1;
+      if (fn_ == nullptr || part >= parts_) continue;
+      const std::function<void(int)>* fn = fn_;
+      l.unlock();
+      (*fn)(part);
+      l.lock();
+      if (--pending_ == 0) done_cv_.notify_all();
+    }
+  }
+
+  std::mutex run_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable done_cv_;
+  std::vector<std::thread> workers_;  // guarded by mu_
+  std::atomic<int> threads_{1};
+  const std::function<void(int)>* fn_ = nullptr;  // guarded by mu_
+  int parts_ = 0;                                 // guarded by mu_
+  int pending_ = 0;                               // guarded by mu_
+  uint64_t generation_ = 0;                       // guarded by mu_
+};
+
+// Below this many multiply-adds a product runs on the calling thread: waking the pool costs
+// more than it saves.
+constexpr int64_t kParallelMacs = 1 << 18;
+
+void LinearSlice(const float* x, int64_t n, int64_t cols, const float* w, int64_t r0, int64_t r1,
+                 int64_t rows, float* out, bool accumulate) {
+  if (r1 <= r0) return;
+  const float beta = accumulate ? 1.0f : 0.0f;
   if (n == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rows), static_cast<int>(cols), 1.0f,
-                w, static_cast<int>(cols), x, 1, accumulate ? 1.0f : 0.0f, out, 1);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(r1 - r0), static_cast<int>(cols),
+                1.0f, w + r0 * cols, static_cast<int>(cols), x, 1, beta, out + r0, 1);
     return;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
-              static_cast<int>(rows), static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), w,
-              static_cast<int>(cols), accumulate ? 1.0f : 0.0f, out, static_cast<int>(rows));
+              static_cast<int>(r1 - r0), static_cast<int>(cols), 1.0f, x, static_cast<int>(cols),
+              w + r0 * cols, static_cast<int>(cols), beta, out + r0, static_cast<int>(rows));
+}
+
+}  // namespace
+
+void Linear(const float* x, int64_t n, int64_t cols, const float* w, int64_t rows, float* out,
+            bool accumulate) {
+  Pool& pool = Pool::Get();
+  const int threads = pool.threads();
+  if (threads <= 1 || n * rows * cols < kParallelMacs || rows < 64) {
+    LinearSlice(x, n, cols, w, 0, rows, rows, out, accumulate);
+    return;
+  }
+  // Slices of output features, 16-aligned so each thread writes whole cache lines.
+  const int64_t step = ((rows + threads - 1) / threads + 15) / 16 * 16;
+  pool.Run(threads, [&](int part) {
+    const int64_t r0 = std::min(rows, part * step);
+    LinearSlice(x, n, cols, w, r0, std::min(rows, r0 + step), rows, out, accumulate);
+  });
 }
 
 void RmsNorm(const float* x, int64_t n, int64_t dim, const float* weight, float eps,
@@ -43,8 +141,16 @@ void Softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] /= sum;
 }
 
+void MatMul(const float* a, int64_t lda, const float* b, int64_t ldb, bool b_transposed, int64_t m,
+            int64_t n, int64_t k, float* out, int64_t ldc, bool accumulate) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), accumulate ? 1.0f : 0.0f, out,
+              static_cast<int>(ldc));
+}
+
 void SetKernelThreads(int threads) {
-  if (threads > 0) openblas_set_num_threads(threads);
+  if (threads > 0) Pool::Get().SetThreads(threads);
 }
 
 }  // namespace tandem::workers::native

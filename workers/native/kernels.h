@@ -6,7 +6,8 @@
 namespace tandem::workers::native {
 
 // Dense fp32 kernels of the CPU reference engine. Row-major throughout. The matrix products go
-// to OpenBLAS (multithreaded, vectorized); the rest are simple loops the compiler vectorizes.
+// to OpenBLAS's vectorized single-threaded build, split across our own thread pool; the rest
+// are simple loops the compiler vectorizes.
 
 // out[n][rows] = x[n][cols] * w[rows][cols]^T (a linear layer: weights as stored in HF
 // checkpoints, [out_features, in_features]). `accumulate` adds to out instead of overwriting.
@@ -26,7 +27,13 @@ inline float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 // softplus as torch computes it (threshold 20: linear above).
 inline float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
-// Sets the threads OpenBLAS uses (0: its default, all cores).
+// Sets the threads the matrix products use (0 keeps the default: one per core).
 void SetKernelThreads(int threads);
+
+// General strided product for views into larger buffers (e.g. one head of a KV cache):
+// out[m][n] = a[m][k] * B, where B = b[n][k]^T when b_transposed (b rows of k, like Linear's
+// weights) else b[k][n]. lda, ldb and ldc are row strides in elements. `accumulate` adds.
+void MatMul(const float* a, int64_t lda, const float* b, int64_t ldb, bool b_transposed, int64_t m,
+            int64_t n, int64_t k, float* out, int64_t ldc, bool accumulate = false);
 
 }  // namespace tandem::workers::native

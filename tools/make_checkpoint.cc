@@ -1,0 +1,104 @@
+// tandem-make-checkpoint: writes a random-weight checkpoint of either architecture, at any size,
+// in the released checkpoints' layout (config.json + safetensors, optionally sharded), for tests,
+// demos and benchmarks. Its answers are meaningless.
+//
+//   tandem-make-checkpoint --arch=qwen3_5_moe --out=/tmp/qwen-small --hidden=256 --layers=4
+//   tandem-make-checkpoint --arch=nemotron_h --out=/tmp/nemo --tokenizer=tokenizer.json
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "workers/native/random_checkpoint.h"
+
+ABSL_FLAG(std::string, arch, "qwen3_5_moe", "qwen3_5_moe or nemotron_h.");
+ABSL_FLAG(std::string, out, "", "Directory to write (created if missing).");
+ABSL_FLAG(std::string, tokenizer, "",
+          "A tokenizer.json to copy into the checkpoint; its vocabulary sets --vocab.");
+ABSL_FLAG(int32_t, vocab, 512, "Vocabulary size (without --tokenizer).");
+ABSL_FLAG(int32_t, hidden, 256, "Hidden size.");
+ABSL_FLAG(int32_t, layers, 4, "Layers.");
+ABSL_FLAG(int32_t, experts, 16, "Routed experts per MoE layer.");
+ABSL_FLAG(int32_t, experts_per_token, 2, "Experts each token is routed to.");
+ABSL_FLAG(int32_t, moe_intermediate, 128, "Routed expert width.");
+ABSL_FLAG(int32_t, shared_intermediate, 128, "Shared expert width.");
+ABSL_FLAG(int32_t, heads, 4, "Attention heads.");
+ABSL_FLAG(int32_t, kv_heads, 2, "Attention KV heads.");
+ABSL_FLAG(int32_t, head_dim, 64, "Attention head size (a multiple of 32).");
+ABSL_FLAG(std::string, pattern, "", "Nemotron-H layer pattern (M, E, *); default MEM*E repeated.");
+ABSL_FLAG(int32_t, eos, -1, "End-of-sequence token id for config.json; -1 for none.");
+ABSL_FLAG(uint64_t, seed, 1, "Random seed.");
+ABSL_FLAG(std::string, dtype, "bf16", "bf16 or f32.");
+ABSL_FLAG(uint64_t, shard_bytes, 0, "Shard the weights into files of about this size (0: one).");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("tandem-make-checkpoint --arch=qwen3_5_moe|nemotron_h --out=DIR");
+  absl::ParseCommandLine(argc, argv);
+  using tandem::workers::native::RandomModelOptions;
+  RandomModelOptions o;
+  o.architecture = absl::GetFlag(FLAGS_arch);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) {
+    std::fprintf(stderr, "--out is required\n");
+    return 2;
+  }
+  o.vocab_size = absl::GetFlag(FLAGS_vocab);
+  std::string tokenizer_text;
+  if (const std::string t = absl::GetFlag(FLAGS_tokenizer); !t.empty()) {
+    std::ifstream in(t, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    tokenizer_text = ss.str();
+    const auto j = nlohmann::json::parse(tokenizer_text, nullptr, false);
+    if (!in || j.is_discarded() || !j.contains("model") || !j["model"].contains("vocab")) {
+      std::fprintf(stderr, "%s: not a tokenizer.json with model.vocab\n", t.c_str());
+      return 1;
+    }
+    // The vocabulary and the added tokens (specials) share one id space.
+    int64_t max_id = -1;
+    for (const auto& [piece, id] : j["model"]["vocab"].items()) {
+      if (id.is_number_integer()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+    }
+    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+      for (const auto& a : j["added_tokens"]) {
+        if (a.contains("id") && a["id"].is_number_integer()) {
+          max_id = std::max<int64_t>(max_id, a["id"].get<int64_t>());
+        }
+      }
+    }
+    o.vocab_size = static_cast<int32_t>(max_id + 1);
+  }
+  o.hidden_size = absl::GetFlag(FLAGS_hidden);
+  o.num_layers = absl::GetFlag(FLAGS_layers);
+  o.num_experts = absl::GetFlag(FLAGS_experts);
+  o.experts_per_token = absl::GetFlag(FLAGS_experts_per_token);
+  o.moe_intermediate_size = absl::GetFlag(FLAGS_moe_intermediate);
+  o.shared_intermediate_size = absl::GetFlag(FLAGS_shared_intermediate);
+  o.num_attention_heads = absl::GetFlag(FLAGS_heads);
+  o.num_kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  o.head_dim = absl::GetFlag(FLAGS_head_dim);
+  o.pattern = absl::GetFlag(FLAGS_pattern);
+  o.eos_token_id = absl::GetFlag(FLAGS_eos);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.shard_bytes = absl::GetFlag(FLAGS_shard_bytes);
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype == "f32") {
+    o.dtype = tandem::workers::native::DType::kF32;
+  } else if (dtype != "bf16") {
+    std::fprintf(stderr, "--dtype must be bf16 or f32\n");
+    return 2;
+  }
+  if (absl::Status s = tandem::workers::native::WriteRandomCheckpoint(o, out); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  if (!tokenizer_text.empty()) {
+    std::ofstream(out + "/tokenizer.json", std::ios::binary) << tokenizer_text;
+  }
+  std::printf("wrote a random-weight %s checkpoint (vocab %d, hidden %d, %d layers) to %s\n",
+              o.architecture.c_str(), o.vocab_size, o.hidden_size, o.num_layers, out.c_str());
+  return 0;
+}

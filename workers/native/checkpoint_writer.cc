@@ -1,0 +1,94 @@
+#include "workers/native/checkpoint_writer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tandem::workers::native {
+
+uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+namespace {
+
+absl::Status WriteFile(const std::string& path, const std::vector<const TensorData*>& tensors,
+                       DType dtype) {
+  nlohmann::json header = nlohmann::json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  uint64_t offset = 0;
+  for (const TensorData* t : tensors) {
+    const uint64_t bytes = t->values.size() * DTypeBytes(dtype);
+    header[t->name] = {{"dtype", DTypeName(dtype)},
+                       {"shape", t->shape},
+                       {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  const uint64_t len = text.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::vector<uint16_t> half;
+  for (const TensorData* t : tensors) {
+    if (dtype == DType::kF32) {
+      out.write(reinterpret_cast<const char*>(t->values.data()),
+                static_cast<std::streamsize>(t->values.size() * 4));
+    } else {
+      half.resize(t->values.size());
+      for (size_t i = 0; i < half.size(); ++i) half[i] = FloatToBf16(t->values[i]);
+      out.write(reinterpret_cast<const char*>(half.data()),
+                static_cast<std::streamsize>(half.size() * 2));
+    }
+  }
+  if (!out) return absl::InternalError(absl::StrCat("short write to ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteSafetensors(const std::string& dir, std::vector<TensorData> tensors, DType dtype,
+                              uint64_t shard_bytes) {
+  if (dtype == DType::kF16) return absl::UnimplementedError("writing F16 is not supported");
+  std::sort(tensors.begin(), tensors.end(),
+            [](const TensorData& a, const TensorData& b) { return a.name < b.name; });
+  std::vector<std::vector<const TensorData*>> shards(1);
+  uint64_t in_shard = 0;
+  for (const TensorData& t : tensors) {
+    const uint64_t bytes = t.values.size() * DTypeBytes(dtype);
+    if (shard_bytes > 0 && in_shard > 0 && in_shard + bytes > shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&t);
+    in_shard += bytes;
+  }
+  if (shard_bytes == 0) return WriteFile(dir + "/model.safetensors", shards[0], dtype);
+  nlohmann::json index;
+  uint64_t total = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string name =
+        absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
+    if (absl::Status s = WriteFile(dir + "/" + name, shards[i], dtype); !s.ok()) return s;
+    for (const TensorData* t : shards[i]) {
+      index["weight_map"][t->name] = name;
+      total += t->values.size() * DTypeBytes(dtype);
+    }
+  }
+  index["metadata"] = {{"total_size", total}};
+  std::ofstream out(dir + "/model.safetensors.index.json");
+  out << index.dump(2) << "\n";
+  return out ? absl::OkStatus() : absl::InternalError("cannot write the index");
+}
+
+}  // namespace tandem::workers::native

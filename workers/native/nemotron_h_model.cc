@@ -1,0 +1,777 @@
+#include "workers/native/nemotron_h_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "workers/native/kernels.h"
+
+// The fp32 reference forward pass of Nemotron-H (model_spec.md section 2). Per layer:
+// h += Mixer(RMSNorm(h)), with the mixer one of Mamba-2, attention (no RoPE), MoE or dense MLP.
+// Prefill pushes all tokens of a call through each Linear at once (MoE: each expert's tokens at
+// once) and attention runs as per-head matrix products on the cache; only the Mamba conv and
+// recurrence run token by token.
+
+namespace tandem::workers::native {
+namespace {
+
+using Json = nlohmann::json;
+
+// Dimensions are capped so that every product of two of them fits comfortably in int64 and
+// every single one in the int that BLAS takes.
+constexpr int64_t kMaxDim = int64_t{1} << 24;
+
+enum class LayerKind { kMamba, kAttention, kMoe, kMlp };
+
+// The JSON text of a value for error messages (never throws, even on invalid UTF-8).
+std::string Show(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// Typed, validated access to config.json fields. A null value counts as absent. Every error
+// names the field and what was wrong, prefixed with the checkpoint directory.
+class ConfigReader {
+ public:
+  ConfigReader(const Json& config, std::string where) : config_(config), where_(std::move(where)) {}
+
+  const Json* Find(const char* key) const {
+    if (!config_.is_object()) return nullptr;
+    auto it = config_.find(key);
+    if (it == config_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  absl::Status Error(const char* key, const std::string& what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where_, ": config.json field '", key, "' ", what));
+  }
+  absl::Status Unsupported(const char* key, const std::string& what) const {
+    return absl::UnimplementedError(absl::StrCat(where_, ": config.json field '", key, "' ", what));
+  }
+
+  // An integer in [min, max]; `fallback` when absent (required when there is none).
+  absl::StatusOr<int64_t> Int(const char* key, int64_t min, int64_t max = kMaxDim,
+                              std::optional<int64_t> fallback = std::nullopt) const {
+    const Json* v = Find(key);
+    if (v == nullptr) {
+      if (fallback.has_value()) return *fallback;
+      return Error(key, "is required for nemotron_h");
+    }
+    if (!v->is_number_integer())
+      return Error(key, absl::StrCat("must be an integer, got ", Show(*v)));
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max)) {
+      return Error(key, absl::StrCat("must be in [", min, ", ", max, "], got ", Show(*v)));
+    }
+    const int64_t x = v->get<int64_t>();
+    if (x < min || x > max) {
+      return Error(key, absl::StrCat("must be in [", min, ", ", max, "], got ", Show(*v)));
+    }
+    return x;
+  }
+
+  // A finite number; `fallback` when absent.
+  absl::StatusOr<double> Number(const char* key,
+                                std::optional<double> fallback = std::nullopt) const {
+    const Json* v = Find(key);
+    if (v == nullptr) {
+      if (fallback.has_value()) return *fallback;
+      return Error(key, "is required for nemotron_h");
+    }
+    if (!v->is_number() || !std::isfinite(v->get<double>())) {
+      return Error(key, absl::StrCat("must be a finite number, got ", Show(*v)));
+    }
+    return v->get<double>();
+  }
+
+  absl::StatusOr<bool> Bool(const char* key, bool fallback) const {
+    const Json* v = Find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return Error(key, absl::StrCat("must be true or false, got ", Show(*v)));
+    return v->get<bool>();
+  }
+
+  absl::StatusOr<std::string> String(const char* key, std::optional<std::string> fallback) const {
+    const Json* v = Find(key);
+    if (v == nullptr) {
+      if (fallback.has_value()) return *fallback;
+      return Error(key, "is required for nemotron_h");
+    }
+    if (!v->is_string()) return Error(key, absl::StrCat("must be a string, got ", Show(*v)));
+    return v->get<std::string>();
+  }
+
+ private:
+  const Json& config_;
+  std::string where_;
+};
+
+struct Config {
+  int64_t vocab = 0;
+  int64_t hidden = 0;
+  int64_t max_positions = 0;
+  float eps = 1e-5f;
+  bool tie_embeddings = false;
+  std::vector<LayerKind> kinds;
+  std::vector<int32_t> eos;
+
+  // Attention.
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+
+  // Mamba-2. d_inner = mamba_heads * mamba_head_dim (not expand * hidden).
+  int64_t m_heads = 0;
+  int64_t m_head_dim = 0;
+  int64_t groups = 0;
+  int64_t state = 0;
+  int64_t conv_kernel = 0;
+  bool conv_bias = true;
+  // time_step_limit: dt is clamped to [dt_min, dt_max]; the default (0, inf) is no clamp, as in
+  // the CUDA kernels (the HF torch path's clamp to time_step_min is deliberately not applied).
+  float dt_min = 0.0f;
+  float dt_max = std::numeric_limits<float>::infinity();
+  int64_t d_inner() const { return m_heads * m_head_dim; }
+  int64_t conv_dim() const { return d_inner() + 2 * groups * state; }
+  int64_t in_proj_rows() const { return d_inner() + conv_dim() + m_heads; }
+
+  // MoE (routed experts are relu2 MLPs, like the shared expert and the dense MLP).
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  int64_t moe_inter = 0;
+  int64_t shared_inter = 0;
+  float routed_scale = 1.0f;
+  bool norm_topk = true;
+
+  // Dense MLP ('-' layers).
+  int64_t mlp_inter = 0;
+
+  bool Has(LayerKind k) const { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); }
+  int64_t Count(LayerKind k) const { return std::count(kinds.begin(), kinds.end(), k); }
+};
+
+absl::StatusOr<std::vector<LayerKind>> ParseLayerKinds(const ConfigReader& r) {
+  std::vector<LayerKind> kinds;
+  if (const Json* p = r.Find("hybrid_override_pattern"); p != nullptr) {
+    if (!p->is_string()) {
+      return r.Error("hybrid_override_pattern", absl::StrCat("must be a string, got ", Show(*p)));
+    }
+    const std::string s = p->get<std::string>();
+    for (size_t i = 0; i < s.size(); ++i) {
+      switch (s[i]) {
+        case 'M':
+          kinds.push_back(LayerKind::kMamba);
+          break;
+        case '*':
+          kinds.push_back(LayerKind::kAttention);
+          break;
+        case 'E':
+          kinds.push_back(LayerKind::kMoe);
+          break;
+        case '-':
+          kinds.push_back(LayerKind::kMlp);
+          break;
+        default:
+          return r.Error("hybrid_override_pattern",
+                         absl::StrCat("has unknown layer type '", std::string(1, s[i]),
+                                      "' at layer ", i, " in \"", s,
+                                      "\" (known: M = Mamba-2, * = attention, E = MoE, - = MLP)"));
+      }
+    }
+  } else if (const Json* b = r.Find("layers_block_type"); b != nullptr) {
+    // Newer transformers versions store the pattern as a list of names.
+    if (!b->is_array()) {
+      return r.Error("layers_block_type", absl::StrCat("must be a list, got ", Show(*b)));
+    }
+    for (size_t i = 0; i < b->size(); ++i) {
+      const Json& e = (*b)[i];
+      const std::string name = e.is_string() ? e.get<std::string>() : Show(e);
+      if (name == "mamba") {
+        kinds.push_back(LayerKind::kMamba);
+      } else if (name == "attention") {
+        kinds.push_back(LayerKind::kAttention);
+      } else if (name == "moe") {
+        kinds.push_back(LayerKind::kMoe);
+      } else if (name == "mlp") {
+        kinds.push_back(LayerKind::kMlp);
+      } else {
+        return r.Error("layers_block_type",
+                       absl::StrCat("has unknown layer type ", Show(e), " at layer ", i,
+                                    " (known: mamba, attention, moe, mlp)"));
+      }
+    }
+  } else {
+    return r.Error("hybrid_override_pattern", "is required for nemotron_h (one letter per layer)");
+  }
+  if (kinds.empty()) return r.Error("hybrid_override_pattern", "lists no layers");
+  return kinds;
+}
+
+absl::StatusOr<Config> ParseConfig(const Json& json, const std::string& where) {
+  if (!json.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": config.json is not a JSON object"));
+  }
+  const ConfigReader r(json, where);
+  Config c;
+  ASSIGN_OR_RETURN(c.vocab, r.Int("vocab_size", 1, std::numeric_limits<int32_t>::max()));
+  ASSIGN_OR_RETURN(c.hidden, r.Int("hidden_size", 1));
+  ASSIGN_OR_RETURN(c.max_positions,
+                   r.Int("max_position_embeddings", 1, std::numeric_limits<int32_t>::max()));
+  ASSIGN_OR_RETURN(c.kinds, ParseLayerKinds(r));
+  ASSIGN_OR_RETURN(const int64_t layers,
+                   r.Int("num_hidden_layers", 1, kMaxDim, static_cast<int64_t>(c.kinds.size())));
+  if (layers != static_cast<int64_t>(c.kinds.size())) {
+    return r.Error("num_hidden_layers",
+                   absl::StrCat("is ", layers, " but hybrid_override_pattern lists ",
+                                c.kinds.size(), " layers"));
+  }
+  double eps = 0;
+  if (r.Find("layer_norm_epsilon") != nullptr || r.Find("norm_eps") == nullptr) {
+    ASSIGN_OR_RETURN(eps, r.Number("layer_norm_epsilon"));
+  } else {
+    ASSIGN_OR_RETURN(eps, r.Number("norm_eps"));
+  }
+  if (eps <= 0) return r.Error("layer_norm_epsilon", "must be positive");
+  c.eps = static_cast<float>(eps);
+  ASSIGN_OR_RETURN(c.tie_embeddings, r.Bool("tie_word_embeddings", false));
+
+  // eos_token_id: an int, a list of ints, or null.
+  if (const Json* e = r.Find("eos_token_id"); e != nullptr) {
+    std::vector<Json> ids = e->is_array() ? e->get<std::vector<Json>>() : std::vector<Json>{*e};
+    for (const Json& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= c.vocab) {
+        return r.Error("eos_token_id", absl::StrCat("must be a token id in [0, ", c.vocab,
+                                                    ") or a list of them, got ", Show(*e)));
+      }
+      c.eos.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+
+  if (c.Has(LayerKind::kAttention)) {
+    ASSIGN_OR_RETURN(c.heads, r.Int("num_attention_heads", 1));
+    ASSIGN_OR_RETURN(c.kv_heads, r.Int("num_key_value_heads", 1, kMaxDim, c.heads));
+    if (c.heads % c.kv_heads != 0) {
+      return r.Error(
+          "num_key_value_heads",
+          absl::StrCat("(", c.kv_heads, ") must divide num_attention_heads (", c.heads, ")"));
+    }
+    if (c.hidden % c.heads != 0 && r.Find("head_dim") == nullptr) {
+      return r.Error("head_dim",
+                     "is required when num_attention_heads does not divide hidden_size");
+    }
+    ASSIGN_OR_RETURN(c.head_dim, r.Int("head_dim", 1, kMaxDim, c.hidden / c.heads));
+    ASSIGN_OR_RETURN(const bool bias, r.Bool("attention_bias", false));
+    if (bias) return r.Unsupported("attention_bias", "true is not supported (Nemotron-H has none)");
+  }
+
+  if (c.Has(LayerKind::kMamba)) {
+    ASSIGN_OR_RETURN(c.m_heads, r.Int("mamba_num_heads", 1));
+    ASSIGN_OR_RETURN(c.m_head_dim, r.Int("mamba_head_dim", 1));
+    ASSIGN_OR_RETURN(c.groups, r.Int("n_groups", 1));
+    ASSIGN_OR_RETURN(c.state, r.Int("ssm_state_size", 1));
+    ASSIGN_OR_RETURN(c.conv_kernel, r.Int("conv_kernel", 1, 64));
+    ASSIGN_OR_RETURN(c.conv_bias, r.Bool("use_conv_bias", true));
+    if (c.m_heads % c.groups != 0) {
+      return r.Error("n_groups", absl::StrCat("(", c.groups, ") must divide mamba_num_heads (",
+                                              c.m_heads, ")"));
+    }
+    ASSIGN_OR_RETURN(const bool proj_bias, r.Bool("mamba_proj_bias", false));
+    if (proj_bias) return r.Unsupported("mamba_proj_bias", "true is not supported");
+    ASSIGN_OR_RETURN(const std::string act, r.String("mamba_hidden_act", "silu"));
+    if (act != "silu") {
+      return r.Unsupported("mamba_hidden_act", absl::StrCat("'", act, "' is not supported (silu)"));
+    }
+    if (const Json* lim = r.Find("time_step_limit"); lim != nullptr) {
+      if (!lim->is_array() || lim->size() != 2 || !(*lim)[0].is_number() ||
+          !((*lim)[1].is_number() || (*lim)[1].is_null()) || (*lim)[0].get<double>() < 0) {
+        return r.Error("time_step_limit",
+                       absl::StrCat("must be [min, max] with 0 <= min, got ", Show(*lim)));
+      }
+      c.dt_min = static_cast<float>((*lim)[0].get<double>());
+      if ((*lim)[1].is_number()) c.dt_max = static_cast<float>((*lim)[1].get<double>());
+      if (c.dt_max < c.dt_min) return r.Error("time_step_limit", "has max < min");
+    }
+  }
+
+  if (c.Has(LayerKind::kMoe)) {
+    ASSIGN_OR_RETURN(c.experts, r.Int("n_routed_experts", 2));
+    ASSIGN_OR_RETURN(c.top_k, r.Int("num_experts_per_tok", 1, c.experts));
+    ASSIGN_OR_RETURN(c.moe_inter, r.Int("moe_intermediate_size", 1));
+    ASSIGN_OR_RETURN(c.shared_inter, r.Int("moe_shared_expert_intermediate_size", 1));
+    ASSIGN_OR_RETURN(const int64_t shared, r.Int("n_shared_experts", 0, kMaxDim, 1));
+    if (shared != 1) {
+      return r.Unsupported("n_shared_experts",
+                           absl::StrCat("is ", shared, "; only 1 is supported"));
+    }
+    ASSIGN_OR_RETURN(const double scale, r.Number("routed_scaling_factor"));
+    c.routed_scale = static_cast<float>(scale);
+    ASSIGN_OR_RETURN(c.norm_topk, r.Bool("norm_topk_prob", true));
+    ASSIGN_OR_RETURN(const int64_t n_group, r.Int("n_group", 1, kMaxDim, 1));
+    ASSIGN_OR_RETURN(const int64_t topk_group, r.Int("topk_group", 1, kMaxDim, 1));
+    if (n_group != 1 || topk_group != 1) {
+      return r.Unsupported("n_group",
+                           absl::StrCat("group-limited routing (n_group ", n_group, ", topk_group ",
+                                        topk_group, ") is not supported; only 1/1"));
+    }
+  }
+  if (c.Has(LayerKind::kMlp)) {
+    ASSIGN_OR_RETURN(c.mlp_inter, r.Int("intermediate_size", 1));
+  }
+  if (c.Has(LayerKind::kMoe) || c.Has(LayerKind::kMlp)) {
+    ASSIGN_OR_RETURN(const std::string act, r.String("mlp_hidden_act", "relu2"));
+    if (act != "relu2") {
+      return r.Unsupported("mlp_hidden_act", absl::StrCat("'", act, "' is not supported (relu2)"));
+    }
+    ASSIGN_OR_RETURN(const bool mlp_bias, r.Bool("mlp_bias", false));
+    if (mlp_bias) return r.Unsupported("mlp_bias", "true is not supported");
+  }
+  return c;
+}
+
+// A non-gated relu2 MLP: down(relu(up(x))^2). up [inter, hidden], down [hidden, inter].
+struct MlpWeights {
+  int64_t inter = 0;
+  std::vector<float> up;
+  std::vector<float> down;
+};
+
+struct MambaWeights {
+  std::vector<float> in_proj;   // [in_proj_rows, hidden], rows z | xBC | dt
+  std::vector<float> conv_w;    // [conv_kernel][conv_dim]: transposed from [conv_dim, 1, K]
+  std::vector<float> conv_b;    // [conv_dim], zeros without a conv bias
+  std::vector<float> dt_bias;   // [heads]
+  std::vector<float> a;         // [heads], A = -exp(A_log)
+  std::vector<float> d;         // [heads]
+  std::vector<float> norm;      // [d_inner]
+  std::vector<float> out_proj;  // [hidden, d_inner]
+};
+
+struct AttentionWeights {
+  std::vector<float> q, k, v, o;
+};
+
+struct MoeWeights {
+  std::vector<float> gate;  // [experts, hidden]
+  std::vector<float> bias;  // [experts] e_score_correction_bias (selection only)
+  std::vector<MlpWeights> experts;
+  MlpWeights shared;
+};
+
+struct Layer {
+  LayerKind kind = LayerKind::kMamba;
+  int64_t slot = 0;  // index among the layers of its kind (into the state's arrays)
+  std::vector<float> norm;
+  MambaWeights mamba;
+  AttentionWeights attn;
+  MoeWeights moe;
+  MlpWeights mlp;
+};
+
+class NemotronHState : public SequenceState {
+ public:
+  struct Mamba {
+    // The last conv_kernel pre-conv xBC rows, oldest first ([K][conv_dim]; zeros before the
+    // sequence start), and the recurrent state H [heads][head_dim][state], fp32.
+    std::vector<float> conv;
+    std::vector<float> ssm;
+  };
+  struct Kv {
+    std::vector<float> k;  // [position][kv_heads * head_dim]
+    std::vector<float> v;
+  };
+
+  explicit NemotronHState(const void* owner) : owner_(owner) {}
+  int64_t position() const override { return position_; }
+
+  const void* owner_;
+  int64_t position_ = 0;
+  std::vector<Mamba> mamba_;
+  std::vector<Kv> kv_;
+};
+
+class NemotronHModel : public NativeModel {
+ public:
+  NemotronHModel(Config config, ModelShape shape)
+      : c_(std::move(config)), shape_(std::move(shape)) {}
+
+  absl::Status Load(const Checkpoint& ck);
+
+  const ModelShape& shape() const override { return shape_; }
+  std::unique_ptr<SequenceState> NewState() const override;
+  absl::Status Forward(SequenceState* state, absl::Span<const int32_t> tokens, bool all_logits,
+                       std::vector<float>* logits) const override;
+
+ private:
+  void MambaMixer(const Layer& l, const float* x, int64_t n, NemotronHState::Mamba* st,
+                  float* out) const;
+  void AttentionMixer(const Layer& l, const float* x, int64_t n, int64_t pos0,
+                      NemotronHState::Kv* kv, float* out) const;
+  void MoeMixer(const Layer& l, const float* x, int64_t n, float* out) const;
+  // out (+)= relu2 MLP of the n rows of x.
+  void RunMlp(const MlpWeights& w, const float* x, int64_t n, float* out, bool accumulate) const;
+
+  Config c_;
+  ModelShape shape_;
+  std::vector<float> embed_;    // [vocab, hidden]
+  std::vector<float> norm_f_;   // [hidden]
+  std::vector<float> lm_head_;  // [vocab, hidden]; empty when tied to embed_
+  std::vector<Layer> layers_;
+};
+
+absl::Status Fetch(const Checkpoint& ck, const std::string& name,
+                   std::initializer_list<int64_t> shape, std::vector<float>* out) {
+  ASSIGN_OR_RETURN(*out, ck.GetFloat(name, shape));
+  return absl::OkStatus();
+}
+
+absl::Status NemotronHModel::Load(const Checkpoint& ck) {
+  const int64_t h = c_.hidden;
+  // Some NVIDIA remote-code exports name the embedding in the singular.
+  const std::string embed_name =
+      !ck.Has("backbone.embeddings.weight") && ck.Has("backbone.embedding.weight")
+          ? "backbone.embedding.weight"
+          : "backbone.embeddings.weight";
+  RETURN_IF_ERROR(Fetch(ck, embed_name, {c_.vocab, h}, &embed_));
+  RETURN_IF_ERROR(Fetch(ck, "backbone.norm_f.weight", {h}, &norm_f_));
+  if (!c_.tie_embeddings) RETURN_IF_ERROR(Fetch(ck, "lm_head.weight", {c_.vocab, h}, &lm_head_));
+
+  int64_t slots[4] = {0, 0, 0, 0};
+  layers_.resize(c_.kinds.size());
+  for (size_t i = 0; i < c_.kinds.size(); ++i) {
+    Layer& l = layers_[i];
+    l.kind = c_.kinds[i];
+    l.slot = slots[static_cast<int>(l.kind)]++;
+    const std::string p = absl::StrCat("backbone.layers.", i, ".");
+    const std::string m = p + "mixer.";
+    RETURN_IF_ERROR(Fetch(ck, p + "norm.weight", {h}, &l.norm));
+    switch (l.kind) {
+      case LayerKind::kMamba: {
+        MambaWeights& w = l.mamba;
+        const int64_t cd = c_.conv_dim(), k = c_.conv_kernel, nh = c_.m_heads;
+        RETURN_IF_ERROR(Fetch(ck, m + "in_proj.weight", {c_.in_proj_rows(), h}, &w.in_proj));
+        std::vector<float> conv;
+        RETURN_IF_ERROR(Fetch(ck, m + "conv1d.weight", {cd, 1, k}, &conv));
+        w.conv_w.resize(static_cast<size_t>(k * cd));
+        for (int64_t ch = 0; ch < cd; ++ch) {
+          for (int64_t j = 0; j < k; ++j) w.conv_w[j * cd + ch] = conv[ch * k + j];
+        }
+        if (c_.conv_bias) {
+          RETURN_IF_ERROR(Fetch(ck, m + "conv1d.bias", {cd}, &w.conv_b));
+        } else {
+          w.conv_b.assign(static_cast<size_t>(cd), 0.0f);
+        }
+        RETURN_IF_ERROR(Fetch(ck, m + "dt_bias", {nh}, &w.dt_bias));
+        RETURN_IF_ERROR(Fetch(ck, m + "A_log", {nh}, &w.a));
+        for (float& a : w.a) a = -std::exp(a);
+        RETURN_IF_ERROR(Fetch(ck, m + "D", {nh}, &w.d));
+        RETURN_IF_ERROR(Fetch(ck, m + "norm.weight", {c_.d_inner()}, &w.norm));
+        RETURN_IF_ERROR(Fetch(ck, m + "out_proj.weight", {h, c_.d_inner()}, &w.out_proj));
+        break;
+      }
+      case LayerKind::kAttention: {
+        const int64_t qd = c_.heads * c_.head_dim, kvd = c_.kv_heads * c_.head_dim;
+        RETURN_IF_ERROR(Fetch(ck, m + "q_proj.weight", {qd, h}, &l.attn.q));
+        RETURN_IF_ERROR(Fetch(ck, m + "k_proj.weight", {kvd, h}, &l.attn.k));
+        RETURN_IF_ERROR(Fetch(ck, m + "v_proj.weight", {kvd, h}, &l.attn.v));
+        RETURN_IF_ERROR(Fetch(ck, m + "o_proj.weight", {h, qd}, &l.attn.o));
+        break;
+      }
+      case LayerKind::kMoe: {
+        MoeWeights& w = l.moe;
+        RETURN_IF_ERROR(Fetch(ck, m + "gate.weight", {c_.experts, h}, &w.gate));
+        RETURN_IF_ERROR(Fetch(ck, m + "gate.e_score_correction_bias", {c_.experts}, &w.bias));
+        w.experts.resize(static_cast<size_t>(c_.experts));
+        for (int64_t e = 0; e < c_.experts; ++e) {
+          MlpWeights& x = w.experts[e];
+          const std::string ep = absl::StrCat(m, "experts.", e, ".");
+          x.inter = c_.moe_inter;
+          RETURN_IF_ERROR(Fetch(ck, ep + "up_proj.weight", {x.inter, h}, &x.up));
+          RETURN_IF_ERROR(Fetch(ck, ep + "down_proj.weight", {h, x.inter}, &x.down));
+        }
+        w.shared.inter = c_.shared_inter;
+        RETURN_IF_ERROR(
+            Fetch(ck, m + "shared_experts.up_proj.weight", {w.shared.inter, h}, &w.shared.up));
+        RETURN_IF_ERROR(
+            Fetch(ck, m + "shared_experts.down_proj.weight", {h, w.shared.inter}, &w.shared.down));
+        break;
+      }
+      case LayerKind::kMlp: {
+        l.mlp.inter = c_.mlp_inter;
+        RETURN_IF_ERROR(Fetch(ck, m + "up_proj.weight", {l.mlp.inter, h}, &l.mlp.up));
+        RETURN_IF_ERROR(Fetch(ck, m + "down_proj.weight", {h, l.mlp.inter}, &l.mlp.down));
+        break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<SequenceState> NemotronHModel::NewState() const {
+  auto s = std::make_unique<NemotronHState>(this);
+  s->mamba_.resize(static_cast<size_t>(c_.Count(LayerKind::kMamba)));
+  for (auto& m : s->mamba_) {
+    m.conv.assign(static_cast<size_t>(c_.conv_kernel * c_.conv_dim()), 0.0f);
+    m.ssm.assign(static_cast<size_t>(c_.m_heads * c_.m_head_dim * c_.state), 0.0f);
+  }
+  s->kv_.resize(static_cast<size_t>(c_.Count(LayerKind::kAttention)));
+  return s;
+}
+
+void NemotronHModel::MambaMixer(const Layer& l, const float* x, int64_t n,
+                                NemotronHState::Mamba* st, float* out) const {
+  const MambaWeights& w = l.mamba;
+  const int64_t di = c_.d_inner(), cd = c_.conv_dim(), rows = c_.in_proj_rows();
+  const int64_t k = c_.conv_kernel, nh = c_.m_heads, hp = c_.m_head_dim, ns = c_.state;
+  const int64_t g_n = c_.groups * ns, heads_per_group = nh / c_.groups;
+  std::vector<float> proj(static_cast<size_t>(n * rows));
+  Linear(x, n, c_.hidden, w.in_proj.data(), rows, proj.data());
+
+  // Causal depthwise conv over time: `ext` is the K carried pre-conv rows followed by the n new
+  // ones; output t reads ext rows t+1 .. t+K. The new carried state is ext's last K rows.
+  std::vector<float> ext(static_cast<size_t>((k + n) * cd));
+  std::memcpy(ext.data(), st->conv.data(), sizeof(float) * k * cd);
+  for (int64_t t = 0; t < n; ++t) {
+    std::memcpy(&ext[(k + t) * cd], &proj[t * rows + di], sizeof(float) * cd);
+  }
+  std::vector<float> xbc(static_cast<size_t>(n * cd));
+  for (int64_t t = 0; t < n; ++t) {
+    float* o = &xbc[t * cd];
+    std::memcpy(o, w.conv_b.data(), sizeof(float) * cd);
+    for (int64_t j = 0; j < k; ++j) {
+      const float* in = &ext[(t + 1 + j) * cd];
+      const float* wj = &w.conv_w[j * cd];
+      for (int64_t ch = 0; ch < cd; ++ch) o[ch] += wj[ch] * in[ch];
+    }
+    for (int64_t ch = 0; ch < cd; ++ch) o[ch] = Silu(o[ch]);
+  }
+  std::memcpy(st->conv.data(), &ext[n * cd], sizeof(float) * k * cd);
+
+  // Selective scan, token by token (equal to the chunked SSD up to rounding):
+  // H = exp(dt A) H + dt x B^T ; y = H C + D x, per head, with B/C of the head's group.
+  std::vector<float> y(static_cast<size_t>(n * di));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xs = &xbc[t * cd];
+    const float* b_all = xs + di;
+    const float* c_all = xs + di + g_n;
+    const float* dt_raw = &proj[t * rows + di + cd];
+    for (int64_t hd = 0; hd < nh; ++hd) {
+      const int64_t g = hd / heads_per_group;
+      const float* b = b_all + g * ns;
+      const float* cv = c_all + g * ns;
+      const float dt = std::clamp(Softplus(dt_raw[hd] + w.dt_bias[hd]), c_.dt_min, c_.dt_max);
+      const float decay = std::exp(dt * w.a[hd]);
+      for (int64_t p = 0; p < hp; ++p) {
+        float* hs = &st->ssm[(hd * hp + p) * ns];
+        const float xv = xs[hd * hp + p];
+        const float xdt = xv * dt;
+        float acc = 0.0f;
+        for (int64_t s = 0; s < ns; ++s) {
+          hs[s] = decay * hs[s] + xdt * b[s];
+          acc += hs[s] * cv[s];
+        }
+        y[t * di + hd * hp + p] = acc + w.d[hd] * xv;
+      }
+    }
+  }
+
+  // Gated grouped RMSNorm: y * silu(z) first, then RMSNorm over each of the n_groups groups.
+  const int64_t group = di / c_.groups;
+  for (int64_t t = 0; t < n; ++t) {
+    float* yt = &y[t * di];
+    const float* z = &proj[t * rows];
+    for (int64_t i = 0; i < di; ++i) yt[i] *= Silu(z[i]);
+    for (int64_t g = 0; g < c_.groups; ++g) {
+      RmsNorm(yt + g * group, 1, group, w.norm.data() + g * group, c_.eps,
+              /*one_plus_weight=*/false, yt + g * group);
+    }
+  }
+  Linear(y.data(), n, di, w.out_proj.data(), c_.hidden, out);
+}
+
+void NemotronHModel::AttentionMixer(const Layer& l, const float* x, int64_t n, int64_t pos0,
+                                    NemotronHState::Kv* kv, float* out) const {
+  const int64_t hd = c_.head_dim, qd = c_.heads * hd, kvd = c_.kv_heads * hd;
+  const int64_t per_kv = c_.heads / c_.kv_heads;
+  std::vector<float> q(static_cast<size_t>(n * qd));
+  Linear(x, n, c_.hidden, l.attn.q.data(), qd, q.data());
+  // Append this call's keys and values to the cache (no RoPE: they are stored as projected).
+  kv->k.resize(static_cast<size_t>((pos0 + n) * kvd));
+  kv->v.resize(static_cast<size_t>((pos0 + n) * kvd));
+  Linear(x, n, c_.hidden, l.attn.k.data(), kvd, &kv->k[pos0 * kvd]);
+  Linear(x, n, c_.hidden, l.attn.v.data(), kvd, &kv->v[pos0 * kvd]);
+
+  // softmax(q k^T / sqrt(head_dim) + causal mask) v, per head, on strided views of q and the
+  // cache. Queries go in blocks so the score matrix stays under kMaxScores floats; a block's
+  // rows see keys 0 .. pos0+tb+i, and the masked tail of each row gets probability 0.
+  constexpr int64_t kMaxScores = int64_t{1} << 24;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t block = std::clamp<int64_t>(kMaxScores / (pos0 + n), 1, 64);
+  std::vector<float> o(static_cast<size_t>(n * qd));
+  std::vector<float> scores(static_cast<size_t>(std::min(block, n) * (pos0 + n)));
+  for (int64_t tb = 0; tb < n; tb += block) {
+    const int64_t nb = std::min(block, n - tb);
+    const int64_t keys = pos0 + tb + nb;
+    for (int64_t head = 0; head < c_.heads; ++head) {
+      const int64_t kv_off = (head / per_kv) * hd;
+      MatMul(&q[tb * qd + head * hd], qd, &kv->k[kv_off], kvd, /*b_transposed=*/true, nb, keys, hd,
+             scores.data(), keys);
+      for (int64_t i = 0; i < nb; ++i) {
+        float* row = &scores[i * keys];
+        const int64_t valid = pos0 + tb + i + 1;
+        for (int64_t j = 0; j < valid; ++j) row[j] *= scale;
+        Softmax(row, valid);
+        std::fill(row + valid, row + keys, 0.0f);
+      }
+      MatMul(scores.data(), keys, &kv->v[kv_off], kvd, /*b_transposed=*/false, nb, hd, keys,
+             &o[tb * qd + head * hd], qd);
+    }
+  }
+  Linear(o.data(), n, qd, l.attn.o.data(), c_.hidden, out);
+}
+
+void NemotronHModel::RunMlp(const MlpWeights& w, const float* x, int64_t n, float* out,
+                            bool accumulate) const {
+  std::vector<float> mid(static_cast<size_t>(n * w.inter));
+  Linear(x, n, c_.hidden, w.up.data(), w.inter, mid.data());
+  for (float& v : mid) v = v > 0.0f ? v * v : 0.0f;  // relu(v)^2
+  Linear(mid.data(), n, w.inter, w.down.data(), c_.hidden, out, accumulate);
+}
+
+void NemotronHModel::MoeMixer(const Layer& l, const float* x, int64_t n, float* out) const {
+  const MoeWeights& w = l.moe;
+  const int64_t ne = c_.experts, h = c_.hidden;
+  std::vector<float> logits(static_cast<size_t>(n * ne));
+  Linear(x, n, h, w.gate.data(), ne, logits.data());
+
+  // Routing: sigmoid scores; the correction bias only chooses the experts; the weights are the
+  // unbiased scores of the chosen ones, normalised (+1e-20) and scaled.
+  std::vector<std::vector<std::pair<int64_t, float>>> assigned(static_cast<size_t>(ne));
+  std::vector<float> score(static_cast<size_t>(ne)), choice(static_cast<size_t>(ne));
+  std::vector<int64_t> order(static_cast<size_t>(ne));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t e = 0; e < ne; ++e) {
+      score[e] = Sigmoid(logits[t * ne + e]);
+      choice[e] = score[e] + w.bias[e];
+    }
+    for (int64_t e = 0; e < ne; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + c_.top_k, order.end(),
+                      [&](int64_t a, int64_t b) {
+                        return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
+                      });
+    float sum = 0.0f;
+    for (int64_t i = 0; i < c_.top_k; ++i) sum += score[order[i]];
+    const float norm = c_.norm_topk ? 1.0f / (sum + 1e-20f) : 1.0f;
+    for (int64_t i = 0; i < c_.top_k; ++i) {
+      const int64_t e = order[i];
+      assigned[e].push_back({t, score[e] * norm * c_.routed_scale});
+    }
+  }
+
+  // The shared expert, unscaled, over all tokens; then each routed expert over its tokens.
+  RunMlp(w.shared, x, n, out, /*accumulate=*/false);
+  std::vector<float> xe, ye;
+  for (int64_t e = 0; e < ne; ++e) {
+    const auto& tokens = assigned[e];
+    if (tokens.empty()) continue;
+    const int64_t m = static_cast<int64_t>(tokens.size());
+    xe.resize(static_cast<size_t>(m * h));
+    ye.resize(static_cast<size_t>(m * h));
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(&xe[i * h], x + tokens[i].first * h, sizeof(float) * h);
+    }
+    RunMlp(w.experts[e], xe.data(), m, ye.data(), /*accumulate=*/false);
+    for (int64_t i = 0; i < m; ++i) {
+      float* o = out + tokens[i].first * h;
+      const float* yi = &ye[i * h];
+      const float wt = tokens[i].second;
+      for (int64_t j = 0; j < h; ++j) o[j] += wt * yi[j];
+    }
+  }
+}
+
+absl::Status NemotronHModel::Forward(SequenceState* state, absl::Span<const int32_t> tokens,
+                                     bool all_logits, std::vector<float>* logits) const {
+  auto* st = dynamic_cast<NemotronHState*>(state);
+  if (st == nullptr || st->owner_ != this) {
+    return absl::InvalidArgumentError("nemotron_h Forward: the state was not made by this model");
+  }
+  if (logits == nullptr) return absl::InvalidArgumentError("nemotron_h Forward: logits is null");
+  if (tokens.empty()) return absl::InvalidArgumentError("nemotron_h Forward: no tokens");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c_.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("nemotron_h Forward: token ", i, " has id ",
+                                                     tokens[i], ", outside [0, ", c_.vocab, ")"));
+    }
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t pos0 = st->position_;
+  if (pos0 + n > c_.max_positions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nemotron_h Forward: ", pos0, " tokens in context plus ", n,
+                     " new exceed max_position_embeddings ", c_.max_positions));
+  }
+
+  const int64_t h = c_.hidden;
+  std::vector<float> hs(static_cast<size_t>(n * h));
+  for (int64_t t = 0; t < n; ++t) {
+    std::memcpy(&hs[t * h], &embed_[static_cast<int64_t>(tokens[t]) * h], sizeof(float) * h);
+  }
+  std::vector<float> normed(hs.size()), mixed(hs.size());
+  for (const Layer& l : layers_) {
+    RmsNorm(hs.data(), n, h, l.norm.data(), c_.eps, /*one_plus_weight=*/false, normed.data());
+    switch (l.kind) {
+      case LayerKind::kMamba:
+        MambaMixer(l, normed.data(), n, &st->mamba_[l.slot], mixed.data());
+        break;
+      case LayerKind::kAttention:
+        AttentionMixer(l, normed.data(), n, pos0, &st->kv_[l.slot], mixed.data());
+        break;
+      case LayerKind::kMoe:
+        MoeMixer(l, normed.data(), n, mixed.data());
+        break;
+      case LayerKind::kMlp:
+        RunMlp(l.mlp, normed.data(), n, mixed.data(), /*accumulate=*/false);
+        break;
+    }
+    for (size_t i = 0; i < hs.size(); ++i) hs[i] += mixed[i];
+  }
+  st->position_ = pos0 + n;
+
+  // Only the rows whose logits are wanted go through norm_f and lm_head.
+  const int64_t first = all_logits ? 0 : n - 1;
+  const int64_t rows = n - first;
+  RmsNorm(&hs[first * h], rows, h, norm_f_.data(), c_.eps, /*one_plus_weight=*/false,
+          normed.data());
+  logits->resize(static_cast<size_t>(rows * c_.vocab));
+  const float* head = c_.tie_embeddings ? embed_.data() : lm_head_.data();
+  Linear(normed.data(), rows, h, head, c_.vocab, logits->data());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NativeModel>> LoadNemotronH(const Checkpoint& checkpoint,
+                                                           const nlohmann::json& config) {
+  ASSIGN_OR_RETURN(Config c, ParseConfig(config, checkpoint.dir()));
+  ModelShape shape;
+  shape.architecture = "nemotron_h";
+  shape.vocab_size = static_cast<int32_t>(c.vocab);
+  shape.hidden_size = static_cast<int32_t>(c.hidden);
+  shape.num_layers = static_cast<int32_t>(c.kinds.size());
+  shape.max_positions = static_cast<int32_t>(c.max_positions);
+  // fp32 bytes: K and V per attention layer per token; conv window + SSM state per Mamba layer.
+  shape.kv_bytes_per_token = c.Count(LayerKind::kAttention) * 2 * c.kv_heads * c.head_dim * 4;
+  shape.state_bytes = c.Count(LayerKind::kMamba) *
+                      (c.conv_dim() * c.conv_kernel + c.m_heads * c.m_head_dim * c.state) * 4;
+  shape.eos_token_ids = c.eos;
+  auto model = std::make_unique<NemotronHModel>(std::move(c), std::move(shape));
+  RETURN_IF_ERROR(model->Load(checkpoint));
+  return std::unique_ptr<NativeModel>(std::move(model));
+}
+
+}  // namespace tandem::workers::native

@@ -1,0 +1,981 @@
+#include "workers/native/qwen35_moe_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "workers/native/kernels.h"
+
+namespace tandem::workers::native {
+namespace {
+
+using Json = nlohmann::json;
+
+// The text-model hyperparameters, validated.
+struct TextConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t max_positions = 0;
+  float rms_norm_eps = 0;
+  // Gated full attention.
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  bool attn_output_gate = true;
+  int64_t rotary_dim = 0;  // leading dims of each head that get (NeoX) RoPE
+  float rope_theta = 0;
+  // Gated DeltaNet.
+  int64_t conv_kernel = 0;
+  int64_t linear_key_heads = 0;
+  int64_t linear_value_heads = 0;
+  int64_t linear_key_dim = 0;    // per head
+  int64_t linear_value_dim = 0;  // per head
+  // MoE.
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 0;
+  int64_t moe_intermediate = 0;
+  int64_t shared_intermediate = 0;
+  bool tie_word_embeddings = false;
+  std::vector<bool> full_attention;  // per layer: full attention, else Gated DeltaNet
+  std::vector<int32_t> eos_token_ids;
+
+  int64_t key_dim() const { return linear_key_heads * linear_key_dim; }
+  int64_t value_dim() const { return linear_value_heads * linear_value_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+
+// Reads fields of one JSON object, keeping the first error. `where` names the object in errors.
+class FieldReader {
+ public:
+  FieldReader(const Json& object, std::string where) : object_(object), where_(std::move(where)) {}
+
+  const absl::Status& status() const { return status_; }
+  const Json* Find(const char* key) const {
+    auto it = object_.find(key);
+    return it == object_.end() ? nullptr : &*it;
+  }
+  void Fail(const char* key, const std::string& what) {
+    if (status_.ok()) {
+      status_ = absl::InvalidArgumentError(absl::StrCat(where_, ".", key, " ", what));
+    }
+  }
+  void Unsupported(const char* key, const std::string& what) {
+    if (status_.ok()) {
+      status_ = absl::UnimplementedError(absl::StrCat(where_, ".", key, " ", what));
+    }
+  }
+
+  // A required integer in [1, 2^30]: large enough for any real dimension, small enough that
+  // products of a few never overflow int64 and that ModelShape's int32 fields hold it.
+  int64_t PositiveInt(const char* key) {
+    const Json* v = Find(key);
+    if (v == nullptr) {
+      Fail(key, "is missing (a positive integer is required)");
+      return 1;
+    }
+    if (!v->is_number_integer()) {
+      Fail(key, absl::StrCat("must be a positive integer, got ", v->dump()));
+      return 1;
+    }
+    const int64_t n = v->get<int64_t>();
+    if (n < 1 || n > (int64_t{1} << 30)) {
+      Fail(key, absl::StrCat("must be a positive integer <= 2^30, got ", n));
+      return 1;
+    }
+    return n;
+  }
+
+  double PositiveNumber(const char* key) {
+    const Json* v = Find(key);
+    if (v == nullptr || !v->is_number()) {
+      Fail(key, v == nullptr ? "is missing (a positive number is required)"
+                             : absl::StrCat("must be a positive number, got ", v->dump()));
+      return 1;
+    }
+    const double d = v->get<double>();
+    if (!(d > 0) || !std::isfinite(d)) {
+      Fail(key, absl::StrCat("must be a positive number, got ", v->dump()));
+      return 1;
+    }
+    return d;
+  }
+
+  // An optional bool; `fallback` when absent or null.
+  bool OptionalBool(const char* key, bool fallback) {
+    const Json* v = Find(key);
+    if (v == nullptr || v->is_null()) return fallback;
+    if (!v->is_boolean()) {
+      Fail(key, absl::StrCat("must be true or false, got ", v->dump()));
+      return fallback;
+    }
+    return v->get<bool>();
+  }
+
+  // An optional string; `fallback` when absent or null.
+  std::string OptionalString(const char* key, const std::string& fallback) {
+    const Json* v = Find(key);
+    if (v == nullptr || v->is_null()) return fallback;
+    if (!v->is_string()) {
+      Fail(key, absl::StrCat("must be a string, got ", v->dump()));
+      return fallback;
+    }
+    return v->get<std::string>();
+  }
+
+ private:
+  const Json& object_;
+  std::string where_;
+  absl::Status status_;
+};
+
+// eos_token_id: null, one id, or a list of ids.
+absl::Status ParseEos(const Json& value, const std::string& where, int64_t vocab,
+                      std::vector<int32_t>* out) {
+  std::vector<Json> ids;
+  if (value.is_null()) return absl::OkStatus();
+  if (value.is_array()) {
+    ids.assign(value.begin(), value.end());
+  } else {
+    ids.push_back(value);
+  }
+  for (const Json& id : ids) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".eos_token_id must be null, a token id below vocab_size ", vocab,
+                       " or a list of them, got ", value.dump()));
+    }
+    out->push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TextConfig> ParseConfig(const Json& config) {
+  if (!config.is_object()) {
+    return absl::InvalidArgumentError("qwen3_5_moe: config is not an object");
+  }
+  auto type_it = config.find("model_type");
+  const std::string type =
+      type_it != config.end() && type_it->is_string() ? type_it->get<std::string>() : std::string();
+  const Json* text = &config;
+  std::string where = "config";
+  if (type == "qwen3_5_moe") {
+    auto it = config.find("text_config");
+    if (it == config.end() || !it->is_object()) {
+      return absl::InvalidArgumentError(
+          "config.text_config is missing or not an object (model_type qwen3_5_moe keeps the text "
+          "model's fields there)");
+    }
+    text = &*it;
+    where = "config.text_config";
+    auto tt = text->find("model_type");
+    if (tt != text->end() && !(tt->is_string() && tt->get<std::string>() == "qwen3_5_moe_text")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.text_config.model_type must be qwen3_5_moe_text, got ", tt->dump()));
+    }
+  } else if (type != "qwen3_5_moe_text") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.model_type must be qwen3_5_moe or qwen3_5_moe_text, got '", type, "'"));
+  }
+
+  TextConfig c;
+  FieldReader r(*text, where);
+  c.vocab_size = r.PositiveInt("vocab_size");
+  c.hidden_size = r.PositiveInt("hidden_size");
+  c.num_layers = r.PositiveInt("num_hidden_layers");
+  c.max_positions = r.PositiveInt("max_position_embeddings");
+  c.rms_norm_eps = static_cast<float>(r.PositiveNumber("rms_norm_eps"));
+  c.num_heads = r.PositiveInt("num_attention_heads");
+  c.num_kv_heads = r.PositiveInt("num_key_value_heads");
+  c.head_dim = r.PositiveInt("head_dim");
+  c.attn_output_gate = r.OptionalBool("attn_output_gate", true);
+  c.conv_kernel = r.PositiveInt("linear_conv_kernel_dim");
+  c.linear_key_heads = r.PositiveInt("linear_num_key_heads");
+  c.linear_value_heads = r.PositiveInt("linear_num_value_heads");
+  c.linear_key_dim = r.PositiveInt("linear_key_head_dim");
+  c.linear_value_dim = r.PositiveInt("linear_value_head_dim");
+  c.num_experts = r.PositiveInt("num_experts");
+  c.experts_per_token = r.PositiveInt("num_experts_per_tok");
+  c.moe_intermediate = r.PositiveInt("moe_intermediate_size");
+  c.shared_intermediate = r.PositiveInt("shared_expert_intermediate_size");
+  if (const std::string act = r.OptionalString("hidden_act", "silu"); act != "silu") {
+    r.Unsupported("hidden_act", absl::StrCat("'", act, "' is not supported (only silu)"));
+  }
+  if (r.OptionalBool("attention_bias", false)) {
+    r.Unsupported("attention_bias", "true is not supported (Qwen3.5 attention has no biases)");
+  }
+  if (!r.OptionalBool("norm_topk_prob", true)) {
+    r.Unsupported("norm_topk_prob", "false is not supported (the router always renormalises)");
+  }
+  if (const Json* v = r.Find("decoder_sparse_step");
+      v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+    r.Unsupported("decoder_sparse_step", "other than 1 is not supported (every layer is MoE)");
+  }
+  if (const Json* v = r.Find("mlp_only_layers");
+      v != nullptr && !v->is_null() && !(v->is_array() && v->empty())) {
+    r.Unsupported("mlp_only_layers", "must be empty (dense MLP layers are not supported)");
+  }
+  if (const std::string dt = r.OptionalString("mamba_ssm_dtype", "float32"); dt != "float32") {
+    r.Unsupported("mamba_ssm_dtype", absl::StrCat("'", dt, "': the reference keeps fp32 state"));
+  }
+  if (!r.status().ok()) return r.status();
+
+  // Cross-field checks.
+  auto invalid = [&](const std::string& msg) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", msg));
+  };
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return invalid(absl::StrCat("num_attention_heads ", c.num_heads,
+                                " is not a multiple of num_key_value_heads ", c.num_kv_heads));
+  }
+  if (c.linear_value_heads % c.linear_key_heads != 0) {
+    return invalid(absl::StrCat("linear_num_value_heads ", c.linear_value_heads,
+                                " is not a multiple of linear_num_key_heads ", c.linear_key_heads));
+  }
+  if (c.experts_per_token > c.num_experts) {
+    return invalid(absl::StrCat("num_experts_per_tok ", c.experts_per_token,
+                                " exceeds num_experts ", c.num_experts));
+  }
+
+  // Layer types: the explicit list, else every full_attention_interval-th layer is full.
+  if (const Json* lt = r.Find("layer_types"); lt != nullptr && !lt->is_null()) {
+    if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c.num_layers) {
+      return invalid(absl::StrCat("layer_types must be a list of num_hidden_layers (", c.num_layers,
+                                  ") strings, got ", lt->dump()));
+    }
+    for (const Json& t : *lt) {
+      const std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+      if (s != "full_attention" && s != "linear_attention") {
+        return invalid(absl::StrCat(
+            "layer_types entries must be full_attention or linear_attention, got ", t.dump()));
+      }
+      c.full_attention.push_back(s == "full_attention");
+    }
+  } else {
+    int64_t interval = 4;  // the HF default
+    if (r.Find("full_attention_interval") != nullptr) {
+      interval = r.PositiveInt("full_attention_interval");
+      if (!r.status().ok()) return r.status();
+    }
+    for (int64_t i = 0; i < c.num_layers; ++i) c.full_attention.push_back((i + 1) % interval == 0);
+  }
+
+  // RoPE: rope_parameters (current HF), else the legacy flat rope_theta / partial_rotary_factor.
+  const Json* rope = r.Find("rope_parameters");
+  if (rope != nullptr && !rope->is_null() && !rope->is_object()) {
+    return invalid(absl::StrCat("rope_parameters must be an object, got ", rope->dump()));
+  }
+  if (rope != nullptr && rope->is_null()) rope = nullptr;
+  auto rope_field = [&](const char* key) -> std::pair<const Json*, std::string> {
+    if (rope != nullptr) {
+      auto it = rope->find(key);
+      if (it != rope->end()) return {&*it, absl::StrCat("rope_parameters.", key)};
+    }
+    return {r.Find(key), key};
+  };
+  {
+    auto [theta, name] = rope_field("rope_theta");
+    if (theta == nullptr || !theta->is_number() || !(theta->get<double>() > 0)) {
+      return invalid(absl::StrCat(name, " must be a positive number, got ",
+                                  theta == nullptr ? "nothing" : theta->dump()));
+    }
+    c.rope_theta = static_cast<float>(theta->get<double>());
+  }
+  {
+    auto [type_value, name] = rope_field("rope_type");
+    if (type_value != nullptr &&
+        !(type_value->is_string() && type_value->get<std::string>() == "default")) {
+      return absl::UnimplementedError(absl::StrCat(where, ".", name, " ", type_value->dump(),
+                                                   " is not supported (only default)"));
+    }
+  }
+  {
+    double factor = 0.25;  // the HF default for this class
+    auto [f, name] = rope_field("partial_rotary_factor");
+    if (f != nullptr) {
+      if (!f->is_number() || !(f->get<double>() > 0) || f->get<double>() > 1) {
+        return invalid(absl::StrCat(name, " must be in (0, 1], got ", f->dump()));
+      }
+      factor = f->get<double>();
+    }
+    c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+    if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0) {
+      return invalid(absl::StrCat("head_dim ", c.head_dim, " x partial_rotary_factor ", factor,
+                                  " gives ", c.rotary_dim,
+                                  " rotary dims; it must be even and >= 2"));
+    }
+  }
+  {
+    // Text-only positions are equal on all three mRoPE axes, so the sections do not change the
+    // result; they must still describe the rotary frequencies exactly.
+    auto [sections, name] = rope_field("mrope_section");
+    if (sections != nullptr && !sections->is_null()) {
+      int64_t sum = 0;
+      bool ok = sections->is_array();
+      if (ok) {
+        for (const Json& s : *sections) {
+          ok = ok && s.is_number_integer() && s.get<int64_t>() >= 0;
+          if (ok) sum += s.get<int64_t>();
+        }
+      }
+      if (!ok || sum != c.rotary_dim / 2) {
+        return invalid(absl::StrCat(
+            name, " must be non-negative integers summing to rotary_dim/2 = ", c.rotary_dim / 2,
+            ", got ", sections->dump()));
+      }
+    }
+  }
+
+  // tie_word_embeddings lives at the top level of the composite config (HF reads it there), and
+  // in text_config of a bare text config.
+  {
+    FieldReader top(config, "config");
+    const bool text_tie = r.OptionalBool("tie_word_embeddings", false);
+    c.tie_word_embeddings =
+        text == &config ? text_tie : top.OptionalBool("tie_word_embeddings", text_tie);
+    if (!r.status().ok()) return r.status();
+    if (!top.status().ok()) return top.status();
+  }
+  {
+    const Json* eos = r.Find("eos_token_id");
+    std::string eos_where = where;
+    if ((eos == nullptr || eos->is_null()) && text != &config) {
+      auto it = config.find("eos_token_id");
+      if (it != config.end()) {
+        eos = &*it;
+        eos_where = "config";
+      }
+    }
+    if (eos != nullptr) {
+      if (absl::Status s = ParseEos(*eos, eos_where, c.vocab_size, &c.eos_token_ids); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return c;
+}
+
+struct GdnWeights {
+  std::vector<float> in_qkv;   // [conv_dim, H]: rows q | k | v
+  std::vector<float> in_z;     // [value_dim, H]
+  std::vector<float> in_b;     // [Hv, H]
+  std::vector<float> in_a;     // [Hv, H]
+  std::vector<float> conv;     // [conv_dim, K] (the [conv_dim, 1, K] tensor)
+  std::vector<float> a_log;    // [Hv]
+  std::vector<float> dt_bias;  // [Hv]
+  std::vector<float> norm;     // [dv], plain weight
+  std::vector<float> out;      // [H, value_dim]
+};
+
+struct AttnWeights {
+  std::vector<float> q;       // [heads * head_dim * (gate ? 2 : 1), H], per head [q | gate]
+  std::vector<float> k;       // [kv_heads * head_dim, H]
+  std::vector<float> v;       // [kv_heads * head_dim, H]
+  std::vector<float> o;       // [H, heads * head_dim]
+  std::vector<float> q_norm;  // [head_dim], (1 + w)
+  std::vector<float> k_norm;  // [head_dim], (1 + w)
+};
+
+struct MoeWeights {
+  std::vector<float> router;        // [E, H]
+  std::vector<float> gate_up;       // [E, 2I, H]: rows 0..I-1 gate, I..2I-1 up
+  std::vector<float> down;          // [E, H, I]
+  std::vector<float> shared_gate;   // [Is, H] (gate_proj)
+  std::vector<float> shared_up;     // [Is, H]
+  std::vector<float> shared_down;   // [H, Is]
+  std::vector<float> shared_scale;  // [1, H]: sigmoid of x . w scales the shared expert
+};
+
+struct Layer {
+  bool full_attention = false;
+  int64_t index = 0;  // among the layers of its kind: KV cache or GDN state slot
+  std::vector<float> input_norm;
+  std::vector<float> post_norm;
+  GdnWeights gdn;
+  AttnWeights attn;
+  MoeWeights moe;
+};
+
+// Loads tensors in order, keeping the first error (which names the tensor and shapes).
+class TensorLoader {
+ public:
+  explicit TensorLoader(const Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
+  void Load(const std::string& name, std::vector<int64_t> shape, std::vector<float>* out) {
+    if (!status_.ok()) return;
+    auto t = checkpoint_.GetFloat(name, shape);
+    if (!t.ok()) {
+      status_ = t.status();
+      return;
+    }
+    *out = std::move(*t);
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const Checkpoint& checkpoint_;
+  absl::Status status_;
+};
+
+// One value head of the gated delta rule over a run of tokens: row t of q/k/v at ptr + t *
+// stride, its g/beta at ptr[t * gate_stride], its output at out + t * out_stride. q is already
+// L2-normalised and scaled by 1/sqrt(dk); k is L2-normalised.
+struct DeltaRuleHead {
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t stride;
+  const float* g;     // log-decay, <= 0
+  const float* beta;  // write strength, in (0, 1)
+  int64_t gate_stride;
+  float* out;
+  int64_t out_stride;
+};
+
+// Scratch reused across heads and chunks of one call.
+struct DeltaRuleScratch {
+  std::vector<float> cum, ks, kk, qk, delta, kw;
+};
+
+// One token in the recurrent form (the decode path), on the fp32 state S[d][e] (dk x dv):
+//   S *= exp(g); delta = beta (v - S^T k); S += k delta^T; o = S^T q.
+void DeltaRuleStep(const DeltaRuleHead& h, int64_t dk, int64_t dv, float* s,
+                   DeltaRuleScratch* scratch) {
+  std::vector<float>& delta = scratch->delta;
+  delta.assign(dv, 0.0f);  // first S^T k, then delta
+  const float decay = std::exp(h.g[0]);
+  for (int64_t d = 0; d < dk; ++d) {
+    float* row = s + d * dv;
+    for (int64_t e = 0; e < dv; ++e) {
+      row[e] *= decay;
+      delta[e] += row[e] * h.k[d];
+    }
+  }
+  for (int64_t e = 0; e < dv; ++e) delta[e] = h.beta[0] * (h.v[e] - delta[e]);
+  float* o = h.out;
+  std::fill(o, o + dv, 0.0f);
+  for (int64_t d = 0; d < dk; ++d) {
+    float* row = s + d * dv;
+    for (int64_t e = 0; e < dv; ++e) {
+      row[e] += h.k[d] * delta[e];
+      o[e] += row[e] * h.q[d];
+    }
+  }
+}
+
+// n tokens in chunks of kDeltaChunk: the same recurrence in matrix form (the prefill path).
+// Within a chunk of L tokens with start state S0 and cumulative log-decay G[t] = g[0] + .. + g[t]:
+//   delta[t] = beta[t] (v[t] - e^G[t] S0^T k[t] - sum_{m<t} e^(G[t]-G[m]) (k[t].k[m]) delta[m])
+//   o[t]     = e^G[t] S0^T q[t] + sum_{m<=t} e^(G[t]-G[m]) (q[t].k[m]) delta[m]
+//   S        = e^G[L-1] S0 + sum_m e^(G[L-1]-G[m]) k[m] delta[m]^T
+// The delta rows come by forward substitution, the rest as matrix products. Every exponent is
+// <= 0, so nothing overflows.
+constexpr int64_t kDeltaChunk = 64;
+void DeltaRuleChunked(const DeltaRuleHead& h, int64_t n, int64_t dk, int64_t dv, float* s,
+                      DeltaRuleScratch* scratch) {
+  DeltaRuleScratch& w = *scratch;
+  for (int64_t c0 = 0; c0 < n; c0 += kDeltaChunk) {
+    const int64_t L = std::min(kDeltaChunk, n - c0);
+    const float* q = h.q + c0 * h.stride;
+    const float* k = h.k + c0 * h.stride;
+    const float* v = h.v + c0 * h.stride;
+    float* o = h.out + c0 * h.out_stride;
+    w.cum.resize(L);
+    float acc = 0;
+    for (int64_t t = 0; t < L; ++t) {
+      acc += h.g[(c0 + t) * h.gate_stride];
+      w.cum[t] = acc;
+    }
+    w.ks.resize(L * dv);
+    w.kk.resize(L * L);
+    w.qk.resize(L * L);
+    w.delta.resize(L * dv);
+    w.kw.resize(dk * L);
+    MatMul(k, h.stride, s, dv, /*b_transposed=*/false, L, dv, dk, w.ks.data(), dv);  // K S0
+    MatMul(q, h.stride, s, dv, /*b_transposed=*/false, L, dv, dk, o, h.out_stride);  // Q S0
+    MatMul(k, h.stride, k, h.stride, /*b_transposed=*/true, L, L, dk, w.kk.data(), L);
+    MatMul(q, h.stride, k, h.stride, /*b_transposed=*/true, L, L, dk, w.qk.data(), L);
+    for (int64_t t = 0; t < L; ++t) {
+      const float beta = h.beta[(c0 + t) * h.gate_stride];
+      const float decay = std::exp(w.cum[t]);
+      float* dt = w.delta.data() + t * dv;
+      const float* vt = v + t * h.stride;
+      for (int64_t e = 0; e < dv; ++e) dt[e] = beta * (vt[e] - decay * w.ks[t * dv + e]);
+      for (int64_t m = 0; m < t; ++m) {
+        const float coef = beta * std::exp(w.cum[t] - w.cum[m]) * w.kk[t * L + m];
+        const float* dm = w.delta.data() + m * dv;
+        for (int64_t e = 0; e < dv; ++e) dt[e] -= coef * dm[e];
+      }
+      float* ot = o + t * h.out_stride;
+      for (int64_t e = 0; e < dv; ++e) ot[e] *= decay;
+      float* qk = w.qk.data() + t * L;
+      for (int64_t m = 0; m <= t; ++m) qk[m] *= std::exp(w.cum[t] - w.cum[m]);
+      std::fill(qk + t + 1, qk + L, 0.0f);
+    }
+    MatMul(w.qk.data(), L, w.delta.data(), dv, /*b_transposed=*/false, L, dv, L, o, h.out_stride,
+           /*accumulate=*/true);
+    const float last = w.cum[L - 1];
+    for (int64_t m = 0; m < L; ++m) {
+      const float f = std::exp(last - w.cum[m]);
+      for (int64_t d = 0; d < dk; ++d) w.kw[d * L + m] = k[m * h.stride + d] * f;
+    }
+    const float total = std::exp(last);
+    for (int64_t i = 0; i < dk * dv; ++i) s[i] *= total;
+    MatMul(w.kw.data(), L, w.delta.data(), dv, /*b_transposed=*/false, dk, dv, L, s, dv,
+           /*accumulate=*/true);
+  }
+}
+
+class Qwen35MoeModel;
+
+class Qwen35MoeState : public SequenceState {
+ public:
+  int64_t position() const override { return position_; }
+
+ private:
+  friend class Qwen35MoeModel;
+  const Qwen35MoeModel* owner_ = nullptr;
+  int64_t position_ = 0;
+  // Per full-attention layer: [position][kv_heads][head_dim] keys (post-norm, post-RoPE) and
+  // values.
+  std::vector<std::vector<float>> keys_;
+  std::vector<std::vector<float>> values_;
+  // Per GDN layer: the last K-1 pre-conv qkv rows, [K-1][conv_dim] (zeros at sequence start),
+  // and the delta-rule state S, [Hv][dk][dv].
+  std::vector<std::vector<float>> conv_;
+  std::vector<std::vector<float>> recurrent_;
+};
+
+class Qwen35MoeModel : public NativeModel {
+ public:
+  Qwen35MoeModel(TextConfig config, ModelShape shape) : c_(std::move(config)), shape_(shape) {}
+
+  absl::Status LoadWeights(const Checkpoint& checkpoint);
+
+  const ModelShape& shape() const override { return shape_; }
+  std::unique_ptr<SequenceState> NewState() const override;
+  absl::Status Forward(SequenceState* state, absl::Span<const int32_t> tokens, bool all_logits,
+                       std::vector<float>* logits) const override;
+
+ private:
+  // The mixers and the MoE map x [n][hidden] (normed) to out [n][hidden]. The mixers read and
+  // extend the layer's slot in `state` for tokens at positions state->position_ .. + n - 1;
+  // Forward advances the position after the last layer.
+  void GatedDeltaNet(const Layer& layer, const float* x, int64_t n, Qwen35MoeState* state,
+                     float* out) const;
+  void Attention(const Layer& layer, const float* x, int64_t n, Qwen35MoeState* state,
+                 float* out) const;
+  void Moe(const Layer& layer, const float* x, int64_t n, float* out) const;
+
+  const TextConfig c_;
+  const ModelShape shape_;
+  int64_t num_full_ = 0;
+  int64_t num_gdn_ = 0;
+  std::vector<float> embed_;    // [V, H]
+  std::vector<float> lm_head_;  // [V, H]; empty when tied to embed_
+  std::vector<float> final_norm_;
+  std::vector<Layer> layers_;
+  // RoPE inverse frequencies, [rotary_dim / 2], computed in fp32 as HF does.
+  std::vector<float> inv_freq_;
+};
+
+absl::Status Qwen35MoeModel::LoadWeights(const Checkpoint& checkpoint) {
+  const int64_t H = c_.hidden_size;
+  // The composite checkpoint nests the text model under model.language_model.; a bare text
+  // checkpoint (Qwen3_5MoeForCausalLM) uses model.
+  std::string prefix = "model.language_model.";
+  if (!checkpoint.Has(prefix + "embed_tokens.weight") &&
+      checkpoint.Has("model.embed_tokens.weight")) {
+    prefix = "model.";
+  }
+  TensorLoader l(checkpoint);
+  l.Load(prefix + "embed_tokens.weight", {c_.vocab_size, H}, &embed_);
+  if (!c_.tie_word_embeddings) l.Load("lm_head.weight", {c_.vocab_size, H}, &lm_head_);
+  l.Load(prefix + "norm.weight", {H}, &final_norm_);
+
+  const int64_t hv = c_.linear_value_heads;
+  const int64_t q_rows = c_.num_heads * c_.head_dim * (c_.attn_output_gate ? 2 : 1);
+  const int64_t kv_rows = c_.num_kv_heads * c_.head_dim;
+  const int64_t E = c_.num_experts, I = c_.moe_intermediate, Is = c_.shared_intermediate;
+  layers_.resize(c_.num_layers);
+  for (int64_t i = 0; i < c_.num_layers && l.status().ok(); ++i) {
+    Layer& layer = layers_[i];
+    const std::string p = absl::StrCat(prefix, "layers.", i, ".");
+    layer.full_attention = c_.full_attention[i];
+    layer.index = layer.full_attention ? num_full_++ : num_gdn_++;
+    l.Load(p + "input_layernorm.weight", {H}, &layer.input_norm);
+    l.Load(p + "post_attention_layernorm.weight", {H}, &layer.post_norm);
+    if (layer.full_attention) {
+      AttnWeights& a = layer.attn;
+      l.Load(p + "self_attn.q_proj.weight", {q_rows, H}, &a.q);
+      l.Load(p + "self_attn.k_proj.weight", {kv_rows, H}, &a.k);
+      l.Load(p + "self_attn.v_proj.weight", {kv_rows, H}, &a.v);
+      l.Load(p + "self_attn.o_proj.weight", {H, c_.num_heads * c_.head_dim}, &a.o);
+      l.Load(p + "self_attn.q_norm.weight", {c_.head_dim}, &a.q_norm);
+      l.Load(p + "self_attn.k_norm.weight", {c_.head_dim}, &a.k_norm);
+    } else {
+      GdnWeights& g = layer.gdn;
+      l.Load(p + "linear_attn.in_proj_qkv.weight", {c_.conv_dim(), H}, &g.in_qkv);
+      l.Load(p + "linear_attn.in_proj_z.weight", {c_.value_dim(), H}, &g.in_z);
+      l.Load(p + "linear_attn.in_proj_b.weight", {hv, H}, &g.in_b);
+      l.Load(p + "linear_attn.in_proj_a.weight", {hv, H}, &g.in_a);
+      l.Load(p + "linear_attn.conv1d.weight", {c_.conv_dim(), 1, c_.conv_kernel}, &g.conv);
+      l.Load(p + "linear_attn.A_log", {hv}, &g.a_log);
+      l.Load(p + "linear_attn.dt_bias", {hv}, &g.dt_bias);
+      l.Load(p + "linear_attn.norm.weight", {c_.linear_value_dim}, &g.norm);
+      l.Load(p + "linear_attn.out_proj.weight", {H, c_.value_dim()}, &g.out);
+    }
+    MoeWeights& m = layer.moe;
+    l.Load(p + "mlp.gate.weight", {E, H}, &m.router);
+    l.Load(p + "mlp.experts.gate_up_proj", {E, 2 * I, H}, &m.gate_up);
+    l.Load(p + "mlp.experts.down_proj", {E, H, I}, &m.down);
+    l.Load(p + "mlp.shared_expert.gate_proj.weight", {Is, H}, &m.shared_gate);
+    l.Load(p + "mlp.shared_expert.up_proj.weight", {Is, H}, &m.shared_up);
+    l.Load(p + "mlp.shared_expert.down_proj.weight", {H, Is}, &m.shared_down);
+    l.Load(p + "mlp.shared_expert_gate.weight", {1, H}, &m.shared_scale);
+  }
+  if (!l.status().ok()) return l.status();
+
+  // HF: inv_freq = 1 / theta^(arange(0, dim, 2) / dim), all in fp32.
+  const int64_t half = c_.rotary_dim / 2;
+  inv_freq_.resize(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c_.rotary_dim);
+    inv_freq_[i] = 1.0f / std::pow(c_.rope_theta, exponent);
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<SequenceState> Qwen35MoeModel::NewState() const {
+  auto s = std::make_unique<Qwen35MoeState>();
+  s->owner_ = this;
+  s->keys_.resize(num_full_);
+  s->values_.resize(num_full_);
+  s->conv_.assign(num_gdn_, std::vector<float>((c_.conv_kernel - 1) * c_.conv_dim(), 0.0f));
+  s->recurrent_.assign(
+      num_gdn_,
+      std::vector<float>(c_.linear_value_heads * c_.linear_key_dim * c_.linear_value_dim, 0.0f));
+  return s;
+}
+
+void Qwen35MoeModel::GatedDeltaNet(const Layer& layer, const float* x, int64_t n,
+                                   Qwen35MoeState* state, float* out) const {
+  const GdnWeights& w = layer.gdn;
+  const int64_t H = c_.hidden_size, C = c_.conv_dim(), K = c_.conv_kernel;
+  const int64_t hv = c_.linear_value_heads, dk = c_.linear_key_dim, dv = c_.linear_value_dim;
+  const int64_t kd = c_.key_dim(), vd = c_.value_dim();
+  const int64_t heads_per_key = hv / c_.linear_key_heads;
+
+  // The K-1 carried pre-conv rows followed by this call's n rows: [K-1+n][C].
+  std::vector<float>& conv_state = state->conv_[layer.index];
+  std::vector<float> padded((K - 1 + n) * C);
+  std::copy(conv_state.begin(), conv_state.end(), padded.begin());
+  float* qkv = padded.data() + (K - 1) * C;
+  Linear(x, n, H, w.in_qkv.data(), C, qkv);
+  std::vector<float> z(n * vd), b(n * hv), a(n * hv);
+  Linear(x, n, H, w.in_z.data(), vd, z.data());
+  Linear(x, n, H, w.in_b.data(), hv, b.data());
+  Linear(x, n, H, w.in_a.data(), hv, a.data());
+
+  // Causal depthwise conv (no bias) then silu: u[t][c] = silu(sum_j w[c][j] padded[t+j][c]).
+  std::vector<float> u(n * C);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t ch = 0; ch < C; ++ch) {
+      float acc = 0;
+      for (int64_t j = 0; j < K; ++j) acc += w.conv[ch * K + j] * padded[(t + j) * C + ch];
+      u[t * C + ch] = Silu(acc);
+    }
+  }
+  std::copy(padded.end() - (K - 1) * C, padded.end(), conv_state.begin());
+
+  // L2-normalise q and k per key head in place (eps inside the rsqrt, as FLA's l2norm); scale q.
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  for (int64_t t = 0; t < n; ++t) {
+    float* ut = u.data() + t * C;
+    for (int64_t h = 0; h < c_.linear_key_heads; ++h) {
+      float* qh = ut + h * dk;
+      float* kh = ut + kd + h * dk;
+      float qs = 0, ks = 0;
+      for (int64_t d = 0; d < dk; ++d) {
+        qs += qh[d] * qh[d];
+        ks += kh[d] * kh[d];
+      }
+      const float qi = 1.0f / std::sqrt(qs + 1e-6f), ki = 1.0f / std::sqrt(ks + 1e-6f);
+      for (int64_t d = 0; d < dk; ++d) {
+        qh[d] = qh[d] * qi * q_scale;
+        kh[d] *= ki;
+      }
+    }
+  }
+  // Per token and value head: log-decay g <= 0 and write strength beta.
+  std::vector<float> g(n * hv), beta(n * hv);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < hv; ++j) {
+      g[t * hv + j] = -std::exp(w.a_log[j]) * Softplus(a[t * hv + j] + w.dt_bias[j]);
+      beta[t * hv + j] = Sigmoid(b[t * hv + j]);
+    }
+  }
+
+  // The delta rule per value head j, reading key head j / heads_per_key: views into u (row
+  // stride C); outputs into core (row stride vd).
+  std::vector<float>& s_all = state->recurrent_[layer.index];
+  std::vector<float> core(n * vd);
+  DeltaRuleScratch scratch;
+  for (int64_t j = 0; j < hv; ++j) {
+    const int64_t kh = j / heads_per_key;
+    const DeltaRuleHead head{.q = u.data() + kh * dk,
+                             .k = u.data() + kd + kh * dk,
+                             .v = u.data() + 2 * kd + j * dv,
+                             .stride = C,
+                             .g = g.data() + j,
+                             .beta = beta.data() + j,
+                             .gate_stride = hv,
+                             .out = core.data() + j * dv,
+                             .out_stride = vd};
+    float* s = s_all.data() + j * dk * dv;
+    if (n == 1) {
+      DeltaRuleStep(head, dk, dv, s, &scratch);
+    } else {
+      DeltaRuleChunked(head, n, dk, dv, s, &scratch);
+    }
+  }
+  // Gated RMSNorm per (token, value head) over dv: norm first (plain weight), then silu(z).
+  RmsNorm(core.data(), n * hv, dv, w.norm.data(), c_.rms_norm_eps, /*one_plus_weight=*/false,
+          core.data());
+  for (int64_t i = 0; i < n * vd; ++i) core[i] *= Silu(z[i]);
+  Linear(core.data(), n, vd, w.out.data(), H, out);
+}
+
+void Qwen35MoeModel::Attention(const Layer& layer, const float* x, int64_t n, Qwen35MoeState* state,
+                               float* out) const {
+  const AttnWeights& w = layer.attn;
+  const int64_t H = c_.hidden_size, D = c_.head_dim, nh = c_.num_heads, nkv = c_.num_kv_heads;
+  const int64_t q_stride = D * (c_.attn_output_gate ? 2 : 1);  // per head: [q | gate]
+  std::vector<float> qg(n * nh * q_stride);
+  Linear(x, n, H, w.q.data(), nh * q_stride, qg.data());
+  std::vector<float>& keys = state->keys_[layer.index];
+  std::vector<float>& values = state->values_[layer.index];
+  const int64_t pos0 = state->position_;
+  const int64_t kv_row = nkv * D;
+  keys.resize((pos0 + n) * kv_row);
+  values.resize((pos0 + n) * kv_row);
+  float* new_k = keys.data() + pos0 * kv_row;
+  Linear(x, n, H, w.k.data(), kv_row, new_k);
+  Linear(x, n, H, w.v.data(), kv_row, values.data() + pos0 * kv_row);
+
+  // Per-head (1 + w) RMSNorm, then NeoX RoPE on the first rotary_dim dims (pairs i, i + half).
+  const int64_t half = c_.rotary_dim / 2;
+  std::vector<float> cos_t(half), sin_t(half), q(n * nh * D);
+  auto rotate = [&](float* v) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float x1 = v[i], x2 = v[i + half];
+      v[i] = x1 * cos_t[i] - x2 * sin_t[i];
+      v[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
+    }
+  };
+  for (int64_t t = 0; t < n; ++t) {
+    const float pos = static_cast<float>(pos0 + t);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq_[i];
+      cos_t[i] = std::cos(angle);
+      sin_t[i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < nh; ++h) {
+      float* qh = q.data() + (t * nh + h) * D;
+      RmsNorm(qg.data() + (t * nh + h) * q_stride, 1, D, w.q_norm.data(), c_.rms_norm_eps, true,
+              qh);
+      rotate(qh);
+    }
+    for (int64_t h = 0; h < nkv; ++h) {
+      float* kh = new_k + t * kv_row + h * D;
+      RmsNorm(kh, 1, D, w.k_norm.data(), c_.rms_norm_eps, true, kh);
+      rotate(kh);
+    }
+  }
+
+  // Causal softmax attention over the cache; q head h reads kv head h / (nh / nkv). Blocks of
+  // query rows bound the score buffer ([block][context] floats, at most ~64 MiB).
+  constexpr int64_t kMaxScores = int64_t{1} << 24;
+  const int64_t block = std::clamp<int64_t>(kMaxScores / (pos0 + n), 1, 256);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> o(n * nh * D);
+  std::vector<float> scores(std::min(n, block) * (pos0 + n));
+  for (int64_t t0 = 0; t0 < n; t0 += block) {
+    const int64_t rows = std::min(block, n - t0);
+    const int64_t len = pos0 + t0 + rows;  // keys the last row of the block sees
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t kvh = h / (nh / nkv);
+      MatMul(q.data() + (t0 * nh + h) * D, nh * D, keys.data() + kvh * D, kv_row,
+             /*b_transposed=*/true, rows, len, D, scores.data(), len);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = scores.data() + r * len;
+        const int64_t visible = pos0 + t0 + r + 1;
+        for (int64_t s = 0; s < visible; ++s) row[s] *= scale;
+        Softmax(row, visible);
+        std::fill(row + visible, row + len, 0.0f);
+      }
+      MatMul(scores.data(), len, values.data() + kvh * D, kv_row, /*b_transposed=*/false, rows, D,
+             len, o.data() + (t0 * nh + h) * D, nh * D);
+    }
+  }
+  if (c_.attn_output_gate) {
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t h = 0; h < nh; ++h) {
+        float* oh = o.data() + (t * nh + h) * D;
+        const float* gate = qg.data() + (t * nh + h) * q_stride + D;
+        for (int64_t d = 0; d < D; ++d) oh[d] *= Sigmoid(gate[d]);
+      }
+    }
+  }
+  Linear(o.data(), n, nh * D, w.o.data(), H, out);
+}
+
+void Qwen35MoeModel::Moe(const Layer& layer, const float* x, int64_t n, float* out) const {
+  const MoeWeights& w = layer.moe;
+  const int64_t H = c_.hidden_size, E = c_.num_experts, top = c_.experts_per_token;
+  const int64_t I = c_.moe_intermediate, Is = c_.shared_intermediate;
+
+  // Router: softmax over all experts, top-k, renormalise the k weights.
+  std::vector<float> probs(n * E);
+  Linear(x, n, H, w.router.data(), E, probs.data());
+  std::vector<std::vector<std::pair<int64_t, float>>> by_expert(E);  // (token, weight)
+  std::vector<int64_t> order(E);
+  for (int64_t t = 0; t < n; ++t) {
+    float* p = probs.data() + t * E;
+    Softmax(p, E);
+    for (int64_t e = 0; e < E; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                      [p](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float sum = 0;
+    for (int64_t i = 0; i < top; ++i) sum += p[order[i]];
+    for (int64_t i = 0; i < top; ++i) by_expert[order[i]].emplace_back(t, p[order[i]] / sum);
+  }
+
+  // Each expert runs once on the rows routed to it: SwiGLU from the fused gate|up rows.
+  std::fill(out, out + n * H, 0.0f);
+  std::vector<float> rows, gu, act, y;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& routed = by_expert[e];
+    const int64_t m = static_cast<int64_t>(routed.size());
+    if (m == 0) continue;
+    rows.resize(m * H);
+    for (int64_t i = 0; i < m; ++i) {
+      std::copy(x + routed[i].first * H, x + (routed[i].first + 1) * H, rows.data() + i * H);
+    }
+    gu.resize(m * 2 * I);
+    act.resize(m * I);
+    y.resize(m * H);
+    Linear(rows.data(), m, H, w.gate_up.data() + e * 2 * I * H, 2 * I, gu.data());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < I; ++j) {
+        act[i * I + j] = Silu(gu[i * 2 * I + j]) * gu[i * 2 * I + I + j];
+      }
+    }
+    Linear(act.data(), m, I, w.down.data() + e * H * I, H, y.data());
+    for (int64_t i = 0; i < m; ++i) {
+      float* o = out + routed[i].first * H;
+      const float weight = routed[i].second;
+      for (int64_t d = 0; d < H; ++d) o[d] += weight * y[i * H + d];
+    }
+  }
+
+  // Shared expert, scaled per token by sigmoid(x . shared_expert_gate).
+  std::vector<float> sg(n * Is), su(n * Is), sy(n * H), scale(n);
+  Linear(x, n, H, w.shared_gate.data(), Is, sg.data());
+  Linear(x, n, H, w.shared_up.data(), Is, su.data());
+  for (int64_t i = 0; i < n * Is; ++i) sg[i] = Silu(sg[i]) * su[i];
+  Linear(sg.data(), n, Is, w.shared_down.data(), H, sy.data());
+  Linear(x, n, H, w.shared_scale.data(), 1, scale.data());
+  for (int64_t t = 0; t < n; ++t) {
+    const float s = Sigmoid(scale[t]);
+    for (int64_t d = 0; d < H; ++d) out[t * H + d] += s * sy[t * H + d];
+  }
+}
+
+absl::Status Qwen35MoeModel::Forward(SequenceState* base_state, absl::Span<const int32_t> tokens,
+                                     bool all_logits, std::vector<float>* logits) const {
+  auto* state = dynamic_cast<Qwen35MoeState*>(base_state);
+  if (state == nullptr || state->owner_ != this) {
+    return absl::InvalidArgumentError("qwen3_5_moe: the state was not made by this model");
+  }
+  if (logits == nullptr) return absl::InvalidArgumentError("qwen3_5_moe: logits is null");
+  if (tokens.empty()) return absl::InvalidArgumentError("qwen3_5_moe: no tokens to feed");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("qwen3_5_moe: token ", i, " has id ",
+                                                     tokens[i], ", outside the vocabulary [0, ",
+                                                     c_.vocab_size, ")"));
+    }
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (state->position_ + n > c_.max_positions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qwen3_5_moe: ", state->position_, " tokens in context plus ", n,
+                     " new exceed max_position_embeddings ", c_.max_positions));
+  }
+
+  const int64_t H = c_.hidden_size;
+  std::vector<float> h(n * H), x(n * H), y(n * H);
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy(embed_.begin() + tokens[t] * H, embed_.begin() + (tokens[t] + 1) * H,
+              h.begin() + t * H);
+  }
+  for (const Layer& layer : layers_) {
+    RmsNorm(h.data(), n, H, layer.input_norm.data(), c_.rms_norm_eps, true, x.data());
+    if (layer.full_attention) {
+      Attention(layer, x.data(), n, state, y.data());
+    } else {
+      GatedDeltaNet(layer, x.data(), n, state, y.data());
+    }
+    for (int64_t i = 0; i < n * H; ++i) h[i] += y[i];
+    RmsNorm(h.data(), n, H, layer.post_norm.data(), c_.rms_norm_eps, true, x.data());
+    Moe(layer, x.data(), n, y.data());
+    for (int64_t i = 0; i < n * H; ++i) h[i] += y[i];
+  }
+  state->position_ += n;
+
+  // Final norm and lm_head only for the rows asked for.
+  const int64_t first = all_logits ? 0 : n - 1;
+  const int64_t rows = n - first;
+  RmsNorm(h.data() + first * H, rows, H, final_norm_.data(), c_.rms_norm_eps, true, x.data());
+  logits->resize(rows * c_.vocab_size);
+  const float* head = c_.tie_word_embeddings ? embed_.data() : lm_head_.data();
+  Linear(x.data(), rows, H, head, c_.vocab_size, logits->data());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NativeModel>> LoadQwen35Moe(const Checkpoint& checkpoint,
+                                                           const nlohmann::json& config) {
+  auto parsed = ParseConfig(config);
+  if (!parsed.ok()) {
+    return absl::Status(parsed.status().code(),
+                        absl::StrCat(checkpoint.dir(), ": ", parsed.status().message()));
+  }
+  const TextConfig& c = *parsed;
+  int64_t full = 0;
+  for (bool f : c.full_attention) full += f ? 1 : 0;
+  const int64_t gdn = c.num_layers - full;
+  ModelShape shape;
+  shape.architecture = "qwen3_5_moe";
+  shape.vocab_size = static_cast<int32_t>(c.vocab_size);
+  shape.hidden_size = static_cast<int32_t>(c.hidden_size);
+  shape.num_layers = static_cast<int32_t>(c.num_layers);
+  shape.max_positions = static_cast<int32_t>(c.max_positions);
+  shape.kv_bytes_per_token = full * 2 * c.num_kv_heads * c.head_dim * 4;
+  shape.state_bytes = gdn *
+                      ((c.conv_kernel - 1) * c.conv_dim() +
+                       c.linear_value_heads * c.linear_key_dim * c.linear_value_dim) *
+                      4;
+  shape.eos_token_ids = c.eos_token_ids;
+  auto model = std::make_unique<Qwen35MoeModel>(c, shape);
+  if (absl::Status s = model->LoadWeights(checkpoint); !s.ok()) return s;
+  return model;
+}
+
+}  // namespace tandem::workers::native

@@ -1,0 +1,20 @@
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "workers/native/native_model.h"
+#include "workers/native/safetensors.h"
+
+namespace tandem::workers::native {
+
+// Loads the text model of Qwen3.5-MoE (model_type qwen3_5_moe with its nested text_config, or a
+// bare qwen3_5_moe_text config) as an fp32 CPU reference: hybrid Gated DeltaNet / gated full
+// attention layers, each followed by a sparse MoE with a gated shared expert. Every config field
+// is validated and every tensor is loaded against the shape the config implies; vision
+// (model.visual.*) and MTP (mtp.*) tensors are ignored.
+absl::StatusOr<std::unique_ptr<NativeModel>> LoadQwen35Moe(const Checkpoint& checkpoint,
+                                                           const nlohmann::json& config);
+
+}  // namespace tandem::workers::native

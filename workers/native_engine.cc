@@ -1,0 +1,135 @@
+#include "workers/native_engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "workers/native/chat_template.h"
+#include "workers/native/safetensors.h"
+
+namespace tandem::workers {
+
+NativeEngine::NativeEngine(std::unique_ptr<native::NativeModel> model,
+                           std::unique_ptr<Tokenizer> tokenizer, std::vector<int32_t> stop_ids,
+                           NativeEngineOptions options)
+    : model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      stop_ids_(std::move(stop_ids)),
+      options_(std::move(options)) {
+  const native::ModelShape& shape = model_->shape();
+  info_.engine = "native";
+  info_.model_name = options_.model_name;
+  info_.model_id = options_.model_id;
+  // Images need the vision encoder, which the native engine does not have yet.
+  info_.vision = false;
+  info_.reasoning = true;
+  info_.max_context_tokens = options_.max_context_tokens > 0
+                                 ? std::min(options_.max_context_tokens, shape.max_positions)
+                                 : shape.max_positions;
+  info_.max_output_tokens = options_.max_output_tokens > 0
+                                ? std::min(options_.max_output_tokens, info_.max_context_tokens)
+                                : info_.max_context_tokens;
+}
+
+int64_t NativeEngine::SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const {
+  const native::ModelShape& s = model_->shape();
+  return s.state_bytes + s.kv_bytes_per_token * (prompt_tokens + std::max(0, max_tokens));
+}
+
+absl::Status NativeEngine::AddSequence(const SequenceSpec& spec) {
+  if (spec.prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  const int64_t need = SequenceBytes(static_cast<int64_t>(spec.prompt.size()), spec.max_tokens);
+  if (reserved_.load() + need > options_.memory_budget_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("sequence memory: %d bytes needed, %d of %d reserved", need,
+                        reserved_.load(), options_.memory_budget_bytes));
+  }
+  Sequence seq;
+  seq.state = model_->NewState();
+  seq.prompt = spec.prompt;
+  seq.sampling = spec.sampling;
+  seq.rng.seed(spec.sampling.seed);
+  seq.reserved = need;
+  reserved_.fetch_add(need);
+  sequences_[spec.id] = std::move(seq);
+  return absl::OkStatus();
+}
+
+void NativeEngine::RemoveSequence(uint64_t id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return;
+  reserved_.fetch_sub(it->second.reserved);
+  sequences_.erase(it);
+}
+
+absl::Status NativeEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) {
+  const int32_t vocab = model_->shape().vocab_size;
+  for (const uint64_t id : ids) {
+    auto it = sequences_.find(id);
+    if (it == sequences_.end()) {
+      return absl::InternalError(absl::StrCat("step for unknown sequence ", id));
+    }
+    Sequence& seq = it->second;
+    absl::Status s;
+    if (seq.last_token < 0) {
+      s = model_->Forward(seq.state.get(), seq.prompt, /*all_logits=*/false, &logits_);
+      seq.prompt.clear();
+      seq.prompt.shrink_to_fit();
+    } else {
+      const int32_t token = seq.last_token;
+      s = model_->Forward(seq.state.get(), absl::MakeConstSpan(&token, 1), false, &logits_);
+    }
+    if (!s.ok()) return s;
+    const int32_t next = sampler_.Sample(logits_.data(), vocab, seq.sampling, seq.rng);
+    seq.last_token = next;
+    StepOutput o;
+    o.id = id;
+    o.token = next;
+    o.end_of_sequence = std::find(stop_ids_.begin(), stop_ids_.end(), next) != stop_ids_.end();
+    out->push_back(o);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<NativeEngine>> LoadNativeEngine(const std::string& dir,
+                                                               NativeEngineOptions options,
+                                                               bool* random_weights) {
+  auto checkpoint = native::Checkpoint::Open(dir);
+  if (!checkpoint.ok()) return checkpoint.status();
+  *random_weights =
+      (*checkpoint)->config_json().find("\"tandem_random_weights\": true") != std::string::npos;
+  auto model = native::LoadNativeModel(**checkpoint);
+  if (!model.ok()) return model.status();
+  const std::string& arch = (*model)->shape().architecture;
+  const std::string expected = options.model_name == "qwen"       ? "qwen3_5_moe"
+                               : options.model_name == "nemotron" ? "nemotron_h"
+                                                                  : "";
+  if (arch != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " holds a ", arch, " model, but --model=", options.model_name, " expects ",
+        expected.empty() ? "qwen (qwen3_5_moe) or nemotron (nemotron_h)" : expected));
+  }
+  auto bpe = native::BpeTokenizer::Load(dir + "/tokenizer.json");
+  if (!bpe.ok()) return bpe.status();
+  if ((*bpe)->VocabSize() > (*model)->shape().vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": tokenizer.json has ", (*bpe)->VocabSize(),
+                     " tokens but the model's vocabulary is ", (*model)->shape().vocab_size));
+  }
+  auto tokenizer = native::NativeTokenizer::Create(
+      std::shared_ptr<const native::BpeTokenizer>(std::move(*bpe)),
+      arch == "qwen3_5_moe" ? native::ChatFamily::kQwen35 : native::ChatFamily::kNemotronH);
+  if (!tokenizer.ok()) return tokenizer.status();
+  std::vector<int32_t> stop = (*model)->shape().eos_token_ids;
+  for (int32_t id : (*tokenizer)->stop_token_ids()) {
+    if (std::find(stop.begin(), stop.end(), id) == stop.end()) stop.push_back(id);
+  }
+  if (options.model_id.empty()) {
+    options.model_id =
+        *random_weights ? absl::StrCat("random-weights/", arch) : absl::StrCat("local/", arch);
+  }
+  return std::make_unique<NativeEngine>(std::move(*model), std::move(*tokenizer), std::move(stop),
+                                        std::move(options));
+}
+
+}  // namespace tandem::workers

@@ -1,0 +1,78 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "workers/engine.h"
+#include "workers/native/native_model.h"
+#include "workers/sampler.h"
+
+namespace tandem::workers {
+
+struct NativeEngineOptions {
+  // Routing name ("qwen", "nemotron") and upstream id reported in WorkerInfo.
+  std::string model_name;
+  std::string model_id;
+  // KV cache plus recurrent state for all sequences together; admission waits when full.
+  int64_t memory_budget_bytes = 8ll << 30;
+  // Caps; 0 keeps the model's (context: max_position_embeddings).
+  int32_t max_output_tokens = 0;
+  int32_t max_context_tokens = 0;
+};
+
+// The native engine: a NativeModel (fp32 CPU reference today) driven one step at a time by the
+// worker's scheduler. Every step runs each listed sequence forward by one token (its whole
+// prompt first), then samples. Sequence memory is reserved for prompt + max_tokens at admission,
+// so a running sequence never runs out.
+class NativeEngine final : public Engine {
+ public:
+  // `stop_ids` end a sequence (the model's EOS and the chat template's end-of-turn tokens).
+  NativeEngine(std::unique_ptr<native::NativeModel> model, std::unique_ptr<Tokenizer> tokenizer,
+               std::vector<int32_t> stop_ids, NativeEngineOptions options);
+
+  const EngineInfo& Info() const override { return info_; }
+  const Tokenizer& GetTokenizer() const override { return *tokenizer_; }
+  absl::Status AddSequence(const SequenceSpec& spec) override;
+  void RemoveSequence(uint64_t id) override;
+  absl::Status Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) override;
+  int64_t SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const override;
+  int64_t MemoryBudgetBytes() const override { return options_.memory_budget_bytes; }
+  int64_t MemoryReservedBytes() const override { return reserved_.load(); }
+
+  const native::NativeModel& model() const { return *model_; }
+
+ private:
+  struct Sequence {
+    std::unique_ptr<native::SequenceState> state;
+    std::vector<int32_t> prompt;
+    SamplingConfig sampling;
+    std::mt19937_64 rng;
+    int32_t last_token = -1;
+    int64_t reserved = 0;
+  };
+
+  const std::unique_ptr<native::NativeModel> model_;
+  const std::unique_ptr<Tokenizer> tokenizer_;
+  const std::vector<int32_t> stop_ids_;
+  const NativeEngineOptions options_;
+  EngineInfo info_;
+  std::unordered_map<uint64_t, Sequence> sequences_;
+  std::atomic<int64_t> reserved_{0};
+  Sampler sampler_;
+  std::vector<float> logits_;
+};
+
+// A native engine from a checkpoint directory: config.json, safetensors (single or sharded) and
+// tokenizer.json. The model's routing name must fit its architecture (qwen: qwen3_5_moe,
+// nemotron: nemotron_h). `random_weights` is set when config.json says the weights are random
+// (tandem-make-checkpoint), so the worker can say loudly that its answers are meaningless.
+absl::StatusOr<std::unique_ptr<NativeEngine>> LoadNativeEngine(const std::string& dir,
+                                                               NativeEngineOptions options,
+                                                               bool* random_weights);
+
+}  // namespace tandem::workers
