@@ -102,6 +102,56 @@ TEST(NativeEngineTest, AdmissionRespectsTheMemoryBudget) {
   EXPECT_TRUE(engine.AddSequence(spec).ok());
 }
 
+// The synthetic tokenizer with "<think>" = 2 and "</think>" = 12.
+class ThinkTokenizer final : public Tokenizer {
+ public:
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(
+      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& m,
+      const tandem::v1::ReasoningOptions& r, bool c) const override {
+    return inner_.EncodeChat(m, r, c);
+  }
+  std::unique_ptr<StreamDecoder> NewStreamDecoder() const override {
+    return inner_.NewStreamDecoder();
+  }
+  int32_t SpecialTokenId(std::string_view text) const override {
+    return text == "<think>" ? 2 : text == "</think>" ? 12 : -1;
+  }
+
+ private:
+  SyntheticTokenizer inner_{0};
+};
+
+TEST(NativeEngineTest, TheThinkingBudgetForcesTheEndOfThinking) {
+  NativeEngineOptions o;
+  o.model_name = "qwen";
+  o.memory_budget_bytes = 1 << 20;
+  NativeEngine engine(std::make_unique<CountingModel>(), std::make_unique<ThinkTokenizer>(), {15},
+                      o);
+  SequenceSpec spec;
+  spec.id = 1;
+  spec.prompt = {1, 2};  // the generation prompt opened a thinking block
+  spec.sampling.temperature = 0;
+  spec.max_tokens = 16;
+  spec.thinking_budget = 3;
+  ASSERT_TRUE(engine.AddSequence(spec).ok());
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<StepOutput> out;
+    ASSERT_TRUE(engine.Step({1}, &out).ok());
+    tokens.push_back(out[0].token);
+    if (out[0].end_of_sequence) break;
+  }
+  // Three thinking tokens, then </think> (12) forced instead of 6, then the answer.
+  EXPECT_EQ(tokens, (std::vector<int32_t>{3, 4, 5, 12, 13, 14, 15}));
+  // Without a budget the model thinks as long as it likes (until it writes </think> itself).
+  NativeEngine free(std::make_unique<CountingModel>(), std::make_unique<ThinkTokenizer>(), {15}, o);
+  spec.thinking_budget = 0;
+  ASSERT_TRUE(free.AddSequence(spec).ok());
+  std::vector<StepOutput> out;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(free.Step({1}, &out).ok());
+  EXPECT_EQ(out[3].token, 6);
+}
+
 TEST(SamplerTest, GreedyTopKTopPAndSeededReproducibility) {
   Sampler sampler;
   std::mt19937_64 rng(1);

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "workers/native/checkpoint_writer.h"
+#include "workers/native/native_model.h"
 #include "workers/native/random_checkpoint.h"
 
 namespace tandem::workers::native {
@@ -112,6 +113,35 @@ TEST(RandomCheckpointTest, WritesBothArchitecturesInTheRealLayout) {
       EXPECT_TRUE((*c)->Get("backbone.layers.0.mixer.in_proj.weight", {64 + 128 + 8, 64}).ok());
       EXPECT_TRUE((*c)->Get("backbone.layers.1.mixer.experts.3.up_proj.weight", {32, 64}).ok());
     }
+  }
+}
+
+TEST(LoadNativeModelTest, UnknownArchitecturesAndQuantizedCheckpointsAreRefused) {
+  const std::string dir = TempDir("arch");
+  ASSERT_TRUE(WriteSafetensors(dir, {{"w", {1}, {1.0f}}}, DType::kF32).ok());
+  std::ofstream(dir + "/config.json") << R"({"model_type": "llama"})";
+  auto c = Checkpoint::Open(dir);
+  ASSERT_TRUE(c.ok());
+  auto m = LoadNativeModel(**c);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("model_type 'llama' is not supported; the native engine runs "
+                        "qwen3_5_moe and nemotron_h"));
+  std::ofstream(dir + "/config.json")
+      << R"({"model_type": "nemotron_h", "quantization_config": {"quant_method": "fp8"}})";
+  c = Checkpoint::Open(dir);
+  ASSERT_TRUE(c.ok());
+  m = LoadNativeModel(**c);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("quantized checkpoints"));
+  // Both shipped architectures load from the golden fixtures through the same entry point.
+  for (const char* arch : {"qwen3_5_moe", "nemotron_h"}) {
+    auto g = Checkpoint::Open(std::string(TANDEM_SOURCE_DIR "/tests/golden/") + arch);
+    ASSERT_TRUE(g.ok());
+    auto model = LoadNativeModel(**g);
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ((*model)->shape().architecture, arch);
+    EXPECT_EQ((*model)->shape().vocab_size, 512);
   }
 }
 

@@ -38,6 +38,9 @@ struct SequenceSpec {
   SamplingConfig sampling;
   // Most tokens the sequence will generate (its memory is reserved for prompt + max_tokens).
   int32_t max_tokens = 0;
+  // Most tokens inside a thinking block (<think> ... </think>) before the engine forces its end;
+  // 0 for no separate budget.
+  int32_t thinking_budget = 0;
 };
 
 struct StepOutput {

@@ -15,7 +15,9 @@ NativeEngine::NativeEngine(std::unique_ptr<native::NativeModel> model,
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       stop_ids_(std::move(stop_ids)),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      think_start_(tokenizer_->SpecialTokenId("<think>")),
+      think_end_(tokenizer_->SpecialTokenId("</think>")) {
   const native::ModelShape& shape = model_->shape();
   info_.engine = "native";
   info_.model_name = options_.model_name;
@@ -50,6 +52,13 @@ absl::Status NativeEngine::AddSequence(const SequenceSpec& spec) {
   seq.sampling = spec.sampling;
   seq.rng.seed(spec.sampling.seed);
   seq.reserved = need;
+  seq.thinking_budget = spec.thinking_budget;
+  // The prompt leaves a thinking block open when its last <think> has no </think> after it (the
+  // generation prompt "<|im_start|>assistant\n<think>\n" does).
+  for (const int32_t t : spec.prompt) {
+    if (t == think_start_ && think_start_ >= 0) seq.thinking = true;
+    if (t == think_end_ && think_end_ >= 0) seq.thinking = false;
+  }
   reserved_.fetch_add(need);
   sequences_[spec.id] = std::move(seq);
   return absl::OkStatus();
@@ -80,7 +89,20 @@ absl::Status NativeEngine::Step(absl::Span<const uint64_t> ids, std::vector<Step
       s = model_->Forward(seq.state.get(), absl::MakeConstSpan(&token, 1), false, &logits_);
     }
     if (!s.ok()) return s;
-    const int32_t next = sampler_.Sample(logits_.data(), vocab, seq.sampling, seq.rng);
+    int32_t next = sampler_.Sample(logits_.data(), vocab, seq.sampling, seq.rng);
+    // Thinking budget: once spent, the end of thinking is forced, and the answer follows.
+    if (seq.thinking && seq.thinking_budget > 0 && think_end_ >= 0 &&
+        seq.thinking_tokens >= seq.thinking_budget) {
+      next = think_end_;
+    }
+    if (next == think_start_ && think_start_ >= 0) {
+      seq.thinking = true;
+      seq.thinking_tokens = 0;
+    } else if (next == think_end_ && think_end_ >= 0) {
+      seq.thinking = false;
+    } else if (seq.thinking) {
+      ++seq.thinking_tokens;
+    }
     seq.last_token = next;
     StepOutput o;
     o.id = id;

@@ -54,12 +54,18 @@ class NativeEngine final : public Engine {
     std::mt19937_64 rng;
     int32_t last_token = -1;
     int64_t reserved = 0;
+    int32_t thinking_budget = 0;
+    bool thinking = false;  // inside <think> ... </think>
+    int32_t thinking_tokens = 0;
   };
 
   const std::unique_ptr<native::NativeModel> model_;
   const std::unique_ptr<Tokenizer> tokenizer_;
   const std::vector<int32_t> stop_ids_;
   const NativeEngineOptions options_;
+  // "<think>" and "</think>" ids (-1 when the vocabulary lacks them).
+  const int32_t think_start_;
+  const int32_t think_end_;
   EngineInfo info_;
   std::unordered_map<uint64_t, Sequence> sequences_;
   std::atomic<int64_t> reserved_{0};

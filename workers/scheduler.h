@@ -23,6 +23,8 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;
   SamplingConfig sampling;
   int32_t max_tokens = 0;
+  // Thinking-token budget (ReasoningOptions.thinking_budget_tokens); 0 for none.
+  int32_t thinking_budget = 0;
   std::vector<std::string> stop;
   Clock::TimePoint arrival;
   // Clock::TimePoint::max() when the caller set none.

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,11 @@ class Tokenizer {
       const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
       const tandem::v1::ReasoningOptions& reasoning, bool continue_final = false) const = 0;
   virtual std::unique_ptr<StreamDecoder> NewStreamDecoder() const = 0;
+  // The id of a special token such as "<think>" or "</think>"; -1 when the vocabulary has none.
+  virtual int32_t SpecialTokenId(std::string_view text) const {
+    (void)text;
+    return -1;
+  }
 };
 
 }  // namespace tandem::workers

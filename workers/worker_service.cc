@@ -72,6 +72,9 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     g.sampling.seed = s.has_seed() ? s.seed() : std::random_device{}();
     g.max_tokens = s.has_max_tokens() ? s.max_tokens() : info.max_output_tokens;
     g.stop.assign(s.stop().begin(), s.stop().end());
+    if (request->reasoning().mode() != tandem::v1::REASONING_OFF) {
+      g.thinking_budget = std::max(0, request->reasoning().thinking_budget_tokens());
+    }
     g.arrival = start_;
     g.deadline = SteadyDeadline(context->deadline());
     const size_t prompt_tokens = g.prompt.size();

@@ -58,6 +58,9 @@ class NativeTokenizer final : public Tokenizer {
       const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
       const tandem::v1::ReasoningOptions& reasoning, bool continue_final = false) const override;
   std::unique_ptr<StreamDecoder> NewStreamDecoder() const override;
+  int32_t SpecialTokenId(std::string_view text) const override {
+    return bpe_->TokenId(text).value_or(-1);
+  }
 
   ChatFamily family() const { return family_; }
   const BpeTokenizer& bpe() const { return *bpe_; }
