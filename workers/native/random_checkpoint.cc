@@ -1,8 +1,7 @@
 #include "workers/native/random_checkpoint.h"
 
-#include <sys/stat.h>
-
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -243,7 +242,9 @@ absl::Status WriteRandomCheckpoint(const RandomModelOptions& o, const std::strin
       return absl::InvalidArgumentError("pattern: only M (Mamba-2), E (MoE) and * (attention)");
     }
   }
-  ::mkdir(dir.c_str(), 0755);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   nlohmann::json config;
   Weights w(o.seed, o.hidden_size);
   if (o.architecture == "qwen3_5_moe") {
