@@ -14,7 +14,13 @@ PACKAGES=(
   prometheus          # promtool, used by the metrics lint tests
   clang-format
   python3             # builds the classifier's labelled data (router/classifier)
+  python3-yaml        # deploy/ checks (compose, Kubernetes manifests)
+  docker-compose      # deploy/compose: `docker-compose config` in ctest
+  systemd             # deploy/systemd: `systemd-analyze verify` in ctest
 )
+# deploy/k8s: `kubectl kustomize` in ctest. Debian 12 ships kubectl as kubernetes-client; keep a
+# kubectl that is already installed (another package providing it would conflict).
+if ! command -v kubectl >/dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -20,6 +20,9 @@
 #include "workers/device.h"
 #include "workers/native/kernels.h"
 #include "workers/native_engine.h"
+#ifdef TANDEM_HAVE_CUDA_ENGINE
+#include "workers/cuda/cuda_engine.h"
+#endif
 #include "workers/scheduler.h"
 #include "workers/synthetic_engine.h"
 #include "workers/worker_metrics.h"
@@ -33,6 +36,11 @@ ABSL_FLAG(int64_t, memory_budget, 4ll << 30,
           "Native engine: bytes of KV cache and recurrent state for all sequences together; "
           "admission waits when it is full.");
 ABSL_FLAG(int32_t, native_threads, 0, "Native engine: CPU threads for matrix products (0: all).");
+ABSL_FLAG(double, gpu_memory_fraction, 0.9,
+          "Native engine on a GPU: share of the memory left after the weights for KV blocks and "
+          "recurrent-state slots.");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "Native engine on a GPU: replay each decode batch size as a captured CUDA graph.");
 ABSL_FLAG(std::string, engine, "synthetic",
           "Engine: native (the model in --checkpoint) or synthetic (load simulator for tests "
           "and benchmarks; not a real model).");
@@ -85,9 +93,39 @@ int Run() {
     const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint);
     if (checkpoint.empty()) Fatal("--engine=native needs --checkpoint=DIR (a model directory)");
     if (device->id != "cpu") {
+#ifdef TANDEM_HAVE_CUDA_ENGINE
+      cuda::CudaEngineOptions options;
+      options.model_name = model;
+      options.model_id = absl::GetFlag(FLAGS_model_id);
+      options.device = device->cuda_ordinal;
+      options.memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+      options.max_sequences = absl::GetFlag(FLAGS_max_batch_size);
+      options.max_output_tokens = absl::GetFlag(FLAGS_max_output_tokens);
+      options.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
+      options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+      bool random_weights = false;
+      const auto start = std::chrono::steady_clock::now();
+      auto engine = cuda::LoadCudaEngine(checkpoint, options, &random_weights);
+      if (!engine.ok()) Fatal(std::string(engine.status().message()));
+      spdlog::info("loaded {} onto {} in {:.2f}s; sequence memory budget {} bytes", checkpoint,
+                   device->id,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                   (*engine)->MemoryBudgetBytes());
+      if (random_weights) {
+        spdlog::warn(
+            "RANDOM WEIGHTS: {} was written by tandem-make-checkpoint; the answers are "
+            "meaningless random-weight output",
+            checkpoint);
+      }
+      engine_holder = std::move(*engine);
+#else
       Fatal(absl::StrCat("--engine=native --device=", device_flag,
-                         ": the native engine's CUDA path is not built yet; use --device=cpu"));
+                         ": this build has no CUDA engine (built without nvcc); use --device=cpu"));
+#endif
     }
+  }
+  if (engine_name == "native" && engine_holder == nullptr) {
+    const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint);
     if (absl::GetFlag(FLAGS_memory_budget) < 1) Fatal("--memory_budget must be >= 1 byte");
     NativeEngineOptions options;
     options.model_name = model;
@@ -112,7 +150,7 @@ int Run() {
           checkpoint);
     }
     engine_holder = std::move(*native);
-  } else {
+  } else if (engine_holder == nullptr) {
     auto profile = SyntheticProfileFor(model);
     if (!profile.ok()) Fatal(std::string(profile.status().message()));
     if (int32_t v = absl::GetFlag(FLAGS_max_output_tokens); v > 0) {

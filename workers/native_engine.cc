@@ -113,45 +113,67 @@ absl::Status NativeEngine::Step(absl::Span<const uint64_t> ids, std::vector<Step
   return absl::OkStatus();
 }
 
+absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& dir,
+                                                            const native::ModelShape& shape) {
+  auto bpe = native::BpeTokenizer::Load(dir + "/tokenizer.json");
+  if (!bpe.ok()) return bpe.status();
+  if ((*bpe)->VocabSize() > shape.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": tokenizer.json has ", (*bpe)->VocabSize(),
+                     " tokens but the model's vocabulary is ", shape.vocab_size));
+  }
+  auto tokenizer = native::NativeTokenizer::Create(
+      std::shared_ptr<const native::BpeTokenizer>(std::move(*bpe)),
+      shape.architecture == "qwen3_5_moe" ? native::ChatFamily::kQwen35
+                                          : native::ChatFamily::kNemotronH);
+  if (!tokenizer.ok()) return tokenizer.status();
+  CheckpointTokenizer out;
+  out.stop_ids = shape.eos_token_ids;
+  for (int32_t id : (*tokenizer)->stop_token_ids()) {
+    if (std::find(out.stop_ids.begin(), out.stop_ids.end(), id) == out.stop_ids.end()) {
+      out.stop_ids.push_back(id);
+    }
+  }
+  out.tokenizer = std::move(*tokenizer);
+  return out;
+}
+
+absl::Status CheckModelName(const std::string& dir, const std::string& model_name,
+                            const native::ModelShape& shape, const std::string& config_json,
+                            std::string* model_id, bool* random_weights) {
+  *random_weights = config_json.find("\"tandem_random_weights\": true") != std::string::npos;
+  const std::string expected = model_name == "qwen"       ? "qwen3_5_moe"
+                               : model_name == "nemotron" ? "nemotron_h"
+                                                          : "";
+  if (shape.architecture != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " holds a ", shape.architecture, " model, but --model=", model_name, " expects ",
+        expected.empty() ? "qwen (qwen3_5_moe) or nemotron (nemotron_h)" : expected));
+  }
+  if (model_id->empty()) {
+    *model_id = *random_weights ? absl::StrCat("random-weights/", shape.architecture)
+                                : absl::StrCat("local/", shape.architecture);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<NativeEngine>> LoadNativeEngine(const std::string& dir,
                                                                NativeEngineOptions options,
                                                                bool* random_weights) {
   auto checkpoint = native::Checkpoint::Open(dir);
   if (!checkpoint.ok()) return checkpoint.status();
-  *random_weights =
-      (*checkpoint)->config_json().find("\"tandem_random_weights\": true") != std::string::npos;
   auto model = native::LoadNativeModel(**checkpoint);
   if (!model.ok()) return model.status();
-  const std::string& arch = (*model)->shape().architecture;
-  const std::string expected = options.model_name == "qwen"       ? "qwen3_5_moe"
-                               : options.model_name == "nemotron" ? "nemotron_h"
-                                                                  : "";
-  if (arch != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, " holds a ", arch, " model, but --model=", options.model_name, " expects ",
-        expected.empty() ? "qwen (qwen3_5_moe) or nemotron (nemotron_h)" : expected));
+  if (absl::Status s =
+          CheckModelName(dir, options.model_name, (*model)->shape(), (*checkpoint)->config_json(),
+                         &options.model_id, random_weights);
+      !s.ok()) {
+    return s;
   }
-  auto bpe = native::BpeTokenizer::Load(dir + "/tokenizer.json");
-  if (!bpe.ok()) return bpe.status();
-  if ((*bpe)->VocabSize() > (*model)->shape().vocab_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir, ": tokenizer.json has ", (*bpe)->VocabSize(),
-                     " tokens but the model's vocabulary is ", (*model)->shape().vocab_size));
-  }
-  auto tokenizer = native::NativeTokenizer::Create(
-      std::shared_ptr<const native::BpeTokenizer>(std::move(*bpe)),
-      arch == "qwen3_5_moe" ? native::ChatFamily::kQwen35 : native::ChatFamily::kNemotronH);
+  auto tokenizer = LoadCheckpointTokenizer(dir, (*model)->shape());
   if (!tokenizer.ok()) return tokenizer.status();
-  std::vector<int32_t> stop = (*model)->shape().eos_token_ids;
-  for (int32_t id : (*tokenizer)->stop_token_ids()) {
-    if (std::find(stop.begin(), stop.end(), id) == stop.end()) stop.push_back(id);
-  }
-  if (options.model_id.empty()) {
-    options.model_id =
-        *random_weights ? absl::StrCat("random-weights/", arch) : absl::StrCat("local/", arch);
-  }
-  return std::make_unique<NativeEngine>(std::move(*model), std::move(*tokenizer), std::move(stop),
-                                        std::move(options));
+  return std::make_unique<NativeEngine>(std::move(*model), std::move(tokenizer->tokenizer),
+                                        std::move(tokenizer->stop_ids), std::move(options));
 }
 
 }  // namespace tandem::workers

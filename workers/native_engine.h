@@ -73,6 +73,22 @@ class NativeEngine final : public Engine {
   std::vector<float> logits_;
 };
 
+// The tokenizer of a checkpoint directory (its tokenizer.json, the chat template of its
+// architecture) and the ids that end a sequence (the model's EOS and the template's
+// end-of-turn tokens). Checks that the model's vocabulary covers the tokenizer's.
+struct CheckpointTokenizer {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> stop_ids;
+};
+absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& dir,
+                                                            const native::ModelShape& shape);
+
+// Checks --model against the checkpoint's architecture (qwen: qwen3_5_moe, nemotron:
+// nemotron_h) and fills a default model id; `random_weights` from config.json.
+absl::Status CheckModelName(const std::string& dir, const std::string& model_name,
+                            const native::ModelShape& shape, const std::string& config_json,
+                            std::string* model_id, bool* random_weights);
+
 // A native engine from a checkpoint directory: config.json, safetensors (single or sharded) and
 // tokenizer.json. The model's routing name must fit its architecture (qwen: qwen3_5_moe,
 // nemotron: nemotron_h). `random_weights` is set when config.json says the weights are random

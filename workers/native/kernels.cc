@@ -13,9 +13,10 @@
 namespace tandem::workers::native {
 namespace {
 
-// A fixed pool that splits one product into row slices, one per thread. OpenBLAS itself is the
-// single-threaded build: its threaded builds break civetweb's worker threads in the same
-// process (the metrics endpoint returns nothing), so the parallelism is ours.
+// A fixed pool that splits one product into row slices, one per thread, over OpenBLAS's
+// single-threaded build: the thread count is ours to set (--native_threads) and never
+// oversubscribes the engine thread. (The threaded builds also carry a large static TLS that
+// starved the small-stack threads of the civetweb metrics exposer, since replaced.)
 class Pool {
  public:
   static Pool& Get() {

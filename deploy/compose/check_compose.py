@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""ctest compose_config_check: `docker-compose config` accepts docker-compose.yml, and what it
+renders is coherent: each worker reserves exactly one GPU (a different one) and addresses it as
+device 0; every flag is one the binary defines; ports agree between the workers' flags, `expose`, the gateway's --workers and
+prometheus.yml; every build target exists in the Dockerfile, whose stages are all Debian 12; the
+compose prometheus.yml passes `promtool check config` with the shipped rules.
+No container engine runs here, so the images are not built (see deploy/README.md).
+
+usage: check_compose.py DOCKER_COMPOSE PROMTOOL
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def defined_flags(src):
+    text = open(os.path.join(os.path.dirname(os.path.dirname(HERE)), src)).read()
+    return set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", text))
+
+
+def flag(cmd, name):
+    for a in cmd:
+        if a.startswith(f"--{name}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def main():
+    compose, promtool = sys.argv[1], sys.argv[2]
+    errors = []
+    r = subprocess.run([compose, "-f", os.path.join(HERE, "docker-compose.yml"), "config"],
+                       capture_output=True, text=True, env=dict(os.environ, TANDEM_ENGINE="synthetic"))
+    if r.returncode != 0:
+        print(r.stdout, r.stderr)
+        return 1
+    cfg = yaml.safe_load(r.stdout)
+    services = cfg["services"]
+    dockerfile = open(os.path.join(HERE, "Dockerfile")).read()
+    stages = re.findall(r"^FROM\s+(\S+)\s+AS\s+(\S+)", dockerfile, re.M | re.I)
+    stage_names = {n for _, n in stages}
+    for base, name in stages:
+        if base not in stage_names and not re.fullmatch(r"debian:12(-slim)?", base):
+            errors.append(f"Dockerfile stage {name} is FROM {base}, not Debian 12")
+    if len(stages) < 3:
+        errors.append("Dockerfile is not multi-stage")
+    known = {"worker": defined_flags("workers/main.cc"), "gateway": defined_flags("gateway/main.cc")}
+    for name, s in services.items():
+        target = s.get("build", {}).get("target")
+        for a in s.get("command", []) if target in known else []:
+            m = re.match(r"--(\w+)=", a)
+            if not m or m.group(1) not in known[target]:
+                errors.append(f"{name}: tandem-{target} has no flag {a!r}")
+    gpus, worker_ports = [], {}
+    for name, s in services.items():
+        target = s.get("build", {}).get("target")
+        if target and target not in stage_names:
+            errors.append(f"{name}: build target {target} not in the Dockerfile")
+        if not name.endswith("-worker"):
+            continue
+        devs = s.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+        ids = [i for d in devs if "gpu" in d.get("capabilities", []) for i in d.get("device_ids", [])]
+        if len(devs) != 1 or len(ids) != 1 or devs[0].get("count") not in (None,):
+            errors.append(f"{name}: must reserve exactly one GPU by device_ids, has {devs}")
+        gpus += ids
+        if str(s.get("build", {}).get("args", {}).get("TANDEM_CUDA")) != "1":
+            errors.append(f"{name}: a GPU worker needs the CUDA build (build arg TANDEM_CUDA=1)")
+        cmd = s["command"]
+        model = flag(cmd, "model")
+        if flag(cmd, "device") != "0":
+            errors.append(f"{name}: the container sees its one GPU as device 0, not {flag(cmd, 'device')}")
+        grpc_port = flag(cmd, "listen").rsplit(":", 1)[1]
+        metrics_port = flag(cmd, "metrics_listen").rsplit(":", 1)[1]
+        expose = {str(p) for p in s.get("expose", [])}
+        if not {grpc_port, metrics_port} <= expose:
+            errors.append(f"{name}: exposes {sorted(expose)}, listens on {grpc_port} and {metrics_port}")
+        worker_ports[name] = (model, grpc_port, metrics_port)
+    if len(set(gpus)) != len(gpus) or len(gpus) < 2:
+        errors.append(f"workers must own different GPUs: {gpus}")
+    gw = services["gateway"]["command"]
+    want = ",".join(f"{m}={n}:{g}" for n, (m, g, _) in worker_ports.items())
+    got = flag(gw, "workers")
+    if sorted(got.split(",")) != sorted(want.split(",")):
+        errors.append(f"gateway --workers={got}, services say {want}")
+    prom_text = open(os.path.join(HERE, "prometheus.yml")).read()
+    for n, (_, _, mp) in worker_ports.items():
+        if f"'{n}:{mp}'" not in prom_text:
+            errors.append(f"prometheus.yml does not scrape {n}:{mp}")
+    gw_metrics = flag(gw, "metrics_listen").rsplit(":", 1)[1]
+    if f"'gateway:{gw_metrics}'" not in prom_text:
+        errors.append(f"prometheus.yml does not scrape gateway:{gw_metrics}")
+    with tempfile.TemporaryDirectory() as tmp:
+        rules = os.path.join(os.path.dirname(HERE), "prometheus", "rules")
+        path = os.path.join(tmp, "prometheus.yml")
+        open(path, "w").write(prom_text.replace("/etc/tandem/prometheus/rules", rules))
+        p = subprocess.run([promtool, "check", "config", path], capture_output=True, text=True)
+        if p.returncode != 0:
+            errors.append("promtool check config: " + p.stdout + p.stderr)
+    for e in errors:
+        print("error:", e)
+    print(f"{len(services)} services, {len(stages)} Dockerfile stages: {'FAILED' if errors else 'OK'}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+# Checks of deploy/ (operators' configuration), included from tests/CMakeLists.txt.
+# Prometheus: config, rules and the rules' unit tests (promtool, Debian's prometheus package).
+set(TANDEM_DEPLOY ${PROJECT_SOURCE_DIR}/deploy)
+add_test(NAME prometheus_config_check
+  COMMAND ${TANDEM_PROMTOOL} check config ${TANDEM_DEPLOY}/prometheus/prometheus.yml)
+add_test(NAME prometheus_rules_check
+  COMMAND ${TANDEM_PROMTOOL} check rules ${TANDEM_DEPLOY}/prometheus/rules/tandem-recording.yml
+    ${TANDEM_DEPLOY}/prometheus/rules/tandem-alerts.yml)
+add_test(NAME prometheus_rules_test
+  COMMAND ${TANDEM_PROMTOOL} test rules ${TANDEM_DEPLOY}/prometheus/tests/tandem-alerts.test.yml)
+# Every tandem_* metric named under deploy/ is exported by the binaries or recorded by a rule.
+add_test(NAME prometheus_metric_names_check
+  COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/prometheus/check_metric_names.py)
+set_tests_properties(prometheus_config_check prometheus_rules_check prometheus_rules_test
+  prometheus_metric_names_check PROPERTIES LABELS unit TIMEOUT 60)
+
+# Grafana: dashboard structure (Grafana itself is not packaged for Debian), then every panel
+# query against a real Prometheus that scraped a live stack under load.
+add_test(NAME grafana_dashboards_check
+  COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/grafana/check_dashboards.py)
+set_tests_properties(grafana_dashboards_check PROPERTIES LABELS unit TIMEOUT 60)
+add_test(NAME grafana_dashboard_queries_live
+  COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/grafana/dashboard_queries_test.py
+    --worker=$<TARGET_FILE:tandem-worker> --gateway=$<TARGET_FILE:tandem-gateway>
+    --ctl=$<TARGET_FILE:tandemctl> --prometheus=${TANDEM_PROMETHEUS})
+set_tests_properties(grafana_dashboard_queries_live PROPERTIES LABELS integration TIMEOUT 120)
+
+# systemd: install.sh into a scratch root, then `systemd-analyze verify` every unit (the worker
+# template as three GPU instances). Needs the built binaries (the units' ExecStart).
+find_program(TANDEM_SYSTEMD_ANALYZE systemd-analyze)
+if(TANDEM_SYSTEMD_ANALYZE)
+  add_test(NAME systemd_units_verify
+    COMMAND bash ${TANDEM_DEPLOY}/systemd/verify_units.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(systemd_units_verify PROPERTIES LABELS unit TIMEOUT 60)
+else()
+  message(STATUS "systemd-analyze not found: systemd_units_verify skipped")
+endif()
+
+# docker-compose: `docker-compose config` (Debian's docker-compose) plus consistency checks. No
+# container engine on the build machine: the images are not built here.
+find_program(TANDEM_DOCKER_COMPOSE docker-compose)
+if(TANDEM_DOCKER_COMPOSE)
+  add_test(NAME compose_config_check
+    COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/compose/check_compose.py
+      ${TANDEM_DOCKER_COMPOSE} ${TANDEM_PROMTOOL})
+  set_tests_properties(compose_config_check PROPERTIES LABELS unit TIMEOUT 60)
+else()
+  message(STATUS "docker-compose not found: compose_config_check skipped (scripts/setup.sh installs it)")
+endif()
+
+# Kubernetes: render every overlay with `kubectl kustomize` and check the objects. Works with
+# kubectl 1.20 (Debian 12's kubernetes-client, kustomize v2.0.3) and later.
+find_program(TANDEM_KUBECTL kubectl)
+if(TANDEM_KUBECTL)
+  add_test(NAME k8s_manifests_check
+    COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/k8s/check_manifests.py ${TANDEM_KUBECTL})
+  set_tests_properties(k8s_manifests_check PROPERTIES LABELS unit TIMEOUT 60)
+else()
+  message(STATUS "kubectl not found: k8s_manifests_check skipped (scripts/setup.sh installs it)")
+endif()

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""ctest k8s_manifests_check: renders every overlay with `kubectl kustomize` and checks the objects.
+
+  - every object has apiVersion, kind, metadata.name and the overlay's namespace;
+  - the gateway Deployment has >= 2 replicas, a PodDisruptionBudget and an HPA (min >= 2) that
+    select it; its --workers name each model's headless Service and gRPC port;
+  - one StatefulSet per model, `nvidia.com/gpu: 1` in limits and --device=0 (dev: CPU, no GPU);
+  - startup, readiness and liveness probes are native gRPC on the --listen port;
+  - selectors match the pod template labels; every Service selects pods and maps its ports onto
+    container ports, which equal the ports in the --listen / --metrics_listen flags;
+  - every flag in args is one the binary defines (ABSL_FLAG in gateway/main.cc, workers/main.cc);
+  - the policy ConfigMap is mounted as a directory (no subPath, so hot reload sees updates) and
+    holds the file --policy names;
+  - ServiceMonitors select the Services by labels and name their ports; the job label they set
+    is what the alerts use; PrometheusRule, dashboard and datasource ConfigMaps are present;
+  - production: a KEDA ScaledObject and a PodDisruptionBudget per worker StatefulSet;
+  - deploy/k8s/base/generated is up to date (sync.py --check).
+
+usage: check_manifests.py KUBECTL
+"""
+import os
+import re
+import subprocess
+import sys
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+OVERLAYS = {"dev": "tandem-dev", "single-node": "tandem", "production": "tandem"}
+MODELS = ("qwen", "nemotron")
+CLUSTER_SCOPED = {"Namespace"}
+
+
+def flags_of(path):
+    return set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", open(os.path.join(ROOT, path)).read()))
+
+
+GATEWAY_FLAGS = flags_of("gateway/main.cc")
+WORKER_FLAGS = flags_of("workers/main.cc")
+
+
+def flag(args, name):
+    for a in args:
+        if a.startswith(f"--{name}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def port_of(addr):
+    return int(addr.rsplit(":", 1)[1])
+
+
+def selects(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+class Checker:
+    def __init__(self, overlay, objs):
+        self.overlay, self.objs, self.errors = overlay, objs, []
+
+    def err(self, msg):
+        self.errors.append(f"{self.overlay}: {msg}")
+
+    def of(self, kind):
+        return [o for o in self.objs if o["kind"] == kind]
+
+    def get(self, kind, name):
+        for o in self.of(kind):
+            if o["metadata"]["name"] == name:
+                return o
+        return None
+
+    def container_checks(self, what, pod, flags_known):
+        c = pod["spec"]["containers"][0]
+        args = c.get("args", [])
+        for a in args:
+            m = re.match(r"--(\w+)(=|$)", a)
+            if not m or m.group(1) not in flags_known:
+                self.err(f"{what}: unknown flag {a!r}")
+        listen, metrics = flag(args, "listen"), flag(args, "metrics_listen")
+        if not listen or not metrics:
+            self.err(f"{what}: --listen and --metrics_listen must be set")
+            return c, {}
+        ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+        if ports != {"grpc": port_of(listen), "metrics": port_of(metrics)}:
+            self.err(f"{what}: container ports {ports} do not match --listen={listen} --metrics_listen={metrics}")
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            p = c.get(probe)
+            if not p or "grpc" not in p:
+                self.err(f"{what}: no native gRPC {probe}")
+            elif p["grpc"].get("port") != port_of(listen):
+                self.err(f"{what}: {probe} on port {p['grpc'].get('port')}, --listen is {listen}")
+        vols = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        for vm in c.get("volumeMounts", []):
+            v = vols.get(vm["name"])
+            if v is None:
+                self.err(f"{what}: volumeMount {vm['name']} has no volume")
+            elif "configMap" in v and not self.get("ConfigMap", v["configMap"]["name"]):
+                self.err(f"{what}: ConfigMap {v['configMap']['name']} missing")
+            elif "persistentVolumeClaim" in v and not self.get(
+                    "PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]):
+                self.err(f"{what}: PVC {v['persistentVolumeClaim']['claimName']} missing")
+        return c, ports
+
+    def service_checks(self, svc, pod_labels, ports):
+        if not selects(svc["spec"].get("selector"), pod_labels):
+            self.err(f"Service {svc['metadata']['name']}: selector {svc['spec'].get('selector')} does not match the pods")
+        for sp in svc["spec"]["ports"]:
+            tp = sp.get("targetPort", sp["port"])
+            target = ports.get(tp) if isinstance(tp, str) else tp
+            if target is None or target != sp["port"]:
+                self.err(f"Service {svc['metadata']['name']}: port {sp['name']} {sp['port']} -> {tp} is not the container's")
+
+    def run(self):
+        ns = OVERLAYS[self.overlay]
+        for o in self.objs:
+            md = o.get("metadata", {})
+            if not o.get("apiVersion") or not o.get("kind") or not md.get("name"):
+                self.err(f"object without apiVersion/kind/name: {str(o)[:120]}")
+            elif o["kind"] not in CLUSTER_SCOPED and md.get("namespace") != ns:
+                self.err(f"{o['kind']}/{md['name']} in namespace {md.get('namespace')}, want {ns}")
+        if [n["metadata"]["name"] for n in self.of("Namespace")] != [ns]:
+            self.err(f"want exactly the Namespace {ns}")
+
+        # Gateway.
+        gw = self.get("Deployment", "tandem-gateway")
+        if gw is None:
+            self.err("no Deployment tandem-gateway")
+            return
+        tl = gw["spec"]["template"]["metadata"]["labels"]
+        if not selects(gw["spec"]["selector"]["matchLabels"], tl):
+            self.err("gateway selector does not match its template labels")
+        if gw["spec"].get("replicas", 1) < 2:
+            self.err("gateway has fewer than 2 replicas")
+        if not any(selects(p["spec"]["selector"]["matchLabels"], tl) for p in self.of("PodDisruptionBudget")):
+            self.err("no PodDisruptionBudget selects the gateway")
+        hpas = [h for h in self.of("HorizontalPodAutoscaler")
+                if h["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "tandem-gateway"}]
+        if len(hpas) != 1 or hpas[0]["spec"].get("minReplicas", 1) < 2 or \
+                hpas[0]["spec"]["maxReplicas"] < hpas[0]["spec"]["minReplicas"]:
+            self.err("want one HPA on the gateway with 2 <= minReplicas <= maxReplicas")
+        gpod = gw["spec"]["template"]
+        c, gports = self.container_checks("gateway", gpod, GATEWAY_FLAGS)
+        env = {e["name"]: e for e in c.get("env", [])}
+        args = c.get("args", [])
+        policy = flag(args, "policy")
+        mounts = [m for m in c.get("volumeMounts", []) if policy and m["mountPath"] == os.path.dirname(policy)]
+        if not policy or len(mounts) != 1 or "subPath" in mounts[0]:
+            self.err(f"--policy={policy} must be in a ConfigMap mounted as a directory (no subPath)")
+        else:
+            vol = {v["name"]: v for v in gpod["spec"]["volumes"]}[mounts[0]["name"]]
+            cm = self.get("ConfigMap", vol.get("configMap", {}).get("name", ""))
+            if not cm or os.path.basename(policy) not in cm.get("data", {}):
+                self.err(f"policy ConfigMap lacks {os.path.basename(policy)}")
+        gsvc = self.get("Service", "tandem-gateway")
+        if gsvc is None:
+            self.err("no Service tandem-gateway")
+        else:
+            self.service_checks(gsvc, tl, gports)
+        workers = {}
+        for entry in (flag(args, "workers") or "").split(","):
+            m = re.fullmatch(r"(\w+)=dns:///([\w-]+)\.\$\(POD_NAMESPACE\)\.svc\.cluster\.local:(\d+)", entry)
+            if not m:
+                self.err(f"gateway --workers entry {entry!r} is not MODEL=dns:///SERVICE.$(POD_NAMESPACE).svc.cluster.local:PORT")
+                continue
+            workers[m.group(1)] = (m.group(2), int(m.group(3)))
+        if "$(POD_NAMESPACE)" in flag(args, "workers") or "":
+            if env.get("POD_NAMESPACE", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "metadata.namespace":
+                self.err("gateway uses $(POD_NAMESPACE) without the fieldRef env")
+        if set(workers) != set(MODELS):
+            self.err(f"gateway --workers models {sorted(workers)}, want {MODELS}")
+
+        # Workers.
+        for model in MODELS:
+            sts = [s for s in self.of("StatefulSet")
+                   if s["spec"]["template"]["metadata"]["labels"].get("tandem.dev/model") == model]
+            if len(sts) != 1:
+                self.err(f"want one StatefulSet for {model}, have {len(sts)}")
+                continue
+            s = sts[0]
+            name = s["metadata"]["name"]
+            pl = s["spec"]["template"]["metadata"]["labels"]
+            if not selects(s["spec"]["selector"]["matchLabels"], pl):
+                self.err(f"{name}: selector does not match its template labels")
+            c, ports = self.container_checks(name, s["spec"]["template"], WORKER_FLAGS)
+            args = c.get("args", [])
+            if flag(args, "model") != model:
+                self.err(f"{name}: --model={flag(args, 'model')}, labelled {model}")
+            gpu = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+            if self.overlay == "dev":
+                if gpu is not None or flag(args, "device") != "cpu":
+                    self.err(f"{name}: dev runs on the CPU without a GPU limit")
+            elif str(gpu) != "1" or flag(args, "device") != "0":
+                self.err(f"{name}: want nvidia.com/gpu: 1 in limits and --device=0, have {gpu} and {flag(args, 'device')}")
+            svc = self.get("Service", s["spec"]["serviceName"])
+            if svc is None or svc["spec"].get("clusterIP") != "None":
+                self.err(f"{name}: serviceName {s['spec']['serviceName']} is not a headless Service")
+                continue
+            self.service_checks(svc, pl, ports)
+            svc_name, port = workers.get(model, (None, None))
+            if svc_name != svc["metadata"]["name"] or port != ports.get("grpc"):
+                self.err(f"gateway reaches {model} at {svc_name}:{port}, the pods are behind "
+                         f"{svc['metadata']['name']}:{ports.get('grpc')}")
+            if self.overlay == "production":
+                so = [o for o in self.of("ScaledObject") if o["spec"]["scaleTargetRef"].get("name") == name]
+                if len(so) != 1 or so[0]["spec"]["scaleTargetRef"].get("kind") != "StatefulSet":
+                    self.err(f"{name}: want one KEDA ScaledObject")
+                elif not any(model in t["metadata"].get("query", "") and ns in t["metadata"].get("query", "")
+                             for t in so[0]["spec"]["triggers"]):
+                    self.err(f"{name}: ScaledObject query does not name the model and namespace")
+                if not any(selects(p["spec"]["selector"]["matchLabels"], pl) for p in self.of("PodDisruptionBudget")):
+                    self.err(f"{name}: no PodDisruptionBudget")
+
+        # Monitoring.
+        services = self.of("Service")
+        jobs = set()
+        for sm in self.of("ServiceMonitor"):
+            matched = [s for s in services if selects(sm["spec"]["selector"]["matchLabels"], s["metadata"].get("labels", {}))]
+            if not matched:
+                self.err(f"ServiceMonitor {sm['metadata']['name']} selects no Service")
+            for s in matched:
+                names = {p["name"] for p in s["spec"]["ports"]}
+                for ep in sm["spec"]["endpoints"]:
+                    if ep["port"] not in names:
+                        self.err(f"ServiceMonitor {sm['metadata']['name']}: Service {s['metadata']['name']} has no port {ep['port']}")
+                jobs.add(s["metadata"].get("labels", {}).get(sm["spec"].get("jobLabel", ""), s["metadata"]["name"]))
+        if jobs != {"tandem-gateway", "tandem-worker"}:
+            self.err(f"scrape jobs {sorted(jobs)}, the alerts expect tandem-gateway and tandem-worker")
+        rules = self.of("PrometheusRule")
+        alerts = [r["alert"] for pr in rules for g in pr["spec"]["groups"] for r in g["rules"] if "alert" in r]
+        if len(alerts) < 14:
+            self.err(f"PrometheusRule has {len(alerts)} alerts")
+        dash = [c for c in self.of("ConfigMap") if c["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+        if len(dash) != 4:
+            self.err(f"{len(dash)} dashboard ConfigMaps, want 4")
+        if not any(c["metadata"].get("labels", {}).get("grafana_datasource") == "1" for c in self.of("ConfigMap")):
+            self.err("no Grafana datasource ConfigMap")
+        return self.errors
+
+
+def main():
+    kubectl = sys.argv[1]
+    errors = []
+    sync = subprocess.run([sys.executable, os.path.join(HERE, "sync.py"), "--check"], capture_output=True, text=True)
+    if sync.returncode != 0:
+        errors.append(sync.stdout.strip())
+    for overlay in OVERLAYS:
+        r = subprocess.run([kubectl, "kustomize", os.path.join(HERE, "overlays", overlay)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            errors.append(f"{overlay}: kubectl kustomize failed: {r.stderr}")
+            continue
+        objs = [o for o in yaml.safe_load_all(r.stdout) if o]
+        found = Checker(overlay, objs).run()
+        errors += found
+        print(f"{overlay}: {len(objs)} objects, {'FAILED' if found else 'OK'}")
+    for e in errors:
+        print("error:", e)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Installs Tandem on one GPU box as systemd services: one tandem-worker@N per GPU (pinned with
+# CUDA_VISIBLE_DEVICES=N), the gateway, and a Prometheus with Tandem's rules.
+#
+#   bash deploy/systemd/install.sh [--build-dir=build] [--models=qwen,nemotron] [--no-start]
+#                                  [--destdir=DIR]
+#
+# --models lists the model of each GPU in order (GPU 0 first): the default gives GPU 0 to qwen and
+# GPU 1 to nemotron; `--models=qwen,qwen,nemotron,nemotron` makes two replicas of each on four
+# GPUs. Worker N listens on 7101+N (gRPC) and 9101+N (metrics); the gateway on 7000 and 9100;
+# Prometheus on 127.0.0.1:9090. Existing /etc/tandem files are kept (edit them, then
+# `systemctl restart tandem.target`); a new policy is picked up without a restart.
+# --destdir writes everything under DIR and touches nothing else (no user, no systemctl): used
+# by ctest (systemd_units_verify) and for packaging.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BUILD="$ROOT/build"
+MODELS="qwen,nemotron"
+DESTDIR=""
+START=1
+for arg in "$@"; do
+  case "$arg" in
+    --build-dir=*) BUILD="${arg#*=}" ;;
+    --models=*) MODELS="${arg#*=}" ;;
+    --destdir=*) DESTDIR="${arg#*=}"; START=0 ;;
+    --no-start) START=0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+IFS=, read -r -a GPU_MODELS <<<"$MODELS"
+for m in "${GPU_MODELS[@]}"; do
+  [[ "$m" == qwen || "$m" == nemotron ]] || { echo "install.sh: unknown model '$m'" >&2; exit 2; }
+done
+for bin in workers/tandem-worker gateway/tandem-gateway tools/tandemctl; do
+  [[ -x "$BUILD/$bin" ]] || { echo "install.sh: $BUILD/$bin missing: build first" >&2; exit 1; }
+done
+if [[ -z "$DESTDIR" && $(id -u) -ne 0 ]]; then echo "install.sh: run as root" >&2; exit 1; fi
+
+D="$DESTDIR"
+ETC="$D/etc/tandem"
+install -d "$D/usr/local/bin" "$D/etc/systemd/system" "$ETC/policies" \
+  "$ETC/router/classifier" "$ETC/prometheus/rules" "$D/usr/local/share/doc/tandem"
+install -m 755 "$BUILD/workers/tandem-worker" "$BUILD/gateway/tandem-gateway" \
+  "$BUILD/tools/tandemctl" "$D/usr/local/bin/"
+install -m 644 "$HERE"/tandem-worker@.service "$HERE"/tandem-gateway.service \
+  "$HERE"/tandem-prometheus.service "$HERE"/tandem.target "$D/etc/systemd/system/"
+install -m 644 "$ROOT/README.md" "$D/usr/local/share/doc/tandem/"
+
+keep() {  # keep() DEST: write stdin to DEST unless it exists (operators' edits survive)
+  if [[ -e "$1" ]]; then echo "[install] keeping $1"; cat >/dev/null; else cat >"$1"; fi
+}
+# The policy and the classifier it names (../router/classifier/model.tcls, relative to it).
+for p in "$ROOT"/policies/*.yaml; do keep "$ETC/policies/$(basename "$p")" <"$p"; done
+install -m 644 "$ROOT/router/classifier/model.tcls" "$ETC/router/classifier/model.tcls"
+
+workers="" worker_targets=""
+for i in "${!GPU_MODELS[@]}"; do
+  m=${GPU_MODELS[$i]}
+  keep "$ETC/worker-$i.env" <<ENV
+# tandem-worker@$i: GPU $i (CUDA_VISIBLE_DEVICES=$i in the unit).
+TANDEM_MODEL=$m
+TANDEM_LISTEN=0.0.0.0:$((7101 + i))
+TANDEM_METRICS_LISTEN=0.0.0.0:$((9101 + i))
+# e.g. --engine=native --checkpoint=/var/lib/tandem/$m --max_batch_size=64
+TANDEM_WORKER_ARGS=
+ENV
+  workers+="${workers:+,}$m=127.0.0.1:$((7101 + i))"
+  worker_targets+="${worker_targets:+, }'127.0.0.1:$((9101 + i))'"
+done
+keep "$ETC/gateway.env" <<ENV
+TANDEM_WORKERS=$workers
+TANDEM_POLICY=/etc/tandem/policies/default.yaml
+TANDEM_PROMETHEUS_URL=http://127.0.0.1:9090
+TANDEM_GATEWAY_ARGS=
+ENV
+install -m 644 "$ROOT"/deploy/prometheus/rules/*.yml "$ETC/prometheus/rules/"
+sed -e "s|- targets: \['127.0.0.1:9101', '127.0.0.1:9102'\]|- targets: [$worker_targets]|" \
+  "$ROOT/deploy/prometheus/prometheus.yml" | keep "$ETC/prometheus/prometheus.yml"
+
+if [[ -z "$DESTDIR" ]]; then
+  id tandem >/dev/null 2>&1 || useradd --system --home-dir /var/lib/tandem --shell /usr/sbin/nologin tandem
+  systemctl daemon-reload
+  units=(tandem.target tandem-gateway.service tandem-prometheus.service)
+  for i in "${!GPU_MODELS[@]}"; do units+=("tandem-worker@$i.service"); done
+  systemctl enable "${units[@]}"
+  if ((START)); then systemctl restart "${units[@]}"; fi
+  echo "[install] ${#GPU_MODELS[@]} workers ($MODELS); gateway 0.0.0.0:7000, metrics :9100;" \
+    "Prometheus http://127.0.0.1:9090"
+  echo "[install] status: systemctl status 'tandem-*'; logs: journalctl -u tandem-gateway -f"
+else
+  echo "[install] installed under $DESTDIR (no user created, systemctl not run)"
+fi

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# ctest systemd_units_verify: install.sh into a scratch root, then `systemd-analyze verify` the
+# units there (the template as an instance per GPU). Works without systemd running as PID 1.
+#   verify_units.sh BUILD_DIR
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BUILD=$1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+bash "$HERE/install.sh" --build-dir="$BUILD" --models=qwen,nemotron,qwen --destdir="$TMP/root"
+# Verify copies whose ExecStart points at the installed binaries (systemd-analyze checks they are
+# executable; --root would need a whole systemd tree there); /usr/bin/prometheus is Debian's.
+V="$TMP/verify"
+mkdir -p "$V"
+for u in "$TMP"/root/etc/systemd/system/*; do
+  sed "s|/usr/local/bin/|$TMP/root/usr/local/bin/|" "$u" >"$V/$(basename "$u")"
+done
+for i in 0 1 2; do cp "$V/tandem-worker@.service" "$V/tandem-worker@$i.service"; done
+out=$(systemd-analyze verify --man=no "$V/tandem.target" "$V/tandem-gateway.service" \
+  "$V/tandem-prometheus.service" "$V"/tandem-worker@{0,1,2}.service 2>&1) || {
+  echo "$out"; echo "systemd-analyze verify failed"; exit 1; }
+# Anything it prints about our units is a finding, even when it exits 0.
+if grep -E 'tandem' <<<"$out"; then echo "systemd-analyze verify printed warnings"; exit 1; fi
+# What install.sh wrote must match the units' expectations.
+grep -qx 'TANDEM_WORKERS=qwen=127.0.0.1:7101,nemotron=127.0.0.1:7102,qwen=127.0.0.1:7103' "$TMP/root/etc/tandem/gateway.env"
+grep -qx 'TANDEM_MODEL=nemotron' "$TMP/root/etc/tandem/worker-1.env"
+grep -q "targets: \['127.0.0.1:9101', '127.0.0.1:9102', '127.0.0.1:9103'\]" "$TMP/root/etc/tandem/prometheus/prometheus.yml"
+promtool check config "$TMP/root/etc/tandem/prometheus/prometheus.yml" >/dev/null
+"$TMP/root/usr/local/bin/tandem-gateway" --validate_policy="$TMP/root/etc/tandem/policies/default.yaml" >/dev/null
+# Every flag in ExecStart is one the binary defines.
+python3 - "$HERE/../.." "$V" <<'PY'
+import re, sys, glob
+root, v = sys.argv[1], sys.argv[2]
+bad = []
+for unit, src in (("tandem-worker@.service", "workers/main.cc"), ("tandem-gateway.service", "gateway/main.cc")):
+    known = set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", open(f"{root}/{src}").read()))
+    start = re.search(r"^ExecStart=(.*)$", open(f"{v}/{unit}").read(), re.M).group(1)
+    bad += [f"{unit}: {f}" for f in re.findall(r"--(\w+)=", start) if f not in known]
+if bad:
+    sys.exit("unknown flags: " + ", ".join(bad))
+PY
+echo "systemd units verified (3 GPUs)"

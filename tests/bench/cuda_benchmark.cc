@@ -1,0 +1,187 @@
+// CUDA engine speed, reported as fractions of the memory-bandwidth bound so runs compare across
+// GPUs. For a checkpoint with the real models' layer shapes and fewer layers (make one with
+// tandem-make-checkpoint, see the README), measures decode time per token at batch 1, decode
+// throughput at batch 64 and prefill throughput for an 8K-token prompt, and extrapolates per
+// layer to the full models (40 layers for Qwen3.5, 52 for Nemotron-H). Needs a GPU.
+//
+//   cuda_benchmark --checkpoint=DIR [--layers_full=40] [--peak_gbps=4800] [--json=FILE]
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "workers/cuda/cuda_model.h"
+#include "workers/cuda/kernels.h"
+#include "workers/native/safetensors.h"
+
+ABSL_FLAG(std::string, checkpoint, "", "Checkpoint directory (real layer shapes, few layers).");
+ABSL_FLAG(int32_t, layers_full, 0, "Layers of the full model for the extrapolation (0: skip).");
+ABSL_FLAG(double, peak_gbps, 0, "Peak memory bandwidth in GB/s (0: from the device).");
+ABSL_FLAG(int32_t, prefill_tokens, 8192, "Prompt length of the prefill measurement.");
+ABSL_FLAG(int32_t, iterations, 50, "Decode steps timed per batch size.");
+ABSL_FLAG(std::string, json, "", "Also write the results as JSON here.");
+
+namespace tandem::workers::cuda {
+namespace {
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "cuda_benchmark: %s\n", what.c_str());
+  return 1;
+}
+
+int Run() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  const std::string dir = absl::GetFlag(FLAGS_checkpoint);
+  if (dir.empty()) return Fail("--checkpoint is required");
+  auto ckpt = native::Checkpoint::Open(dir);
+  if (!ckpt.ok()) return Fail(std::string(ckpt.status().message()));
+  auto model = LoadCudaModel(**ckpt);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  CudaModel& m = **model;
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  double peak = absl::GetFlag(FLAGS_peak_gbps);
+  if (peak <= 0) {
+    int clock_khz = 0;
+    cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0);
+    peak = 2.0 * clock_khz * 1e3 * (prop.memoryBusWidth / 8) / 1e9;
+  }
+  const int64_t batch_max = 64;
+  const int64_t prefill = absl::GetFlag(FLAGS_prefill_tokens);
+  const int64_t max_blocks = (prefill + 64 + kKvBlockTokens - 1) / kKvBlockTokens;
+  const int64_t slots = batch_max + 1;
+  const int64_t blocks = slots * max_blocks;
+  void* state = nullptr;
+  void* kv = nullptr;
+  if (m.state_slot_bytes() > 0)
+    cudaMalloc(&state, static_cast<size_t>(slots * m.state_slot_bytes()));
+  if (m.kv_block_bytes() > 0) cudaMalloc(&kv, static_cast<size_t>(blocks * m.kv_block_bytes()));
+  if (!m.BindMemory(state, slots, kv, blocks).ok()) return Fail("BindMemory");
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  const int64_t vocab = m.shape().vocab_size;
+  // Block tables: sequence s owns blocks [s * max_blocks, (s + 1) * max_blocks).
+  std::vector<int32_t> tables(static_cast<size_t>(slots * max_blocks));
+  std::iota(tables.begin(), tables.end(), 0);
+  int32_t* d_tables = nullptr;
+  cudaMalloc(&d_tables, tables.size() * 4);
+  cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice);
+  float* logits = nullptr;
+  cudaMalloc(&logits, static_cast<size_t>(batch_max * vocab * 4));
+
+  // Prefill of one long prompt.
+  std::vector<int32_t> prompt(static_cast<size_t>(prefill));
+  for (int64_t i = 0; i < prefill; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % vocab);
+  SequenceSlot seq;
+  seq.state_slot = 1;
+  seq.block_table = d_tables + max_blocks;
+  seq.blocks.assign(tables.begin() + max_blocks, tables.begin() + 2 * max_blocks);
+  if (!m.ResetSlot(1, stream).ok()) return Fail("ResetSlot");
+  cudaStreamSynchronize(stream);
+  auto t0 = std::chrono::steady_clock::now();
+  if (!m.Prefill(prompt.data(), prefill, 0, seq, logits, stream).ok()) return Fail("Prefill");
+  cudaStreamSynchronize(stream);
+  const double prefill_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  struct Result {
+    int64_t batch;
+    double ms_per_step;
+    double tokens_per_s;
+  };
+  std::vector<Result> results;
+  for (int64_t batch : {int64_t{1}, batch_max}) {
+    std::vector<int32_t> tokens(static_cast<size_t>(batch), 1), positions(batch), slot_ids(batch);
+    std::vector<int32_t> rows(static_cast<size_t>(batch * max_blocks));
+    for (int64_t b = 0; b < batch; ++b) {
+      slot_ids[b] = static_cast<int32_t>(b + 1);
+      positions[b] = static_cast<int32_t>(b == 0 ? prefill : 512);
+      std::copy(tables.begin() + (b + 1) * max_blocks, tables.begin() + (b + 2) * max_blocks,
+                rows.begin() + b * max_blocks);
+    }
+    int32_t *d_tokens, *d_positions, *d_slots, *d_rows;
+    cudaMalloc(&d_tokens, batch * 4);
+    cudaMalloc(&d_positions, batch * 4);
+    cudaMalloc(&d_slots, batch * 4);
+    cudaMalloc(&d_rows, rows.size() * 4);
+    cudaMemcpy(d_tokens, tokens.data(), batch * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_positions, positions.data(), batch * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_slots, slot_ids.data(), batch * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_rows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice);
+    DecodeBatch db{batch, d_tokens, d_positions, d_slots, d_rows, max_blocks, logits};
+    // Capture once, replay: what the engine does.
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    const bool ok = m.Decode(db, stream).ok();
+    cudaStreamEndCapture(stream, &graph);
+    if (!ok || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return Fail("Decode capture");
+    for (int i = 0; i < 3; ++i) cudaGraphLaunch(exec, stream);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    const int iters = absl::GetFlag(FLAGS_iterations);
+    cudaEventRecord(a, stream);
+    for (int i = 0; i < iters; ++i) cudaGraphLaunch(exec, stream);
+    cudaEventRecord(b, stream);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    results.push_back({batch, ms / iters, batch * 1000.0 / (ms / iters)});
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+
+  // The bound: every weight byte a step must read, once, at peak bandwidth. Weights that every
+  // token touches are read once per step; routed experts in use are read once each.
+  const double weights = static_cast<double>(m.weight_bytes());
+  const int full = absl::GetFlag(FLAGS_layers_full);
+  std::printf("device %s, %.0f GB/s peak, weights %.2f GB, %d layers\n", prop.name, peak,
+              weights / 1e9, m.shape().num_layers);
+  std::printf("prefill %lld tokens: %.3f s, %.0f tokens/s\n", static_cast<long long>(prefill),
+              prefill_s, prefill / prefill_s);
+  for (const Result& r : results) {
+    const double bound_ms = weights / (peak * 1e9) * 1e3;
+    std::printf(
+        "decode batch %3lld: %.3f ms/step, %.0f tokens/s; all-weights bound %.3f ms "
+        "(%.0f%% of bound for a step that reads every weight)",
+        static_cast<long long>(r.batch), r.ms_per_step, r.tokens_per_s, bound_ms,
+        100.0 * bound_ms / r.ms_per_step);
+    if (full > 0) {
+      std::printf("; extrapolated to %d layers: %.3f ms/step", full,
+                  r.ms_per_step * full / m.shape().num_layers);
+    }
+    std::printf("\n");
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream out(path);
+    out << "{\"device\":\"" << prop.name << "\",\"peak_gbps\":" << peak
+        << ",\"weight_bytes\":" << weights << ",\"layers\":" << m.shape().num_layers
+        << ",\"prefill_tokens_per_s\":" << prefill / prefill_s << ",\"decode\":[";
+    for (size_t i = 0; i < results.size(); ++i) {
+      out << (i ? "," : "") << "{\"batch\":" << results[i].batch
+          << ",\"ms_per_step\":" << results[i].ms_per_step
+          << ",\"tokens_per_s\":" << results[i].tokens_per_s << "}";
+    }
+    out << "]}\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::workers::cuda
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tandem::workers::cuda::Run();
+}

@@ -1,0 +1,420 @@
+#include "workers/cuda/cuda_engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "workers/cuda/kernels.h"
+#include "workers/native_engine.h"
+
+namespace tandem::workers::cuda {
+namespace {
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+}
+
+#define TANDEM_CUDA_RETURN(expr, what)                          \
+  do {                                                          \
+    if (absl::Status s_ = CudaStatus((expr), what); !s_.ok()) { \
+      return s_;                                                \
+    }                                                           \
+  } while (0)
+
+constexpr int64_t kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+constexpr int64_t kMaxBatch = 256;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(std::unique_ptr<CudaModel> model,
+                                                               std::unique_ptr<Tokenizer> tokenizer,
+                                                               std::vector<int32_t> stop_ids,
+                                                               CudaEngineOptions options) {
+  std::unique_ptr<CudaEngine> e(new CudaEngine(std::move(model), std::move(tokenizer),
+                                               std::move(stop_ids), std::move(options)));
+  if (absl::Status s = e->Init(); !s.ok()) return s;
+  return e;
+}
+
+CudaEngine::CudaEngine(std::unique_ptr<CudaModel> model, std::unique_ptr<Tokenizer> tokenizer,
+                       std::vector<int32_t> stop_ids, CudaEngineOptions options)
+    : model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      stop_ids_(std::move(stop_ids)),
+      options_(std::move(options)) {
+  const native::ModelShape& shape = model_->shape();
+  info_.engine = "native";
+  info_.model_name = options_.model_name;
+  info_.model_id = options_.model_id;
+  info_.vision = false;
+  info_.reasoning = true;
+  info_.max_context_tokens = options_.max_context_tokens > 0
+                                 ? std::min(options_.max_context_tokens, shape.max_positions)
+                                 : shape.max_positions;
+  info_.max_output_tokens = options_.max_output_tokens > 0
+                                ? std::min(options_.max_output_tokens, info_.max_context_tokens)
+                                : info_.max_context_tokens;
+}
+
+CudaEngine::~CudaEngine() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (auto& [size, b] : buckets_) {
+    if (b.graph != nullptr) cudaGraphExecDestroy(b.graph);
+    for (void* p :
+         {static_cast<void*>(b.tokens), static_cast<void*>(b.positions),
+          static_cast<void*>(b.slots), static_cast<void*>(b.block_tables),
+          static_cast<void*>(b.logits), static_cast<void*>(b.temperature),
+          static_cast<void*>(b.top_k), static_cast<void*>(b.top_p), static_cast<void*>(b.seeds),
+          static_cast<void*>(b.steps), static_cast<void*>(b.sampled)}) {
+      cudaFree(p);
+    }
+  }
+  cudaFree(block_tables_);
+  cudaFree(state_pool_);
+  cudaFree(kv_pool_);
+  cudaFreeHost(host_ints_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+int64_t CudaEngine::BlocksFor(int64_t tokens) const {
+  return (tokens + kKvBlockTokens - 1) / kKvBlockTokens;
+}
+
+int64_t CudaEngine::SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const {
+  return model_->state_slot_bytes() +
+         BlocksFor(prompt_tokens + std::max(0, max_tokens)) * model_->kv_block_bytes();
+}
+
+absl::Status CudaEngine::Init() {
+  TANDEM_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  TANDEM_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                     "cudaStreamCreate");
+  size_t free_bytes = 0, total_bytes = 0;
+  TANDEM_CUDA_RETURN(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  if (options_.memory_fraction <= 0 || options_.memory_fraction > 1) {
+    return absl::InvalidArgumentError("--gpu_memory_fraction must be in (0, 1]");
+  }
+  max_blocks_per_sequence_ = BlocksFor(info_.max_context_tokens);
+  const int64_t slot_bytes = model_->state_slot_bytes();
+  const int64_t block_bytes = model_->kv_block_bytes();
+  // Slot 0 and block 0 are scratch for the padding rows of a decode bucket.
+  slots_ = static_cast<int64_t>(options_.max_sequences) + 1;
+  // Bucket buffers and block tables come out of the same fraction.
+  const int64_t vocab = model_->shape().vocab_size;
+  const int64_t fixed = slots_ * max_blocks_per_sequence_ * 4 +
+                        (kMaxBatch * 2) * (vocab * 4 + max_blocks_per_sequence_ * 4 + 64);
+  const int64_t budget =
+      static_cast<int64_t>(static_cast<double>(free_bytes) * options_.memory_fraction) - fixed;
+  const int64_t for_blocks = budget - slots_ * slot_bytes;
+  if (for_blocks <= 0 || (block_bytes > 0 && for_blocks / block_bytes < 2)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "device %d: %d bytes free after the weights; %d sequences need %d bytes of state "
+        "slots, leaving no room for KV blocks (lower --max_batch_size or raise "
+        "--gpu_memory_fraction)",
+        options_.device, free_bytes, slots_ - 1, slots_ * slot_bytes));
+  }
+  blocks_ = block_bytes > 0 ? for_blocks / block_bytes : 1;
+  budget_bytes_ = (slots_ - 1) * slot_bytes + (blocks_ - 1) * block_bytes;
+  if (slot_bytes > 0) {
+    TANDEM_CUDA_RETURN(cudaMalloc(&state_pool_, static_cast<size_t>(slots_ * slot_bytes)),
+                       "cudaMalloc(state slots)");
+  }
+  if (block_bytes > 0) {
+    TANDEM_CUDA_RETURN(cudaMalloc(&kv_pool_, static_cast<size_t>(blocks_ * block_bytes)),
+                       "cudaMalloc(KV blocks)");
+  }
+  if (absl::Status s = model_->BindMemory(state_pool_, slots_, kv_pool_, blocks_); !s.ok()) {
+    return s;
+  }
+  TANDEM_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&block_tables_),
+                                static_cast<size_t>(slots_ * max_blocks_per_sequence_ * 4)),
+                     "cudaMalloc(block tables)");
+  TANDEM_CUDA_RETURN(
+      cudaMemsetAsync(block_tables_, 0, static_cast<size_t>(slots_ * max_blocks_per_sequence_ * 4),
+                      stream_),
+      "cudaMemset(block tables)");
+  // Pinned staging: tokens, positions, slots, top_k, sampled ids (5 x kMaxBatch ints), then
+  // temperature, top_p (floats), seeds, steps (64-bit) for kMaxBatch rows.
+  TANDEM_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&host_ints_),
+                                    static_cast<size_t>(kMaxBatch * 5 * 4 + kMaxBatch * 24)),
+                     "cudaMallocHost");
+  host_sampled_ = host_ints_ + 4 * kMaxBatch;
+  for (int32_t s = static_cast<int32_t>(slots_) - 1; s >= 1; --s) free_slots_.push_back(s);
+  for (int32_t b = static_cast<int32_t>(blocks_) - 1; b >= 1; --b) free_blocks_.push_back(b);
+  return CudaStatus(cudaStreamSynchronize(stream_), "engine set-up");
+}
+
+CudaEngine::Bucket* CudaEngine::BucketFor(int64_t batch) {
+  int64_t size = kMaxBatch;
+  for (int64_t b : kBuckets) {
+    if (b >= batch) {
+      size = b;
+      break;
+    }
+  }
+  Bucket& b = buckets_[size];
+  if (b.size == 0) {
+    b.size = size;
+    const int64_t vocab = model_->shape().vocab_size;
+    const size_t n = static_cast<size_t>(size);
+    bool ok = cudaMalloc(reinterpret_cast<void**>(&b.tokens), n * 4) == cudaSuccess &&
+              cudaMalloc(reinterpret_cast<void**>(&b.positions), n * 4) == cudaSuccess &&
+              cudaMalloc(reinterpret_cast<void**>(&b.slots), n * 4) == cudaSuccess &&
+              cudaMalloc(reinterpret_cast<void**>(&b.block_tables),
+                         n * static_cast<size_t>(max_blocks_per_sequence_) * 4) == cudaSuccess &&
+              cudaMalloc(reinterpret_cast<void**>(&b.logits), n * static_cast<size_t>(vocab) * 4) ==
+                  cudaSuccess &&
+              cudaMalloc(reinterpret_cast<void**>(&b.temperature), n * 4) == cudaSuccess &&
+              cudaMalloc(reinterpret_cast<void**>(&b.top_k), n * 4) == cudaSuccess &&
+              cudaMalloc(reinterpret_cast<void**>(&b.top_p), n * 4) == cudaSuccess &&
+              cudaMalloc(reinterpret_cast<void**>(&b.seeds), n * 8) == cudaSuccess &&
+              cudaMalloc(reinterpret_cast<void**>(&b.steps), n * 8) == cudaSuccess &&
+              cudaMalloc(reinterpret_cast<void**>(&b.sampled), n * 4) == cudaSuccess;
+    if (!ok) {
+      buckets_.erase(size);
+      return nullptr;
+    }
+  }
+  return &b;
+}
+
+absl::Status CudaEngine::AddSequence(const SequenceSpec& spec) {
+  if (spec.prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  const int64_t tokens = static_cast<int64_t>(spec.prompt.size()) + std::max(0, spec.max_tokens);
+  const int64_t blocks = BlocksFor(tokens);
+  if (blocks > max_blocks_per_sequence_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prompt + max_tokens = %d tokens exceeds the context of %d", tokens,
+                        info_.max_context_tokens));
+  }
+  if (free_slots_.empty() || static_cast<int64_t>(free_blocks_.size()) < blocks) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("device sequence memory: %d free slots, %d free KV blocks, %d needed",
+                        free_slots_.size(), free_blocks_.size(), blocks));
+  }
+  Sequence seq;
+  seq.slot.state_slot = free_slots_.back();
+  free_slots_.pop_back();
+  seq.slot.blocks.assign(free_blocks_.end() - blocks, free_blocks_.end());
+  free_blocks_.resize(free_blocks_.size() - static_cast<size_t>(blocks));
+  seq.slot.block_table = block_tables_ + seq.slot.state_slot * max_blocks_per_sequence_;
+  // Admission is rare next to steps; a synchronous copy keeps the host vector's lifetime simple.
+  TANDEM_CUDA_RETURN(cudaMemcpy(seq.slot.block_table, seq.slot.blocks.data(),
+                                seq.slot.blocks.size() * 4, cudaMemcpyHostToDevice),
+                     "block table upload");
+  if (absl::Status s = model_->ResetSlot(seq.slot.state_slot, stream_); !s.ok()) return s;
+  seq.prompt = spec.prompt;
+  seq.sampling = spec.sampling;
+  seq.reserved = SequenceBytes(static_cast<int64_t>(spec.prompt.size()), spec.max_tokens);
+  reserved_bytes_.fetch_add(seq.reserved);
+  sequences_[spec.id] = std::move(seq);
+  return absl::OkStatus();
+}
+
+void CudaEngine::RemoveSequence(uint64_t id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return;
+  Sequence& seq = it->second;
+  free_slots_.push_back(seq.slot.state_slot);
+  free_blocks_.insert(free_blocks_.end(), seq.slot.blocks.begin(), seq.slot.blocks.end());
+  reserved_bytes_.fetch_sub(seq.reserved);
+  sequences_.erase(it);
+}
+
+absl::Status CudaEngine::SampleOne(Sequence& seq, const float* logits, int32_t* token) {
+  Bucket* b = BucketFor(1);
+  if (b == nullptr) return absl::ResourceExhaustedError("device memory for sampling buffers");
+  const float temperature = seq.sampling.temperature;
+  const int32_t top_k = seq.sampling.top_k;
+  const float top_p = seq.sampling.top_p;
+  const uint64_t seed = seq.sampling.seed;
+  const int64_t step = seq.steps;
+  TANDEM_CUDA_RETURN(
+      cudaMemcpyAsync(b->temperature, &temperature, 4, cudaMemcpyHostToDevice, stream_),
+      "sampling params");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->top_k, &top_k, 4, cudaMemcpyHostToDevice, stream_),
+                     "sampling params");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->top_p, &top_p, 4, cudaMemcpyHostToDevice, stream_),
+                     "sampling params");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->seeds, &seed, 8, cudaMemcpyHostToDevice, stream_),
+                     "sampling params");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->steps, &step, 8, cudaMemcpyHostToDevice, stream_),
+                     "sampling params");
+  TANDEM_CUDA_RETURN(Sample(logits, 1, model_->shape().vocab_size, b->temperature, b->top_k,
+                            b->top_p, b->seeds, b->steps, b->sampled, stream_),
+                     "Sample");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(host_sampled_, b->sampled, 4, cudaMemcpyDeviceToHost, stream_),
+                     "sampled token");
+  TANDEM_CUDA_RETURN(cudaStreamSynchronize(stream_), "prefill step");
+  *token = host_sampled_[0];
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::RunDecode(const std::vector<Sequence*>& seqs,
+                                   std::vector<int32_t>* tokens) {
+  const int64_t n = static_cast<int64_t>(seqs.size());
+  Bucket* b = BucketFor(n);
+  if (b == nullptr) return absl::ResourceExhaustedError("device memory for a decode bucket");
+  const int64_t size = b->size;
+  // Inputs for every row of the bucket, staged in pinned memory allocated once (no per-step
+  // host allocation); padding rows use scratch slot 0 and block 0.
+  int32_t* host_tokens = host_ints_;
+  int32_t* host_positions = host_ints_ + kMaxBatch;
+  int32_t* host_slots = host_ints_ + 2 * kMaxBatch;
+  int32_t* host_top_k = host_ints_ + 3 * kMaxBatch;
+  char* extra = reinterpret_cast<char*>(host_ints_ + 5 * kMaxBatch);
+  float* temperature = reinterpret_cast<float*>(extra);
+  float* top_p = temperature + kMaxBatch;
+  uint64_t* seeds = reinterpret_cast<uint64_t*>(top_p + kMaxBatch);
+  int64_t* steps = reinterpret_cast<int64_t*>(seeds + kMaxBatch);
+  for (int64_t i = 0; i < size; ++i) {
+    const bool real = i < n;
+    host_tokens[i] = real ? seqs[i]->last_token : 0;
+    host_positions[i] = real ? static_cast<int32_t>(seqs[i]->position) : 0;
+    host_slots[i] = real ? seqs[i]->slot.state_slot : 0;
+    host_top_k[i] = real ? seqs[i]->sampling.top_k : 1;
+    temperature[i] = real ? seqs[i]->sampling.temperature : 0.0f;
+    top_p[i] = real ? seqs[i]->sampling.top_p : 1.0f;
+    seeds[i] = real ? seqs[i]->sampling.seed : 0;
+    steps[i] = real ? seqs[i]->steps : 0;
+    // The bucket's block-table row: the sequence's table (slot 0's is all zeros).
+    TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->block_tables + i * max_blocks_per_sequence_,
+                                       block_tables_ + host_slots[i] * max_blocks_per_sequence_,
+                                       static_cast<size_t>(max_blocks_per_sequence_) * 4,
+                                       cudaMemcpyDeviceToDevice, stream_),
+                       "block tables");
+  }
+  const size_t ints = static_cast<size_t>(size) * 4;
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->tokens, host_tokens, ints, cudaMemcpyHostToDevice, stream_),
+                     "tokens");
+  TANDEM_CUDA_RETURN(
+      cudaMemcpyAsync(b->positions, host_positions, ints, cudaMemcpyHostToDevice, stream_),
+      "positions");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->slots, host_slots, ints, cudaMemcpyHostToDevice, stream_),
+                     "slots");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->top_k, host_top_k, ints, cudaMemcpyHostToDevice, stream_),
+                     "top_k");
+  TANDEM_CUDA_RETURN(
+      cudaMemcpyAsync(b->temperature, temperature, ints, cudaMemcpyHostToDevice, stream_),
+      "temperature");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->top_p, top_p, ints, cudaMemcpyHostToDevice, stream_),
+                     "top_p");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->seeds, seeds, ints * 2, cudaMemcpyHostToDevice, stream_),
+                     "seeds");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->steps, steps, ints * 2, cudaMemcpyHostToDevice, stream_),
+                     "steps");
+
+  DecodeBatch batch;
+  batch.batch = size;
+  batch.tokens = b->tokens;
+  batch.positions = b->positions;
+  batch.state_slots = b->slots;
+  batch.block_tables = b->block_tables;
+  batch.max_blocks = max_blocks_per_sequence_;
+  batch.logits = b->logits;
+  auto launch = [&]() -> absl::Status {
+    if (absl::Status s = model_->Decode(batch, stream_); !s.ok()) return s;
+    return CudaStatus(Sample(b->logits, size, model_->shape().vocab_size, b->temperature, b->top_k,
+                             b->top_p, b->seeds, b->steps, b->sampled, stream_),
+                      "Sample");
+  };
+  if (options_.cuda_graphs) {
+    if (b->graph == nullptr) {
+      // Captured once per bucket: every replay reads the same device arrays.
+      cudaGraph_t graph = nullptr;
+      TANDEM_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                         "graph capture");
+      absl::Status s = launch();
+      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+      if (!s.ok()) return s;
+      TANDEM_CUDA_RETURN(end, "graph capture");
+      TANDEM_CUDA_RETURN(cudaGraphInstantiate(&b->graph, graph, 0), "graph instantiate");
+      cudaGraphDestroy(graph);
+    }
+    TANDEM_CUDA_RETURN(cudaGraphLaunch(b->graph, stream_), "graph launch");
+  } else if (absl::Status s = launch(); !s.ok()) {
+    return s;
+  }
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(host_sampled_, b->sampled, static_cast<size_t>(n) * 4,
+                                     cudaMemcpyDeviceToHost, stream_),
+                     "sampled tokens");
+  TANDEM_CUDA_RETURN(cudaStreamSynchronize(stream_), "decode step");
+  tokens->assign(host_sampled_, host_sampled_ + n);
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) {
+  std::vector<Sequence*> decode;
+  std::vector<size_t> decode_index;
+  std::vector<StepOutput> results(ids.size());
+  Bucket* prefill_logits = BucketFor(1);
+  if (prefill_logits == nullptr) return absl::ResourceExhaustedError("device buffers");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = sequences_.find(ids[i]);
+    if (it == sequences_.end()) {
+      return absl::InternalError(absl::StrCat("step for unknown sequence ", ids[i]));
+    }
+    Sequence& seq = it->second;
+    results[i].id = ids[i];
+    if (seq.last_token >= 0) {
+      decode.push_back(&seq);
+      decode_index.push_back(i);
+      continue;
+    }
+    // New sequence: its whole prompt, then its first token.
+    if (absl::Status s = model_->Prefill(seq.prompt.data(), static_cast<int64_t>(seq.prompt.size()),
+                                         0, seq.slot, prefill_logits->logits, stream_);
+        !s.ok()) {
+      return s;
+    }
+    seq.position = static_cast<int64_t>(seq.prompt.size());
+    seq.prompt.clear();
+    int32_t token = 0;
+    if (absl::Status s = SampleOne(seq, prefill_logits->logits, &token); !s.ok()) return s;
+    seq.last_token = token;
+    ++seq.steps;
+    results[i].token = token;
+  }
+  for (size_t start = 0; start < decode.size(); start += kMaxBatch) {
+    const size_t end = std::min(decode.size(), start + static_cast<size_t>(kMaxBatch));
+    std::vector<Sequence*> chunk(decode.begin() + static_cast<ptrdiff_t>(start),
+                                 decode.begin() + static_cast<ptrdiff_t>(end));
+    std::vector<int32_t> tokens;
+    if (absl::Status s = RunDecode(chunk, &tokens); !s.ok()) return s;
+    for (size_t j = 0; j < chunk.size(); ++j) {
+      chunk[j]->position += 1;
+      chunk[j]->last_token = tokens[j];
+      ++chunk[j]->steps;
+      results[decode_index[start + j]].token = tokens[j];
+    }
+  }
+  for (StepOutput& r : results) {
+    r.end_of_sequence = std::find(stop_ids_.begin(), stop_ids_.end(), r.token) != stop_ids_.end();
+    out->push_back(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const std::string& dir,
+                                                           CudaEngineOptions options,
+                                                           bool* random_weights) {
+  TANDEM_CUDA_RETURN(cudaSetDevice(options.device), "cudaSetDevice");
+  auto checkpoint = native::Checkpoint::Open(dir);
+  if (!checkpoint.ok()) return checkpoint.status();
+  auto model = LoadCudaModel(**checkpoint);
+  if (!model.ok()) return model.status();
+  if (absl::Status s =
+          CheckModelName(dir, options.model_name, (*model)->shape(), (*checkpoint)->config_json(),
+                         &options.model_id, random_weights);
+      !s.ok()) {
+    return s;
+  }
+  auto tokenizer = LoadCheckpointTokenizer(dir, (*model)->shape());
+  if (!tokenizer.ok()) return tokenizer.status();
+  return CudaEngine::Create(std::move(*model), std::move(tokenizer->tokenizer),
+                            std::move(tokenizer->stop_ids), std::move(options));
+}
+
+}  // namespace tandem::workers::cuda

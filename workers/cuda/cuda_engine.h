@@ -1,0 +1,121 @@
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "workers/cuda/cuda_model.h"
+#include "workers/engine.h"
+
+namespace tandem::workers::cuda {
+
+struct CudaEngineOptions {
+  std::string model_name;
+  std::string model_id;
+  int device = 0;
+  // Share of the device memory left free after the weights that goes to sequence state
+  // (recurrent slots + KV blocks).
+  double memory_fraction = 0.9;
+  int32_t max_sequences = 256;
+  int32_t max_output_tokens = 0;
+  int32_t max_context_tokens = 0;
+  // Capture each decode batch-size bucket as a CUDA graph (off: launch the kernels directly).
+  bool cuda_graphs = true;
+};
+
+// The native engine on a GPU. The worker's process owns the device and this engine owns its
+// one stream. Weights are uploaded once; sequence memory is a fixed pool of recurrent-state
+// slots and KV blocks carved from a fraction of free device memory at start-up; admission
+// reserves a slot and the blocks for prompt + max_tokens. A step prefills new sequences one by
+// one, then decodes every running sequence in one batch padded to a bucket size (1, 2, 4, ...,
+// 256) whose kernels are captured once as a CUDA graph and replayed; the only host
+// synchronization per step is reading back the sampled tokens.
+class CudaEngine final : public Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaEngine>> Create(std::unique_ptr<CudaModel> model,
+                                                            std::unique_ptr<Tokenizer> tokenizer,
+                                                            std::vector<int32_t> stop_ids,
+                                                            CudaEngineOptions options);
+  ~CudaEngine() override;
+
+  const EngineInfo& Info() const override { return info_; }
+  const Tokenizer& GetTokenizer() const override { return *tokenizer_; }
+  absl::Status AddSequence(const SequenceSpec& spec) override;
+  void RemoveSequence(uint64_t id) override;
+  absl::Status Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) override;
+  int64_t SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const override;
+  int64_t MemoryBudgetBytes() const override { return budget_bytes_; }
+  int64_t MemoryReservedBytes() const override { return reserved_bytes_.load(); }
+
+ private:
+  struct Sequence {
+    SequenceSlot slot;
+    std::vector<int32_t> prompt;
+    SamplingConfig sampling;
+    int64_t position = 0;  // tokens fed so far
+    int32_t last_token = -1;
+    int64_t steps = 0;  // tokens sampled so far (the RNG counter)
+    int64_t reserved = 0;
+  };
+  // Device arrays of one bucket, fixed for the graph that reads them.
+  struct Bucket {
+    int64_t size = 0;
+    int32_t* tokens = nullptr;
+    int32_t* positions = nullptr;
+    int32_t* slots = nullptr;
+    int32_t* block_tables = nullptr;
+    float* logits = nullptr;
+    float* temperature = nullptr;
+    int32_t* top_k = nullptr;
+    float* top_p = nullptr;
+    uint64_t* seeds = nullptr;
+    int64_t* steps = nullptr;
+    int32_t* sampled = nullptr;
+    cudaGraphExec_t graph = nullptr;
+  };
+
+  CudaEngine(std::unique_ptr<CudaModel> model, std::unique_ptr<Tokenizer> tokenizer,
+             std::vector<int32_t> stop_ids, CudaEngineOptions options);
+  absl::Status Init();
+  int64_t BlocksFor(int64_t tokens) const;
+  Bucket* BucketFor(int64_t batch);
+  absl::Status RunDecode(const std::vector<Sequence*>& seqs, std::vector<int32_t>* tokens);
+  absl::Status SampleOne(Sequence& seq, const float* logits, int32_t* token);
+
+  const std::unique_ptr<CudaModel> model_;
+  const std::unique_ptr<Tokenizer> tokenizer_;
+  const std::vector<int32_t> stop_ids_;
+  const CudaEngineOptions options_;
+  EngineInfo info_;
+  cudaStream_t stream_ = nullptr;
+  void* state_pool_ = nullptr;
+  void* kv_pool_ = nullptr;
+  int64_t slots_ = 0;
+  int64_t blocks_ = 0;
+  int64_t max_blocks_per_sequence_ = 0;
+  int64_t budget_bytes_ = 0;
+  std::atomic<int64_t> reserved_bytes_{0};
+  std::vector<int32_t> free_slots_;
+  std::vector<int32_t> free_blocks_;
+  // Per-sequence device block tables (max_blocks_per_sequence_ ints each), indexed by slot.
+  int32_t* block_tables_ = nullptr;
+  std::unordered_map<uint64_t, Sequence> sequences_;
+  std::map<int64_t, Bucket> buckets_;
+  // Pinned host staging for one bucket's inputs and the sampled tokens.
+  int32_t* host_ints_ = nullptr;
+  int32_t* host_sampled_ = nullptr;
+};
+
+// A CUDA engine from a checkpoint directory, on options.device (the process's device).
+absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const std::string& dir,
+                                                           CudaEngineOptions options,
+                                                           bool* random_weights);
+
+}  // namespace tandem::workers::cuda

@@ -1,0 +1,230 @@
+#include "workers/cuda/gemm.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::workers::cuda {
+namespace {
+
+constexpr int64_t kAlign = 256;  // bytes: every piece and buffer starts on this boundary
+
+int64_t AlignUp(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+float F16ToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mant & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | mant << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Elements per row when the tensor is seen as [shape[0]][rest].
+int64_t RowElements(const native::TensorView& v) {
+  return v.shape.empty() || v.shape[0] == 0 ? v.elements() : v.elements() / v.shape[0];
+}
+int64_t RowCount(const native::TensorView& v) { return v.shape.empty() ? 1 : v.shape[0]; }
+
+}  // namespace
+
+absl::Status CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": CUDA error ", cudaGetErrorName(err), " (",
+                                          cudaGetErrorString(err), ")"));
+}
+
+absl::Status CublasStatus(cublasStatus_t err, const char* what) {
+  if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(err), " (",
+                                          cublasGetStatusString(err), ")"));
+}
+
+absl::Status LinearBf16(cublasHandle_t handle, const bf16* x, int64_t n, int64_t cols,
+                        const bf16* w, int64_t rows, float* out) {
+  if (n <= 0) return absl::OkStatus();
+  // Row-major out[n][rows] is column-major out^T [rows][n] = W (col-major view [cols][rows],
+  // transposed) times x^T (col-major [cols][n]).
+  const float alpha = 1.0f, beta = 0.0f;
+  return CublasStatus(
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
+                   static_cast<int>(cols), &alpha, w, CUDA_R_16BF, static_cast<int>(cols), x,
+                   CUDA_R_16BF, static_cast<int>(cols), &beta, out, CUDA_R_32F,
+                   static_cast<int>(rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx (bf16 linear)");
+}
+
+absl::Status Linear(cublasHandle_t handle, const float* x, int64_t n, int64_t cols, const bf16* w,
+                    int64_t rows, float* out, bf16* x_scratch, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  if (absl::Status s = CudaStatus(CastToBf16(x, n * cols, x_scratch, stream), "CastToBf16");
+      !s.ok()) {
+    return s;
+  }
+  return LinearBf16(handle, x_scratch, n, cols, w, rows, out);
+}
+
+absl::Status LinearF32(cublasHandle_t handle, const float* x, int64_t n, int64_t cols,
+                       const float* w, int64_t rows, float* out) {
+  if (n <= 0) return absl::OkStatus();
+  const float alpha = 1.0f, beta = 0.0f;
+  return CublasStatus(
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
+                   static_cast<int>(cols), &alpha, w, CUDA_R_32F, static_cast<int>(cols), x,
+                   CUDA_R_32F, static_cast<int>(cols), &beta, out, CUDA_R_32F,
+                   static_cast<int>(rows), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx (fp32 linear)");
+}
+
+float TensorElement(const native::TensorView& view, int64_t index) {
+  const uint8_t* p = view.data + index * static_cast<int64_t>(native::DTypeBytes(view.dtype));
+  switch (view.dtype) {
+    case native::DType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case native::DType::kBF16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      const uint32_t bits = static_cast<uint32_t>(v) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case native::DType::kF16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return F16ToFloat(v);
+    }
+  }
+  return 0.0f;
+}
+
+bf16 FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
+    return static_cast<bf16>((bits >> 16) | 0x0040u);  // quiet NaN
+  }
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<bf16>(bits >> 16);
+}
+
+DeviceWeights::Rows DeviceWeights::All(const native::TensorView* view) {
+  return Rows{.view = view, .row_begin = 0, .rows = RowCount(*view)};
+}
+
+DeviceWeights::~DeviceWeights() {
+  if (base_ != nullptr) cudaFree(base_);
+}
+
+int DeviceWeights::Add(bool is_bf16, std::vector<Rows> parts,
+                       std::function<float(float)> transform) {
+  Piece p;
+  p.is_bf16 = is_bf16;
+  for (const Rows& r : parts) p.elements += r.rows * RowElements(*r.view);
+  p.parts = std::move(parts);
+  p.transform = std::move(transform);
+  p.offset = total_bytes_;
+  total_bytes_ += AlignUp(p.elements * (is_bf16 ? 2 : 4));
+  pieces_.push_back(std::move(p));
+  return static_cast<int>(pieces_.size()) - 1;
+}
+
+int DeviceWeights::AddBf16(std::vector<Rows> parts) {
+  return Add(/*is_bf16=*/true, std::move(parts), nullptr);
+}
+
+int DeviceWeights::AddF32(std::vector<Rows> parts, std::function<float(float)> transform) {
+  return Add(/*is_bf16=*/false, std::move(parts), std::move(transform));
+}
+
+absl::Status DeviceWeights::Upload() {
+  if (base_ != nullptr) return absl::FailedPreconditionError("DeviceWeights: uploaded twice");
+  if (absl::Status s = CudaStatus(cudaMalloc(&base_, total_bytes_ > 0 ? total_bytes_ : kAlign),
+                                  "cudaMalloc (model weights)");
+      !s.ok()) {
+    base_ = nullptr;
+    return absl::ResourceExhaustedError(
+        absl::StrCat(s.message(), "; the weights need ", total_bytes_, " bytes"));
+  }
+  // One host staging buffer per piece (bounded by the largest tensor), copied synchronously.
+  std::vector<uint8_t> staging;
+  for (const Piece& p : pieces_) {
+    const int64_t elem_bytes = p.is_bf16 ? 2 : 4;
+    staging.resize(static_cast<size_t>(p.elements * elem_bytes));
+    int64_t at = 0;  // elements written
+    for (const Rows& r : p.parts) {
+      const native::TensorView& v = *r.view;
+      const int64_t row = RowElements(v);
+      const int64_t first = r.row_begin * row, count = r.rows * row;
+      if (p.is_bf16 && v.dtype == native::DType::kBF16) {
+        std::memcpy(staging.data() + at * 2, v.data + first * 2, static_cast<size_t>(count * 2));
+      } else if (p.is_bf16) {
+        bf16* out = reinterpret_cast<bf16*>(staging.data()) + at;
+        for (int64_t i = 0; i < count; ++i) out[i] = FloatToBf16(TensorElement(v, first + i));
+      } else {
+        float* out = reinterpret_cast<float*>(staging.data()) + at;
+        for (int64_t i = 0; i < count; ++i) {
+          const float f = TensorElement(v, first + i);
+          out[i] = p.transform ? p.transform(f) : f;
+        }
+      }
+      at += count;
+    }
+    if (absl::Status s = CudaStatus(
+            cudaMemcpy(base_ + p.offset, staging.data(), staging.size(), cudaMemcpyHostToDevice),
+            "cudaMemcpy (model weights)");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+const bf16* DeviceWeights::bf16_ptr(int id) const {
+  return reinterpret_cast<const bf16*>(base_ + pieces_[id].offset);
+}
+
+const float* DeviceWeights::f32_ptr(int id) const {
+  return reinterpret_cast<const float*>(base_ + pieces_[id].offset);
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ != nullptr) cudaFree(ptr_);
+}
+
+absl::Status DeviceBuffer::Allocate(int64_t bytes, const std::string& what) {
+  if (ptr_ != nullptr) {
+    cudaFree(ptr_);
+    ptr_ = nullptr;
+  }
+  const int64_t size = AlignUp(bytes > 0 ? bytes : kAlign);
+  if (cudaError_t err = cudaMalloc(&ptr_, size); err != cudaSuccess) {
+    ptr_ = nullptr;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaMalloc of ", size, " bytes for ", what, ": ", cudaGetErrorString(err)));
+  }
+  return CudaStatus(cudaMemset(ptr_, 0, size), "cudaMemset (scratch)");
+}
+
+}  // namespace tandem::workers::cuda

@@ -1,0 +1,739 @@
+// Basic kernels of the CUDA engine: embedding, casts, norms, RoPE, elementwise ops, causal conv,
+// paged KV cache, attention and sampling. Correct first, simply parallel: no tensor cores, fp32
+// math throughout. See kernels.h for the contracts.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "workers/cuda/kernels.h"
+
+namespace tandem::workers::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ float Bf16ToFloat(bf16 v) {
+  return __uint_as_float(static_cast<uint32_t>(v) << 16);
+}
+
+__device__ __forceinline__ float DeviceSilu(float x) { return x / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024). Every thread gets the result.
+__device__ float BlockSum(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = WarpSum(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float r = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.0f;
+    r = WarpSum(r);
+    if (lane == 0) partial[0] = r;
+  }
+  __syncthreads();
+  const float r = partial[0];
+  __syncthreads();  // partial is reused by the next call
+  return r;
+}
+
+// Grid for a flat loop over `count` elements with a grid-stride loop.
+unsigned FlatBlocks(int64_t count) {
+  const int64_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
+}
+
+// ---- Embedding, casts, elementwise ----
+
+__global__ void EmbeddingGatherKernel(const bf16* table, const int32_t* ids, int64_t dim,
+                                      float* out) {
+  const int64_t row = blockIdx.x;
+  const bf16* src = table + static_cast<int64_t>(ids[row]) * dim;
+  float* dst = out + row * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = Bf16ToFloat(src[i]);
+}
+
+__global__ void CastToBf16Kernel(const float* in, int64_t count, bf16* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(in[i]));
+  }
+}
+
+__global__ void AddKernel(const float* a, const float* b, int64_t count, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = a[i] + b[i];
+  }
+}
+
+__global__ void SiluGateKernel(const float* in, int64_t rows, int64_t cols, float* out) {
+  const int64_t count = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i - r * cols;
+    const float* row = in + r * 2 * cols;
+    out[i] = DeviceSilu(row[c]) * row[c + cols];
+  }
+}
+
+__global__ void Relu2Kernel(const float* in, int64_t count, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float r = fmaxf(in[i], 0.0f);
+    out[i] = r * r;
+  }
+}
+
+// ---- Norms: one block per row (or per row group) ----
+
+__global__ void RmsNormKernel(const float* x, int64_t dim, const bf16* weight, float eps,
+                              bool one_plus_weight, float* out) {
+  const float* xr = x + blockIdx.x * dim;
+  float* o = out + blockIdx.x * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    float w = 1.0f;
+    if (weight != nullptr)
+      w = one_plus_weight ? 1.0f + Bf16ToFloat(weight[i]) : Bf16ToFloat(weight[i]);
+    o[i] = xr[i] * inv * w;
+  }
+}
+
+__global__ void GatedRmsNormKernel(const float* x, const float* z, int64_t dim, const bf16* weight,
+                                   float eps, float* out) {
+  const int64_t base = blockIdx.x * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += x[base + i] * x[base + i];
+  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float w = weight == nullptr ? 1.0f : Bf16ToFloat(weight[i]);
+    out[base + i] = x[base + i] * inv * w * DeviceSilu(z[base + i]);
+  }
+}
+
+// Block = one (row, group); y = x * silu(z) is recomputed in the second pass.
+__global__ void GroupedGatedRmsNormKernel(const float* x, const float* z, int64_t dim,
+                                          int64_t groups, const bf16* weight, float eps,
+                                          float* out) {
+  const int64_t row = blockIdx.x / groups, g = blockIdx.x % groups;
+  const int64_t group = dim / groups;
+  const int64_t base = row * dim + g * group;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
+    const float y = x[base + i] * DeviceSilu(z[base + i]);
+    ss += y * y;
+  }
+  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(group) + eps);
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
+    const float y = x[base + i] * DeviceSilu(z[base + i]);
+    const float w = weight == nullptr ? 1.0f : Bf16ToFloat(weight[g * group + i]);
+    out[base + i] = y * inv * w;
+  }
+}
+
+// ---- RoPE: one thread per (token, head, rotary pair) ----
+
+// inv_freq as the CPU reference computes it in fp32 (exponent rounded to fp32, pow rounded to
+// fp32); the pow and the sin/cos are evaluated in double and rounded, which reproduces the
+// correctly rounded fp32 results of the host's libm.
+__global__ void RotaryKernel(float* x, const int32_t* positions, int64_t tokens, int64_t heads,
+                             int64_t head_dim, int64_t rotary_dim, float theta) {
+  const int64_t half = rotary_dim / 2;
+  const int64_t count = tokens * heads * half;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < count;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % half;
+    const int64_t th = idx / half;  // token * heads + head
+    const int64_t t = th / heads;
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+    const float p =
+        static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
+    const float inv_freq = 1.0f / p;
+    const float angle = static_cast<float>(positions[t]) * inv_freq;
+    double s, c;
+    sincos(static_cast<double>(angle), &s, &c);
+    const float sn = static_cast<float>(s), cs = static_cast<float>(c);
+    float* v = x + th * head_dim;
+    const float x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * cs - x2 * sn;
+    v[i + half] = x2 * cs + x1 * sn;
+  }
+}
+
+// ---- Causal depthwise conv1d ----
+
+constexpr int64_t kConvChunk = 64;  // tokens per thread; must be >= kernel - 1
+constexpr int64_t kMaxConvKernel = 64;
+
+// `out` must not alias `x` (the state update re-reads x after other threads wrote out).
+// Thread = (channel, chunk of kConvChunk tokens). Input at time i < 0 comes from the carried
+// state (state[c][K-1+i]). Only chunk 0 reads the old state (chunks >= 1 start past K-1), and
+// the same thread writes the new state afterwards, so there is no race.
+__global__ void CausalConv1dKernel(const float* x, int64_t tokens, int64_t channels, int64_t kernel,
+                                   const bf16* weight, const bf16* bias, float* state, bool silu,
+                                   float* out) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= channels) return;
+  const int64_t km1 = kernel - 1;
+  float* st = state + c * km1;
+  const bf16* w = weight + c * kernel;
+  const float b = bias == nullptr ? 0.0f : Bf16ToFloat(bias[c]);
+  const int64_t t0 = blockIdx.y * kConvChunk;
+  const int64_t t1 = t0 + kConvChunk < tokens ? t0 + kConvChunk : tokens;
+  for (int64_t t = t0; t < t1; ++t) {
+    float acc = b;
+    for (int64_t j = 0; j < kernel; ++j) {
+      const int64_t i = t - km1 + j;
+      const float in = i < 0 ? st[km1 + i] : x[i * channels + c];
+      acc += Bf16ToFloat(w[j]) * in;
+    }
+    out[t * channels + c] = silu ? DeviceSilu(acc) : acc;
+  }
+  if (blockIdx.y == 0) {
+    // New window: inputs tokens-K+1 .. tokens-1. In place: entry j reads old entry tokens+j > j.
+    for (int64_t j = 0; j < km1; ++j) {
+      const int64_t i = tokens - km1 + j;
+      st[j] = i < 0 ? st[km1 + i] : x[i * channels + c];
+    }
+  }
+}
+
+__global__ void CausalConv1dStepKernel(const float* x, int64_t batch, int64_t channels,
+                                       int64_t kernel, const bf16* weight, const bf16* bias,
+                                       float* const* states, bool silu, float* out) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= batch * channels) return;
+  const int64_t bi = idx / channels, c = idx % channels;
+  const int64_t km1 = kernel - 1;
+  float* st = states[bi] + c * km1;
+  const bf16* w = weight + c * kernel;
+  const float xv = x[idx];
+  float acc = bias == nullptr ? 0.0f : Bf16ToFloat(bias[c]);
+  for (int64_t j = 0; j < km1; ++j) acc += Bf16ToFloat(w[j]) * st[j];
+  acc += Bf16ToFloat(w[km1]) * xv;
+  out[idx] = silu ? DeviceSilu(acc) : acc;
+  for (int64_t j = 0; j + 1 < km1; ++j) st[j] = st[j + 1];
+  if (km1 > 0) st[km1 - 1] = xv;
+}
+
+// ---- Paged KV cache ----
+
+__device__ __forceinline__ int64_t KvOffset(const int32_t* block_table, int64_t pos,
+                                            int64_t kv_heads, int64_t head_dim, int64_t head) {
+  const int64_t block = block_table[pos / kKvBlockTokens];
+  return block * 2 * kKvBlockTokens * kv_heads * head_dim +
+         ((pos % kKvBlockTokens) * kv_heads + head) * head_dim;
+}
+
+__global__ void KvCacheWriteKernel(const float* k, const float* v, int64_t tokens, int64_t start,
+                                   int64_t kv_heads, int64_t head_dim, const int32_t* block_table,
+                                   float* kv_blocks) {
+  const int64_t count = tokens * kv_heads * head_dim;
+  const int64_t v_off = kKvBlockTokens * kv_heads * head_dim;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < count;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = idx % head_dim;
+    const int64_t h = (idx / head_dim) % kv_heads;
+    const int64_t t = idx / (head_dim * kv_heads);
+    const int64_t off = KvOffset(block_table, start + t, kv_heads, head_dim, h) + d;
+    kv_blocks[off] = k[idx];
+    kv_blocks[off + v_off] = v[idx];
+  }
+}
+
+// ---- Attention ----
+//
+// One kernel serves prefill and decode. A block handles kAttnRows query rows that share one KV
+// head: rows are the flattened (token, head-in-group) pairs of that KV head, so GQA heads reuse
+// the keys the block loads. Each of the 4 warps owns 4 rows. Keys go through shared memory in
+// tiles of 32: lane j scores key j of the tile against the warp's rows (q rows broadcast from
+// shared memory), then the online softmax (fp32, running max and sum per row) rescales the
+// accumulators, and lane l accumulates output dims l, l+32, ... reading V from global memory
+// (coalesced; the warps share it through L1). Shared memory: q [16][D] + k [32][D] floats,
+// 48 KiB at D = 256.
+
+constexpr int kAttnWarps = 4;
+constexpr int kAttnRowsPerWarp = 4;
+constexpr int kAttnRows = kAttnWarps * kAttnRowsPerWarp;
+constexpr int kAttnTile = 32;
+constexpr int64_t kMaxHeadDim = 256;
+
+// kChunks = ceil(head_dim / 32) rounded up to the instantiation (2, 4 or 8).
+// Decode expects context_lens[b] >= 1; a sequence with 0 leaves its output rows unwritten.
+// Decode: context_lens != null, sequence b = blockIdx.z, tokens = 1 and start = len - 1.
+template <int kChunks>
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    AttentionKernel(const float* q, int64_t tokens, int64_t start, int64_t heads, int64_t kv_heads,
+                    int64_t head_dim, float scale, const int32_t* context_lens,
+                    const int32_t* block_tables, int64_t max_blocks, const float* kv_blocks,
+                    float* out) {
+  extern __shared__ float smem[];
+  float* q_s = smem;                         // [kAttnRows][head_dim]
+  float* k_s = smem + kAttnRows * head_dim;  // [kAttnTile][head_dim]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t group = heads / kv_heads;
+  const int64_t kvh = blockIdx.y;
+  const int64_t seq = blockIdx.z;
+  const int32_t* block_table = block_tables;
+  if (context_lens != nullptr) {
+    start = context_lens[seq] - 1;
+    block_table = block_tables + seq * max_blocks;
+    q += seq * heads * head_dim;
+    out += seq * heads * head_dim;
+  }
+  const int64_t total_rows = tokens * group;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kAttnRows;
+  const int64_t rows_here = total_rows - row0 < kAttnRows ? total_rows - row0 : kAttnRows;
+  // Keys the block needs: up to the causal limit of its last row.
+  const int64_t last_token = (row0 + rows_here - 1) / group;
+  const int64_t block_len = start + last_token + 1;
+
+  // Load the block's q rows.
+  const int hd = static_cast<int>(head_dim);  // <= kMaxHeadDim: 32-bit index math below
+  for (int idx = threadIdx.x; idx < kAttnRows * hd; idx += blockDim.x) {
+    const int r = idx / hd, d = idx % hd;
+    float v = 0.0f;
+    if (r < rows_here) {
+      const int64_t row = row0 + r;
+      const int64_t t = row / group, h = kvh * group + row % group;
+      v = q[(t * heads + h) * head_dim + d];
+    }
+    q_s[idx] = v;
+  }
+
+  float acc[kAttnRowsPerWarp][kChunks];
+  float m[kAttnRowsPerWarp], l[kAttnRowsPerWarp];
+  int64_t len[kAttnRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kAttnRowsPerWarp; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    const int64_t local = warp * kAttnRowsPerWarp + r;
+    len[r] = local < rows_here ? start + (row0 + local) / group + 1 : 0;  // 0: no row
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) acc[r][c] = 0.0f;
+  }
+  const int64_t v_off = kKvBlockTokens * kv_heads * head_dim;
+
+  for (int64_t tile0 = 0; tile0 < block_len; tile0 += kAttnTile) {
+    __syncthreads();  // previous tile fully consumed (and q_s written on the first pass)
+    for (int idx = threadIdx.x; idx < kAttnTile * hd; idx += blockDim.x) {
+      const int j = idx / hd, d = idx % hd;
+      const int64_t key = tile0 + j;
+      k_s[idx] = key < block_len
+                     ? kv_blocks[KvOffset(block_table, key, kv_heads, head_dim, kvh) + d]
+                     : 0.0f;
+    }
+    __syncthreads();
+
+    // Scores: lane = key of the tile. Lanes walk d starting at their own lane so that the k_s
+    // reads (stride head_dim) hit distinct banks when head_dim is a multiple of 32.
+    const int64_t key = tile0 + lane;
+    float s[kAttnRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kAttnRowsPerWarp; ++r) s[r] = 0.0f;
+    {
+      const float* kr = k_s + lane * hd;
+      const float* qw = q_s + warp * kAttnRowsPerWarp * hd;
+      int d = lane % hd;
+      for (int n = 0; n < hd; ++n) {
+        const float kv = kr[d];
+#pragma unroll
+        for (int r = 0; r < kAttnRowsPerWarp; ++r) s[r] += qw[r * hd + d] * kv;
+        if (++d == hd) d = 0;
+      }
+    }
+    float p[kAttnRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kAttnRowsPerWarp; ++r) {
+      if (len[r] == 0 || tile0 >= len[r]) {  // warp-uniform: no visible key in this tile
+        p[r] = 0.0f;
+        continue;
+      }
+      const float sc = key < len[r] ? s[r] * scale : -INFINITY;
+      const float tile_max = WarpMax(sc);  // finite: key tile0 is visible
+      const float m_new = fmaxf(m[r], tile_max);
+      const float alpha = expf(m[r] - m_new);  // m[r] = -inf on the first tile: 0
+      p[r] = key < len[r] ? expf(sc - m_new) : 0.0f;
+      l[r] = l[r] * alpha + WarpSum(p[r]);
+      m[r] = m_new;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) acc[r][c] *= alpha;
+    }
+    // P V: lane accumulates dims lane + 32 c.
+    const int64_t tile_keys = block_len - tile0 < kAttnTile ? block_len - tile0 : kAttnTile;
+    for (int j = 0; j < tile_keys; ++j) {
+      const float* vr =
+          kv_blocks + KvOffset(block_table, tile0 + j, kv_heads, head_dim, kvh) + v_off;
+      float vv[kChunks];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const int64_t d = lane + 32 * c;
+        vv[c] = d < head_dim ? vr[d] : 0.0f;
+      }
+#pragma unroll
+      for (int r = 0; r < kAttnRowsPerWarp; ++r) {
+        const float pj = __shfl_sync(kFull, p[r], j);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) acc[r][c] += pj * vv[c];
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kAttnRowsPerWarp; ++r) {
+    if (len[r] == 0) continue;
+    const int64_t row = row0 + warp * kAttnRowsPerWarp + r;
+    const int64_t t = row / group, h = kvh * group + row % group;
+    float* o = out + (t * heads + h) * head_dim;
+    const float inv = 1.0f / l[r];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t d = lane + 32 * c;
+      if (d < head_dim) o[d] = acc[r][c] * inv;
+    }
+  }
+}
+
+cudaError_t LaunchAttention(const float* q, int64_t batch, int64_t tokens, int64_t start,
+                            int64_t heads, int64_t kv_heads, int64_t head_dim, float scale,
+                            const int32_t* context_lens, const int32_t* block_tables,
+                            int64_t max_blocks, const float* kv_blocks, float* out,
+                            cudaStream_t stream) {
+  if (batch == 0 || tokens == 0) return cudaSuccess;
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || head_dim <= 0 ||
+      head_dim > kMaxHeadDim || batch > 65535 || kv_heads > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t rows = tokens * (heads / kv_heads);
+  const int64_t row_blocks = (rows + kAttnRows - 1) / kAttnRows;
+  if (row_blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(kv_heads),
+                  static_cast<unsigned>(batch));
+  const size_t smem = sizeof(float) * (kAttnRows + kAttnTile) * head_dim;
+  const dim3 block(kAttnWarps * 32);
+  if (head_dim <= 64) {
+    AttentionKernel<2><<<grid, block, smem, stream>>>(q, tokens, start, heads, kv_heads, head_dim,
+                                                      scale, context_lens, block_tables, max_blocks,
+                                                      kv_blocks, out);
+  } else if (head_dim <= 128) {
+    AttentionKernel<4><<<grid, block, smem, stream>>>(q, tokens, start, heads, kv_heads, head_dim,
+                                                      scale, context_lens, block_tables, max_blocks,
+                                                      kv_blocks, out);
+  } else {
+    AttentionKernel<8><<<grid, block, smem, stream>>>(q, tokens, start, heads, kv_heads, head_dim,
+                                                      scale, context_lens, block_tables, max_blocks,
+                                                      kv_blocks, out);
+  }
+  return cudaGetLastError();
+}
+
+// ---- Sampling ----
+//
+// One block per row. Every token gets a unique 64-bit key, (orderable logit bits << 32) |
+// ~index, so that key order is the reference sampler's order (logit descending, then index
+// ascending). Probabilities become fixed-point integers (exp((l - max) / T) * 2^40, at most 2^40
+// each), so every sum is exact and the result does not depend on the order of atomics. Top-k,
+// top-p and the draw are all the same question, answered by an MSB-first radix descent over the
+// keys (8 passes of 8 bits): which key is the first, in descending order, at which the
+// cumulative mass (a count for top-k) reaches a target?
+
+constexpr int kSampleThreads = 512;
+constexpr double kMassScale = 1099511627776.0;  // 2^40
+
+__device__ __forceinline__ uint64_t SampleKey(float logit, int64_t i) {
+  uint32_t u = __float_as_uint(logit);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<uint64_t>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(i));
+}
+
+__device__ __forceinline__ uint64_t Mass(float logit, float max_logit, float temperature) {
+  const float e = expf((logit - max_logit) / temperature);
+  return static_cast<uint64_t>(static_cast<double>(e) * kMassScale);
+}
+
+__device__ __forceinline__ uint64_t SplitMix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Sum of the masses (counts when `count`) of the keys >= lo. Every thread gets the result.
+__device__ uint64_t MassAbove(const float* row, int64_t vocab, uint64_t lo, bool count,
+                              float max_logit, float temperature, unsigned long long* cell) {
+  if (threadIdx.x == 0) *cell = 0;
+  __syncthreads();
+  unsigned long long local = 0;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    if (SampleKey(row[i], i) >= lo) local += count ? 1 : Mass(row[i], max_logit, temperature);
+  }
+  atomicAdd(cell, local);
+  __syncthreads();
+  const uint64_t r = *cell;
+  __syncthreads();
+  return r;
+}
+
+// The key K among those >= lo with mass(keys > K) < target <= mass(keys >= K). target >= 1 and
+// at most the total mass of the keys >= lo.
+__device__ uint64_t SelectKey(const float* row, int64_t vocab, uint64_t lo, bool count,
+                              float max_logit, float temperature, uint64_t target,
+                              unsigned long long* hist, uint64_t* shared_prefix,
+                              uint64_t* shared_target) {
+  uint64_t prefix = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    // Keys whose bits above `shift` equal the prefix found so far.
+    // Each thread accumulates runs of the same digit before one shared atomic: most logits
+    // share their top key byte, and integer atomics keep the sums exact in any order.
+    const uint64_t high_mask = shift == 56 ? 0 : (~0ull << (shift + 8));
+    int run_digit = -1;
+    unsigned long long run_mass = 0;
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const uint64_t key = SampleKey(row[i], i);
+      if (key < lo || (key & high_mask) != prefix) continue;
+      const uint64_t mass = count ? 1 : Mass(row[i], max_logit, temperature);
+      const int digit = static_cast<int>((key >> shift) & 0xff);
+      if (digit != run_digit) {
+        if (run_mass != 0) atomicAdd(&hist[run_digit], run_mass);
+        run_digit = digit;
+        run_mass = 0;
+      }
+      run_mass += mass;
+    }
+    if (run_mass != 0) atomicAdd(&hist[run_digit], run_mass);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint64_t cum = 0;
+      int digit = 0;
+      for (int b = 255; b >= 0; --b) {
+        if (cum + hist[b] >= target) {
+          digit = b;
+          break;
+        }
+        cum += hist[b];
+      }
+      *shared_prefix = prefix | (static_cast<uint64_t>(digit) << shift);
+      *shared_target = target - cum;
+    }
+    __syncthreads();
+    prefix = *shared_prefix;
+    target = *shared_target;
+    __syncthreads();
+  }
+  return prefix;
+}
+
+__global__ void __launch_bounds__(kSampleThreads)
+    SampleKernel(const float* logits, int64_t vocab, const float* temperature, const int32_t* top_k,
+                 const float* top_p, const uint64_t* seeds, const int64_t* steps, int32_t* out) {
+  __shared__ unsigned long long hist[256];
+  __shared__ unsigned long long cell;
+  __shared__ uint64_t shared_prefix, shared_target;
+  const int64_t b = blockIdx.x;
+  const float* row = logits + b * vocab;
+
+  // The largest key: the argmax (lowest index among equal logits).
+  if (threadIdx.x == 0) cell = 0;
+  __syncthreads();
+  unsigned long long best = 0;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const unsigned long long key = SampleKey(row[i], i);
+    best = key > best ? key : best;
+  }
+  atomicMax(&cell, best);
+  __syncthreads();
+  const uint64_t max_key = cell;
+  __syncthreads();
+  const int32_t argmax = static_cast<int32_t>(~static_cast<uint32_t>(max_key));
+
+  const float temp = temperature[b];
+  const int32_t k = top_k[b];
+  if (!(temp > 0.0f) || k == 1) {
+    if (threadIdx.x == 0) out[b] = argmax;
+    return;
+  }
+  const float max_logit = row[argmax];
+
+  // Top-k: keys >= the k-th largest.
+  uint64_t lo = 0;
+  if (k > 0 && k < vocab) {
+    lo = SelectKey(row, vocab, 0, /*count=*/true, max_logit, temp, static_cast<uint64_t>(k), hist,
+                   &shared_prefix, &shared_target);
+  }
+  uint64_t total = MassAbove(row, vocab, lo, false, max_logit, temp, &cell);
+  // Top-p: the shortest prefix whose mass reaches top_p of the top-k mass.
+  const float p = top_p[b];
+  if (p < 1.0f) {
+    double want = ceil(static_cast<double>(p) * static_cast<double>(total));
+    uint64_t target = want < 1.0 ? 1 : static_cast<uint64_t>(want);
+    if (target > total) target = total;
+    lo = SelectKey(row, vocab, lo, false, max_logit, temp, target, hist, &shared_prefix,
+                   &shared_target);
+    total = MassAbove(row, vocab, lo, false, max_logit, temp, &cell);
+  }
+  // The draw: r uniform in [0, total), the token where the cumulative mass first exceeds r.
+  const uint64_t bits = SplitMix64(seeds[b] ^ SplitMix64(static_cast<uint64_t>(steps[b])));
+  const double u = static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
+  uint64_t r = static_cast<uint64_t>(u * static_cast<double>(total));
+  if (r >= total) r = total - 1;
+  const uint64_t key = SelectKey(row, vocab, lo, false, max_logit, temp, r + 1, hist,
+                                 &shared_prefix, &shared_target);
+  if (threadIdx.x == 0) out[b] = static_cast<int32_t>(~static_cast<uint32_t>(key));
+}
+
+}  // namespace
+
+cudaError_t EmbeddingGather(const bf16* table, const int32_t* ids, int64_t n, int64_t dim,
+                            float* out, cudaStream_t stream) {
+  if (n == 0 || dim == 0) return cudaSuccess;
+  if (n > 0x7fffffff) return cudaErrorInvalidValue;
+  EmbeddingGatherKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(table, ids, dim, out);
+  return cudaGetLastError();
+}
+
+cudaError_t CastToBf16(const float* in, int64_t count, bf16* out, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  CastToBf16Kernel<<<FlatBlocks(count), kThreads, 0, stream>>>(in, count, out);
+  return cudaGetLastError();
+}
+
+cudaError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const bf16* weight, float eps,
+                    bool one_plus_weight, float* out, cudaStream_t stream) {
+  if (rows == 0 || dim == 0) return cudaSuccess;
+  if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, dim, weight, eps,
+                                                                      one_plus_weight, out);
+  return cudaGetLastError();
+}
+
+cudaError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
+                         const bf16* weight, float eps, float* out, cudaStream_t stream) {
+  if (rows == 0 || dim == 0) return cudaSuccess;
+  if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+  // Rows are short (a head, 128) in the models: 128 threads.
+  GatedRmsNormKernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(x, z, dim, weight, eps, out);
+  return cudaGetLastError();
+}
+
+cudaError_t GroupedGatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
+                                int64_t groups, const bf16* weight, float eps, float* out,
+                                cudaStream_t stream) {
+  if (rows == 0 || dim == 0) return cudaSuccess;
+  if (groups <= 0 || dim % groups != 0 || rows * groups > 0x7fffffff) {
+    return cudaErrorInvalidValue;
+  }
+  GroupedGatedRmsNormKernel<<<static_cast<unsigned>(rows * groups), kThreads, 0, stream>>>(
+      x, z, dim, groups, weight, eps, out);
+  return cudaGetLastError();
+}
+
+cudaError_t RotaryEmbedding(float* x, const int32_t* positions, int64_t tokens, int64_t heads,
+                            int64_t head_dim, int64_t rotary_dim, float theta,
+                            cudaStream_t stream) {
+  if (rotary_dim % 2 != 0 || rotary_dim > head_dim || rotary_dim < 0) return cudaErrorInvalidValue;
+  const int64_t count = tokens * heads * (rotary_dim / 2);
+  if (count == 0) return cudaSuccess;
+  RotaryKernel<<<FlatBlocks(count), kThreads, 0, stream>>>(x, positions, tokens, heads, head_dim,
+                                                           rotary_dim, theta);
+  return cudaGetLastError();
+}
+
+cudaError_t Add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  AddKernel<<<FlatBlocks(count), kThreads, 0, stream>>>(a, b, count, out);
+  return cudaGetLastError();
+}
+
+cudaError_t SiluGate(const float* in, int64_t rows, int64_t cols, float* out, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  SiluGateKernel<<<FlatBlocks(rows * cols), kThreads, 0, stream>>>(in, rows, cols, out);
+  return cudaGetLastError();
+}
+
+cudaError_t Relu2(const float* in, int64_t count, float* out, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  Relu2Kernel<<<FlatBlocks(count), kThreads, 0, stream>>>(in, count, out);
+  return cudaGetLastError();
+}
+
+cudaError_t CausalConv1d(const float* x, int64_t tokens, int64_t channels, int64_t kernel,
+                         const bf16* weight, const bf16* bias, float* state, bool silu, float* out,
+                         cudaStream_t stream) {
+  if (kernel < 1 || kernel > kMaxConvKernel) return cudaErrorInvalidValue;
+  if (tokens == 0 || channels == 0) return cudaSuccess;
+  const int64_t chunks = (tokens + kConvChunk - 1) / kConvChunk;
+  if (chunks > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((channels + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(chunks));
+  CausalConv1dKernel<<<grid, kThreads, 0, stream>>>(x, tokens, channels, kernel, weight, bias,
+                                                    state, silu, out);
+  return cudaGetLastError();
+}
+
+cudaError_t CausalConv1dStep(const float* x, int64_t batch, int64_t channels, int64_t kernel,
+                             const bf16* weight, const bf16* bias, float* const* states, bool silu,
+                             float* out, cudaStream_t stream) {
+  if (kernel < 1) return cudaErrorInvalidValue;
+  const int64_t count = batch * channels;
+  if (count == 0) return cudaSuccess;
+  CausalConv1dStepKernel<<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0,
+                           stream>>>(x, batch, channels, kernel, weight, bias, states, silu, out);
+  return cudaGetLastError();
+}
+
+cudaError_t KvCacheWrite(const float* k, const float* v, int64_t tokens, int64_t start,
+                         int64_t kv_heads, int64_t head_dim, const int32_t* block_table,
+                         float* kv_blocks, cudaStream_t stream) {
+  const int64_t count = tokens * kv_heads * head_dim;
+  if (count == 0) return cudaSuccess;
+  KvCacheWriteKernel<<<FlatBlocks(count), kThreads, 0, stream>>>(k, v, tokens, start, kv_heads,
+                                                                 head_dim, block_table, kv_blocks);
+  return cudaGetLastError();
+}
+
+cudaError_t AttentionPrefill(const float* q, int64_t tokens, int64_t start, int64_t heads,
+                             int64_t kv_heads, int64_t head_dim, float scale,
+                             const int32_t* block_table, const float* kv_blocks, float* out,
+                             cudaStream_t stream) {
+  return LaunchAttention(q, 1, tokens, start, heads, kv_heads, head_dim, scale, nullptr,
+                         block_table, 0, kv_blocks, out, stream);
+}
+
+cudaError_t AttentionDecode(const float* q, int64_t batch, int64_t heads, int64_t kv_heads,
+                            int64_t head_dim, float scale, const int32_t* context_lens,
+                            const int32_t* block_tables, int64_t max_blocks, const float* kv_blocks,
+                            float* out, cudaStream_t stream) {
+  return LaunchAttention(q, batch, 1, 0, heads, kv_heads, head_dim, scale, context_lens,
+                         block_tables, max_blocks, kv_blocks, out, stream);
+}
+
+cudaError_t Sample(const float* logits, int64_t batch, int64_t vocab, const float* temperature,
+                   const int32_t* top_k, const float* top_p, const uint64_t* seeds,
+                   const int64_t* steps, int32_t* out, cudaStream_t stream) {
+  if (batch == 0) return cudaSuccess;
+  if (vocab <= 0 || vocab > 0x7fffffff || batch > 0x7fffffff) return cudaErrorInvalidValue;
+  SampleKernel<<<static_cast<unsigned>(batch), kSampleThreads, 0, stream>>>(
+      logits, vocab, temperature, top_k, top_p, seeds, steps, out);
+  return cudaGetLastError();
+}
+
+}  // namespace tandem::workers::cuda

@@ -1,0 +1,365 @@
+// Recurrent-layer kernels: the gated delta rule (Qwen3.5 GDN), L2 normalisation and the Mamba-2
+// SSD scan (Nemotron-H). See kernels.h for the contracts.
+//
+// Both recurrences are independent per column of their state: for the delta rule, column e of
+// S [dk][dv] evolves from q, k, g, beta and v[e] alone (S^T k and S^T q are per-column dot
+// products over dk); for Mamba, row p of h [head_dim][state_size] evolves from x[p], dt, B and C
+// alone. So one warp owns a few such columns/rows for all tokens, keeps them in registers (each
+// lane holds every 32nd element) and reduces the dot products with warp shuffles; no block-level
+// synchronisation is needed and the grid covers (tiles, heads, batch).
+//
+// The chunked forms (`chunked` for GatedDeltaRule, `chunk` > 0 for MambaSsd) currently run the
+// same exact recurrence: it is the reference semantics, both forms must agree to fp32 rounding,
+// and the per-column decomposition already keeps the whole GPU busy for prefills of typical
+// head counts. A tensor-core chunked (WY / SSD) form is a later optimisation.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "workers/cuda/kernels.h"
+
+namespace tandem::workers::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+// ---- Gated delta rule ----
+
+// Columns of the state per warp and warps per block.
+constexpr int kGdnCols = 2;
+constexpr int kGdnWarps = 4;
+
+// Grid: (ceil(dv / (kGdnCols * kGdnWarps)), value_heads, batch). Sequence b has `tokens` rows at
+// q/k + (b * tokens + t) * key_heads * dk etc., and its state at states[b] (or `state` when
+// `states` is null). Lane l holds S[l + 32 r][e] for r < R of each of the warp's columns e.
+template <int R>
+__global__ void GdnKernel(const float* __restrict__ q, const float* __restrict__ k,
+                          const float* __restrict__ v, const float* __restrict__ g,
+                          const float* __restrict__ beta, int tokens, int key_heads,
+                          int value_heads, int dk, int dv, float* state, float* const* states,
+                          float* __restrict__ out) {
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int h = blockIdx.y;
+  const int b = blockIdx.z;
+  const int col0 = (blockIdx.x * kGdnWarps + warp) * kGdnCols;
+  if (col0 >= dv) return;  // whole warp leaves together
+  const int kh = h / (value_heads / key_heads);
+  float* s = (states != nullptr ? states[b] : state) + static_cast<int64_t>(h) * dk * dv;
+
+  float reg[R][kGdnCols];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int d = lane + kWarp * r;
+#pragma unroll
+    for (int c = 0; c < kGdnCols; ++c) {
+      const int e = col0 + c;
+      reg[r][c] = (d < dk && e < dv) ? s[static_cast<int64_t>(d) * dv + e] : 0.0f;
+    }
+  }
+
+  const int64_t qk_row = static_cast<int64_t>(key_heads) * dk;
+  const int64_t v_row = static_cast<int64_t>(value_heads) * dv;
+  const int64_t seq0 = static_cast<int64_t>(b) * tokens;
+  // Operands of token t, loaded one token ahead so the loads overlap the arithmetic.
+  float kq[R], qq[R], vv[kGdnCols], gg = 0.0f, bb = 0.0f;
+  auto load = [&](int t, float* kr, float* qr, float* vr, float* gr, float* br) {
+    const int64_t row = seq0 + t;
+    const float* kt = k + row * qk_row + static_cast<int64_t>(kh) * dk;
+    const float* qt = q + row * qk_row + static_cast<int64_t>(kh) * dk;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int d = lane + kWarp * r;
+      kr[r] = d < dk ? __ldg(kt + d) : 0.0f;
+      qr[r] = d < dk ? __ldg(qt + d) : 0.0f;
+    }
+    const float* vt = v + row * v_row + static_cast<int64_t>(h) * dv;
+#pragma unroll
+    for (int c = 0; c < kGdnCols; ++c) vr[c] = col0 + c < dv ? __ldg(vt + col0 + c) : 0.0f;
+    *gr = __ldg(g + row * value_heads + h);
+    *br = __ldg(beta + row * value_heads + h);
+  };
+  if (tokens > 0) load(0, kq, qq, vv, &gg, &bb);
+  for (int t = 0; t < tokens; ++t) {
+    float kc[R], qc[R], vc[kGdnCols];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      kc[r] = kq[r];
+      qc[r] = qq[r];
+    }
+#pragma unroll
+    for (int c = 0; c < kGdnCols; ++c) vc[c] = vv[c];
+    const float gc = gg, bc = bb;
+    if (t + 1 < tokens) load(t + 1, kq, qq, vv, &gg, &bb);
+
+    const float decay = expf(gc);
+    float stk[kGdnCols];
+#pragma unroll
+    for (int c = 0; c < kGdnCols; ++c) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        reg[r][c] *= decay;
+        acc += reg[r][c] * kc[r];
+      }
+      stk[c] = WarpSum(acc);
+    }
+    float* o = out + (seq0 + t) * v_row + static_cast<int64_t>(h) * dv;
+#pragma unroll
+    for (int c = 0; c < kGdnCols; ++c) {
+      const float delta = bc * (vc[c] - stk[c]);
+      float acc = 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        reg[r][c] += kc[r] * delta;
+        acc += reg[r][c] * qc[r];
+      }
+      acc = WarpSum(acc);
+      if (lane == 0 && col0 + c < dv) o[col0 + c] = acc;
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int d = lane + kWarp * r;
+#pragma unroll
+    for (int c = 0; c < kGdnCols; ++c) {
+      const int e = col0 + c;
+      if (d < dk && e < dv) s[static_cast<int64_t>(d) * dv + e] = reg[r][c];
+    }
+  }
+}
+
+cudaError_t LaunchGdn(const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, int64_t batch, int64_t tokens, int64_t key_heads,
+                      int64_t value_heads, int64_t dk, int64_t dv, float* state,
+                      float* const* states, float* out, cudaStream_t stream) {
+  if (batch < 0 || tokens < 0 || key_heads <= 0 || value_heads <= 0 ||
+      value_heads % key_heads != 0 || dk <= 0 || dk > 8 * kWarp || dv <= 0 || value_heads > 65535 ||
+      batch > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (batch == 0 || tokens == 0) return cudaSuccess;
+  const int per_block = kGdnCols * kGdnWarps;
+  const dim3 grid(static_cast<unsigned>((dv + per_block - 1) / per_block),
+                  static_cast<unsigned>(value_heads), static_cast<unsigned>(batch));
+  const dim3 block(kGdnWarps * kWarp);
+  const int t = static_cast<int>(tokens), kh = static_cast<int>(key_heads),
+            vh = static_cast<int>(value_heads), ik = static_cast<int>(dk),
+            iv = static_cast<int>(dv);
+  if (dk <= kWarp) {
+    GdnKernel<1>
+        <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
+  } else if (dk <= 2 * kWarp) {
+    GdnKernel<2>
+        <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
+  } else if (dk <= 4 * kWarp) {
+    GdnKernel<4>
+        <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
+  } else {
+    GdnKernel<8>
+        <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
+  }
+  return cudaGetLastError();
+}
+
+// ---- L2 norm ----
+
+// One warp per row.
+__global__ void L2NormScaleKernel(float* x, int64_t rows, int dim, float eps, float scale) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  float* xr = x + row * dim;
+  float ss = 0.0f;
+  for (int i = lane; i < dim; i += kWarp) ss += xr[i] * xr[i];
+  ss = WarpSum(ss);
+  const float inv = 1.0f / sqrtf(ss + eps);
+  for (int i = lane; i < dim; i += kWarp) xr[i] = xr[i] * inv * scale;
+}
+
+// ---- Mamba-2 SSD ----
+
+constexpr int kSsdRows = 2;  // rows of h (head_dim index p) per warp
+constexpr int kSsdWarps = 4;
+
+// Grid: (ceil(head_dim / (kSsdRows * kSsdWarps)), heads, batch). Lane l holds h[p][l + 32 r].
+template <int R>
+__global__ void SsdKernel(const float* __restrict__ x, const float* __restrict__ dt,
+                          const float* __restrict__ A, const float* __restrict__ B,
+                          const float* __restrict__ C, const float* __restrict__ D, int tokens,
+                          int heads, int head_dim, int groups, int state_size, float* state,
+                          float* const* states, float* __restrict__ y) {
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int h = blockIdx.y;
+  const int b = blockIdx.z;
+  const int p0 = (blockIdx.x * kSsdWarps + warp) * kSsdRows;
+  if (p0 >= head_dim) return;
+  const int grp = h / (heads / groups);
+  float* st =
+      (states != nullptr ? states[b] : state) + static_cast<int64_t>(h) * head_dim * state_size;
+
+  float reg[kSsdRows][R];
+#pragma unroll
+  for (int i = 0; i < kSsdRows; ++i) {
+    const int p = p0 + i;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int n = lane + kWarp * r;
+      reg[i][r] =
+          (p < head_dim && n < state_size) ? st[static_cast<int64_t>(p) * state_size + n] : 0.0f;
+    }
+  }
+  const float a = __ldg(A + h);
+  const float d_skip = __ldg(D + h);
+  const int64_t x_row = static_cast<int64_t>(heads) * head_dim;
+  const int64_t bc_row = static_cast<int64_t>(groups) * state_size;
+  const int64_t seq0 = static_cast<int64_t>(b) * tokens;
+
+  float bn[R], cn[R], xn[kSsdRows], dtn = 0.0f;
+  auto load = [&](int t, float* br, float* cr, float* xr, float* dr) {
+    const int64_t row = seq0 + t;
+    const float* bt = B + row * bc_row + static_cast<int64_t>(grp) * state_size;
+    const float* ct = C + row * bc_row + static_cast<int64_t>(grp) * state_size;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int n = lane + kWarp * r;
+      br[r] = n < state_size ? __ldg(bt + n) : 0.0f;
+      cr[r] = n < state_size ? __ldg(ct + n) : 0.0f;
+    }
+    const float* xt = x + row * x_row + static_cast<int64_t>(h) * head_dim;
+#pragma unroll
+    for (int i = 0; i < kSsdRows; ++i) xr[i] = p0 + i < head_dim ? __ldg(xt + p0 + i) : 0.0f;
+    *dr = __ldg(dt + row * heads + h);
+  };
+  if (tokens > 0) load(0, bn, cn, xn, &dtn);
+  for (int t = 0; t < tokens; ++t) {
+    float bc[R], cc[R], xc[kSsdRows];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      bc[r] = bn[r];
+      cc[r] = cn[r];
+    }
+#pragma unroll
+    for (int i = 0; i < kSsdRows; ++i) xc[i] = xn[i];
+    const float dtc = dtn;
+    if (t + 1 < tokens) load(t + 1, bn, cn, xn, &dtn);
+
+    const float decay = expf(dtc * a);
+    float* yt = y + (seq0 + t) * x_row + static_cast<int64_t>(h) * head_dim;
+#pragma unroll
+    for (int i = 0; i < kSsdRows; ++i) {
+      const float xdt = xc[i] * dtc;
+      float acc = 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        reg[i][r] = decay * reg[i][r] + xdt * bc[r];
+        acc += reg[i][r] * cc[r];
+      }
+      acc = WarpSum(acc);
+      if (lane == 0 && p0 + i < head_dim) yt[p0 + i] = acc + d_skip * xc[i];
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < kSsdRows; ++i) {
+    const int p = p0 + i;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int n = lane + kWarp * r;
+      if (p < head_dim && n < state_size) st[static_cast<int64_t>(p) * state_size + n] = reg[i][r];
+    }
+  }
+}
+
+cudaError_t LaunchSsd(const float* x, const float* dt, const float* A, const float* B,
+                      const float* C, const float* D, int64_t batch, int64_t tokens, int64_t heads,
+                      int64_t head_dim, int64_t groups, int64_t state_size, float* state,
+                      float* const* states, float* y, cudaStream_t stream) {
+  if (batch < 0 || tokens < 0 || heads <= 0 || groups <= 0 || heads % groups != 0 ||
+      head_dim <= 0 || state_size <= 0 || state_size > 8 * kWarp || heads > 65535 ||
+      batch > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (batch == 0 || tokens == 0) return cudaSuccess;
+  const int per_block = kSsdRows * kSsdWarps;
+  const dim3 grid(static_cast<unsigned>((head_dim + per_block - 1) / per_block),
+                  static_cast<unsigned>(heads), static_cast<unsigned>(batch));
+  const dim3 block(kSsdWarps * kWarp);
+  const int t = static_cast<int>(tokens), nh = static_cast<int>(heads),
+            hp = static_cast<int>(head_dim), ng = static_cast<int>(groups),
+            ns = static_cast<int>(state_size);
+  if (state_size <= kWarp) {
+    SsdKernel<1>
+        <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
+  } else if (state_size <= 2 * kWarp) {
+    SsdKernel<2>
+        <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
+  } else if (state_size <= 4 * kWarp) {
+    SsdKernel<4>
+        <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
+  } else {
+    SsdKernel<8>
+        <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t GatedDeltaRule(const float* q, const float* k, const float* v, const float* g,
+                           const float* beta, int64_t tokens, int64_t key_heads,
+                           int64_t value_heads, int64_t dk, int64_t dv, float* state, float* out,
+                           bool chunked, cudaStream_t stream) {
+  (void)chunked;  // the chunked form runs the exact recurrence (see the file comment)
+  return LaunchGdn(q, k, v, g, beta, /*batch=*/1, tokens, key_heads, value_heads, dk, dv, state,
+                   /*states=*/nullptr, out, stream);
+}
+
+cudaError_t GatedDeltaRuleStep(const float* q, const float* k, const float* v, const float* g,
+                               const float* beta, int64_t batch, int64_t key_heads,
+                               int64_t value_heads, int64_t dk, int64_t dv, float* const* states,
+                               float* out, cudaStream_t stream) {
+  return LaunchGdn(q, k, v, g, beta, batch, /*tokens=*/1, key_heads, value_heads, dk, dv,
+                   /*state=*/nullptr, states, out, stream);
+}
+
+cudaError_t L2NormScale(float* x, int64_t rows, int64_t dim, float eps, float scale,
+                        cudaStream_t stream) {
+  if (rows < 0 || dim <= 0 || dim > INT32_MAX) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  constexpr int kWarpsPerBlock = 8;
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+  L2NormScaleKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(
+      x, rows, static_cast<int>(dim), eps, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t MambaSsd(const float* x, const float* dt, const float* A, const float* B,
+                     const float* C, const float* D, int64_t tokens, int64_t heads,
+                     int64_t head_dim, int64_t groups, int64_t state_size, int64_t chunk,
+                     float* state, float* y, cudaStream_t stream) {
+  (void)chunk;  // the chunked form runs the exact recurrence (see the file comment)
+  return LaunchSsd(x, dt, A, B, C, D, /*batch=*/1, tokens, heads, head_dim, groups, state_size,
+                   state, /*states=*/nullptr, y, stream);
+}
+
+cudaError_t MambaSsdStep(const float* x, const float* dt, const float* A, const float* B,
+                         const float* C, const float* D, int64_t batch, int64_t heads,
+                         int64_t head_dim, int64_t groups, int64_t state_size, float* const* states,
+                         float* y, cudaStream_t stream) {
+  return LaunchSsd(x, dt, A, B, C, D, batch, /*tokens=*/1, heads, head_dim, groups, state_size,
+                   /*state=*/nullptr, states, y, stream);
+}
+
+}  // namespace tandem::workers::cuda

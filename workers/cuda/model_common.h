@@ -1,0 +1,86 @@
+#pragma once
+
+// Pieces shared by the two CUDA model implementations (cuda_qwen35_model.cc,
+// cuda_nemotron_h_model.cc). Host code.
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "workers/cuda/cuda_model.h"
+#include "workers/cuda/gemm.h"
+#include "workers/native/safetensors.h"
+
+namespace tandem::workers::cuda {
+
+// Longest run of tokens one forward pass takes: longer prefills go in chunks of this many.
+inline constexpr int64_t kMaxPrefillChunk = 512;
+// Most sequences one Decode call takes (the engine's largest bucket).
+inline constexpr int64_t kMaxDecodeBatch = 256;
+// Rows every activation scratch buffer holds.
+inline constexpr int64_t kMaxRows =
+    kMaxPrefillChunk > kMaxDecodeBatch ? kMaxPrefillChunk : kMaxDecodeBatch;
+// cuBLAS workspace: set explicitly so cuBLAS never allocates inside a captured graph.
+inline constexpr int64_t kCublasWorkspaceBytes = int64_t{32} << 20;
+// Padding unit of the per-layer pieces of a state slot, in floats (256 bytes).
+inline constexpr int64_t kStateAlignFloats = 64;
+
+inline int64_t AlignFloats(int64_t n) {
+  return (n + kStateAlignFloats - 1) / kStateAlignFloats * kStateAlignFloats;
+}
+
+// A cuBLAS handle with its own workspace, bound to a stream per call.
+class CublasContext {
+ public:
+  CublasContext() = default;
+  ~CublasContext() {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+  CublasContext(const CublasContext&) = delete;
+  CublasContext& operator=(const CublasContext&) = delete;
+
+  absl::Status Init() {
+    if (absl::Status s = CublasStatus(cublasCreate(&handle_), "cublasCreate"); !s.ok()) {
+      handle_ = nullptr;
+      return s;
+    }
+    return workspace_.Allocate(kCublasWorkspaceBytes, "the cuBLAS workspace");
+  }
+  // cublasSetStream resets the workspace to cuBLAS's own pool, so it is set again each time.
+  absl::Status Bind(cudaStream_t stream) {
+    if (absl::Status s = CublasStatus(cublasSetStream(handle_, stream), "cublasSetStream");
+        !s.ok()) {
+      return s;
+    }
+    return CublasStatus(cublasSetWorkspace(handle_, workspace_.as<void>(),
+                                           static_cast<size_t>(kCublasWorkspaceBytes)),
+                        "cublasSetWorkspace");
+  }
+  cublasHandle_t handle() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+  DeviceBuffer workspace_;
+};
+
+// The per-architecture loaders LoadCudaModel dispatches to (config already parsed as JSON).
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaQwen35Moe(const native::Checkpoint& checkpoint,
+                                                             const nlohmann::json& config);
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaNemotronH(const native::Checkpoint& checkpoint,
+                                                             const nlohmann::json& config);
+
+}  // namespace tandem::workers::cuda
+
+// Returns a Status naming the launch when a cudaError_t expression fails.
+#define TANDEM_CUDA_RETURN(expr)                                                                 \
+  do {                                                                                           \
+    if (::absl::Status tandem_cuda_status_ = ::tandem::workers::cuda::CudaStatus((expr), #expr); \
+        !tandem_cuda_status_.ok()) {                                                             \
+      return tandem_cuda_status_;                                                                \
+    }                                                                                            \
+  } while (0)
