@@ -99,6 +99,16 @@ start_worker nemotron "$NEMOTRON_DEVICE" $((WORKER_PORT + 1)) $((METRICS_PORT + 
   >"$LOGS/gateway.out" 2>"$LOGS/gateway.log" &
 pids+=($!)
 
+# A local Prometheus (Debian's, installed by setup.sh) scraping the stack with the shipped
+# recording and alerting rules (deploy/prometheus).
+PROM_PORT=${TANDEM_PROMETHEUS_PORT:-9090}
+if command -v prometheus >/dev/null 2>&1; then
+  prometheus --config.file="$PWD/deploy/prometheus/prometheus.yml" \
+    --storage.tsdb.path="$LOGS/prometheus-data" --web.listen-address="$HOST:$PROM_PORT" \
+    >"$LOGS/prometheus.log" 2>&1 &
+  pids+=($!)
+fi
+
 # Wait until the gateway sees both workers ready.
 for _ in $(seq 1 150); do
   if $CTL models 2>/dev/null | grep -c 'ready=1/1' | grep -q 2; then break; fi
@@ -153,5 +163,11 @@ echo "  gateway metrics   http://$HOST:$METRICS_PORT/metrics"
 echo "  qwen worker       $HOST:$WORKER_PORT, metrics http://$HOST:$((METRICS_PORT + 1))/metrics"
 echo "  nemotron worker   $HOST:$((WORKER_PORT + 1)), metrics http://$HOST:$((METRICS_PORT + 2))/metrics"
 echo "  routing policy    policies/default.yaml (edit it: the gateway reloads it within a second)"
+echo "  prometheus        http://$HOST:$PROM_PORT  (rules: deploy/prometheus; try these queries:)"
+echo "      sum by (model_name, code) (rate(tandem_gateway_requests_total[1m]))"
+echo "      namespace_model_name:tandem_worker_num_requests_waiting:avg"
+echo "      sum by (rule) (increase(tandem_gateway_route_decisions_total[5m]))"
+echo "      ALERTS"
+echo "  operations guide  docs/operations.md (dashboards, alerts, deployment)"
 echo "  logs              $LOGS"
 wait

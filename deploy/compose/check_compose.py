@@ -4,7 +4,7 @@ renders is coherent: each worker reserves exactly one GPU (a different one) and 
 device 0; every flag is one the binary defines; ports agree between the workers' flags, `expose`, the gateway's --workers and
 prometheus.yml; every build target exists in the Dockerfile, whose stages are all Debian 12; the
 compose prometheus.yml passes `promtool check config` with the shipped rules.
-No container engine runs here, so the images are not built (see deploy/README.md).
+No container engine runs here, so the images are not built (see docs/operations.md).
 
 usage: check_compose.py DOCKER_COMPOSE PROMTOOL
 """
