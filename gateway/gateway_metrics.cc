@@ -115,6 +115,19 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                 .Name("tandem_gateway_shed_requests_total")
                 .Help("Requests refused with RESOURCE_EXHAUSTED by a policy shed rule.")
                 .Register(r)),
+      fallbacks_(BuildCounter()
+                     .Name("tandem_gateway_fallbacks_total")
+                     .Help("Requests admitted to a fallback model because the decided one had no "
+                           "usable worker, by decided and serving model.")
+                     .Register(r)),
+      decision_duration_(
+          BuildHistogram()
+              .Name("tandem_gateway_route_decision_duration_seconds")
+              .Help("Time to admit a request: validation, features, the routing "
+                    "decision (learned classifier included) and the endpoint pick.")
+              .Register(r)
+              .Add({}, Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4,
+                                                   2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2})),
       reloads_ok_(BuildCounter()
                       .Name("tandem_policy_reloads_total")
                       .Help("Policy reload attempts, by result.")
@@ -205,6 +218,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
     }
     for (const std::string& to : models) {
       Labelled(failovers_, {{"from_model", m}, {"to_model", to}});
+      if (to != m) Labelled(fallbacks_, {{"from_model", m}, {"to_model", to}});
     }
   }
   for (const std::string& c : classes) Labelled(shed_, {{"class", c}});
@@ -348,6 +362,10 @@ void GatewayMetrics::CountFailover(const std::string& from_model, const std::str
 
 void GatewayMetrics::CountHedge(const std::string& model, bool won) {
   Labelled(hedges_, {{"model_name", model}, {"outcome", won ? "won" : "lost"}}).Increment();
+}
+
+void GatewayMetrics::CountFallback(const std::string& from_model, const std::string& to_model) {
+  Labelled(fallbacks_, {{"from_model", from_model}, {"to_model", to_model}}).Increment();
 }
 
 void GatewayMetrics::CountShed(const std::string& request_class) {

@@ -76,6 +76,10 @@ class GatewayMetrics {
   void CountFailover(const std::string& from_model, const std::string& to_model);
   void CountHedge(const std::string& model, bool won);
   void CountShed(const std::string& request_class);
+  // Admission fell back from the decided model (no usable worker) to another.
+  void CountFallback(const std::string& from_model, const std::string& to_model);
+  // Time to admit a request: validation, features, the routing decision, the endpoint pick.
+  prometheus::Histogram& decision_duration() { return decision_duration_; }
 
   // Decision-log records written and dropped (writer behind).
   prometheus::Counter& decision_log_written() { return decision_log_written_; }
@@ -108,6 +112,8 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& failovers_;
   prometheus::Family<prometheus::Counter>& hedges_;
   prometheus::Family<prometheus::Counter>& shed_;
+  prometheus::Family<prometheus::Counter>& fallbacks_;
+  prometheus::Histogram& decision_duration_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_error_;
   prometheus::Counter& decision_log_written_;

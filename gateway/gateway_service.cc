@@ -119,8 +119,10 @@ class GenerationCall {
     if (service_->draining()) {
       return absl::UnavailableError("gateway is draining; retry on another replica");
     }
+    const auto admit_start = SteadyClock::now();
     absl::Status s = service_->intake().Admit(*request_, MetadataRequestId(context_),
                                               context_->deadline(), false, &admission_);
+    service_->metrics().decision_duration().Observe(Seconds(SteadyClock::now() - admit_start));
     if (!s.ok()) {
       if (admission_.retry_after_seconds > 0) {
         // gRPC has no standard retry-after; this key mirrors HTTP's Retry-After in milliseconds.
@@ -135,6 +137,9 @@ class GenerationCall {
       return s;
     }
     const auto& d = admission_.decision;
+    if (!admission_.fell_back_from.empty()) {
+      service_->metrics().CountFallback(admission_.fell_back_from, d.model);
+    }
     model_metrics_ = service_->metrics().ForModel(d.model);
     service_->metrics().CountDecision(d.model, d.request_class, d.rule, d.policy_version);
     if (DecisionLog* log = service_->decision_log()) {

@@ -90,6 +90,7 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   absl::StatusOr<Target> target = PickTarget(*out, {});
   if (!target.ok()) return target.status();
   if (target->pool != out->pool) {
+    out->fell_back_from = out->decision.model;
     out->decision.reason = absl::StrFormat("%s; fell back from '%s' (no usable worker)",
                                            out->decision.reason, out->decision.model);
     out->decision.model = target->pool->name();

@@ -35,6 +35,8 @@ struct Admission {
   tandem::v1::WorkerGenerateRequest worker_request;
   // Set when a shed rule refused the request.
   double retry_after_seconds = 0;
+  // The decided model when admission fell back to another (empty otherwise).
+  std::string fell_back_from;
 };
 
 // Where one attempt of a request goes.

@@ -188,12 +188,12 @@ def routing():
         f"sum by (model_name) (rate(tandem_gateway_route_decisions_total{{{NSM}}}[{RI}]))"
         f" / ignoring(model_name) group_left sum(rate(tandem_gateway_route_decisions_total{{{NSM}}}[{RI}]))",
         "{{model_name}}")], unit="percentunit", max_value=1, stack=True)
-    d.panel("Decision and relay overhead (TTFT p50, gateway minus worker)", [(
-        f"histogram_quantile(0.5, sum by (model_name, le) (rate(tandem_gateway_time_to_first_token_seconds_bucket{{{NSM}}}[{RI}])))"
-        f" - on (model_name) histogram_quantile(0.5, sum by (model_name, le) (rate(tandem_worker_time_to_first_token_seconds_bucket{{{NSM}}}[{RI}])))",
-        "{{model_name}}")], unit="s",
-        description="The gateway exports no decision-time histogram; the gap between the gateway's and the "
-                    "workers' median TTFT bounds what routing, dispatch and relay add.")
+    d.panel("Decision latency (admission: validation, features, routing, endpoint pick)", [
+        (f"histogram_quantile(0.5, sum by (le) (rate(tandem_gateway_route_decision_duration_seconds_bucket{{{NS}}}[{RI}])))",
+         "p50"),
+        (f"histogram_quantile(0.99, sum by (le) (rate(tandem_gateway_route_decision_duration_seconds_bucket{{{NS}}}[{RI}])))",
+         "p99")], unit="s",
+        description="tandem_gateway_route_decision_duration_seconds: the learned classifier included.")
     d.panel("Decisions by policy version", [(
         f"sum by (policy_version) (rate(tandem_gateway_route_decisions_total{{{NSM}}}[{RI}]))",
         "{{policy_version}}")], unit="reqps")
@@ -206,8 +206,11 @@ def routing():
     d.panel("Retries and fallbacks", [
         (f"sum by (model_name, reason) (rate(tandem_gateway_retries_total{{{NSM}}}[{RI}]))",
          "{{model_name}} {{reason}}"),
-        (f"sum(rate(tandem_gateway_retry_budget_exhausted_total{{{NS}}}[{RI}]))", "retry budget exhausted")],
-        unit="ops", description="Retries go to another replica, then to the action's fallback models.")
+        (f"sum(rate(tandem_gateway_retry_budget_exhausted_total{{{NS}}}[{RI}]))", "retry budget exhausted"),
+        (f"sum by (from_model, to_model) (rate(tandem_gateway_fallbacks_total{{{NS}, from_model=~\"$model\"}}[{RI}]))",
+         "fallback {{from_model}} -> {{to_model}}")],
+        unit="ops", description="Retries go to another replica, then to the action's fallback models; "
+                                "fallbacks: admitted to a fallback model because the decided one had no usable worker.")
     d.panel("Hedges", [(
         f"sum by (model_name, outcome) (rate(tandem_gateway_hedges_total{{{NSM}}}[{RI}]))",
         "{{model_name}} {{outcome}}")], unit="ops")
