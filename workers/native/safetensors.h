@@ -66,6 +66,8 @@ class Checkpoint {
   absl::StatusOr<std::vector<float>> GetFloat(const std::string& name,
                                               absl::Span<const int64_t> shape) const;
   bool Has(const std::string& name) const { return index_.contains(name); }
+  // Every tensor, by name.
+  const std::map<std::string, const TensorView*>& tensors() const { return index_; }
   size_t tensor_count() const { return index_.size(); }
   // Total bytes of all tensors, as stored.
   uint64_t stored_bytes() const;

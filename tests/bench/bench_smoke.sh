@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# ctest smoke test of tandem-bench (label bench): tiny runs of every mode and both presets
+# against a synthetic worker and a gateway; checks only that each completes and writes valid
+# JSON (and an SVG). No timing assertions.
+#   bench_smoke.sh SOURCE_DIR BUILD_DIR OUT_DIR
+set -euo pipefail
+SRC=$1 BUILD=$2 OUT=$3
+rm -rf "$OUT" && mkdir -p "$OUT"
+source "$SRC/scripts/bench_lib.sh"
+trap bench_cleanup EXIT
+BENCH=$BUILD/tools/tandem-bench
+
+bench_start_stack "$BUILD" "$OUT"
+
+check_json() {
+  /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["runs"], "no runs"; assert all(r["ok"] > 0 for r in d["runs"]), "a run had no OK request"' "$1"
+  grep -q '</svg>' "${1%.json}.svg"
+  echo "ok: $1"
+}
+
+common=(--warmup_requests=2 --max_tokens=8)
+"$BENCH" "${common[@]}" --target=gateway --address="$GATEWAY_ADDR" --api=stream \
+  --concurrencies=1,4 --duration=0.3s --json="$OUT/closed.json" --svg="$OUT/closed.svg"
+check_json "$OUT/closed.json"
+"$BENCH" "${common[@]}" --target=gateway --address="$GATEWAY_ADDR" --api=unary --model=qwen \
+  --prompt=long --rates=50,100 --arrival=fixed --duration=0.3s \
+  --json="$OUT/open.json" --svg="$OUT/open.svg"
+check_json "$OUT/open.json"
+"$BENCH" "${common[@]}" --target=worker --address="$WORKER_ADDR" --rate=100 --duration=0.3s \
+  --json="$OUT/worker.json" --svg="$OUT/worker.svg"
+check_json "$OUT/worker.json"
+"$BENCH" "${common[@]}" --preset=overhead --worker_address="$WORKER_ADDR" \
+  --gateway_address="$GATEWAY_ADDR" --gateway_pid="$GATEWAY_PID" --duration=0.3s \
+  --rates=100 --streams=16 --json="$OUT/overhead.json" --svg="$OUT/overhead.svg"
+check_json "$OUT/overhead.json"
+"$BENCH" "${common[@]}" --preset=seeds --address="$GATEWAY_ADDR" --iterations=1 --models=qwen \
+  --json="$OUT/seeds.json" --svg="$OUT/seeds.svg"
+check_json "$OUT/seeds.json"
