@@ -49,13 +49,15 @@
 #include "tandem/v1/worker.grpc.pb.h"
 
 ABSL_FLAG(std::string, preset, "", "'' (one run or one sweep), 'seeds' or 'overhead'");
-ABSL_FLAG(std::string, target, "gateway", "gateway (tandem.v1.Gateway) or worker (tandem.v1.Worker)");
+ABSL_FLAG(std::string, target, "gateway",
+          "gateway (tandem.v1.Gateway) or worker (tandem.v1.Worker)");
 ABSL_FLAG(std::string, address, "127.0.0.1:7000", "HOST:PORT of the target");
 ABSL_FLAG(std::string, api, "stream",
           "stream (GenerateStream; Worker.Generate) or unary (Gateway.Generate; on a worker the "
           "stream is read to its end and only end-to-end latency is reported)");
 ABSL_FLAG(std::string, model, "", "pin the model (hints.model) on the gateway; '' lets it route");
-ABSL_FLAG(std::string, prompt, "short", "prompt size: short (~16 tokens), medium (~128), long (~700)");
+ABSL_FLAG(std::string, prompt, "short",
+          "prompt size: short (~16 tokens), medium (~128), long (~700)");
 ABSL_FLAG(int, max_tokens, 64, "sampling.max_tokens of every request");
 ABSL_FLAG(double, rate, 0, "open loop: requests per second (0: closed loop)");
 ABSL_FLAG(std::string, arrival, "poisson", "open-loop arrivals: poisson or fixed");
@@ -66,15 +68,18 @@ ABSL_FLAG(absl::Duration, duration, absl::Seconds(5), "length of each run (when 
 ABSL_FLAG(int, requests, 0, "requests per run (0: run for --duration)");
 ABSL_FLAG(int, warmup_requests, 50, "requests before each series, not measured");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60), "deadline of each call");
-ABSL_FLAG(int, max_inflight, 20000, "open loop: arrivals beyond this many in flight are dropped "
-                                    "and counted as CLIENT_OVERLOAD");
+ABSL_FLAG(int, max_inflight, 20000,
+          "open loop: arrivals beyond this many in flight are dropped "
+          "and counted as CLIENT_OVERLOAD");
 ABSL_FLAG(int, channels, 1, "gRPC channels (TCP connections) to spread calls over");
 ABSL_FLAG(uint64_t, seed, 1, "seed of Poisson arrivals");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 ABSL_FLAG(std::string, svg, "", "write a plot of latency percentiles against load to this file");
-ABSL_FLAG(absl::Duration, ready_timeout, absl::Seconds(20), "wait this long for the target to be ready");
+ABSL_FLAG(absl::Duration, ready_timeout, absl::Seconds(20),
+          "wait this long for the target to be ready");
 // Presets.
-ABSL_FLAG(std::string, models, "qwen,nemotron", "seeds: models to pin (plus the gateway's routing)");
+ABSL_FLAG(std::string, models, "qwen,nemotron",
+          "seeds: models to pin (plus the gateway's routing)");
 ABSL_FLAG(int, iterations, 5, "seeds: iterations per prompt size and per concurrency level");
 ABSL_FLAG(std::string, worker_address, "", "overhead: the worker called directly");
 ABSL_FLAG(std::string, gateway_address, "", "overhead: a gateway in front of that same worker");
@@ -201,7 +206,8 @@ class Recorder {
     codes_[GrpcCodeName(status.error_code())]++;
     if (!status.ok()) {
       if (errors_.size() < 5) {
-        std::string m = absl::StrCat(GrpcCodeName(status.error_code()), ": ", status.error_message());
+        std::string m =
+            absl::StrCat(GrpcCodeName(status.error_code()), ": ", status.error_message());
         if (std::find(errors_.begin(), errors_.end(), m) == errors_.end()) errors_.push_back(m);
       }
       return;
@@ -358,8 +364,7 @@ class Driver {
 template <typename Chunk>
 class StreamCall final : public grpc::ClientReadReactor<Chunk> {
  public:
-  StreamCall(Driver* driver, Clock::time_point scheduled)
-      : driver_(driver), scheduled_(scheduled) {
+  StreamCall(Driver* driver, Clock::time_point scheduled) : driver_(driver), scheduled_(scheduled) {
     context_.set_deadline(std::chrono::system_clock::now() +
                           absl::ToChronoNanoseconds(driver->timeout()));
   }
@@ -551,8 +556,8 @@ absl::Status WaitReady(Target target, const std::string& address, const std::str
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  return absl::UnavailableError(absl::StrCat(TargetName(target), " at ", address,
-                                             " not ready: ", last));
+  return absl::UnavailableError(
+      absl::StrCat(TargetName(target), " at ", address, " not ready: ", last));
 }
 
 RunResult RunOnce(const RunSpec& spec) {
@@ -599,14 +604,14 @@ std::string MarkdownTable(const std::vector<RunResult>& results) {
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const RunResult& r : results) {
     const bool stream = r.ttft_ms.count > 0;
-    absl::StrAppend(
-        &out, "| ", r.spec.label, " | ", ApiName(r.spec.api), " | ", r.spec.prompt, " | ",
-        LoadText(r.spec), " | ", r.ok, " | ", Fmt(r.RequestsPerSecond()), " | ",
-        Fmt(r.TokensPerSecond()), " | ", Fmt(r.e2e_ms.p50), " | ", Fmt(r.e2e_ms.p90), " | ",
-        Fmt(r.e2e_ms.p99), " | ", Fmt(r.e2e_ms.p999), " | ", stream ? Fmt(r.ttft_ms.p50) : "-",
-        " | ", stream ? Fmt(r.ttft_ms.p99) : "-", " | ", r.tpot_ms.count ? Fmt(r.tpot_ms.p50) : "-",
-        " | ", r.gap_ms.count ? Fmt(r.gap_ms.p50) : "-", " | ",
-        r.gap_ms.count ? Fmt(r.gap_ms.p99) : "-", " | ", CodesText(r), " |\n");
+    absl::StrAppend(&out, "| ", r.spec.label, " | ", ApiName(r.spec.api), " | ", r.spec.prompt,
+                    " | ", LoadText(r.spec), " | ", r.ok, " | ", Fmt(r.RequestsPerSecond()), " | ",
+                    Fmt(r.TokensPerSecond()), " | ", Fmt(r.e2e_ms.p50), " | ", Fmt(r.e2e_ms.p90),
+                    " | ", Fmt(r.e2e_ms.p99), " | ", Fmt(r.e2e_ms.p999), " | ",
+                    stream ? Fmt(r.ttft_ms.p50) : "-", " | ", stream ? Fmt(r.ttft_ms.p99) : "-",
+                    " | ", r.tpot_ms.count ? Fmt(r.tpot_ms.p50) : "-", " | ",
+                    r.gap_ms.count ? Fmt(r.gap_ms.p50) : "-", " | ",
+                    r.gap_ms.count ? Fmt(r.gap_ms.p99) : "-", " | ", CodesText(r), " |\n");
   }
   return out;
 }
@@ -615,9 +620,15 @@ std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += absl::StrFormat("\\u%04x", c);
@@ -651,17 +662,17 @@ std::string JsonResult(const RunResult& r) {
       ",\"address\":", JsonString(s.address), ",\"api\":", JsonString(ApiName(s.api)),
       ",\"model\":", JsonString(s.model), ",\"prompt\":", JsonString(s.prompt),
       ",\"max_tokens\":", s.max_tokens, ",\"loop\":", JsonString(s.rate > 0 ? "open" : "closed"),
-      ",\"rate\":", JsonNumber(s.rate), ",\"arrival\":",
-      JsonString(s.rate > 0 ? (s.poisson ? "poisson" : "fixed") : ""),
+      ",\"rate\":", JsonNumber(s.rate),
+      ",\"arrival\":", JsonString(s.rate > 0 ? (s.poisson ? "poisson" : "fixed") : ""),
       ",\"concurrency\":", s.rate > 0 ? 0 : s.concurrency,
-      ",\"wall_seconds\":", JsonNumber(r.wall_seconds), ",\"issued\":", r.issued,
-      ",\"ok\":", r.ok, ",\"completion_tokens\":", r.completion_tokens,
+      ",\"wall_seconds\":", JsonNumber(r.wall_seconds), ",\"issued\":", r.issued, ",\"ok\":", r.ok,
+      ",\"completion_tokens\":", r.completion_tokens,
       ",\"requests_per_second\":", JsonNumber(r.RequestsPerSecond()),
       ",\"tokens_per_second\":", JsonNumber(r.TokensPerSecond()), ",\"codes\":{",
       absl::StrJoin(codes, ","), "},\"errors\":[", absl::StrJoin(errors, ","),
       "],\"e2e_ms\":", JsonPercentiles(r.e2e_ms), ",\"ttft_ms\":", JsonPercentiles(r.ttft_ms),
-      ",\"tpot_ms\":", JsonPercentiles(r.tpot_ms),
-      ",\"chunk_gap_ms\":", JsonPercentiles(r.gap_ms), "}");
+      ",\"tpot_ms\":", JsonPercentiles(r.tpot_ms), ",\"chunk_gap_ms\":", JsonPercentiles(r.gap_ms),
+      "}");
 }
 
 std::string JsonRuns(const std::vector<RunResult>& results) {
@@ -709,13 +720,14 @@ std::string Svg(const std::vector<RunResult>& results, const std::string& title)
   ymax = std::pow(10, std::ceil(std::log10(std::max(ymax, ymin * 10))));
   const bool logx = xmax / std::max(xmin, 1e-9) >= 10 && xmin > 0;
   auto X = [&](double x) {
-    const double f = logx ? (std::log10(x) - std::log10(xmin)) / (std::log10(xmax) - std::log10(xmin))
-                          : (x - xmin) / (xmax - xmin);
+    const double f =
+        logx ? (std::log10(x) - std::log10(xmin)) / (std::log10(xmax) - std::log10(xmin))
+             : (x - xmin) / (xmax - xmin);
     return left + f * (w - left - right);
   };
   auto Y = [&](double y) {
-    const double f = (std::log10(std::max(y, ymin)) - std::log10(ymin)) /
-                     (std::log10(ymax) - std::log10(ymin));
+    const double f =
+        (std::log10(std::max(y, ymin)) - std::log10(ymin)) / (std::log10(ymax) - std::log10(ymin));
     return h - bottom - f * (h - top - bottom);
   };
   absl::StrAppendFormat(&svg,
@@ -777,10 +789,10 @@ absl::Status Emit(const std::vector<RunResult>& results, const std::string& extr
                   const std::string& title) {
   std::cout << MarkdownTable(results) << std::flush;
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    RETURN_IF_ERROR(WriteFile(path, absl::StrCat("{\"tool\":\"tandem-bench\",\"preset\":",
-                                                 JsonString(absl::GetFlag(FLAGS_preset)),
-                                                 extra_json, ",\n\"runs\":", JsonRuns(results),
-                                                 "}\n")));
+    RETURN_IF_ERROR(WriteFile(
+        path, absl::StrCat(
+                  "{\"tool\":\"tandem-bench\",\"preset\":", JsonString(absl::GetFlag(FLAGS_preset)),
+                  extra_json, ",\n\"runs\":", JsonRuns(results), "}\n")));
   }
   if (const std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
     RETURN_IF_ERROR(WriteFile(path, Svg(results, title)));
@@ -921,17 +933,18 @@ absl::Status RunSeeds() {
       s.requests = iterations;
       RunResult r = RunOnce(s);
       const double per_request_tps =
-          r.e2e_ms.mean > 0 && r.ok > 0 ? (r.completion_tokens / double(r.ok)) / (r.e2e_ms.mean / 1e3)
-                                        : 0;
+          r.e2e_ms.mean > 0 && r.ok > 0
+              ? (r.completion_tokens / double(r.ok)) / (r.e2e_ms.mean / 1e3)
+              : 0;
       absl::StrAppend(&single, "| ", name, " | ", prompt, " | ", Fmt(r.e2e_ms.p50), " | ",
                       Fmt(r.e2e_ms.mean), " | ", Fmt(r.ttft_ms.p50), " | ", Fmt(r.tpot_ms.p50),
                       " | ", Fmt(per_request_tps), " | ", CodesText(r), " |\n");
-      json_single.push_back(absl::StrCat(
-          "{\"model\":", JsonString(name), ",\"prompt\":", JsonString(prompt),
-          ",\"e2e_ms_p50\":", JsonNumber(r.e2e_ms.p50), ",\"e2e_ms_mean\":",
-          JsonNumber(r.e2e_ms.mean), ",\"ttft_ms_p50\":", JsonNumber(r.ttft_ms.p50),
-          ",\"tpot_ms_p50\":", JsonNumber(r.tpot_ms.p50),
-          ",\"tokens_per_second_per_request\":", JsonNumber(per_request_tps), "}"));
+      json_single.push_back(
+          absl::StrCat("{\"model\":", JsonString(name), ",\"prompt\":", JsonString(prompt),
+                       ",\"e2e_ms_p50\":", JsonNumber(r.e2e_ms.p50), ",\"e2e_ms_mean\":",
+                       JsonNumber(r.e2e_ms.mean), ",\"ttft_ms_p50\":", JsonNumber(r.ttft_ms.p50),
+                       ",\"tpot_ms_p50\":", JsonNumber(r.tpot_ms.p50),
+                       ",\"tokens_per_second_per_request\":", JsonNumber(per_request_tps), "}"));
       all.push_back(std::move(r));
     }
     double base_tps = 0;
@@ -945,14 +958,13 @@ absl::Status RunSeeds() {
       if (c == 1) base_tps = tps;
       const double efficiency = base_tps > 0 ? tps / (c * base_tps) : 0;
       absl::StrAppend(&scaling, "| ", name, " | ", c, " | ", Fmt(tps), " | ",
-                      absl::StrFormat("%.0f%%", efficiency * 100), " | ", Fmt(r.e2e_ms.p50),
-                      " | ", Fmt(r.e2e_ms.p99), " | ", Fmt(r.ttft_ms.p50), " | ", CodesText(r),
-                      " |\n");
-      json_scaling.push_back(absl::StrCat(
-          "{\"model\":", JsonString(name), ",\"concurrency\":", c,
-          ",\"aggregate_tokens_per_second\":", JsonNumber(tps),
-          ",\"scaling_efficiency\":", JsonNumber(efficiency), ",\"e2e_ms_p50\":",
-          JsonNumber(r.e2e_ms.p50), ",\"e2e_ms_p99\":", JsonNumber(r.e2e_ms.p99), "}"));
+                      absl::StrFormat("%.0f%%", efficiency * 100), " | ", Fmt(r.e2e_ms.p50), " | ",
+                      Fmt(r.e2e_ms.p99), " | ", Fmt(r.ttft_ms.p50), " | ", CodesText(r), " |\n");
+      json_scaling.push_back(absl::StrCat("{\"model\":", JsonString(name), ",\"concurrency\":", c,
+                                          ",\"aggregate_tokens_per_second\":", JsonNumber(tps),
+                                          ",\"scaling_efficiency\":", JsonNumber(efficiency),
+                                          ",\"e2e_ms_p50\":", JsonNumber(r.e2e_ms.p50),
+                                          ",\"e2e_ms_p99\":", JsonNumber(r.e2e_ms.p99), "}"));
       all.push_back(std::move(r));
     }
     std::cerr << "done " << name << "\n";
@@ -962,17 +974,17 @@ absl::Status RunSeeds() {
   for (const auto& r : all) {
     if (r.spec.label.find("concurrency") != std::string::npos) concurrency_runs.push_back(r);
   }
-  const std::string extra = absl::StrCat(",\n\"single_request\":[", absl::StrJoin(json_single, ","),
-                                         "],\n\"concurrency\":[", absl::StrJoin(json_scaling, ","),
-                                         "]");
+  const std::string extra =
+      absl::StrCat(",\n\"single_request\":[", absl::StrJoin(json_single, ","),
+                   "],\n\"concurrency\":[", absl::StrJoin(json_scaling, ","), "]");
   std::cout << MarkdownTable(all) << std::flush;
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     RETURN_IF_ERROR(WriteFile(path, absl::StrCat("{\"tool\":\"tandem-bench\",\"preset\":\"seeds\"",
                                                  extra, ",\n\"runs\":", JsonRuns(all), "}\n")));
   }
   if (const std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
-    RETURN_IF_ERROR(WriteFile(
-        path, Svg(concurrency_runs, "tandem-bench seeds: latency against concurrency")));
+    RETURN_IF_ERROR(
+        WriteFile(path, Svg(concurrency_runs, "tandem-bench seeds: latency against concurrency")));
   }
   return absl::OkStatus();
 }
@@ -1028,7 +1040,8 @@ absl::Status RunOverhead() {
   const std::string worker = absl::GetFlag(FLAGS_worker_address);
   const std::string gateway = absl::GetFlag(FLAGS_gateway_address);
   if (worker.empty() || gateway.empty()) {
-    return absl::InvalidArgumentError("--preset=overhead needs --worker_address and --gateway_address");
+    return absl::InvalidArgumentError(
+        "--preset=overhead needs --worker_address and --gateway_address");
   }
   const int pid = absl::GetFlag(FLAGS_gateway_pid);
   RETURN_IF_ERROR(WaitReady(Target::kWorker, worker));
@@ -1037,8 +1050,9 @@ absl::Status RunOverhead() {
   {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    grpc::Status s = Worker::NewStub(grpc::CreateChannel(worker, grpc::InsecureChannelCredentials()))
-                         ->GetInfo(&context, {}, &info);
+    grpc::Status s =
+        Worker::NewStub(grpc::CreateChannel(worker, grpc::InsecureChannelCredentials()))
+            ->GetInfo(&context, {}, &info);
     if (!s.ok()) return FromGrpcStatus(s);
   }
   RETURN_IF_ERROR(WaitReady(Target::kGateway, gateway, info.model_name()));
@@ -1083,9 +1097,8 @@ absl::Status RunOverhead() {
     // Merge rounds: rerun one combined measurement is not possible after the fact, so report
     // the round with the median p50 and keep all rounds in the JSON.
     for (int i = 0; i < 3; ++i) {
-      std::sort(parts[i].begin(), parts[i].end(), [](const RunResult& a, const RunResult& b) {
-        return a.e2e_ms.p50 < b.e2e_ms.p50;
-      });
+      std::sort(parts[i].begin(), parts[i].end(),
+                [](const RunResult& a, const RunResult& b) { return a.e2e_ms.p50 < b.e2e_ms.p50; });
       c1.push_back(parts[i][1]);
     }
   }
@@ -1102,7 +1115,8 @@ absl::Status RunOverhead() {
   double best_rate = 0;
   const double bound = absl::GetFlag(FLAGS_overhead_p99_bound_ms);
   std::string sweep_table =
-      "\n### Rate sweep (open loop, Poisson; gateway unary vs direct)\n\n| offered (req/s) | direct "
+      "\n### Rate sweep (open loop, Poisson; gateway unary vs direct)\n\n| offered (req/s) | "
+      "direct "
       "achieved | gateway achieved | direct p99 (ms) | gateway p99 (ms) | added p99 (ms) | gateway "
       "codes | within bound |\n|---|---|---|---|---|---|---|---|\n";
   std::vector<std::string> json_sweep;
@@ -1127,10 +1141,10 @@ absl::Status RunOverhead() {
                     Fmt(rg.RequestsPerSecond()), " | ", Fmt(rd.e2e_ms.p99), " | ",
                     Fmt(rg.e2e_ms.p99), " | ", Fmt(added), " | ", CodesText(rg), " | ",
                     within ? "yes" : "no", " |\n");
-    json_sweep.push_back(absl::StrCat("{\"rate\":", JsonNumber(rate), ",\"added_p99_ms\":",
-                                      JsonNumber(added), ",\"sustained\":",
-                                      sustained ? "true" : "false", ",\"within_bound\":",
-                                      within ? "true" : "false", "}"));
+    json_sweep.push_back(absl::StrCat("{\"rate\":", JsonNumber(rate),
+                                      ",\"added_p99_ms\":", JsonNumber(added),
+                                      ",\"sustained\":", sustained ? "true" : "false",
+                                      ",\"within_bound\":", within ? "true" : "false", "}"));
     std::cerr << "done rate " << rate << "\n";
     sweep.push_back(std::move(rd));
     sweep.push_back(std::move(rg));
@@ -1165,14 +1179,16 @@ absl::Status RunOverhead() {
   auto us = [](double ms) { return absl::StrFormat("%.1f us", ms * 1000); };
   std::string summary = absl::StrCat(
       "\n### Gateway overhead (concurrency 1, ", base.prompt, " prompt, max_tokens ",
-      base.max_tokens, "; direct = Worker.Generate on the same worker)\n\n| measure | value | "
+      base.max_tokens,
+      "; direct = Worker.Generate on the same worker)\n\n| measure | value | "
       "target |\n|---|---|---|\n| added p50, unary | ",
       us(add_p50_u), " | <= 50 us |\n| added p99, unary | ", us(add_p99_u),
-      " | <= 200 us |\n| added p50, stream | ", us(add_p50_s), " | <= 50 us |\n| added p99, stream | ",
-      us(add_p99_s), " | <= 200 us |\n| added TTFT p50 / p99 | ", us(add_ttft_p50), " / ",
-      us(add_ttft_p99), " | |\n| added per-chunk gap p50 / p99 | ", us(add_gap_p50), " / ",
-      us(add_gap_p99), " | p99 <= 10 us |\n| highest rate with added p99 < ", Fmt(bound),
-      " ms | ", best_rate > 0 ? absl::StrCat(Fmt(best_rate), " req/s") : "none of the rates",
+      " | <= 200 us |\n| added p50, stream | ", us(add_p50_s),
+      " | <= 50 us |\n| added p99, stream | ", us(add_p99_s),
+      " | <= 200 us |\n| added TTFT p50 / p99 | ", us(add_ttft_p50), " / ", us(add_ttft_p99),
+      " | |\n| added per-chunk gap p50 / p99 | ", us(add_gap_p50), " / ", us(add_gap_p99),
+      " | p99 <= 10 us |\n| highest rate with added p99 < ", Fmt(bound), " ms | ",
+      best_rate > 0 ? absl::StrCat(Fmt(best_rate), " req/s") : "none of the rates",
       " | >= 10,000 req/s |\n| ", streams.spec.concurrency, " concurrent streams | ", streams.ok,
       " OK, ", streams.completion_tokens, " tokens (", CodesText(streams), ")",
       streams_clean ? ", none lost" : ", LOST OR FAILED", " | >= 512, no lost chunk |\n",
@@ -1198,22 +1214,23 @@ absl::Status RunOverhead() {
       ",\"added_chunk_gap_ms_p50\":", JsonNumber(add_gap_p50),
       ",\"added_chunk_gap_ms_p99\":", JsonNumber(add_gap_p99),
       ",\"p99_bound_ms\":", JsonNumber(bound),
-      ",\"highest_rate_within_bound\":", JsonNumber(best_rate),
-      ",\"sweep\":[", absl::StrJoin(json_sweep, ","), "]",
+      ",\"highest_rate_within_bound\":", JsonNumber(best_rate), ",\"sweep\":[",
+      absl::StrJoin(json_sweep, ","), "]",
       ",\"streams\":{\"concurrency\":", streams.spec.concurrency, ",\"ok\":", streams.ok,
       ",\"completion_tokens\":", streams.completion_tokens,
       ",\"none_lost\":", streams_clean ? "true" : "false", "}",
-      ",\"gateway_rss_kb_idle\":", rss_idle_kb, ",\"gateway_rss_kb_load_max\":", rss_load_kb,
-      "}");
+      ",\"gateway_rss_kb_idle\":", rss_idle_kb, ",\"gateway_rss_kb_load_max\":", rss_load_kb, "}");
   std::vector<RunResult> all = c1;
   all.insert(all.end(), rest.begin(), rest.end());
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    RETURN_IF_ERROR(WriteFile(path, absl::StrCat("{\"tool\":\"tandem-bench\",\"preset\":\"overhead\"",
-                                                 extra, ",\n\"runs\":", JsonRuns(all), "}\n")));
+    RETURN_IF_ERROR(
+        WriteFile(path, absl::StrCat("{\"tool\":\"tandem-bench\",\"preset\":\"overhead\"", extra,
+                                     ",\n\"runs\":", JsonRuns(all), "}\n")));
   }
   if (const std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
     RETURN_IF_ERROR(WriteFile(
-        path, Svg(sweep, "tandem-bench overhead: direct vs gateway, latency against offered load")));
+        path,
+        Svg(sweep, "tandem-bench overhead: direct vs gateway, latency against offered load")));
   }
   return absl::OkStatus();
 }
