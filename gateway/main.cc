@@ -66,7 +66,12 @@ ABSL_FLAG(int64_t, max_image_bytes, 20ll << 20, "Largest image, in bytes.");
 ABSL_FLAG(int32_t, max_stop_sequences, 16, "Most stop sequences in one request.");
 ABSL_FLAG(absl::Duration, worker_probe_interval, absl::Milliseconds(100),
           "How often every worker endpoint gets an active health probe (grpc.health.v1 Check, "
-          "then GetInfo); each probe RPC may take 4x this.");
+          "then GetInfo).");
+ABSL_FLAG(absl::Duration, worker_probe_timeout, absl::Seconds(1),
+          "Deadline of each probe RPC. A worker that refuses connections is not ready at once; "
+          "one whose probes only time out stays ready until --worker_probe_timeouts in a row.");
+ABSL_FLAG(int32_t, worker_probe_timeouts, 3,
+          "Probe timeouts in a row that make a ready worker not ready.");
 ABSL_FLAG(absl::Duration, dns_interval, absl::Seconds(5),
           "How often dns:///HOST:PORT worker endpoints are re-resolved.");
 ABSL_FLAG(std::string, endpoint_pick, "least_outstanding",
@@ -181,6 +186,11 @@ int Run() {
   WorkerPoolsOptions pool_options;
   pool_options.probe_interval = absl::GetFlag(FLAGS_worker_probe_interval);
   pool_options.dns_interval = absl::GetFlag(FLAGS_dns_interval);
+  pool_options.probe_timeout = absl::GetFlag(FLAGS_worker_probe_timeout);
+  pool_options.probe_timeouts = absl::GetFlag(FLAGS_worker_probe_timeouts);
+  if (pool_options.probe_timeout <= absl::ZeroDuration() || pool_options.probe_timeouts < 1) {
+    Fatal("--worker_probe_timeout must be > 0 and --worker_probe_timeouts >= 1");
+  }
   pool_options.endpoint.failure_threshold = absl::GetFlag(FLAGS_eject_after_failures);
   pool_options.endpoint.internal_error_threshold = absl::GetFlag(FLAGS_eject_after_internal_errors);
   pool_options.endpoint.base_ejection = absl::GetFlag(FLAGS_base_ejection);

@@ -216,6 +216,15 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::string& health_f
   std::string engine, device;
   {
     std::lock_guard<std::mutex> l(mu_);
+    // A probe that only timed out says the worker (or this host) is slow, not that it is gone:
+    // a ready endpoint stays ready until several in a row time out.
+    const bool timed_out = !now_ready && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    consecutive_probe_timeouts_ = timed_out ? consecutive_probe_timeouts_ + 1 : 0;
+    if (timed_out && ready() && consecutive_probe_timeouts_ < probe_timeouts_allowed_.load()) {
+      probe_in_flight_ = false;
+      probe_cv_.notify_all();
+      return;
+    }
     const bool was_usable = usable();
     if (health_failure.empty() && status.ok()) {
       info_ = probe_response_;
@@ -510,8 +519,9 @@ void WorkerPools::Loop() {
     }
     for (auto& [name, pool] : pools_) {
       for (auto& e : *pool->endpoints()) {
+        e->set_probe_timeouts(options_.probe_timeouts);
         e->Tick(now);
-        e->Probe(options_.probe_interval * 4, on_change_);
+        e->Probe(options_.probe_timeout, on_change_);
       }
     }
     // Breaker timers and passive ejections change usability outside probe callbacks.

@@ -55,6 +55,8 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   using TimePoint = std::chrono::steady_clock::time_point;
   Endpoint(std::string model, std::unique_ptr<WorkerClient> client, EndpointOptions options,
            GatewayMetrics* metrics);
+  // Probe timeouts in a row that make a ready endpoint not ready (see WorkerPoolsOptions).
+  void set_probe_timeouts(int n) { probe_timeouts_allowed_ = n; }
   ~Endpoint();
 
   WorkerClient& client() { return *client_; }
@@ -105,6 +107,7 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   std::atomic<BreakerState> breaker_{BreakerState::kClosed};
   std::atomic<int> outstanding_{0};
   std::atomic<int64_t> scraped_load_{-1};
+  std::atomic<int> probe_timeouts_allowed_{3};
 
   mutable std::mutex mu_;
   std::condition_variable probe_cv_;
@@ -113,6 +116,7 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   int consecutive_faults_ = 0;                          // guarded by mu_
   int consecutive_internal_ = 0;                        // guarded by mu_
   int64_t ejections_ = 0;                               // guarded by mu_
+  int consecutive_probe_timeouts_ = 0;                  // guarded by mu_
   absl::Duration ejection_ = absl::ZeroDuration();      // guarded by mu_
   TimePoint ejected_until_{};                           // guarded by mu_
   std::string last_fault_;                              // guarded by mu_
@@ -171,8 +175,13 @@ using Resolver =
 absl::StatusOr<std::vector<std::string>> ResolveWithGetaddrinfo(const std::string& host, int port);
 
 struct WorkerPoolsOptions {
-  // Active probes: every `probe_interval`, each RPC bounded by 4x that.
+  // Active probes every `probe_interval`, each RPC bounded by `probe_timeout`. A worker that
+  // refuses connections is not ready at once; one that is only slow to answer (busy, or this
+  // host's CPUs saturated) stays ready until `probe_timeouts` probes in a row time out, so load
+  // alone never ejects the last worker of a model.
   absl::Duration probe_interval = absl::Milliseconds(100);
+  absl::Duration probe_timeout = absl::Seconds(1);
+  int probe_timeouts = 3;
   // How often dns: endpoints are re-resolved.
   absl::Duration dns_interval = absl::Seconds(5);
   EndpointOptions endpoint;

@@ -86,6 +86,32 @@ TEST(ModelPoolTest, HealthNotServingMakesAnEndpointNotReady) {
               HasSubstr("a:1: health check: NOT_SERVING"));
 }
 
+TEST(ModelPoolTest, SlowProbesDoNotEjectButARefusedConnectionDoes) {
+  ModelPool pool("qwen");
+  auto state = std::make_shared<FakeState>(
+      FakeState{grpc::Status::OK, Info("qwen", tandem::v1::WorkerInfo::READY)});
+  pool.AddEndpoint(std::make_unique<FakeWorkerClient>("a:1", state));
+  Endpoint& e = *(*pool.endpoints())[0];
+  e.set_probe_timeouts(3);
+  int changes = 0;
+  ProbeAll(pool, &changes);
+  ASSERT_TRUE(e.ready());
+  // A busy worker (or saturated host) answers probes late: two timeouts are tolerated.
+  state->status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+  ProbeAll(pool, &changes);
+  ProbeAll(pool, &changes);
+  EXPECT_TRUE(e.ready());
+  ProbeAll(pool, &changes);
+  EXPECT_FALSE(e.ready());
+  // Back, then gone for real: a refused connection is not ready at once.
+  state->status = grpc::Status::OK;
+  ProbeAll(pool, &changes);
+  ASSERT_TRUE(e.ready());
+  state->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused");
+  ProbeAll(pool, &changes);
+  EXPECT_FALSE(e.ready());
+}
+
 TEST(CallOutcomeTest, BadRequestsNeverCountAgainstAWorker) {
   for (auto code : {grpc::StatusCode::INVALID_ARGUMENT, grpc::StatusCode::FAILED_PRECONDITION,
                     grpc::StatusCode::OUT_OF_RANGE, grpc::StatusCode::RESOURCE_EXHAUSTED,
