@@ -6,7 +6,8 @@
 #   bash scripts/bench_overhead.sh [extra tandem-bench flags, e.g. --duration=3s --rates=1000,5000]
 #
 # Results: build/bench/overhead.json, overhead.md (the tables), overhead.svg, and the logs.
-# BUILD_DIR (default build) and OUT_DIR (default $BUILD_DIR/bench) change the paths.
+# BUILD_DIR (default build) and OUT_DIR (default $BUILD_DIR/bench) change the paths;
+# WORKER_FLAGS and GATEWAY_FLAGS add flags to the two processes (e.g. --log_level=warning).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}

@@ -13,6 +13,7 @@
 // Closed loop (--concurrency): N calls in flight, each completion starts the next.
 
 #include <grpcpp/grpcpp.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -85,6 +86,9 @@ ABSL_FLAG(std::string, worker_address, "", "overhead: the worker called directly
 ABSL_FLAG(std::string, gateway_address, "", "overhead: a gateway in front of that same worker");
 ABSL_FLAG(int, gateway_pid, 0, "overhead: gateway process id, for its RSS (/proc/PID/status)");
 ABSL_FLAG(int, streams, 512, "overhead: concurrent gateway streams checked for lost chunks");
+ABSL_FLAG(bool, sweep_past_failure, false,
+          "overhead: keep sweeping after the first rate that is not sustained (errors, drops or "
+          "< 90% of the offered rate)");
 ABSL_FLAG(double, overhead_p99_bound_ms, 1.0, "overhead: added p99 bound of the rate sweep");
 
 namespace tandem::bench {
@@ -120,6 +124,7 @@ struct RunSpec {
   int concurrency = 1;
   absl::Duration duration = absl::Seconds(5);
   int requests = 0;
+  uint64_t seed = 1;  // Poisson arrivals
 };
 
 std::string TargetName(Target t) { return t == Target::kGateway ? "gateway" : "worker"; }
@@ -184,6 +189,10 @@ struct RunResult {
   std::map<std::string, int64_t> codes;
   Percentiles e2e_ms, ttft_ms, tpot_ms, gap_ms;
   std::vector<std::string> errors;  // first few distinct messages
+  struct Samples {
+    std::vector<double> e2e, ttft, tpot, gaps;
+  };
+  std::shared_ptr<const Samples> samples;  // raw, for merging rounds
   // A timed open-loop run issues its last request before --duration ends and may finish early;
   // its rates are over the whole offered window.
   double Window() const {
@@ -231,10 +240,16 @@ class Recorder {
     r->completion_tokens = tokens_;
     r->codes = codes_;
     r->errors = errors_;
-    r->e2e_ms = Summarize(std::move(e2e_));
-    r->ttft_ms = Summarize(std::move(ttft_));
-    r->tpot_ms = Summarize(std::move(tpot_));
-    r->gap_ms = Summarize(std::move(gaps_));
+    r->e2e_ms = Summarize(e2e_);
+    r->ttft_ms = Summarize(ttft_);
+    r->tpot_ms = Summarize(tpot_);
+    r->gap_ms = Summarize(gaps_);
+    auto samples = std::make_shared<RunResult::Samples>();
+    samples->e2e = std::move(e2e_);
+    samples->ttft = std::move(ttft_);
+    samples->tpot = std::move(tpot_);
+    samples->gaps = std::move(gaps_);
+    r->samples = std::move(samples);
   }
 
  private:
@@ -462,7 +477,7 @@ bool Driver::TryStartClosedLoopCall() {
 }
 
 void Driver::RunOpenLoop(Clock::time_point start, Clock::time_point end) {
-  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  std::mt19937_64 rng(spec_.seed);
   std::exponential_distribution<double> exp(spec_.rate);
   const double fixed_gap = 1.0 / spec_.rate;
   const int64_t limit = spec_.requests > 0 ? spec_.requests : -1;
@@ -472,16 +487,10 @@ void Driver::RunOpenLoop(Clock::time_point start, Clock::time_point end) {
     t += spec_.poisson ? exp(rng) : fixed_gap;
     const Clock::time_point at = start + std::chrono::nanoseconds(static_cast<int64_t>(t * 1e9));
     if (limit < 0 && at >= end) break;
-    // Sleep for the long gaps, spin for the last stretch: sleeps overshoot by ~50-100 us.
-    while (true) {
-      const Clock::time_point now = Clock::now();
-      if (now >= at) break;
-      if (at - now > std::chrono::microseconds(200)) {
-        std::this_thread::sleep_for(at - now - std::chrono::microseconds(150));
-      } else {
-        std::this_thread::yield();
-      }
-    }
+    // Sleep, never spin: on a 2-core machine a spinning client would take a core from the
+    // processes it measures. The timer slack is set to 1 ns (main), so a sleep ends within a
+    // few microseconds of its time; arrivals already due are issued at once.
+    if (const Clock::time_point now = Clock::now(); now < at) std::this_thread::sleep_for(at - now);
     size_t n = 0;
     {
       absl::MutexLock lock(&mu_);
@@ -564,6 +573,61 @@ RunResult RunOnce(const RunSpec& spec) {
   Driver driver(spec, MakeChannels(spec.address, absl::GetFlag(FLAGS_channels)),
                 absl::GetFlag(FLAGS_timeout));
   return driver.Run();
+}
+
+// One result from rounds of the same spec (samples pooled, counts added, windows summed).
+RunResult Merge(const std::vector<RunResult>& parts) {
+  RunResult m;
+  m.spec = parts.front().spec;
+  m.spec.duration = absl::ZeroDuration();
+  m.spec.requests = 0;
+  auto samples = std::make_shared<RunResult::Samples>();
+  for (const RunResult& p : parts) {
+    m.spec.duration += p.spec.duration;
+    m.spec.requests += p.spec.requests;
+    m.wall_seconds += p.Window();
+    m.issued += p.issued;
+    m.ok += p.ok;
+    m.completion_tokens += p.completion_tokens;
+    for (const auto& [code, n] : p.codes) m.codes[code] += n;
+    for (const auto& e : p.errors) {
+      if (m.errors.size() < 5 && std::find(m.errors.begin(), m.errors.end(), e) == m.errors.end()) {
+        m.errors.push_back(e);
+      }
+    }
+    if (p.samples == nullptr) continue;
+    auto append = [](std::vector<double>* to, const std::vector<double>& from) {
+      to->insert(to->end(), from.begin(), from.end());
+    };
+    append(&samples->e2e, p.samples->e2e);
+    append(&samples->ttft, p.samples->ttft);
+    append(&samples->tpot, p.samples->tpot);
+    append(&samples->gaps, p.samples->gaps);
+  }
+  m.e2e_ms = Summarize(samples->e2e);
+  m.ttft_ms = Summarize(samples->ttft);
+  m.tpot_ms = Summarize(samples->tpot);
+  m.gap_ms = Summarize(samples->gaps);
+  m.samples = std::move(samples);
+  return m;
+}
+
+// Runs the specs in `rounds` alternating rounds of 1/rounds of their length each (so drift on a
+// shared machine hits every spec alike) and returns one merged result per spec.
+std::vector<RunResult> Interleaved(const std::vector<RunSpec>& specs, int rounds) {
+  std::vector<std::vector<RunResult>> parts(specs.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      RunSpec s = specs[i];
+      s.duration = specs[i].duration / rounds;
+      if (specs[i].requests > 0) s.requests = std::max(1, specs[i].requests / rounds);
+      s.seed = specs[i].seed + round;
+      parts[i].push_back(RunOnce(s));
+    }
+  }
+  std::vector<RunResult> merged;
+  for (const auto& p : parts) merged.push_back(Merge(p));
+  return merged;
 }
 
 void Warmup(RunSpec spec) {
@@ -850,6 +914,7 @@ absl::StatusOr<RunSpec> BaseSpec() {
   if (s.concurrency <= 0) return absl::InvalidArgumentError("--concurrency must be positive");
   s.duration = absl::GetFlag(FLAGS_duration);
   s.requests = absl::GetFlag(FLAGS_requests);
+  s.seed = absl::GetFlag(FLAGS_seed);
   s.label = absl::StrCat(TargetName(s.target), " ", ApiName(s.api));
   return s;
 }
@@ -1082,29 +1147,29 @@ absl::Status RunOverhead() {
   Warmup(gw_unary);
   Warmup(gw_stream);
   // Concurrency 1, interleaved in three rounds so drift hits every series alike.
-  std::vector<RunResult> c1;
-  {
-    std::vector<RunResult> parts[3];
-    RunSpec specs[3] = {direct, gw_unary, gw_stream};
-    for (int round = 0; round < 3; ++round) {
-      for (int i = 0; i < 3; ++i) {
-        RunSpec s = specs[i];
-        s.duration = base.duration / 3;
-        if (base.requests > 0) s.requests = std::max(1, base.requests / 3);
-        parts[i].push_back(RunOnce(s));
-      }
-    }
-    // Merge rounds: rerun one combined measurement is not possible after the fact, so report
-    // the round with the median p50 and keep all rounds in the JSON.
-    for (int i = 0; i < 3; ++i) {
-      std::sort(parts[i].begin(), parts[i].end(),
-                [](const RunResult& a, const RunResult& b) { return a.e2e_ms.p50 < b.e2e_ms.p50; });
-      c1.push_back(parts[i][1]);
-    }
-  }
+  const std::vector<RunResult> c1 = Interleaved({direct, gw_unary, gw_stream}, 3);
   const RunResult& d = c1[0];
   const RunResult& gu = c1[1];
   const RunResult& gs = c1[2];
+
+  // Concurrent streams through the gateway: every one must end OK with all its tokens.
+  RunResult streams;
+  {
+    RunSpec s = gw_stream;
+    s.label = "gateway streams";
+    s.concurrency = std::max(1, absl::GetFlag(FLAGS_streams));
+    s.requests = s.concurrency;
+    streams = RunOnce(s);
+  }
+  // Every stream must deliver the same number of completion tokens (fixed-length synthetic
+  // answers): tokens / ok is checked against the concurrency-1 streams.
+  const double tokens_per_stream = gs.ok > 0 ? double(gs.completion_tokens) / gs.ok : 0;
+  const bool streams_clean =
+      Clean(streams) && streams.ok == streams.spec.concurrency &&
+      std::abs(double(streams.completion_tokens) - tokens_per_stream * streams.ok) < 0.5;
+  // RSS under sustainable load (warm-ups, concurrency 1, the concurrent streams), before the
+  // sweep pushes the gateway past what it sustains.
+  const int64_t rss_load_kb = sampler.max_kb();
 
   // Rate sweep: direct and gateway (unary) at each rate, open loop, Poisson.
   std::vector<double> rates = {500, 1000, 2000, 5000, 10000, 20000};
@@ -1127,8 +1192,9 @@ absl::Status RunOverhead() {
     sd.requests = sg.requests = 0;
     sd.label = "direct";
     sg.label = "gateway unary";
-    RunResult rd = RunOnce(sd);
-    RunResult rg = RunOnce(sg);
+    std::vector<RunResult> pair = Interleaved({sd, sg}, 3);
+    RunResult rd = std::move(pair[0]);
+    RunResult rg = std::move(pair[1]);
     const double added = rg.e2e_ms.p99 - rd.e2e_ms.p99;
     // Sustained: every request answered OK (none dropped by the client) at >= 90% of the
     // offered rate (Poisson counts vary by a few percent over a short run).
@@ -1145,28 +1211,21 @@ absl::Status RunOverhead() {
                                       ",\"added_p99_ms\":", JsonNumber(added),
                                       ",\"sustained\":", sustained ? "true" : "false",
                                       ",\"within_bound\":", within ? "true" : "false", "}"));
-    std::cerr << "done rate " << rate << "\n";
+    std::cerr << "done rate " << rate << (sustained ? "" : " (not sustained)") << "\n";
     sweep.push_back(std::move(rd));
     sweep.push_back(std::move(rg));
+    if (!sustained && !absl::GetFlag(FLAGS_sweep_past_failure)) break;
+    // An overloaded gateway may have marked the worker not ready; let it recover.
+    RETURN_IF_ERROR(WaitReady(Target::kGateway, gateway, info.model_name()));
   }
 
-  // Concurrent streams through the gateway: every one must end OK with all its tokens.
-  RunResult streams;
-  {
-    RunSpec s = gw_stream;
-    s.label = "gateway streams";
-    s.concurrency = std::max(1, absl::GetFlag(FLAGS_streams));
-    s.requests = s.concurrency;
-    streams = RunOnce(s);
-  }
-  // Every stream must deliver the same number of completion tokens (fixed-length synthetic
-  // answers): tokens / ok is checked against the concurrency-1 streams.
-  const double tokens_per_stream = gs.ok > 0 ? double(gs.completion_tokens) / gs.ok : 0;
-  const bool streams_clean =
-      Clean(streams) && streams.ok == streams.spec.concurrency &&
-      std::abs(double(streams.completion_tokens) - tokens_per_stream * streams.ok) < 0.5;
   sampler.Stop();
-  const int64_t rss_load_kb = sampler.max_kb();
+  const int64_t rss_sweep_kb = sampler.max_kb();
+  absl::SleepFor(absl::Seconds(1));
+  int64_t rss_after_kb = 0;
+  if (pid > 0) {
+    ASSIGN_OR_RETURN(rss_after_kb, RssKb(pid));
+  }
 
   const double add_p50_u = gu.e2e_ms.p50 - d.e2e_ms.p50;
   const double add_p99_u = gu.e2e_ms.p99 - d.e2e_ms.p99;
@@ -1192,8 +1251,10 @@ absl::Status RunOverhead() {
       " | >= 10,000 req/s |\n| ", streams.spec.concurrency, " concurrent streams | ", streams.ok,
       " OK, ", streams.completion_tokens, " tokens (", CodesText(streams), ")",
       streams_clean ? ", none lost" : ", LOST OR FAILED", " | >= 512, no lost chunk |\n",
-      "| gateway RSS idle / under load | ",
-      pid > 0 ? absl::StrFormat("%.1f MB / %.1f MB", rss_idle_kb / 1024.0, rss_load_kb / 1024.0)
+      "| gateway RSS idle / max under sustained load (c=1, streams) / max in the sweep / 1 s after "
+      "| ",
+      pid > 0 ? absl::StrFormat("%.1f MB / %.1f MB / %.1f MB / %.1f MB", rss_idle_kb / 1024.0,
+                                rss_load_kb / 1024.0, rss_sweep_kb / 1024.0, rss_after_kb / 1024.0)
               : "no --gateway_pid",
       " | <= 64 MB idle |\n");
   std::cout << summary << sweep_table << "\n### Concurrency 1 runs\n\n"
@@ -1219,7 +1280,9 @@ absl::Status RunOverhead() {
       ",\"streams\":{\"concurrency\":", streams.spec.concurrency, ",\"ok\":", streams.ok,
       ",\"completion_tokens\":", streams.completion_tokens,
       ",\"none_lost\":", streams_clean ? "true" : "false", "}",
-      ",\"gateway_rss_kb_idle\":", rss_idle_kb, ",\"gateway_rss_kb_load_max\":", rss_load_kb, "}");
+      ",\"gateway_rss_kb_idle\":", rss_idle_kb, ",\"gateway_rss_kb_load_max\":", rss_load_kb,
+      ",\"gateway_rss_kb_after\":", rss_after_kb, ",\"gateway_rss_kb_sweep_max\":", rss_sweep_kb,
+      "}");
   std::vector<RunResult> all = c1;
   all.insert(all.end(), rest.begin(), rest.end());
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
@@ -1251,6 +1314,7 @@ int main(int argc, char** argv) {
       "load generator for tandem-gateway and tandem-worker (see the comment at the top of "
       "tools/bench/tandem_bench.cc)");
   absl::ParseCommandLine(argc, argv);
+  prctl(PR_SET_TIMERSLACK, 1UL);  // precise open-loop arrivals without spinning
   const absl::Status status = tandem::bench::Main();
   if (!status.ok()) {
     std::cerr << "tandem-bench: " << status << "\n";
