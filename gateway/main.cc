@@ -369,7 +369,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tandem-gateway --workers=qwen=HOST:PORT,nemotron=HOST:PORT");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles (~2% of the gateway's
-  // CPU in perf); the tests run under TSan instead.
+  // CPU in perf); lock-order bugs are for a ThreadSanitizer build to find.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   tandem::BlockTerminationSignals();
   tandem::InitLogging("tandem-gateway", absl::GetFlag(FLAGS_log_level));

@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tandem-worker --model=qwen|nemotron --device=N|cpu [flags]");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles (~2% of the gateway's
-  // CPU in perf); the tests run under TSan instead.
+  // CPU in perf); lock-order bugs are for a ThreadSanitizer build to find.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   tandem::BlockTerminationSignals();
   tandem::InitLogging("tandem-worker", absl::GetFlag(FLAGS_log_level));
