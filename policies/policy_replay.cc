@@ -62,8 +62,10 @@ std::string ReplayReport::ToText(const std::string& old_version,
   for (const auto& [m, n] : old_models) models[m] = true;
   for (const auto& [m, n] : new_models) models[m] = true;
   absl::StrAppend(&out, "\ntraffic share   old        new\n");
-  for (const auto& [m, unused] : models) {
-    const auto get = [&](const std::map<std::string, int64_t>& c) {
+  for (const auto& entry : models) {
+    // A named copy: clang 14 cannot capture structured bindings in lambdas.
+    const std::string& m = entry.first;
+    const auto get = [&m](const std::map<std::string, int64_t>& c) {
       auto it = c.find(m);
       return it == c.end() ? int64_t{0} : it->second;
     };

@@ -13,6 +13,7 @@ PACKAGES=(
   libicu-dev          # tokenizer: Unicode categories and NFC
   prometheus          # promtool, used by the metrics lint tests
   clang-format
+  clang               # libFuzzer targets (scripts/fuzz.sh)
   python3             # builds the classifier's labelled data (router/classifier)
   python3-yaml        # deploy/ checks (compose, Kubernetes manifests)
   docker-compose      # deploy/compose: `docker-compose config` in ctest

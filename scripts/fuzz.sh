@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/, clang with ASan and UBSan) in ${TANDEM_FUZZ_BUILD_DIR:-build-fuzz}
+# and runs each for FUZZ_SECONDS (default 30) from its seed corpus in fuzz/corpus/. A crash fails
+# the script and leaves the reproducer (crash-*) in the working directory; add it to the corpus
+# and a regression test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+BUILD_DIR=${TANDEM_FUZZ_BUILD_DIR:-build-fuzz}
+SECONDS_EACH=${FUZZ_SECONDS:-30}
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DTANDEM_FUZZ=ON -DTANDEM_ENABLE_CUDA=OFF \
+  -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+targets=(prometheus_text policy safetensors tokenizer request)
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]/%/_fuzzer}"
+work=$(mktemp -d /tmp/tandem-fuzz.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+for t in "${targets[@]}"; do
+  mkdir -p "$work/$t"
+  cp fuzz/corpus/"$t"/* "$work/$t"/
+  echo "[fuzz] $t for ${SECONDS_EACH}s"
+  set +e
+  "$BUILD_DIR/fuzz/${t}_fuzzer" -max_total_time="$SECONDS_EACH" -rss_limit_mb=4096 \
+    -print_final_stats=1 "$work/$t" >"$work/$t.log" 2>&1
+  rc=$?
+  set -e
+  grep -E "^(Done|stat::number_of_executed_units)" "$work/$t.log" || true
+  if [[ $rc -ne 0 ]]; then
+    tail -n 40 "$work/$t.log" >&2
+    echo "[fuzz] $t failed (exit $rc)" >&2
+    exit 1
+  fi
+done
+echo "[fuzz] all targets ran clean"
