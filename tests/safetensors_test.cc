@@ -56,6 +56,7 @@ TEST(SafetensorsTest, Bf16RoundTripsThroughTheWriterAndShards) {
   EXPECT_NEAR(v[3], 3e-3f, 3e-3f / 128);
   EXPECT_NEAR(v[4], 1e8f, 1e8f / 128);
   EXPECT_NEAR((*(*c)->GetFloat("b", {4}))[2], 0.3f, 0.3f / 128);
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ((*a)->Element(i), v[i]) << i;
 }
 
 TEST(SafetensorsTest, MalformedFilesAreRefusedWithTheReason) {

@@ -18,19 +18,26 @@ NativeEngine::NativeEngine(std::unique_ptr<native::NativeModel> model,
       options_(std::move(options)),
       think_start_(tokenizer_->SpecialTokenId("<think>")),
       think_end_(tokenizer_->SpecialTokenId("</think>")) {
-  const native::ModelShape& shape = model_->shape();
-  info_.engine = "native";
-  info_.model_name = options_.model_name;
-  info_.model_id = options_.model_id;
-  // Images need the vision encoder, which the native engine does not have yet.
-  info_.vision = false;
-  info_.reasoning = true;
-  info_.max_context_tokens = options_.max_context_tokens > 0
-                                 ? std::min(options_.max_context_tokens, shape.max_positions)
-                                 : shape.max_positions;
-  info_.max_output_tokens = options_.max_output_tokens > 0
-                                ? std::min(options_.max_output_tokens, info_.max_context_tokens)
-                                : info_.max_context_tokens;
+  info_ = NativeEngineInfo(model_->shape(), options_.model_name, options_.model_id,
+                           options_.max_context_tokens, options_.max_output_tokens);
+}
+
+EngineInfo NativeEngineInfo(const native::ModelShape& shape, const std::string& model_name,
+                            const std::string& model_id, int32_t max_context_tokens,
+                            int32_t max_output_tokens) {
+  EngineInfo info;
+  info.engine = "native";
+  info.model_name = model_name;
+  info.model_id = model_id;
+  info.vision = false;
+  info.reasoning = true;
+  info.max_context_tokens = max_context_tokens > 0
+                                ? std::min(max_context_tokens, shape.max_positions)
+                                : shape.max_positions;
+  info.max_output_tokens = max_output_tokens > 0
+                               ? std::min(max_output_tokens, info.max_context_tokens)
+                               : info.max_context_tokens;
+  return info;
 }
 
 int64_t NativeEngine::SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const {

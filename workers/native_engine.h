@@ -73,6 +73,12 @@ class NativeEngine final : public Engine {
   std::vector<float> logits_;
 };
 
+// What a native engine (CPU or CUDA) reports: caps applied to the model's own limits; no vision
+// until the vision encoder exists, so the gateway routes no images here.
+EngineInfo NativeEngineInfo(const native::ModelShape& shape, const std::string& model_name,
+                            const std::string& model_id, int32_t max_context_tokens,
+                            int32_t max_output_tokens);
+
 // The tokenizer of a checkpoint directory (its tokenizer.json, the chat template of its
 // architecture) and the ids that end a sequence (the model's EOS and the template's
 // end-of-turn tokens). Checks that the model's vocabulary covers the tokenizer's.

@@ -44,18 +44,8 @@ CudaEngine::CudaEngine(std::unique_ptr<CudaModel> model, std::unique_ptr<Tokeniz
       tokenizer_(std::move(tokenizer)),
       stop_ids_(std::move(stop_ids)),
       options_(std::move(options)) {
-  const native::ModelShape& shape = model_->shape();
-  info_.engine = "native";
-  info_.model_name = options_.model_name;
-  info_.model_id = options_.model_id;
-  info_.vision = false;
-  info_.reasoning = true;
-  info_.max_context_tokens = options_.max_context_tokens > 0
-                                 ? std::min(options_.max_context_tokens, shape.max_positions)
-                                 : shape.max_positions;
-  info_.max_output_tokens = options_.max_output_tokens > 0
-                                ? std::min(options_.max_output_tokens, info_.max_context_tokens)
-                                : info_.max_context_tokens;
+  info_ = NativeEngineInfo(model_->shape(), options_.model_name, options_.model_id,
+                           options_.max_context_tokens, options_.max_output_tokens);
 }
 
 CudaEngine::~CudaEngine() {

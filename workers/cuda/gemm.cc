@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "workers/native/checkpoint_writer.h"
 
 namespace tandem::workers::cuda {
 namespace {
@@ -11,32 +12,6 @@ namespace {
 constexpr int64_t kAlign = 256;  // bytes: every piece and buffer starts on this boundary
 
 int64_t AlignUp(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-float F16ToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400) == 0);
-      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mant & 0x3ff) << 13;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | mant << 13;
-  } else {
-    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // Elements per row when the tensor is seen as [shape[0]][rest].
 int64_t RowElements(const native::TensorView& v) {
@@ -94,41 +69,6 @@ absl::Status LinearF32(cublasHandle_t handle, const float* x, int64_t n, int64_t
       "cublasGemmEx (fp32 linear)");
 }
 
-float TensorElement(const native::TensorView& view, int64_t index) {
-  const uint8_t* p = view.data + index * static_cast<int64_t>(native::DTypeBytes(view.dtype));
-  switch (view.dtype) {
-    case native::DType::kF32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case native::DType::kBF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      const uint32_t bits = static_cast<uint32_t>(v) << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      return f;
-    }
-    case native::DType::kF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return F16ToFloat(v);
-    }
-  }
-  return 0.0f;
-}
-
-bf16 FloatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
-    return static_cast<bf16>((bits >> 16) | 0x0040u);  // quiet NaN
-  }
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
-  return static_cast<bf16>(bits >> 16);
-}
-
 DeviceWeights::Rows DeviceWeights::All(const native::TensorView* view) {
   return Rows{.view = view, .row_begin = 0, .rows = RowCount(*view)};
 }
@@ -181,11 +121,11 @@ absl::Status DeviceWeights::Upload() {
         std::memcpy(staging.data() + at * 2, v.data + first * 2, static_cast<size_t>(count * 2));
       } else if (p.is_bf16) {
         bf16* out = reinterpret_cast<bf16*>(staging.data()) + at;
-        for (int64_t i = 0; i < count; ++i) out[i] = FloatToBf16(TensorElement(v, first + i));
+        for (int64_t i = 0; i < count; ++i) out[i] = native::FloatToBf16(v.Element(first + i));
       } else {
         float* out = reinterpret_cast<float*>(staging.data()) + at;
         for (int64_t i = 0; i < count; ++i) {
-          const float f = TensorElement(v, first + i);
+          const float f = v.Element(first + i);
           out[i] = p.transform ? p.transform(f) : f;
         }
       }

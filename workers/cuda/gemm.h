@@ -30,11 +30,6 @@ absl::Status LinearBf16(cublasHandle_t handle, const bf16* x, int64_t n, int64_t
 absl::Status LinearF32(cublasHandle_t handle, const float* x, int64_t n, int64_t cols,
                        const float* w, int64_t rows, float* out);
 
-// Converts one element of a checkpoint tensor to fp32 (F32, BF16 and F16 exactly).
-float TensorElement(const native::TensorView& view, int64_t index);
-// fp32 -> BF16 bits, round to nearest even (NaN kept quiet).
-bf16 FloatToBf16(float f);
-
 // Device copies of checkpoint tensors in one cudaMalloc. Add pieces first (each piece is rows of
 // one or more tensors, concatenated without padding; pieces start 256-byte aligned), then
 // Upload once; pointers are valid after Upload until destruction.

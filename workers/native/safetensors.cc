@@ -7,10 +7,9 @@
 
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -81,7 +80,20 @@ int64_t TensorView::elements() const {
   return n;
 }
 
-std::string TensorView::ShapeString() const { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string TensorView::ShapeString() const {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+float TensorView::Element(int64_t index) const {
+  if (dtype == DType::kF32) {
+    float f;
+    std::memcpy(&f, data + 4 * index, 4);
+    return f;
+  }
+  uint16_t v;
+  std::memcpy(&v, data + 2 * index, 2);
+  return dtype == DType::kBF16 ? Bf16ToFloat(v) : F16ToFloat(v);
+}
 
 std::vector<float> TensorView::ToFloat() const {
   const int64_t n = elements();
@@ -126,8 +138,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   std::memcpy(&header_len, bytes, 8);
   if (header_len > size - 8 || header_len > (100u << 20)) return bad("header length out of range");
   const nlohmann::json header = nlohmann::json::parse(
-      reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(bytes + 8 + header_len),
-      nullptr, /*allow_exceptions=*/false);
+      reinterpret_cast<const char*>(bytes + 8),
+      reinterpret_cast<const char*>(bytes + 8 + header_len), nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return bad("the header is not a JSON object");
   const uint8_t* data = bytes + 8 + header_len;
   const size_t data_bytes = size - 8 - header_len;
@@ -166,8 +178,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     if (begin > end || end > data_bytes) return bad("data_offsets of " + name + " out of range");
     t.bytes = end - begin;
     if (t.bytes != static_cast<uint64_t>(t.elements()) * DTypeBytes(t.dtype)) {
-      return bad(absl::StrCat("tensor ", name, ": ", t.bytes, " bytes for ", dtype, " ",
-                              t.ShapeString()));
+      return bad(
+          absl::StrCat("tensor ", name, ": ", t.bytes, " bytes for ", dtype, " ", t.ShapeString()));
     }
     t.data = data + begin;
     ranges.push_back({begin, end});
@@ -189,7 +201,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   c->dir_ = dir;
   auto config = ReadFile(dir + "/config.json");
   if (!config.ok()) {
-    return absl::NotFoundError(absl::StrCat(dir, ": no config.json (is this a checkpoint directory?)"));
+    return absl::NotFoundError(
+        absl::StrCat(dir, ": no config.json (is this a checkpoint directory?)"));
   }
   c->config_json_ = std::move(*config);
   std::vector<std::string> shards;
@@ -215,7 +228,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     if (!f.ok()) return f.status();
     for (const auto& [name, t] : (*f)->tensors()) {
       if (!c->index_.emplace(name, &t).second) {
-        return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor ", name, " is in two shards"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": tensor ", name, " is in two shards"));
       }
     }
     c->files_.push_back(std::move(*f));

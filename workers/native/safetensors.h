@@ -26,6 +26,8 @@ struct TensorView {
   int64_t elements() const;
   // Converts to fp32 (BF16 and F16 widened exactly).
   std::vector<float> ToFloat() const;
+  // One element, widened to fp32 the same way.
+  float Element(int64_t index) const;
   std::string ShapeString() const;
 };
 
