@@ -13,10 +13,11 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options) {
   auto host_port = ParseHostPort("listen", options.listen);
   if (!host_port.ok()) return host_port.status();
   if (options.health == nullptr) return absl::InvalidArgumentError("no health service");
+  if (options.credentials == nullptr) return absl::InvalidArgumentError("no server credentials");
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen, options.credentials, &port);
   builder.RegisterService(options.health);
   for (grpc::Service* s : options.services) builder.RegisterService(s);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);

@@ -14,6 +14,8 @@ namespace tandem {
 struct GrpcServerOptions {
   // HOST:PORT; port 0 picks a free port.
   std::string listen;
+  // Transport security of the port (see common/server_tls_flags.h); required.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
   std::vector<grpc::Service*> services;
   // Served as grpc.health.v1 (required).
   HealthService* health = nullptr;

@@ -1,5 +1,6 @@
 #include "common/request_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -116,6 +117,26 @@ absl::Status ValidateSampling(const tandem::v1::SamplingParams& s, int32_t max_o
                                             limits.max_stop_sequence_bytes));
     }
     if (!IsValidUtf8(s.stop(i))) return Invalid(field, "not valid UTF-8");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& labels,
+                            const RequestLimits& limits) {
+  if (static_cast<int64_t>(labels.size()) > limits.max_labels) {
+    return Invalid("labels", absl::StrFormat("%d labels; the limit is %d (--max_labels)",
+                                             labels.size(), limits.max_labels));
+  }
+  for (const auto& [key, value] : labels) {
+    const std::string field = absl::StrFormat("labels[%s]", IsValidUtf8(key) ? key.substr(0, 64) : "?");
+    if (key.empty()) return Invalid("labels", "empty key");
+    if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
+      return Invalid(field, "keys and values must be valid UTF-8");
+    }
+    if (static_cast<int64_t>(std::max(key.size(), value.size())) > limits.max_label_bytes) {
+      return Invalid(field, absl::StrFormat("key or value over %d bytes (--max_label_bytes)",
+                                            limits.max_label_bytes));
+    }
   }
   return absl::OkStatus();
 }

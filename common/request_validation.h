@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "google/protobuf/map.h"
 #include "google/protobuf/repeated_field.h"
 #include "tandem/v1/common.pb.h"
 
@@ -17,6 +18,8 @@ struct RequestLimits {
   int64_t max_image_bytes = 20ll << 20;
   int32_t max_stop_sequences = 16;
   int32_t max_stop_sequence_bytes = 256;
+  int32_t max_labels = 32;
+  int32_t max_label_bytes = 256;
 };
 
 // INVALID_ARGUMENT naming the offending field ("messages[2].content[0].text: ...") for: no
@@ -30,5 +33,10 @@ absl::Status ValidateMessages(
 // outside [0, 2], top_p outside (0, 1], negative top_k, and bad stop sequences.
 absl::Status ValidateSampling(const tandem::v1::SamplingParams& sampling, int32_t max_output_tokens,
                               const RequestLimits& limits);
+
+// INVALID_ARGUMENT for more than max_labels labels, an empty key, a key or value over
+// max_label_bytes, or one that is not valid UTF-8.
+absl::Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& labels,
+                            const RequestLimits& limits);
 
 }  // namespace tandem

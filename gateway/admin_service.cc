@@ -1,6 +1,7 @@
 #include "gateway/admin_service.h"
 
 #include "common/grpc_status.h"
+#include "gateway/gateway_service.h"
 
 namespace tandem::gateway {
 
@@ -15,9 +16,26 @@ void AdminService::Fill(tandem::v1::PolicyStatus* response) const {
   response->set_path(reloader_->path());
 }
 
+grpc::Status AdminService::Authorize(const grpc::CallbackServerContext* context) const {
+  if (tenants_ == nullptr || !tenants_->enabled()) return grpc::Status::OK;
+  auto caller = tenants_->Authenticate(ApiKeyFromMetadata(context->client_metadata()));
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (!caller->spec->admin) {
+    if (metrics_ != nullptr) metrics_->CountAuthFailure("admin_denied");
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "tenant '" + caller->spec->name + "' may not use tandem.v1.Admin (admin: false)");
+  }
+  return grpc::Status::OK;
+}
+
 grpc::ServerUnaryReactor* AdminService::ReloadPolicy(grpc::CallbackServerContext* context,
                                                      const tandem::v1::ReloadPolicyRequest*,
                                                      tandem::v1::PolicyStatus* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) {
+    auto* denied = context->DefaultReactor();
+    denied->Finish(auth);
+    return denied;
+  }
   auto* reactor = context->DefaultReactor();
   if (reloader_ == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -34,6 +52,11 @@ grpc::ServerUnaryReactor* AdminService::ReloadPolicy(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* context,
                                                   const tandem::v1::GetPolicyRequest*,
                                                   tandem::v1::PolicyStatus* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) {
+    auto* denied = context->DefaultReactor();
+    denied->Finish(auth);
+    return denied;
+  }
   Fill(response);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -43,6 +66,11 @@ grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AdminService::ListEndpoints(grpc::CallbackServerContext* context,
                                                       const tandem::v1::ListEndpointsRequest*,
                                                       tandem::v1::ListEndpointsResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) {
+    auto* denied = context->DefaultReactor();
+    denied->Finish(auth);
+    return denied;
+  }
   if (pools_ != nullptr) {
     for (const auto& [name, pool] : pools_->pools()) {
       for (const auto& e : *pool->endpoints()) *response->add_endpoints() = e->Describe();
@@ -56,6 +84,11 @@ grpc::ServerUnaryReactor* AdminService::ListEndpoints(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* AdminService::GetSignals(grpc::CallbackServerContext* context,
                                                    const tandem::v1::GetSignalsRequest*,
                                                    tandem::v1::SignalsStatus* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) {
+    auto* denied = context->DefaultReactor();
+    denied->Finish(auth);
+    return denied;
+  }
   if (signals_ != nullptr) *response = signals_->Describe();
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

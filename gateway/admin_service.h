@@ -2,6 +2,7 @@
 
 #include "gateway/policy_reloader.h"
 #include "gateway/signal_engine.h"
+#include "gateway/tenants.h"
 #include "gateway/worker_pool.h"
 #include "tandem/v1/admin.grpc.pb.h"
 
@@ -13,9 +14,12 @@ class AdminService final : public tandem::v1::Admin::CallbackService {
  public:
   // `reloader` is null when the gateway runs the built-in rules; `pools` and `signals` may be
   // null (tests).
+  // With `tenants` enabled (a tenants file), only tenants with `admin: true` may call it; others
+  // get PERMISSION_DENIED, calls without a valid key UNAUTHENTICATED.
   explicit AdminService(PolicyReloader* reloader, const WorkerPools* pools = nullptr,
-                        const SignalEngine* signals = nullptr)
-      : reloader_(reloader), pools_(pools), signals_(signals) {}
+                        const SignalEngine* signals = nullptr,
+                        const TenantRegistry* tenants = nullptr, GatewayMetrics* metrics = nullptr)
+      : reloader_(reloader), pools_(pools), signals_(signals), tenants_(tenants), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* ReloadPolicy(grpc::CallbackServerContext* context,
                                          const tandem::v1::ReloadPolicyRequest* request,
@@ -32,10 +36,14 @@ class AdminService final : public tandem::v1::Admin::CallbackService {
 
  private:
   void Fill(tandem::v1::PolicyStatus* response) const;
+  // OK when the caller may use Admin.
+  grpc::Status Authorize(const grpc::CallbackServerContext* context) const;
 
   PolicyReloader* const reloader_;
   const WorkerPools* const pools_;
   const SignalEngine* const signals_;
+  const TenantRegistry* const tenants_;
+  GatewayMetrics* const metrics_;
 };
 
 }  // namespace tandem::gateway

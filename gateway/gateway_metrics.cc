@@ -128,6 +128,38 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
               .Register(r)
               .Add({}, Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4,
                                                    2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2})),
+      tenant_requests_(BuildCounter()
+                           .Name("tandem_gateway_tenant_requests_total")
+                           .Help("Generation requests finished, by tenant and gRPC status code.")
+                           .Register(r)),
+      tenant_throttled_(BuildCounter()
+                            .Name("tandem_gateway_tenant_throttled_total")
+                            .Help("Requests refused with RESOURCE_EXHAUSTED by a tenant quota "
+                                  "or the dispatch queue, by tenant and reason.")
+                            .Register(r)),
+      tenant_tokens_(BuildCounter()
+                         .Name("tandem_gateway_tenant_tokens_total")
+                         .Help("Tokens of finished requests, by tenant and kind (prompt, "
+                               "completion), as counted by the workers.")
+                         .Register(r)),
+      tenant_inflight_(BuildGauge()
+                           .Name("tandem_gateway_tenant_inflight_requests")
+                           .Help("Requests admitted for the tenant and not finished, queued "
+                                 "ones included.")
+                           .Register(r)),
+      tenant_queued_(BuildGauge()
+                         .Name("tandem_gateway_tenant_queued_requests")
+                         .Help("Requests of the tenant waiting for a dispatch slot.")
+                         .Register(r)),
+      auth_failures_(BuildCounter()
+                         .Name("tandem_gateway_auth_failures_total")
+                         .Help("Calls refused UNAUTHENTICATED or PERMISSION_DENIED, by reason.")
+                         .Register(r)),
+      queue_wait_(BuildHistogram()
+                      .Name("tandem_gateway_queue_wait_seconds")
+                      .Help("Time requests waited for a dispatch slot (--max_inflight).")
+                      .Register(r)
+                      .Add({}, kDurationBuckets)),
       reloads_ok_(BuildCounter()
                       .Name("tandem_policy_reloads_total")
                       .Help("Policy reload attempts, by result.")
@@ -222,6 +254,9 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
     }
   }
   for (const std::string& c : classes) Labelled(shed_, {{"class", c}});
+  for (const char* reason : {"missing_key", "unknown_key", "model_denied", "admin_denied"}) {
+    Labelled(auth_failures_, {{"reason", reason}});
+  }
   // Refusals before routing, so error-ratio alerts have a series from the start.
   for (const char* code : {"INVALID_ARGUMENT", "UNAVAILABLE", "RESOURCE_EXHAUSTED"}) {
     Child(requests_, request_children_, "code", "none", "none", code);
@@ -379,6 +414,42 @@ void GatewayMetrics::SetLivePolicy(const std::string& version, const std::string
   if (live_policy_ != nullptr) policy_info_.Remove(live_policy_);
   live_policy_ = &policy_info_.Add({{"version", version}, {"sha256", sha256}});
   live_policy_->Set(1);
+}
+
+GatewayMetrics::Tenant GatewayMetrics::ForTenant(const std::string& name, int max_labels) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto known = tenant_labels_.find(name);
+  std::string label;
+  if (known != tenant_labels_.end()) {
+    label = known->second;
+  } else {
+    label = static_cast<int>(tenants_.size()) < max_labels ? name : "other";
+    tenant_labels_.emplace(name, label);
+  }
+  auto it = tenants_.find(label);
+  if (it != tenants_.end()) return it->second;
+  const prometheus::Labels labels = {{"tenant", label}};
+  Tenant t{label, &tenant_inflight_.Add(labels), &tenant_queued_.Add(labels),
+           &tenant_tokens_.Add({{"tenant", label}, {"kind", "prompt"}}),
+           &tenant_tokens_.Add({{"tenant", label}, {"kind", "completion"}})};
+  tenant_requests_.Add({{"tenant", label}, {"code", "OK"}});
+  for (const char* reason : {"requests", "tokens", "concurrency", "queue_full", "queue_timeout"}) {
+    tenant_throttled_.Add({{"tenant", label}, {"reason", reason}});
+  }
+  tenants_.emplace(label, t);
+  return t;
+}
+
+void GatewayMetrics::CountTenantRequest(const std::string& label, const char* code) {
+  Labelled(tenant_requests_, {{"tenant", label}, {"code", code}}).Increment();
+}
+
+void GatewayMetrics::CountThrottled(const std::string& label, const char* reason) {
+  Labelled(tenant_throttled_, {{"tenant", label}, {"reason", reason}}).Increment();
+}
+
+void GatewayMetrics::CountAuthFailure(const char* reason) {
+  Labelled(auth_failures_, {{"reason", reason}}).Increment();
 }
 
 }  // namespace tandem::gateway

@@ -81,6 +81,24 @@ class GatewayMetrics {
   // Time to admit a request: validation, features, the routing decision, the endpoint pick.
   prometheus::Histogram& decision_duration() { return decision_duration_; }
 
+  // Tenants (gateway/tenants.h). The tenant label is bounded: the first `max_labels` tenant
+  // names seen get their own, later ones share "other".
+  struct Tenant {
+    std::string label;
+    prometheus::Gauge* inflight;  // admitted and not finished (queued included)
+    prometheus::Gauge* queued;    // waiting for a dispatch slot
+    prometheus::Counter* prompt_tokens;
+    prometheus::Counter* completion_tokens;
+  };
+  Tenant ForTenant(const std::string& name, int max_labels);
+  void CountTenantRequest(const std::string& label, const char* code);
+  // reason: requests, tokens, concurrency, queue_full, queue_timeout.
+  void CountThrottled(const std::string& label, const char* reason);
+  // reason: missing_key, unknown_key, model_denied, admin_denied.
+  void CountAuthFailure(const char* reason);
+  // Time requests waited for a dispatch slot (--max_inflight), granted or not.
+  prometheus::Histogram& queue_wait() { return queue_wait_; }
+
   // Decision-log records written and dropped (writer behind).
   prometheus::Counter& decision_log_written() { return decision_log_written_; }
   prometheus::Counter& decision_log_dropped() { return decision_log_dropped_; }
@@ -114,6 +132,15 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& shed_;
   prometheus::Family<prometheus::Counter>& fallbacks_;
   prometheus::Histogram& decision_duration_;
+  prometheus::Family<prometheus::Counter>& tenant_requests_;
+  prometheus::Family<prometheus::Counter>& tenant_throttled_;
+  prometheus::Family<prometheus::Counter>& tenant_tokens_;
+  prometheus::Family<prometheus::Gauge>& tenant_inflight_;
+  prometheus::Family<prometheus::Gauge>& tenant_queued_;
+  prometheus::Family<prometheus::Counter>& auth_failures_;
+  prometheus::Histogram& queue_wait_;
+  std::map<std::string, Tenant> tenants_;  // guarded by mu_; by label
+  std::map<std::string, std::string> tenant_labels_;  // guarded by mu_; name -> label
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_error_;
   prometheus::Counter& decision_log_written_;

@@ -4,9 +4,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "router/decision_record.h"
@@ -114,25 +117,34 @@ class GenerationCall {
   };
 
  protected:
-  // Validates, routes and starts the first attempt.
+  // Authenticates, validates, routes and applies the tenant's quotas; then starts the first
+  // attempt, or queues for a dispatch slot (the attempt then starts when one frees). An error
+  // means nothing was started and the caller finishes the call with it.
   absl::Status Begin() {
     if (service_->draining()) {
       return absl::UnavailableError("gateway is draining; retry on another replica");
     }
+    if (const TenantRegistry* tenants = service_->options().tenants) {
+      absl::StatusOr<TenantRegistry::Caller> caller =
+          tenants->Authenticate(ApiKeyFromMetadata(context_->client_metadata()));
+      if (!caller.ok()) return caller.status();
+      caller_ = std::move(*caller);
+    }
     const auto admit_start = SteadyClock::now();
     absl::Status s = service_->intake().Admit(*request_, MetadataRequestId(context_),
-                                              context_->deadline(), false, &admission_);
+                                              context_->deadline(), false, &admission_,
+                                              caller_.spec);
     service_->metrics().decision_duration().Observe(Seconds(SteadyClock::now() - admit_start));
     if (!s.ok()) {
       if (admission_.retry_after_seconds > 0) {
-        // gRPC has no standard retry-after; this key mirrors HTTP's Retry-After in milliseconds.
-        context_->AddTrailingMetadata(
-            "retry-after-ms",
-            std::to_string(static_cast<int64_t>(admission_.retry_after_seconds * 1000)));
+        SetRetryAfter(admission_.retry_after_seconds);
         service_->metrics().CountShed(admission_.decision.request_class);
         service_->metrics().CountDecision(
             admission_.decision.model, admission_.decision.request_class, admission_.decision.rule,
             admission_.decision.policy_version);
+      }
+      if (s.code() == absl::StatusCode::kPermissionDenied) {
+        service_->metrics().CountAuthFailure("model_denied");
       }
       return s;
     }
@@ -150,18 +162,133 @@ class GenerationCall {
       if (service_->log_prompt_text()) record.set_prompt_text(admission_.features.classifier_text);
       log->Record(std::move(record));
     }
-    if (model_metrics_ != nullptr) model_metrics_->inflight->Increment();
+
+    if (caller_.tenant != nullptr) {
+      // The reservation: the prompt (estimated) and every token the request may generate.
+      reserved_tokens_ =
+          admission_.features.prompt_tokens + admission_.worker_request.sampling().max_tokens();
+      if (auto refusal = caller_.tenant->TryAdmit(reserved_tokens_, SteadyClock::now())) {
+        service_->metrics().CountThrottled(caller_.tenant->metrics().label, refusal->reason);
+        SetRetryAfter(refusal->retry_after_seconds);
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "%s; retry after %.3fs", refusal->message, refusal->retry_after_seconds));
+      }
+      tenant_admitted_ = true;
+    }
+    // Counted from here so a drain waits for queued requests too.
     service_->CallStarted();
+    counted_ = true;
+
+    FairQueue* queue = service_->options().queue;
+    const std::string label = caller_.tenant != nullptr ? caller_.tenant->name() : "anonymous";
+    if (queue == nullptr) {
+      Dispatch(false);
+      return absl::OkStatus();
+    }
+    waiter_.tenant = label;
+    waiter_.grant = [this] { OnGranted(); };
+    const int priority = caller_.spec != nullptr ? caller_.spec->priority : 1;
+    switch (queue->Acquire(&waiter_, priority)) {
+      case FairQueue::Result::kRun:
+        slot_held_.store(true);
+        Dispatch(false);
+        return absl::OkStatus();
+      case FairQueue::Result::kFull: {
+        if (caller_.tenant != nullptr) {
+          service_->metrics().CountThrottled(caller_.tenant->metrics().label, "queue_full");
+        }
+        const double wait = absl::ToDoubleSeconds(service_->options().max_queue_wait) / 10;
+        SetRetryAfter(wait);
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "the gateway is at --max_inflight and tenant '%s' already has --max_queued requests "
+            "waiting; retry after %.3fs",
+            label, wait));
+      }
+      case FairQueue::Result::kQueued:
+        break;
+    }
+    queued_at_ = SteadyClock::now();
+    if (caller_.tenant != nullptr) caller_.tenant->metrics().queued->Increment();
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    queue_alarm_.Set(std::chrono::system_clock::now() +
+                         absl::ToChronoMilliseconds(service_->options().max_queue_wait),
+                     [this](bool ok) { OnQueueAlarm(ok); });
+    return absl::OkStatus();
+  }
+
+  // gRPC has no standard retry-after; this key mirrors HTTP's Retry-After in milliseconds.
+  void SetRetryAfter(double seconds) {
+    context_->AddTrailingMetadata("retry-after-ms",
+                                  std::to_string(static_cast<int64_t>(std::ceil(seconds * 1000))));
+  }
+
+  // Leaves the dispatch queue: true when this call was waiting there (and now is not).
+  bool LeaveQueue() {
+    FairQueue* queue = service_->options().queue;
+    if (queue == nullptr || !queue->Cancel(&waiter_)) return false;
+    QueueWaitEnded();
+    return true;
+  }
+
+  void QueueWaitEnded() {
+    service_->metrics().queue_wait().Observe(Seconds(SteadyClock::now() - queued_at_));
+    if (caller_.tenant != nullptr) caller_.tenant->metrics().queued->Decrement();
+  }
+
+  void OnGranted() {
+    QueueWaitEnded();
+    slot_held_.store(true);
+    queue_alarm_.Cancel();  // its callback runs with ok=false and drops its reference
+    Dispatch(true);
+  }
+
+  void OnQueueAlarm(bool ok) {
+    if (ok && LeaveQueue()) {
+      if (caller_.tenant != nullptr) {
+        service_->metrics().CountThrottled(caller_.tenant->metrics().label, "queue_timeout");
+      }
+      SetRetryAfter(1);
+      Complete(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("waited ", absl::FormatDuration(service_->options().max_queue_wait),
+                       " for a dispatch slot (--max_queue_wait); the gateway is at "
+                       "--max_inflight; retry after 1s")));
+    }
+    Unref();
+  }
+
+  // Starts the first attempt. After a wait in the queue the endpoint is picked again: the one
+  // chosen at admission may have gone since.
+  void Dispatch(bool waited) {
+    if (waited) {
+      absl::StatusOr<Target> target = service_->intake().PickTarget(admission_, {});
+      if (!target.ok()) {
+        Complete(ToGrpcStatus(target.status()));
+        return;
+      }
+      if (target->pool == admission_.pool) admission_.endpoint = target->endpoint;
+    }
+    const auto& d = admission_.decision;
+    if (model_metrics_ != nullptr) model_metrics_->inflight->Increment();
     service_->retry_budget().RequestStarted();
     started_ = true;
-    spdlog::info("request_id={} rpc={} start model={} class={} rule={} worker={}",
+    spdlog::info("request_id={} rpc={} start model={} class={} rule={} worker={} tenant={}",
                  admission_.request_id, rpc_, d.model, d.request_class, d.rule,
-                 admission_.endpoint->address());
+                 admission_.endpoint->address(),
+                 caller_.tenant != nullptr ? caller_.tenant->name() : "-");
 
-    // Every attempt shares one deadline: the caller's, or the default when it set none.
+    // Every attempt shares one deadline: the caller's, or the default when it set none; never
+    // more than --max_stream_duration from arrival.
     const auto now = std::chrono::system_clock::now();
-    const auto fallback = now + absl::ToChronoMilliseconds(service_->options().default_deadline);
-    attempt_deadline_ = std::min(context_->deadline(), fallback);
+    const auto caller_deadline = context_->deadline();
+    // gRPC reports "no deadline" as a time far in the future, not always exactly max().
+    const bool caller_set_none = caller_deadline - now > std::chrono::hours(24 * 365);
+    attempt_deadline_ =
+        std::min(caller_set_none
+                     ? now + absl::ToChronoMilliseconds(service_->options().default_deadline)
+                     : caller_deadline,
+                 now - (SteadyClock::now() - arrival_) +
+                     absl::ToChronoMilliseconds(service_->options().max_stream_duration));
 
     Target first{admission_.pool, admission_.endpoint, 0};
     Attempt* a = new Attempt(this, first, admission_.worker_request, false, false);
@@ -180,7 +307,6 @@ class GenerationCall {
           [this](bool ok) { OnHedgeAlarm(ok); });
     }
     if (!d.shadow.empty() && d.shadow != d.model) service_->StartShadow(admission_, d.shadow);
-    return absl::OkStatus();
   }
 
   // A chunk of the committed attempt; the subclass relays it and calls Resume() when ready for
@@ -199,6 +325,10 @@ class GenerationCall {
     if (a != nullptr) a->Read();
   }
   void CancelAll() {
+    if (LeaveQueue()) {
+      Complete(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued"));
+      return;
+    }
     std::vector<Attempt*> live;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -271,9 +401,18 @@ class GenerationCall {
                          " final_worker=", recovery_.final_worker());
       }
     }
-    if (started_) {
-      service_->retry_budget().RequestEnded();
-      service_->CallEnded();
+    if (started_) service_->retry_budget().RequestEnded();
+    if (caller_.tenant != nullptr) {
+      GatewayMetrics::Tenant& tm = caller_.tenant->metrics();
+      service_->metrics().CountTenantRequest(tm.label, GrpcCodeName(status.error_code()));
+      tm.prompt_tokens->Increment(prompt_tokens_);
+      tm.completion_tokens->Increment(completion_tokens_);
+      if (tenant_admitted_) {
+        // What the request did not use of its reservation goes back to the tenant's bucket.
+        const int64_t used = std::max<int64_t>(admission_.features.prompt_tokens, prompt_tokens_) +
+                             completion_tokens_;
+        caller_.tenant->Release(reserved_tokens_ - used);
+      }
     }
     spdlog::info(
         "request_id={} rpc={} end model={} class={} status={} prompt_tokens={} "
@@ -281,6 +420,9 @@ class GenerationCall {
         admission_.request_id, rpc_, model, klass, GrpcCodeName(status.error_code()),
         prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3, recovery,
         status.ok() ? "" : " message=", status.error_message());
+    // Last: handing the slot on may start the next request on this thread.
+    if (counted_) service_->CallEnded();
+    if (slot_held_.load()) service_->options().queue->Release();
   }
 
   void Unref() {
@@ -479,6 +621,16 @@ class GenerationCall {
 
   GatewayMetrics::Model* model_metrics_ = nullptr;
   bool started_ = false;
+  TenantRegistry::Caller caller_;
+  bool tenant_admitted_ = false;
+  int64_t reserved_tokens_ = 0;
+  // Counted in the service's in-flight calls (drain waits for it).
+  bool counted_ = false;
+  // Holds a FairQueue slot (set on the thread that granted it).
+  std::atomic<bool> slot_held_{false};
+  FairQueue::Waiter waiter_;
+  SteadyClock::time_point queued_at_;
+  grpc::Alarm queue_alarm_;
   std::chrono::system_clock::time_point attempt_deadline_;
   grpc::Alarm hedge_alarm_;
   std::atomic<bool> hedge_armed_{false};
@@ -741,13 +893,40 @@ grpc::ServerWriteReactor<tandem::v1::GenerateStreamChunk>* GatewayService::Gener
   return new StreamCall(this, context, request);
 }
 
+std::string ApiKeyFromMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
+  if (auto it = md.find("authorization"); it != md.end()) {
+    const absl::string_view v(it->second.data(), it->second.size());
+    constexpr absl::string_view kBearer = "Bearer ";
+    if (v.size() > kBearer.size() && absl::EqualsIgnoreCase(v.substr(0, kBearer.size()), kBearer)) {
+      return std::string(v.substr(kBearer.size()));
+    }
+    // Present but not a bearer token: treated as a (wrong) key, never as "no key".
+    return std::string(v);
+  }
+  if (auto it = md.find("x-api-key"); it != md.end()) {
+    return std::string(it->second.data(), it->second.size());
+  }
+  return "";
+}
+
+absl::StatusOr<TenantRegistry::Caller> GatewayService::Authenticate(
+    const grpc::CallbackServerContext* context) const {
+  if (options_.tenants == nullptr) return TenantRegistry::Caller{};
+  return options_.tenants->Authenticate(ApiKeyFromMetadata(context->client_metadata()));
+}
+
 grpc::ServerUnaryReactor* GatewayService::Route(grpc::CallbackServerContext* context,
                                                 const GenerateRequest* request,
                                                 tandem::v1::RouteResponse* response) {
   auto* reactor = context->DefaultReactor();
+  absl::StatusOr<TenantRegistry::Caller> caller = Authenticate(context);
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
   Admission admission;
-  absl::Status s =
-      intake_->Admit(*request, MetadataRequestId(context), context->deadline(), true, &admission);
+  absl::Status s = intake_->Admit(*request, MetadataRequestId(context), context->deadline(), true,
+                                  &admission, caller->spec);
   if (!s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
@@ -770,8 +949,19 @@ grpc::ServerUnaryReactor* GatewayService::Route(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* GatewayService::ListModels(grpc::CallbackServerContext* context,
                                                      const tandem::v1::ListModelsRequest*,
                                                      tandem::v1::ListModelsResponse* response) {
-  for (const auto& [name, pool] : pools_->pools()) *response->add_models() = pool->Status();
   auto* reactor = context->DefaultReactor();
+  absl::StatusOr<TenantRegistry::Caller> caller = Authenticate(context);
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
+  for (const auto& [name, pool] : pools_->pools()) {
+    // A tenant sees the models it may use.
+    if (caller->spec == nullptr || caller->spec->models.empty() ||
+        caller->spec->models.contains(name)) {
+      *response->add_models() = pool->Status();
+    }
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -8,9 +8,11 @@
 
 #include "absl/time/time.h"
 #include "gateway/decision_log.h"
+#include "gateway/fair_queue.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/intake.h"
 #include "gateway/retry_budget.h"
+#include "gateway/tenants.h"
 #include "gateway/worker_pool.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 
@@ -32,7 +34,18 @@ struct GatewayServiceOptions {
   // Extra attempts in flight at most max(retry_budget_min, retry_budget_ratio x active requests).
   double retry_budget_ratio = 0.2;
   int retry_budget_min = 3;
+  // API keys -> tenants and their quotas; null serves everyone as one unlimited tenant.
+  const TenantRegistry* tenants = nullptr;
+  // Dispatch slots shared fairly between tenants; null: no gateway-side queueing.
+  FairQueue* queue = nullptr;
+  // Longest wait for a dispatch slot before RESOURCE_EXHAUSTED.
+  absl::Duration max_queue_wait = absl::Seconds(10);
+  // Longest any generation (unary or stream) may run, whatever deadline the caller set.
+  absl::Duration max_stream_duration = absl::Hours(1);
 };
+
+// The API key of a call: "authorization: Bearer KEY", else "x-api-key: KEY"; empty when none.
+std::string ApiKeyFromMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata);
 
 // tandem.v1.Gateway over the callback API. No thread is held per request: each call is a
 // reactor pair (server side to the client, client side to the worker) that relays chunk by
@@ -72,6 +85,9 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   bool log_prompt_text() const { return options_.log_prompt_text; }
   const GatewayServiceOptions& options() const { return options_; }
   RetryBudget& retry_budget() { return retry_budget_; }
+  // The caller's tenant (an empty Caller without tenants); UNAUTHENTICATED as the registry says.
+  absl::StatusOr<TenantRegistry::Caller> Authenticate(
+      const grpc::CallbackServerContext* context) const;
   // Sends a copy of an admitted request to `model`, answer discarded, measured in metrics.
   void StartShadow(const Admission& admission, const std::string& model);
   void ShadowEnded(ShadowCall* call);

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/utf8.h"
 
 namespace tandem::gateway {
@@ -17,7 +18,9 @@ std::string NewRequestId() {
 absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
                            const std::string& metadata_request_id,
                            std::chrono::system_clock::time_point deadline, bool dry_run,
-                           Admission* out) const {
+                           Admission* out,
+                           std::shared_ptr<const policies::TenantSpec> tenant) const {
+  out->tenant = std::move(tenant);
   out->request_id = !request.request_id().empty()  ? request.request_id()
                     : !metadata_request_id.empty() ? metadata_request_id
                                                    : NewRequestId();
@@ -34,13 +37,21 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   if (absl::Status s = ValidateMessages(request.messages(), options_.limits); !s.ok()) return s;
   // The model's own max_tokens limit is checked once the model is known.
   if (absl::Status s = ValidateSampling(request.sampling(), 0, options_.limits); !s.ok()) return s;
-  for (const auto& [key, value] : request.labels()) {
-    if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
-      return absl::InvalidArgumentError("labels: keys and values must be valid UTF-8");
-    }
+  if (absl::Status s = ValidateLabels(request.labels(), options_.limits); !s.ok()) return s;
+  if (options_.max_tokens_limit > 0 && request.sampling().max_tokens() > options_.max_tokens_limit) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling.max_tokens: %d exceeds the gateway's limit of %d "
+                        "(--max_tokens_limit)",
+                        request.sampling().max_tokens(), options_.max_tokens_limit));
   }
 
   out->features = router::ExtractFeatures(request);
+  if (options_.max_prompt_tokens > 0 && out->features.prompt_tokens > options_.max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "messages: about %d prompt tokens exceeds the gateway's limit of %d "
+        "(--max_prompt_tokens)",
+        out->features.prompt_tokens, options_.max_prompt_tokens));
+  }
   out->features.split_key = std::hash<std::string>{}(out->request_id);
   // gRPC reports "no deadline" as a time far in the future, not always exactly max().
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -63,6 +74,13 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
     return absl::ResourceExhaustedError(absl::StrFormat(
         "shed by rule '%s' of policy %s (%s); retry after %gs", out->decision.rule,
         out->decision.policy_version, out->decision.reason, out->decision.retry_after_seconds));
+  }
+  if (out->tenant != nullptr && !out->tenant->models.empty() &&
+      !out->tenant->models.contains(out->decision.model)) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "tenant '%s' may not use model '%s' (chosen by rule '%s'); its models: %s",
+        out->tenant->name, out->decision.model, out->decision.rule,
+        absl::StrJoin(out->tenant->models, ", ")));
   }
   out->pool = pools_->Find(out->decision.model);
   if (out->pool == nullptr) {
@@ -135,6 +153,9 @@ absl::StatusOr<Target> Intake::PickTarget(const Admission& a,
   if (auto t = try_model(a.decision.model, true)) return *t;
   for (const std::string& model : a.decision.fallback) {
     if (model == a.decision.model) continue;
+    if (a.tenant != nullptr && !a.tenant->models.empty() && !a.tenant->models.contains(model)) {
+      continue;
+    }
     if (auto t = try_model(model, false)) return *t;
   }
   return first.ok() ? absl::UnavailableError(

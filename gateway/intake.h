@@ -9,6 +9,7 @@
 #include "gateway/router_holder.h"
 #include "gateway/signal_engine.h"
 #include "gateway/worker_pool.h"
+#include "policies/tenant_config.h"
 #include "router/router.h"
 #include "tandem/v1/gateway.pb.h"
 #include "tandem/v1/worker.pb.h"
@@ -21,6 +22,10 @@ struct IntakeOptions {
   // max_tokens when the request sets none (capped at the model's limit).
   int32_t default_max_tokens = 1024;
   RequestLimits limits;
+  // Estimated prompt tokens beyond which a request is refused (0: only the model's context).
+  int64_t max_prompt_tokens = 0;
+  // Largest max_tokens accepted, whatever the model allows (0: the model's limit only).
+  int32_t max_tokens_limit = 0;
 };
 
 // Everything decided about a request before it is dispatched.
@@ -37,6 +42,8 @@ struct Admission {
   double retry_after_seconds = 0;
   // The decided model when admission fell back to another (empty otherwise).
   std::string fell_back_from;
+  // The caller's tenant (null without tenants): its `models` bound every attempt.
+  std::shared_ptr<const policies::TenantSpec> tenant;
 };
 
 // Where one attempt of a request goes.
@@ -60,10 +67,13 @@ class Intake {
   // `metadata_request_id`, else generated). With `dry_run` no endpoint is picked and no worker
   // request is built.
   // `deadline` is the call's (system_clock max for none); it becomes the deadline_ms feature.
+  // With `tenant`, a decided model outside its `models` is PERMISSION_DENIED, and fallbacks
+  // outside them are skipped.
   absl::Status Admit(const tandem::v1::GenerateRequest& request,
                      const std::string& metadata_request_id,
                      std::chrono::system_clock::time_point deadline, bool dry_run,
-                     Admission* out) const;
+                     Admission* out,
+                     std::shared_ptr<const policies::TenantSpec> tenant = nullptr) const;
 
   // A usable endpoint for another attempt of an admitted request: the decided model first, then
   // its fallbacks in order, skipping `exclude` (endpoints that already failed it, or the one a

@@ -15,16 +15,21 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/grpc_server.h"
+#include "common/limit_flags.h"
 #include "common/metrics_server.h"
 #include "common/process.h"
+#include "common/server_tls_flags.h"
+#include "common/tls.h"
 #include "gateway/admin_service.h"
 #include "gateway/decision_log.h"
+#include "gateway/fair_queue.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_service.h"
 #include "gateway/intake.h"
 #include "gateway/policy_reloader.h"
 #include "gateway/router_holder.h"
 #include "gateway/signal_engine.h"
+#include "gateway/tenants.h"
 #include "gateway/worker_pool.h"
 #include "policies/policy_loader.h"
 #include "router/builtin_router.h"
@@ -61,10 +66,34 @@ ABSL_FLAG(int32_t, default_max_tokens, 1024,
           "max_tokens for requests that set none (capped at the model's limit).");
 ABSL_FLAG(int64_t, max_request_bytes, 8ll << 20,
           "Largest request accepted, in serialized bytes; larger ones get INVALID_ARGUMENT.");
-ABSL_FLAG(int32_t, max_messages, 1024, "Most messages in one request.");
-ABSL_FLAG(int32_t, max_images, 16, "Most images in one request.");
-ABSL_FLAG(int64_t, max_image_bytes, 20ll << 20, "Largest image, in bytes.");
-ABSL_FLAG(int32_t, max_stop_sequences, 16, "Most stop sequences in one request.");
+ABSL_FLAG(int64_t, max_prompt_tokens, 1 << 20,
+          "Largest prompt accepted, in estimated tokens (0: only the model's context limit).");
+ABSL_FLAG(int32_t, max_tokens_limit, 0,
+          "Largest sampling.max_tokens accepted (0: only the model's limit).");
+ABSL_FLAG(absl::Duration, max_stream_duration, absl::Hours(1),
+          "Longest a generation (unary or stream) may run, whatever deadline the caller set.");
+ABSL_FLAG(std::string, worker_tls_ca, "",
+          "PEM roots that sign the workers' certificates (mutual TLS to the workers).");
+ABSL_FLAG(std::string, worker_tls_cert, "",
+          "PEM client certificate the gateway presents to workers.");
+ABSL_FLAG(std::string, worker_tls_key, "", "PEM private key of --worker_tls_cert.");
+ABSL_FLAG(std::string, worker_tls_server_name, "",
+          "Name the workers' certificates carry, when not the host in their address.");
+ABSL_FLAG(bool, worker_plaintext, false,
+          "Call workers without TLS (loopback development and tests only).");
+ABSL_FLAG(std::string, tenants, "",
+          "Tenants file (API key hashes, models, quotas, priorities); reloaded when it changes.");
+ABSL_FLAG(bool, allow_unauthenticated, false,
+          "Serve requests without an API key as tenant 'anonymous' (unlimited unless the tenants "
+          "file defines it). Without --tenants this is required and everyone is anonymous.");
+ABSL_FLAG(int32_t, max_tenant_labels, 64,
+          "Distinct tenant label values on metrics; further tenants share 'other'.");
+ABSL_FLAG(int32_t, max_inflight, 1024,
+          "Generations dispatched to workers at once; the rest wait, shared fairly by tenant "
+          "priority (0: no limit, no queue).");
+ABSL_FLAG(int32_t, max_queued, 256, "Requests one tenant may have waiting for a dispatch slot.");
+ABSL_FLAG(absl::Duration, max_queue_wait, absl::Seconds(10),
+          "Longest wait for a dispatch slot before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(absl::Duration, worker_probe_interval, absl::Milliseconds(100),
           "How often every worker endpoint gets an active health probe (grpc.health.v1 Check, "
           "then GetInfo).");
@@ -121,9 +150,50 @@ int ValidatePolicy(const std::string& path) {
   return 0;
 }
 
+// The workers' transport from --worker_tls_* / --worker_plaintext; fatal when neither is given.
+std::shared_ptr<grpc::ChannelCredentials> WorkerCredentials() {
+  TlsFiles files;
+  files.ca = absl::GetFlag(FLAGS_worker_tls_ca);
+  files.cert = absl::GetFlag(FLAGS_worker_tls_cert);
+  files.key = absl::GetFlag(FLAGS_worker_tls_key);
+  const bool any_tls = !files.ca.empty() || !files.cert.empty() || !files.key.empty();
+  if (absl::GetFlag(FLAGS_worker_plaintext)) {
+    if (any_tls) Fatal("--worker_plaintext and --worker_tls_* contradict each other; choose one");
+    spdlog::warn(
+        "PLAINTEXT: the gateway calls workers without TLS (--worker_plaintext): prompts and "
+        "answers cross the network readable, and workers are not authenticated.");
+    return grpc::InsecureChannelCredentials();
+  }
+  if (files.ca.empty() || files.cert.empty() || files.key.empty()) {
+    Fatal("workers are called over mutual TLS: give --worker_tls_ca, --worker_tls_cert and "
+          "--worker_tls_key, or an explicit --worker_plaintext");
+  }
+  files.refresh = absl::Seconds(10);
+  auto creds = MakeChannelCredentials(files, "--worker_tls_ca/--worker_tls_cert/--worker_tls_key");
+  if (!creds.ok()) Fatal(std::string(creds.status().message()));
+  return *creds;
+}
+
 int Run() {
   if (const std::string v = absl::GetFlag(FLAGS_validate_policy); !v.empty()) {
     return ValidatePolicy(v);
+  }
+  // Transport, identity and limits first: a mistake there fails at once, before any worker or
+  // policy work.
+  auto server_credentials = ServerCredentialsFromFlags("tandem-gateway", false);
+  if (!server_credentials.ok()) Fatal(std::string(server_credentials.status().message()));
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials = WorkerCredentials();
+  auto limits = RequestLimitsFromFlags();
+  if (!limits.ok()) Fatal(std::string(limits.status().message()));
+  const std::string tenants_path = absl::GetFlag(FLAGS_tenants);
+  if (tenants_path.empty() && !absl::GetFlag(FLAGS_allow_unauthenticated)) {
+    Fatal("give --tenants=FILE (API keys and quotas), or --allow_unauthenticated to serve "
+          "everyone without a key");
+  }
+  if (tenants_path.empty()) {
+    spdlog::warn(
+        "UNAUTHENTICATED: no --tenants file; every caller is tenant 'anonymous', without quotas, "
+        "and may use tandem.v1.Admin.");
   }
   router::BuiltinRouterConfig router_config;
   router_config.default_model = absl::GetFlag(FLAGS_default_model);
@@ -214,6 +284,8 @@ int Run() {
       pool_options.endpoint.max_ejection < pool_options.endpoint.base_ejection) {
     Fatal("--base_ejection must be > 0 and <= --max_ejection");
   }
+  pool_options.credentials = worker_credentials;
+  pool_options.tls_server_name = absl::GetFlag(FLAGS_worker_tls_server_name);
   pools_holder = std::make_unique<WorkerPools>(pool_options, on_change, &metrics);
   WorkerPools& pools = *pools_holder;
   if (absl::Status s = pools.Configure(worker_entries); !s.ok()) {
@@ -261,10 +333,12 @@ int Run() {
   IntakeOptions intake_options;
   intake_options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   intake_options.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
-  intake_options.limits.max_messages = absl::GetFlag(FLAGS_max_messages);
-  intake_options.limits.max_images = absl::GetFlag(FLAGS_max_images);
-  intake_options.limits.max_image_bytes = absl::GetFlag(FLAGS_max_image_bytes);
-  intake_options.limits.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
+  intake_options.limits = *limits;
+  intake_options.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  intake_options.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
+  if (intake_options.max_prompt_tokens < 0 || intake_options.max_tokens_limit < 0) {
+    Fatal("--max_prompt_tokens and --max_tokens_limit must be >= 0");
+  }
   if (intake_options.max_request_bytes < 1024) Fatal("--max_request_bytes must be >= 1024");
   if (intake_options.default_max_tokens < 1) Fatal("--default_max_tokens must be >= 1");
   Intake intake(&router, &pools, intake_options, &signals);
@@ -294,14 +368,39 @@ int Run() {
   if (service_options.retry_budget_ratio < 0 || service_options.retry_budget_min < 0) {
     Fatal("--retry_budget_ratio and --retry_budget_min must be >= 0");
   }
+  TenantRegistryOptions tenant_options;
+  tenant_options.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
+  tenant_options.max_tenant_labels = absl::GetFlag(FLAGS_max_tenant_labels);
+  tenant_options.models = router_config.models;
+  if (tenant_options.max_tenant_labels < 1) Fatal("--max_tenant_labels must be >= 1");
+  TenantRegistry tenants(tenant_options, &metrics);
+  if (!tenants_path.empty()) {
+    if (absl::Status s = tenants.Load(tenants_path); !s.ok()) Fatal(std::string(s.message()));
+  }
+  FairQueue::Options queue_options;
+  queue_options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  queue_options.max_queued_per_tenant = absl::GetFlag(FLAGS_max_queued);
+  if (queue_options.max_inflight < 0 || queue_options.max_queued_per_tenant < 0) {
+    Fatal("--max_inflight and --max_queued must be >= 0");
+  }
+  FairQueue queue(queue_options);
+  service_options.tenants = &tenants;
+  service_options.queue = queue_options.max_inflight > 0 ? &queue : nullptr;
+  service_options.max_queue_wait = absl::GetFlag(FLAGS_max_queue_wait);
+  service_options.max_stream_duration = absl::GetFlag(FLAGS_max_stream_duration);
+  if (service_options.max_queue_wait <= absl::ZeroDuration() ||
+      service_options.max_stream_duration <= absl::ZeroDuration()) {
+    Fatal("--max_queue_wait and --max_stream_duration must be > 0");
+  }
   GatewayService service(&intake, &pools, &metrics, service_options);
-  AdminService admin(reloader.get(), &pools, &signals);
+  AdminService admin(reloader.get(), &pools, &signals, &tenants, &metrics);
 
   auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
   if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
 
   GrpcServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
+  server_options.credentials = *server_credentials;
   HealthService health;
   health.SetServingStatus("", false);
   for (const std::string& m : models) health.SetServingStatus("model/" + m, false);
@@ -324,11 +423,16 @@ int Run() {
   pools.Start();
   signals.Start();
 
-  spdlog::info("serving grpc={} metrics={} models={} version={}", grpc_address,
+  spdlog::info("serving grpc={} transport={} workers_transport={} tenants={} metrics={} "
+               "models={} version={}",
+               grpc_address, ServerTransportFromFlags(),
+               absl::GetFlag(FLAGS_worker_plaintext) ? "plaintext" : "mtls",
+               tenants_path.empty() ? "none (anonymous)" : tenants_path,
                (*metrics_server)->Address(), absl::StrJoin(models, ","), kVersion);
   AnnounceListening("tandem-gateway", grpc_address, (*metrics_server)->Address());
 
   if (reloader) reloader->Start(absl::GetFlag(FLAGS_policy_watch_interval));
+  if (!tenants_path.empty()) tenants.Watch(tenants_path, absl::GetFlag(FLAGS_policy_watch_interval));
   const int sig = WaitForTerminationSignal([&] {
     if (reloader) {
       reloader->ReloadAsync("SIGHUP", nullptr);  // errors are logged and counted
@@ -337,6 +441,7 @@ int Run() {
     }
   });
   if (reloader) reloader->Stop();
+  tenants.Stop();
   spdlog::info("signal {}: draining (health NOT_SERVING, up to {})", sig,
                absl::FormatDuration(absl::GetFlag(FLAGS_drain_timeout)));
   {

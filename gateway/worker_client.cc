@@ -2,7 +2,10 @@
 
 namespace tandem::gateway {
 
-GrpcWorkerClient::GrpcWorkerClient(std::string address) : address_(std::move(address)) {
+GrpcWorkerClient::GrpcWorkerClient(std::string address,
+                                   std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                   const std::string& tls_server_name)
+    : address_(std::move(address)) {
   grpc::ChannelArguments args;
   // Worker requests carry whole prompts (and images); the gateway has already bounded them.
   args.SetMaxSendMessageSize(-1);
@@ -17,7 +20,9 @@ GrpcWorkerClient::GrpcWorkerClient(std::string address) : address_(std::move(add
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
-  auto channel = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  if (!tls_server_name.empty()) args.SetSslTargetNameOverride(tls_server_name);
+  auto channel = grpc::CreateCustomChannel(
+      address_, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args);
   stub_ = tandem::v1::Worker::NewStub(channel);
   health_ = grpc::health::v1::Health::NewStub(channel);
 }

@@ -35,7 +35,10 @@ class WorkerClient {
 // only (its relay), where it knows whether anything was streamed yet.
 class GrpcWorkerClient final : public WorkerClient {
  public:
-  explicit GrpcWorkerClient(std::string address);
+  // `credentials` null means plaintext; `tls_server_name` overrides the name checked against the
+  // worker's certificate (empty: the host in `address`).
+  GrpcWorkerClient(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   const std::string& tls_server_name);
   const std::string& address() const override { return address_; }
   void Generate(grpc::ClientContext* context, const tandem::v1::WorkerGenerateRequest* request,
                 grpc::ClientReadReactor<tandem::v1::WorkerGenerateChunk>* reactor) override;

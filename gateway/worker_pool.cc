@@ -397,7 +397,9 @@ absl::StatusOr<std::vector<std::string>> ResolveWithGetaddrinfo(const std::strin
 WorkerPools::WorkerPools(WorkerPoolsOptions options, std::function<void()> on_change,
                          GatewayMetrics* metrics)
     : options_(options), on_change_(std::move(on_change)), metrics_(metrics) {
-  factory_ = [](const std::string& a) { return std::make_unique<GrpcWorkerClient>(a); };
+  factory_ = [this](const std::string& a) {
+    return std::make_unique<GrpcWorkerClient>(a, options_.credentials, options_.tls_server_name);
+  };
 }
 
 WorkerPools::~WorkerPools() { Stop(); }

@@ -186,6 +186,10 @@ struct WorkerPoolsOptions {
   absl::Duration dns_interval = absl::Seconds(5);
   EndpointOptions endpoint;
   PickStrategy pick = PickStrategy::kLeastOutstanding;
+  // Transport to the workers (mutual TLS, or plaintext when chosen); null means plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The name the workers' certificates must carry when it is not the host in their address.
+  std::string tls_server_name;
 };
 
 // All model pools, and the thread that probes their endpoints, runs breaker timers and

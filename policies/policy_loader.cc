@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/sha256.h"
+#include "policies/yaml_reader.h"
 #include "router/hashed_classifier.h"
 #include "router/policy_router.h"
 
@@ -23,93 +24,9 @@ using router::Policy;
 using router::Predicate;
 
 // Walks the YAML tree, building the policy and collecting every error with its location.
-class Parser {
+class Parser : public YamlReader {
  public:
-  Parser(std::string file, std::vector<PolicyError>* errors)
-      : file_(std::move(file)), errors_(errors) {}
-
-  void Error(const YAML::Node& at, const std::string& path, const std::string& message) {
-    const YAML::Mark m = at.Mark();
-    errors_->push_back({file_, m.line + 1, m.column + 1, path, message});
-  }
-
-  // Checks that `node` is a map whose keys are all in `allowed` and unique.
-  bool Map(const YAML::Node& node, const std::string& path, const std::set<std::string>& allowed) {
-    if (!node.IsMap()) {
-      Error(node, path, "expected a map");
-      return false;
-    }
-    std::set<std::string> seen;
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      const std::string key_path = path.empty() ? key : absl::StrCat(path, ".", key);
-      if (!seen.insert(key).second) Error(kv.first, key_path, "duplicate key");
-      if (!allowed.empty() && !allowed.contains(key)) {
-        Error(kv.first, key_path,
-              absl::StrCat("unknown key; expected one of: ", absl::StrJoin(allowed, ", ")));
-      }
-    }
-    return true;
-  }
-
-  // Checks that a map has no duplicate keys (keys are free-form, e.g. model names).
-  bool FreeMap(const YAML::Node& node, const std::string& path) { return Map(node, path, {}); }
-
-  bool String(const YAML::Node& node, const std::string& path, std::string* out) {
-    if (!node.IsScalar() || node.Scalar().empty()) {
-      Error(node, path, "expected a non-empty string");
-      return false;
-    }
-    *out = node.Scalar();
-    return true;
-  }
-
-  bool Number(const YAML::Node& node, const std::string& path, double* out) {
-    if (!node.IsScalar() || !YAML::convert<double>::decode(node, *out) || !std::isfinite(*out)) {
-      Error(node, path, "expected a finite number");
-      return false;
-    }
-    return true;
-  }
-
-  bool Integer(const YAML::Node& node, const std::string& path, int64_t lo, int64_t hi,
-               int64_t* out) {
-    long long v = 0;
-    if (!node.IsScalar() || !YAML::convert<long long>::decode(node, v)) {
-      Error(node, path, "expected an integer");
-      return false;
-    }
-    if (v < lo || v > hi) {
-      Error(node, path, absl::StrCat(v, " is out of range [", lo, ", ", hi, "]"));
-      return false;
-    }
-    *out = v;
-    return true;
-  }
-
-  // A duration: a number of seconds, or a string such as 250ms, 2s, 1m. Must be >= 0.
-  bool Duration(const YAML::Node& node, const std::string& path, double* seconds) {
-    absl::Duration d;
-    if (node.IsScalar() && YAML::convert<double>::decode(node, *seconds) &&
-        std::isfinite(*seconds) && *seconds >= 0) {
-      return true;
-    }
-    if (!node.IsScalar() || !absl::ParseDuration(node.Scalar(), &d) || d < absl::ZeroDuration() ||
-        d == absl::InfiniteDuration()) {
-      Error(node, path, "expected a duration such as 250ms, 2s or 1m (or a number of seconds)");
-      return false;
-    }
-    *seconds = absl::ToDoubleSeconds(d);
-    return true;
-  }
-
-  bool Bool(const YAML::Node& node, const std::string& path, bool* out) {
-    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, *out)) {
-      Error(node, path, "expected true or false");
-      return false;
-    }
-    return true;
-  }
+  Parser(std::string file, std::vector<PolicyError>* errors) : YamlReader(std::move(file), errors) {}
 
   std::shared_ptr<const Policy> Parse(const YAML::Node& root, const std::string& text) {
     auto p = std::make_shared<Policy>();
@@ -220,8 +137,8 @@ class Parser {
     std::string path;
     if (!String(node["model"], "classifier.model", &path)) return;
     if (path[0] != '/') {
-      const size_t slash = file_.rfind('/');
-      if (slash != std::string::npos) path = file_.substr(0, slash + 1) + path;
+      const size_t slash = file().rfind('/');
+      if (slash != std::string::npos) path = file().substr(0, slash + 1) + path;
     }
     if (node["min_confidence"] &&
         Number(node["min_confidence"], "classifier.min_confidence",
@@ -727,28 +644,15 @@ class Parser {
     }
   }
 
-  const std::string file_;
-  std::vector<PolicyError>* const errors_;
   std::set<std::string> classes_;
 };
 
 }  // namespace
 
-std::string PolicyError::ToString() const {
-  return absl::StrCat(file, ":", line, ":", column, ": ", path.empty() ? "(top)" : path, ": ",
-                      message);
-}
-
 absl::StatusOr<std::shared_ptr<const router::Policy>> ParsePolicy(
     const std::string& text, const std::string& file, std::vector<PolicyError>* errors) {
   const size_t before = errors->size();
-  YAML::Node root;
-  // yaml-cpp reports syntax errors by throwing; this is its one call site.
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    errors->push_back({file, e.mark.line + 1, e.mark.column + 1, "", e.msg});
-  }
+  const YAML::Node root = LoadYaml(text, file, errors);
   std::shared_ptr<const router::Policy> policy;
   if (errors->size() == before) policy = Parser(file, errors).Parse(root, text);
   if (errors->size() != before || policy == nullptr) {

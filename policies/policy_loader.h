@@ -5,21 +5,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "policies/yaml_reader.h"
 #include "router/policy.h"
 
 namespace tandem::policies {
-
-// One problem in a policy file, located by line, column (1-based) and key path.
-struct PolicyError {
-  std::string file;
-  int line = 0;
-  int column = 0;
-  // e.g. "rules[2].action.split[0].weight".
-  std::string path;
-  std::string message;
-  // "FILE:LINE:COL: PATH: MESSAGE"
-  std::string ToString() const;
-};
 
 // Parses and validates a policy (schema: policies/README.md). Every error found is appended to
 // `errors`, not just the first; on any error the result is INVALID_ARGUMENT whose message lists

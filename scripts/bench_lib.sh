@@ -39,6 +39,9 @@ bench_start() {
   return 1
 }
 
+# Benchmarks run on loopback: plaintext, no API keys (said loudly in the gateway's log).
+BENCH_GATEWAY_DEV_FLAGS="--plaintext --worker_plaintext --allow_unauthenticated"
+
 # bench_start_stack BUILD LOGDIR: a synthetic qwen worker with no simulated delay, and a gateway
 # with both model names on it. Sets WORKER_ADDR, GATEWAY_ADDR, GATEWAY_PID. WORKER_FLAGS and
 # GATEWAY_FLAGS add flags (e.g. GATEWAY_FLAGS=--log_level=warning).
@@ -47,11 +50,12 @@ bench_start_stack() {
   # --max_queue: 512 concurrent streams must fit (64 running + the queue).
   bench_start worker "$logdir" "$build/workers/tandem-worker" --model=qwen --device=cpu \
     --synthetic_time_scale=0 --synthetic_output_tokens=16 --max_queue=1024 \
-    --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 ${WORKER_FLAGS:-} || return 1
+    --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --plaintext ${WORKER_FLAGS:-} || return 1
   WORKER_ADDR=$BENCH_ADDR
   bench_start gateway "$logdir" "$build/gateway/tandem-gateway" \
     --workers="qwen=$WORKER_ADDR,nemotron=$WORKER_ADDR" \
-    --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 ${GATEWAY_FLAGS:-} || return 1
+    --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 $BENCH_GATEWAY_DEV_FLAGS \
+    ${GATEWAY_FLAGS:-} || return 1
   GATEWAY_ADDR=$BENCH_ADDR
   GATEWAY_PID=$BENCH_PID
 }

@@ -23,7 +23,7 @@ done
 bench_start_stack "$BUILD_DIR" "$OUT_DIR"
 echo "worker $WORKER_ADDR, gateway $GATEWAY_ADDR (pid $GATEWAY_PID)" >&2
 
-"$BUILD_DIR/tools/tandem-bench" --preset=overhead \
+"$BUILD_DIR/tools/tandem-bench" --plaintext --preset=overhead \
   --worker_address="$WORKER_ADDR" --gateway_address="$GATEWAY_ADDR" --gateway_pid="$GATEWAY_PID" \
   --prompt=short --max_tokens=16 --duration=6s \
   --json="$OUT_DIR/overhead.json" --svg="$OUT_DIR/overhead.svg" "$@" | tee "$OUT_DIR/overhead.md"

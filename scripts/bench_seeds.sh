@@ -18,16 +18,19 @@ trap bench_cleanup EXIT
 address=${GATEWAY:-}
 if [[ -z $address ]]; then
   bench_start seeds-qwen "$OUT_DIR" "$BUILD_DIR/workers/tandem-worker" --model=qwen --device=cpu \
-    --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0
+    --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --plaintext
   qwen=$BENCH_ADDR
   bench_start seeds-nemotron "$OUT_DIR" "$BUILD_DIR/workers/tandem-worker" --model=nemotron \
-    --device=cpu --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0
+    --device=cpu --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --plaintext
   nemotron=$BENCH_ADDR
   bench_start seeds-gateway "$OUT_DIR" "$BUILD_DIR/gateway/tandem-gateway" \
-    --workers="qwen=$qwen,nemotron=$nemotron" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0
+    --workers="qwen=$qwen,nemotron=$nemotron" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+    $BENCH_GATEWAY_DEV_FLAGS
   address=$BENCH_ADDR
 fi
 
-"$BUILD_DIR/tools/tandem-bench" --preset=seeds --address="$address" --max_tokens=128 \
+# A gateway given in $GATEWAY is reached as BENCH_CLIENT_FLAGS say (default plaintext; e.g.
+# "--tls_ca=ca.pem" and TANDEM_API_KEY for a production one).
+"$BUILD_DIR/tools/tandem-bench" ${BENCH_CLIENT_FLAGS:---plaintext} --preset=seeds --address="$address" --max_tokens=128 \
   --json="$OUT_DIR/seeds.json" --svg="$OUT_DIR/seeds.svg" "$@" | tee "$OUT_DIR/seeds.md"
 echo "wrote $OUT_DIR/seeds.json, seeds.md, seeds.svg" >&2

@@ -501,7 +501,8 @@ CommandResult RunCommand(const std::string& command) {
 }
 
 TEST_F(StackTest, TandemctlServesPeopleAndScripts) {
-  const std::string ctl = absl::StrCat(TANDEM_CTL_BIN, " --gateway=", gateway_.grpc_address);
+  const std::string ctl =
+      absl::StrCat(TANDEM_CTL_BIN, " --plaintext --gateway=", gateway_.grpc_address);
   CommandResult gen = RunCommand(ctl + " --max_tokens=4 --objective=latency generate hello there");
   EXPECT_EQ(gen.exit_code, 0) << gen.out;
   EXPECT_THAT(gen.out, HasSubstr("model=nemotron class=latency_critical rule=objective_latency"));
@@ -562,7 +563,9 @@ TEST(WorkerStartupTest, BadDeviceOrModelIsAClearStartupError) {
       {{"--model=llama", "--device=cpu"}, "no synthetic profile for model 'llama'"},
   };
   for (const auto& c : cases) {
-    auto p = ChildProcess::Start(TANDEM_WORKER_BIN, c.args, TempPath("worker_bad.log"));
+    std::vector<std::string> args = c.args;
+    args.push_back("--plaintext");
+    auto p = ChildProcess::Start(TANDEM_WORKER_BIN, args, TempPath("worker_bad.log"));
     ASSERT_TRUE(p.ok());
     const int status = (*p)->Wait(absl::Seconds(20));
     ASSERT_NE(status, -1);
@@ -855,7 +858,7 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   EXPECT_THAT(replay.out, HasSubstr("accuracy_critical -> latency_critical: 2"));
 
   // The admin RPC reloads; an invalid file is refused with every error and the old one stays.
-  const std::string admin = absl::StrCat(ctl, " --gateway=", gateway->grpc_address);
+  const std::string admin = absl::StrCat(ctl, " --plaintext --gateway=", gateway->grpc_address);
   WriteFile(policy_, OneModelPolicy("v7", "nemotron"));
   CommandResult reload = RunCommand(admin + " policy reload");
   EXPECT_EQ(reload.exit_code, 0) << reload.out;

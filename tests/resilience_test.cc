@@ -550,7 +550,7 @@ TEST_F(ResilienceTest, ADnsNameBecomesThePoolsEndpoints) {
   ASSERT_TRUE(stub_->Generate(&ctx, Prompt("hello", 4), &resp).ok());
   EXPECT_EQ(resp.route().worker(), "127.0.0.1:" + port);
   // Operators see the same through tandemctl.
-  FILE* p = popen(absl::StrCat(TANDEM_CTL_BIN, " --gateway=", gateway_.grpc_address,
+  FILE* p = popen(absl::StrCat(TANDEM_CTL_BIN, " --plaintext --gateway=", gateway_.grpc_address,
                                " endpoints 2>&1")
                       .c_str(),
                   "r");

@@ -29,11 +29,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/client_tls_flags.h"
 #include "common/grpc_status.h"
+#include "common/sha256.h"
 #include "google/protobuf/util/json_util.h"
 #include "policies/policy_cases.h"
 #include "policies/policy_loader.h"
 #include "policies/policy_replay.h"
+#include "policies/tenant_config.h"
 #include "tandem/v1/admin.grpc.pb.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 
@@ -152,6 +155,16 @@ std::string Describe(const tandem::v1::RouteInfo& r) {
          " reason=\"" + r.reason() + "\"";
 }
 
+// The channel to --gateway, TLS unless --plaintext (common/client_tls_flags.h).
+std::shared_ptr<grpc::Channel> GatewayChannel() {
+  auto creds = tandem::ChannelCredentialsFromFlags();
+  if (!creds.ok()) {
+    std::cerr << creds.status().message() << "\n";
+    std::exit(2);
+  }
+  return grpc::CreateChannel(absl::GetFlag(FLAGS_gateway), *creds);
+}
+
 std::string FinishName(tandem::v1::FinishReason f) {
   return f == tandem::v1::FINISH_REASON_STOP     ? "stop"
          : f == tandem::v1::FINISH_REASON_LENGTH ? "length"
@@ -163,7 +176,10 @@ std::string FinishName(tandem::v1::FinishReason f) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "usage: tandemctl [--gateway=HOST:PORT] [flags] generate|stream|route PROMPT... | models |\n"
-      "       policy lint FILE... | policy test FILE CASES.yaml | endpoints | signals");
+      "       policy lint FILE... | policy test FILE CASES.yaml | endpoints | signals |\n"
+      "       hash-key (key on stdin) | tenants lint FILE\n"
+      "TLS by default: --tls_ca (and --tls_cert/--tls_key for mutual TLS), or --plaintext;\n"
+      "the API key from --api_key or $TANDEM_API_KEY.");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) return Usage("missing subcommand");
   const std::string command = positional[1];
@@ -215,11 +231,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (words.size() == 1 && (words[0] == "reload" || words[0] == "show")) {
-      auto admin = tandem::v1::Admin::NewStub(
-          grpc::CreateChannel(absl::GetFlag(FLAGS_gateway), grpc::InsecureChannelCredentials()));
+      auto admin = tandem::v1::Admin::NewStub(GatewayChannel());
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
+      tandem::AddApiKey(&ctx);
       tandem::v1::PolicyStatus status;
       grpc::Status s = words[0] == "reload" ? admin->ReloadPolicy(&ctx, {}, &status)
                                             : admin->GetPolicy(&ctx, {}, &status);
@@ -248,12 +264,33 @@ int main(int argc, char** argv) {
     return bad == 0 ? 0 : 1;
   }
 
-  auto channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_gateway), grpc::InsecureChannelCredentials());
+  if (command == "hash-key") {
+    // Offline. The key comes from stdin so it stays out of shell history and `ps`.
+    std::string key;
+    if (!words.empty()) return Usage("usage: echo -n KEY | tandemctl hash-key");
+    std::getline(std::cin, key);
+    if (key.empty()) return Usage("hash-key: no key on stdin");
+    std::cout << "sha256:" << tandem::Sha256Hex(key) << "\n";
+    return 0;
+  }
+  if (command == "tenants") {
+    if (words.size() != 2 || words[0] != "lint") return Usage("usage: tandemctl tenants lint FILE");
+    auto config = tandem::policies::LoadTenantFile(words[1], {});
+    if (!config.ok()) {
+      std::cerr << config.status().message() << "\n";
+      return 1;
+    }
+    std::cout << words[1] << ": ok (" << (*config)->tenants.size() << " tenants, "
+              << (*config)->by_key.size() << " keys)\n";
+    return 0;
+  }
+
+  auto channel = GatewayChannel();
   auto stub = tandem::v1::Gateway::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
+  tandem::AddApiKey(&ctx);
   const bool json = absl::GetFlag(FLAGS_json);
 
   if (command == "endpoints" || command == "signals") {

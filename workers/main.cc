@@ -15,8 +15,10 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/grpc_server.h"
+#include "common/limit_flags.h"
 #include "common/metrics_server.h"
 #include "common/process.h"
+#include "common/server_tls_flags.h"
 #include "spdlog/spdlog.h"
 #include "workers/device.h"
 #include "workers/native/kernels.h"
@@ -85,6 +87,13 @@ int Run() {
   if (absl::GetFlag(FLAGS_max_batch_size) < 1) Fatal("--max_batch-size must be >= 1");
   if (absl::GetFlag(FLAGS_max_queue) < 0) Fatal("--max_queue must be >= 0");
   if (absl::GetFlag(FLAGS_synthetic_time_scale) < 0) Fatal("--synthetic_time-scale must be >= 0");
+
+  // Transport and limits are checked before a checkpoint is loaded: bad flags fail in
+  // milliseconds, not after minutes of weight loading.
+  auto credentials = ServerCredentialsFromFlags("tandem-worker", /*require_client_ca=*/true);
+  if (!credentials.ok()) Fatal(std::string(credentials.status().message()));
+  auto limits = RequestLimitsFromFlags();
+  if (!limits.ok()) Fatal(std::string(limits.status().message()));
 
   auto device = OpenDevice(device_flag);
   if (!device.ok()) Fatal(std::string(device.status().message()));
@@ -175,7 +184,7 @@ int Run() {
   metrics.sequence_memory_budget.Set(static_cast<double>(engine.MemoryBudgetBytes()));
   Scheduler scheduler(&engine, &metrics, Clock::Real(),
                       {absl::GetFlag(FLAGS_max_batch_size), absl::GetFlag(FLAGS_max_queue)});
-  WorkerService service(&engine, &scheduler, &metrics, *device, RequestLimits{});
+  WorkerService service(&engine, &scheduler, &metrics, *device, *limits);
 
   auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
   if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
@@ -188,6 +197,7 @@ int Run() {
 
   GrpcServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
+  server_options.credentials = *credentials;
   HealthService health;
   // Both names answer: "" (the whole server) and the worker service.
   health.SetServingStatus("", false);

@@ -90,14 +90,15 @@ def main():
             w = Proc("worker-" + model, [args.worker, "--model=" + model, "--engine=synthetic",
                                           "--device=cpu", "--listen=127.0.0.1:0",
                                           "--metrics_listen=127.0.0.1:0",
-                                          "--synthetic_output_tokens=24"], tmp)
+                                          "--synthetic_output_tokens=24", "--plaintext"], tmp)
             procs.append(w)
             m = w.wait_for(r"listening grpc=(\S+) metrics=(\S+)")
             workers[model] = (m.group(1), m.group(2))
         gw = Proc("gateway", [args.gateway,
                               "--workers=" + ",".join(f"{k}={v[0]}" for k, v in workers.items()),
                               "--policy=" + os.path.join(ROOT, "policies", "default.yaml"),
-                              "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"], tmp)
+                              "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                              "--plaintext", "--worker_plaintext", "--allow_unauthenticated"], tmp)
         procs.append(gw)
         m = gw.wait_for(r"listening grpc=(\S+) metrics=(\S+)")
         gateway, gateway_metrics = m.group(1), m.group(2)
@@ -136,7 +137,8 @@ def main():
                      ["--model=gpt-9", "generate", "unknown pin: a caller error"]]
             n = i
             while time.time() < stop_at:
-                argv = [args.ctl, "--gateway=" + gateway, "--max_tokens=24"] + kinds[n % len(kinds)]
+                argv = [args.ctl, "--plaintext", "--gateway=" + gateway,
+                        "--max_tokens=24"] + kinds[n % len(kinds)]
                 r = subprocess.run(argv, capture_output=True, timeout=60)
                 caller_error = n % len(kinds) == len(kinds) - 1
                 with lock:

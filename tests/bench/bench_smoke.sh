@@ -18,7 +18,7 @@ check_json() {
   echo "ok: $1"
 }
 
-common=(--warmup_requests=2 --max_tokens=8)
+common=(--plaintext --warmup_requests=2 --max_tokens=8)
 "$BENCH" "${common[@]}" --target=gateway --address="$GATEWAY_ADDR" --api=stream \
   --concurrencies=1,4 --duration=0.3s --json="$OUT/closed.json" --svg="$OUT/closed.svg"
 check_json "$OUT/closed.json"

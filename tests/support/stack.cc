@@ -43,6 +43,13 @@ absl::StatusOr<Server> StartServer(const std::string& binary, const std::string&
   return s;
 }
 
+bool HasFlag(const std::vector<std::string>& args, const std::string& prefix) {
+  for (const std::string& a : args) {
+    if (a.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string TempPath(const std::string& name) {
@@ -54,6 +61,8 @@ absl::StatusOr<Server> StartWorker(const std::string& model,
                                    const std::vector<std::string>& extra_args) {
   std::vector<std::string> args = {"--model=" + model, "--device=cpu", "--listen=127.0.0.1:0",
                                    "--metrics_listen=127.0.0.1:0"};
+  // Plaintext on loopback unless the test configures TLS itself.
+  if (!HasFlag(extra_args, "--tls_")) args.push_back("--plaintext");
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   return StartServer(TANDEM_WORKER_BIN, "worker_" + model, args);
 }
@@ -63,6 +72,10 @@ absl::StatusOr<Server> StartGateway(const std::vector<std::string>& worker_entri
   std::vector<std::string> args = {"--workers=" + absl::StrJoin(worker_entries, ","),
                                    "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
                                    "--worker_probe_interval=50ms"};
+  // Plaintext and no API keys unless the test configures TLS or tenants itself.
+  if (!HasFlag(extra_args, "--tls_")) args.push_back("--plaintext");
+  if (!HasFlag(extra_args, "--worker_tls_")) args.push_back("--worker_plaintext");
+  if (!HasFlag(extra_args, "--tenants")) args.push_back("--allow_unauthenticated");
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   return StartServer(TANDEM_GATEWAY_BIN, "gateway", args);
 }

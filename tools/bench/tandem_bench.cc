@@ -44,6 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/client_tls_flags.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "tandem/v1/gateway.grpc.pb.h"
@@ -380,6 +381,7 @@ template <typename Chunk>
 class StreamCall final : public grpc::ClientReadReactor<Chunk> {
  public:
   StreamCall(Driver* driver, Clock::time_point scheduled) : driver_(driver), scheduled_(scheduled) {
+    tandem::AddApiKey(&context_);
     context_.set_deadline(std::chrono::system_clock::now() +
                           absl::ToChronoNanoseconds(driver->timeout()));
   }
@@ -428,6 +430,7 @@ class StreamCall final : public grpc::ClientReadReactor<Chunk> {
 class UnaryCall {
  public:
   UnaryCall(Driver* driver, Clock::time_point scheduled) : driver_(driver), scheduled_(scheduled) {
+    tandem::AddApiKey(&context_);
     context_.set_deadline(std::chrono::system_clock::now() +
                           absl::ToChronoNanoseconds(driver->timeout()));
   }
@@ -513,7 +516,20 @@ void Driver::RunOpenLoop(Clock::time_point start, Clock::time_point end) {
 // API goes away, its shared "callback alternative" completion queue is shut down while a
 // nexting thread may still poll it (seen here as a SIGSEGV in grpc_completion_queue_next when
 // one run's channels were destroyed and the next run's created).
-std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& address, int n) {
+// Workers are called in plaintext (a bench worker runs with --plaintext); gateways as the
+// --tls_ca/--tls_cert/--tls_key/--plaintext flags say.
+std::shared_ptr<grpc::ChannelCredentials> CredentialsFor(Target target) {
+  if (target == Target::kWorker) return grpc::InsecureChannelCredentials();
+  auto creds = tandem::ChannelCredentialsFromFlags();
+  if (!creds.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(creds.status().message()).c_str());
+    std::exit(2);
+  }
+  return *creds;
+}
+
+std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(Target target, const std::string& address,
+                                                         int n) {
   static absl::Mutex mu;
   static auto* cache = new std::map<std::pair<std::string, int>, std::shared_ptr<grpc::Channel>>;
   absl::MutexLock lock(&mu);
@@ -528,7 +544,7 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& addr
     args.SetInt("tandem.bench.channel", i);
     args.SetMaxReceiveMessageSize(64 << 20);
     channels.push_back(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+        grpc::CreateCustomChannel(address, CredentialsFor(target), args));
     (*cache)[{address, i}] = channels.back();
   }
   return channels;
@@ -537,12 +553,13 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& addr
 // Gateway: `model` (or, when empty, some model) has a ready worker (ListModels). Worker: state
 // READY (GetInfo).
 absl::Status WaitReady(Target target, const std::string& address, const std::string& model = "") {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel(address, CredentialsFor(target));
   const absl::Time deadline = absl::Now() + absl::GetFlag(FLAGS_ready_timeout);
   std::string last = "no answer";
   while (absl::Now() < deadline) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (target == Target::kGateway) tandem::AddApiKey(&context);
     if (target == Target::kGateway) {
       tandem::v1::ListModelsResponse response;
       grpc::Status s = Gateway::NewStub(channel)->ListModels(&context, {}, &response);
@@ -570,7 +587,7 @@ absl::Status WaitReady(Target target, const std::string& address, const std::str
 }
 
 RunResult RunOnce(const RunSpec& spec) {
-  Driver driver(spec, MakeChannels(spec.address, absl::GetFlag(FLAGS_channels)),
+  Driver driver(spec, MakeChannels(spec.target, spec.address, absl::GetFlag(FLAGS_channels)),
                 absl::GetFlag(FLAGS_timeout));
   return driver.Run();
 }

@@ -1,0 +1,51 @@
+#include "common/limit_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+// Defaults come from RequestLimits so that the flags and the library cannot disagree.
+ABSL_FLAG(int32_t, max_messages, tandem::RequestLimits{}.max_messages,
+          "Most messages in one request.");
+ABSL_FLAG(int32_t, max_parts_per_message, tandem::RequestLimits{}.max_parts_per_message,
+          "Most content parts (text or image) in one message.");
+ABSL_FLAG(int32_t, max_images, tandem::RequestLimits{}.max_images, "Most images in one request.");
+ABSL_FLAG(int64_t, max_image_bytes, tandem::RequestLimits{}.max_image_bytes,
+          "Largest image, in bytes.");
+ABSL_FLAG(int32_t, max_stop_sequences, tandem::RequestLimits{}.max_stop_sequences,
+          "Most stop sequences in one request.");
+ABSL_FLAG(int32_t, max_stop_sequence_bytes, tandem::RequestLimits{}.max_stop_sequence_bytes,
+          "Longest stop sequence, in bytes.");
+ABSL_FLAG(int32_t, max_labels, tandem::RequestLimits{}.max_labels, "Most labels on one request.");
+ABSL_FLAG(int32_t, max_label_bytes, tandem::RequestLimits{}.max_label_bytes,
+          "Longest label key or value, in bytes.");
+
+namespace tandem {
+
+absl::StatusOr<RequestLimits> RequestLimitsFromFlags() {
+  RequestLimits l;
+  l.max_messages = absl::GetFlag(FLAGS_max_messages);
+  l.max_parts_per_message = absl::GetFlag(FLAGS_max_parts_per_message);
+  l.max_images = absl::GetFlag(FLAGS_max_images);
+  l.max_image_bytes = absl::GetFlag(FLAGS_max_image_bytes);
+  l.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
+  l.max_stop_sequence_bytes = absl::GetFlag(FLAGS_max_stop_sequence_bytes);
+  l.max_labels = absl::GetFlag(FLAGS_max_labels);
+  l.max_label_bytes = absl::GetFlag(FLAGS_max_label_bytes);
+  const std::pair<const char*, int64_t> checks[] = {
+      {"--max_messages", l.max_messages},
+      {"--max_parts_per_message", l.max_parts_per_message},
+      {"--max_image_bytes", l.max_image_bytes},
+      {"--max_stop_sequence_bytes", l.max_stop_sequence_bytes},
+      {"--max_label_bytes", l.max_label_bytes}};
+  for (const auto& [flag, value] : checks) {
+    if (value < 1) return absl::InvalidArgumentError(absl::StrCat(flag, " must be >= 1"));
+  }
+  // Zero is a meaningful limit for these: no images, no stop sequences, no labels.
+  if (l.max_images < 0 || l.max_stop_sequences < 0 || l.max_labels < 0) {
+    return absl::InvalidArgumentError(
+        "--max_images, --max_stop_sequences and --max_labels must be >= 0");
+  }
+  return l;
+}
+
+}  // namespace tandem

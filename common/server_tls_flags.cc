@@ -1,0 +1,62 @@
+#include "common/server_tls_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/tls.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port (TLS).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM roots for client certificates: clients must present one they signed (mutual TLS).");
+ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
+          "How often the TLS files are re-read; rotated certificates apply to new connections "
+          "without a restart (>= 1s).");
+ABSL_FLAG(bool, plaintext, false,
+          "Serve gRPC without TLS. Only for loopback development and tests: traffic is readable "
+          "and peers are not authenticated.");
+
+namespace tandem {
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFlags(
+    const std::string& binary, bool require_client_ca) {
+  TlsFiles files;
+  files.cert = absl::GetFlag(FLAGS_tls_cert);
+  files.key = absl::GetFlag(FLAGS_tls_key);
+  files.ca = absl::GetFlag(FLAGS_tls_client_ca);
+  files.refresh = absl::GetFlag(FLAGS_tls_refresh_interval);
+  const bool any_tls = !files.cert.empty() || !files.key.empty() || !files.ca.empty();
+  if (absl::GetFlag(FLAGS_plaintext)) {
+    if (any_tls) {
+      return absl::InvalidArgumentError(
+          "--plaintext and --tls_cert/--tls_key/--tls_client_ca contradict each other; choose one");
+    }
+    spdlog::warn(
+        "PLAINTEXT: {} serves gRPC without TLS (--plaintext): anyone on the network can read and "
+        "forge its traffic. Use --tls_cert/--tls_key{} outside loopback development.",
+        binary, require_client_ca ? "/--tls_client_ca" : "");
+    return grpc::InsecureServerCredentials();
+  }
+  if (files.refresh < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--tls_refresh_interval must be >= 1s");
+  }
+  if (files.cert.empty() || files.key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        binary, " needs --tls_cert and --tls_key", require_client_ca ? " and --tls_client_ca" : "",
+        " (TLS), or an explicit --plaintext"));
+  }
+  if (require_client_ca && files.ca.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        binary, " serves only the gateway: --tls_client_ca is required so that only clients "
+                "with a certificate it signed (mutual TLS) can call it"));
+  }
+  return MakeServerCredentials(files, "--tls_cert/--tls_key/--tls_client_ca");
+}
+
+std::string ServerTransportFromFlags() {
+  if (absl::GetFlag(FLAGS_plaintext)) return "plaintext";
+  return absl::GetFlag(FLAGS_tls_client_ca).empty() ? "tls" : "mtls";
+}
+
+}  // namespace tandem

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace tandem {
+
+// The gRPC port's transport security from the flags every Tandem server shares:
+//   --tls_cert, --tls_key   the server's certificate chain and key (PEM);
+//   --tls_client_ca         roots that sign client certificates: clients must present one
+//                           (mutual TLS);
+//   --tls_refresh_interval  how often the files are re-read (rotation without restart);
+//   --plaintext             no TLS at all; must be chosen explicitly, and is logged as a warning.
+// An error names the flags: no TLS files and no --plaintext, both, bad files, a key that is not
+// the certificate's, or (with `require_client_ca`) TLS without --tls_client_ca.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFlags(
+    const std::string& binary, bool require_client_ca);
+
+// "tls", "mtls" or "plaintext": what the flags configure, for the start-up line.
+std::string ServerTransportFromFlags();
+
+}  // namespace tandem

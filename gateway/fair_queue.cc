@@ -1,0 +1,78 @@
+#include "gateway/fair_queue.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace tandem::gateway {
+
+FairQueue::Result FairQueue::Acquire(Waiter* waiter, int priority) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (options_.max_inflight <= 0 || (inflight_ < options_.max_inflight && queued_ == 0)) {
+    ++inflight_;
+    return Result::kRun;
+  }
+  auto it = queues_.find(waiter->tenant);
+  if (it == queues_.end()) {
+    // Joins at the virtual time of the last grant: no credit for having been idle, and no
+    // penalty either.
+    it = queues_.emplace(waiter->tenant, TenantQueue{}).first;
+    it->second.vtime = last_vtime_;
+  }
+  TenantQueue& q = it->second;
+  if (static_cast<int>(q.waiting.size()) >= options_.max_queued_per_tenant) {
+    if (q.waiting.empty()) queues_.erase(it);
+    return Result::kFull;
+  }
+  q.priority = std::max(1, priority);
+  waiter->id = next_id_++;
+  q.waiting.push_back(waiter);
+  ++queued_;
+  return Result::kQueued;
+}
+
+bool FairQueue::Cancel(Waiter* waiter) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = queues_.find(waiter->tenant);
+  if (it == queues_.end()) return false;
+  auto& w = it->second.waiting;
+  auto pos = std::find(w.begin(), w.end(), waiter);
+  if (pos == w.end()) return false;
+  w.erase(pos);
+  --queued_;
+  if (w.empty()) queues_.erase(it);
+  return true;
+}
+
+void FairQueue::Release() {
+  Waiter* next = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    --inflight_;
+    if (queued_ == 0 || inflight_ >= options_.max_inflight) return;
+    auto best = queues_.end();
+    for (auto it = queues_.begin(); it != queues_.end(); ++it) {
+      if (best == queues_.end() || it->second.vtime < best->second.vtime) best = it;
+    }
+    TenantQueue& q = best->second;
+    next = q.waiting.front();
+    q.waiting.pop_front();
+    --queued_;
+    ++inflight_;
+    last_vtime_ = q.vtime;
+    q.vtime += 1.0 / q.priority;
+    if (q.waiting.empty()) queues_.erase(best);
+  }
+  next->grant();
+}
+
+int FairQueue::inflight() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return inflight_;
+}
+
+int FairQueue::queued() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return queued_;
+}
+
+}  // namespace tandem::gateway

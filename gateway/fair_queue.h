@@ -1,0 +1,67 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace tandem::gateway {
+
+// The gateway's dispatch slots: at most `max_inflight` requests go to workers at once; the rest
+// wait in one FIFO per tenant and are let through by weighted fair queueing, so a tenant that
+// floods the gateway waits behind its own requests, not in front of everyone else's.
+//
+// Scheduling is stride scheduling: each tenant has a virtual time that advances by
+// 1/priority per request it is given; a freed slot goes to the waiting tenant with the smallest
+// virtual time. A tenant that starts waiting is moved up to the smallest virtual time of those
+// already waiting, so idle periods bank no credit.
+//
+// Thread-safe; callbacks run outside the lock, on the thread that released the slot.
+class FairQueue {
+ public:
+  struct Options {
+    // Requests dispatched at once; 0 means no limit (nothing ever waits).
+    int max_inflight = 0;
+    // Requests waiting per tenant; beyond it Acquire answers kFull.
+    int max_queued_per_tenant = 0;
+  };
+  explicit FairQueue(Options options) : options_(options) {}
+
+  // A waiting request. `grant` runs once when it gets its slot (unless cancelled first).
+  struct Waiter {
+    std::function<void()> grant;
+    std::string tenant;
+    uint64_t id = 0;  // set by Acquire
+  };
+
+  enum class Result { kRun, kQueued, kFull };
+  // kRun: a slot is taken now (grant is not called). kQueued: `waiter` waits and must stay
+  // alive until granted or cancelled. kFull: the tenant's queue is full.
+  Result Acquire(Waiter* waiter, int priority);
+  // Removes a waiting request; false when it was already granted (or never queued).
+  bool Cancel(Waiter* waiter);
+  // A dispatched request ended: its slot goes to the next waiter, if any.
+  void Release();
+
+  int inflight() const;
+  int queued() const;
+
+ private:
+  struct TenantQueue {
+    std::deque<Waiter*> waiting;
+    double vtime = 0;
+    int priority = 1;
+  };
+
+  const Options options_;
+  mutable std::mutex mu_;
+  int inflight_ = 0;                          // guarded by mu_
+  int queued_ = 0;                            // guarded by mu_
+  uint64_t next_id_ = 1;                      // guarded by mu_
+  std::map<std::string, TenantQueue> queues_;  // guarded by mu_; only tenants with waiters
+  double last_vtime_ = 0;                     // guarded by mu_; of the last grant
+};
+
+}  // namespace tandem::gateway

@@ -1,0 +1,181 @@
+#include "gateway/tenants.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "common/sha256.h"
+#include "spdlog/spdlog.h"
+
+namespace tandem::gateway {
+
+std::shared_ptr<const policies::TenantSpec> TenantState::spec() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return spec_;
+}
+
+void TenantState::SetSpec(std::shared_ptr<const policies::TenantSpec> spec, TimePoint now) {
+  std::lock_guard<std::mutex> l(mu_);
+  requests_.Configure(spec->limits.requests_per_second, spec->limits.burst_requests, now);
+  tokens_.Configure(spec->limits.tokens_per_second, spec->limits.burst_tokens, now);
+  spec_ = std::move(spec);
+}
+
+std::optional<TenantState::Refusal> TenantState::TryAdmit(int64_t tokens, TimePoint now) {
+  std::lock_guard<std::mutex> l(mu_);
+  const policies::TenantLimits& limits = spec_->limits;
+  if (limits.max_concurrency > 0 && inflight_ >= limits.max_concurrency) {
+    // No rate to compute a wait from: a short pause, about one request's worth.
+    return Refusal{"concurrency",
+                   absl::StrFormat("tenant '%s' has %d requests in flight, its limit "
+                                   "(limits.max_concurrency)",
+                                   name_, limits.max_concurrency),
+                   0.1};
+  }
+  if (const double wait = requests_.WaitFor(1, now); wait > 0) {
+    return Refusal{"requests",
+                   absl::StrFormat("tenant '%s' is over %g requests/s (limits.requests_per_second)",
+                                   name_, limits.requests_per_second),
+                   wait};
+  }
+  // Tokens: admitted while the bucket is not in debt, so a request larger than the burst still
+  // runs (and the next waits until its cost is paid back).
+  if (const double wait = tokens_.WaitFor(0, now); wait > 0) {
+    return Refusal{"tokens",
+                   absl::StrFormat("tenant '%s' is over %g tokens/s (limits.tokens_per_second)",
+                                   name_, limits.tokens_per_second),
+                   wait};
+  }
+  requests_.Take(1);
+  tokens_.Take(static_cast<double>(tokens));
+  ++inflight_;
+  metrics_.inflight->Increment();
+  return std::nullopt;
+}
+
+void TenantState::Release(int64_t unused_tokens) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (unused_tokens > 0) tokens_.Give(static_cast<double>(unused_tokens));
+  --inflight_;
+  metrics_.inflight->Decrement();
+}
+
+int TenantState::inflight() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return inflight_;
+}
+
+TenantRegistry::TenantRegistry(TenantRegistryOptions options, GatewayMetrics* metrics)
+    : options_(std::move(options)), metrics_(metrics) {
+  Apply(nullptr);
+}
+
+TenantRegistry::~TenantRegistry() { Stop(); }
+
+std::shared_ptr<TenantState> TenantRegistry::StateFor(const std::string& name) {
+  auto& state = states_[name];
+  if (state == nullptr) {
+    state = std::make_shared<TenantState>(name, metrics_->ForTenant(name, options_.max_tenant_labels));
+  }
+  return state;
+}
+
+void TenantRegistry::Apply(std::shared_ptr<const policies::TenantConfig> config) {
+  std::lock_guard<std::mutex> l(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  auto snap = std::make_shared<Snapshot>();
+  snap->config = config;
+  if (config != nullptr) {
+    for (const policies::TenantSpec& t : config->tenants) {
+      auto spec = std::make_shared<const policies::TenantSpec>(t);
+      auto state = StateFor(t.name);
+      state->SetSpec(spec, now);
+      snap->states.push_back(state);
+      snap->specs.push_back(spec);
+    }
+  }
+  if (options_.allow_unauthenticated) {
+    const policies::TenantSpec* anon = config != nullptr ? config->Anonymous() : nullptr;
+    policies::TenantSpec unlimited;
+    unlimited.name = "anonymous";
+    auto spec = std::make_shared<const policies::TenantSpec>(anon != nullptr ? *anon : unlimited);
+    snap->anonymous = StateFor("anonymous");
+    snap->anonymous->SetSpec(spec, now);
+    snap->anonymous_spec = spec;
+  }
+  snapshot_.store(std::move(snap));
+}
+
+absl::Status TenantRegistry::Load(const std::string& path) {
+  auto config = policies::LoadTenantFile(path, options_.models);
+  if (!config.ok()) return config.status();
+  Apply(*config);
+  spdlog::info("tenants: loaded {} ({} tenants, sha256 {})", path, (*config)->tenants.size(),
+               (*config)->sha256.substr(0, 12));
+  return absl::OkStatus();
+}
+
+void TenantRegistry::Watch(const std::string& path, absl::Duration interval) {
+  watcher_ = std::thread([this, path, interval] {
+    std::string failed_sha;
+    std::unique_lock<std::mutex> l(watch_mu_);
+    while (!watch_cv_.wait_for(l, absl::ToChronoMilliseconds(interval), [&] { return stop_; })) {
+      l.unlock();
+      std::ifstream in(path, std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      const std::string text = ss.str();
+      const std::string sha = Sha256Hex(text);
+      const auto live = snapshot_.load();
+      if (in && sha != live->config->sha256 && sha != failed_sha) {
+        auto config = policies::ParseTenantConfig(text, path, options_.models);
+        if (config.ok()) {
+          Apply(*config);
+          spdlog::info("tenants: reloaded {} ({} tenants, sha256 {})", path,
+                       (*config)->tenants.size(), sha.substr(0, 12));
+          failed_sha.clear();
+        } else {
+          // The live tenants stay; reported once per change of the file.
+          spdlog::error("tenants: {} not reloaded, the live configuration stays:\n{}", path,
+                        std::string(config.status().message()));
+          failed_sha = sha;
+        }
+      }
+      l.lock();
+    }
+  });
+}
+
+void TenantRegistry::Stop() {
+  {
+    std::lock_guard<std::mutex> l(watch_mu_);
+    stop_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+bool TenantRegistry::enabled() const { return snapshot_.load()->config != nullptr; }
+
+absl::StatusOr<TenantRegistry::Caller> TenantRegistry::Authenticate(
+    const std::string& api_key) const {
+  const auto snap = snapshot_.load();
+  if (api_key.empty()) {
+    if (snap->anonymous != nullptr) return Caller{snap->anonymous, snap->anonymous_spec};
+    metrics_->CountAuthFailure("missing_key");
+    return absl::UnauthenticatedError(
+        "no API key: send 'authorization: Bearer KEY' (or 'x-api-key: KEY') metadata");
+  }
+  if (snap->config != nullptr) {
+    // Only the key's SHA-256 is compared: the file never holds keys, and a lookup by hash leaks
+    // nothing useful through timing.
+    auto it = snap->config->by_key.find(Sha256Hex(api_key));
+    if (it != snap->config->by_key.end()) {
+      return Caller{snap->states[it->second], snap->specs[it->second]};
+    }
+  }
+  metrics_->CountAuthFailure("unknown_key");
+  return absl::UnauthenticatedError("unknown API key");
+}
+
+}  // namespace tandem::gateway

@@ -1,0 +1,119 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/token_bucket.h"
+#include "policies/tenant_config.h"
+
+namespace tandem::gateway {
+
+// One tenant's live quota state: its request and token buckets and its requests in flight. It
+// survives reloads of the tenants file (same name: same state, new limits), so an edit never
+// hands a tenant a fresh burst. Thread-safe.
+class TenantState {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  TenantState(std::string name, GatewayMetrics::Tenant metrics)
+      : name_(std::move(name)), metrics_(metrics) {}
+
+  const std::string& name() const { return name_; }
+  GatewayMetrics::Tenant& metrics() { return metrics_; }
+  std::shared_ptr<const policies::TenantSpec> spec() const;
+  void SetSpec(std::shared_ptr<const policies::TenantSpec> spec, TimePoint now);
+
+  struct Refusal {
+    // "concurrency", "requests" or "tokens": the throttled metric's reason label.
+    const char* reason;
+    std::string message;
+    double retry_after_seconds;
+  };
+  // Admits a request that reserves `tokens` (prompt estimate + max_tokens), or says which limit
+  // refused it and when to retry. On admission the request counts as in flight until Release.
+  std::optional<Refusal> TryAdmit(int64_t tokens, TimePoint now);
+  // The admitted request ended; `unused_tokens` of its reservation go back to the bucket.
+  void Release(int64_t unused_tokens);
+  int inflight() const;
+
+ private:
+  const std::string name_;
+  GatewayMetrics::Tenant metrics_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const policies::TenantSpec> spec_;  // guarded by mu_
+  TokenBucket requests_;                              // guarded by mu_
+  TokenBucket tokens_;                                // guarded by mu_
+  int inflight_ = 0;                                  // guarded by mu_
+};
+
+struct TenantRegistryOptions {
+  // Requests without a key are served (as tenant "anonymous": the file's entry of that name
+  // when it has one, else unlimited). Unknown keys are refused regardless.
+  bool allow_unauthenticated = false;
+  // Distinct tenant label values on metrics over the process's life; tenants beyond it share
+  // the label "other".
+  int max_tenant_labels = 64;
+  // Models the gateway serves, for validating the file's `models:`.
+  std::set<std::string> models;
+};
+
+// API keys -> tenants, from the tenants file (policies/tenant_config.h), reloaded when the file
+// changes. Lookups take an immutable snapshot swapped atomically and never wait for a reload.
+class TenantRegistry {
+ public:
+  TenantRegistry(TenantRegistryOptions options, GatewayMetrics* metrics);
+  ~TenantRegistry();
+
+  // Loads `path` and applies it; an invalid file leaves the live configuration as it was.
+  absl::Status Load(const std::string& path);
+  // Applies a parsed configuration (null: no file, which needs allow_unauthenticated).
+  void Apply(std::shared_ptr<const policies::TenantConfig> config);
+  // Re-reads `path` every `interval` on a thread of its own and applies it when it changed.
+  void Watch(const std::string& path, absl::Duration interval);
+  void Stop();
+
+  struct Caller {
+    std::shared_ptr<TenantState> tenant;
+    std::shared_ptr<const policies::TenantSpec> spec;
+  };
+  // The tenant of an API key (empty: no key given). UNAUTHENTICATED for a missing key (unless
+  // allowed) and for a key no tenant has.
+  absl::StatusOr<Caller> Authenticate(const std::string& api_key) const;
+
+  // Whether a tenants file is in force.
+  bool enabled() const;
+
+ private:
+  struct Snapshot {
+    std::shared_ptr<const policies::TenantConfig> config;
+    std::vector<std::shared_ptr<TenantState>> states;  // parallel to config->tenants
+    std::vector<std::shared_ptr<const policies::TenantSpec>> specs;
+    std::shared_ptr<TenantState> anonymous;
+    std::shared_ptr<const policies::TenantSpec> anonymous_spec;
+  };
+  std::shared_ptr<TenantState> StateFor(const std::string& name);  // mu_ held
+
+  const TenantRegistryOptions options_;
+  GatewayMetrics* const metrics_;
+  std::atomic<std::shared_ptr<const Snapshot>> snapshot_;
+  std::mutex mu_;  // serialises Apply
+  std::map<std::string, std::shared_ptr<TenantState>> states_;  // guarded by mu_
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool stop_ = false;  // guarded by watch_mu_
+  std::thread watcher_;
+};
+
+}  // namespace tandem::gateway

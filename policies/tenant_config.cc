@@ -1,0 +1,182 @@
+#include "policies/tenant_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/sha256.h"
+#include "policies/yaml_reader.h"
+
+namespace tandem::policies {
+namespace {
+
+constexpr char kKeyPrefix[] = "sha256:";
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
+
+bool ValidHash(const std::string& hex) {
+  if (hex.size() != 64) return false;
+  for (char c : hex) {
+    if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) return false;
+  }
+  return true;
+}
+
+class TenantParser : public YamlReader {
+ public:
+  TenantParser(std::string file, std::vector<PolicyError>* errors,
+               const std::set<std::string>& known_models)
+      : YamlReader(std::move(file), errors), known_models_(known_models) {}
+
+  void Parse(const YAML::Node& root, TenantConfig* config) {
+    if (!Map(root, "", {"tenants"})) return;
+    const YAML::Node list = root["tenants"];
+    if (!list || !list.IsSequence() || list.size() == 0) {
+      Error(list ? list : root, "tenants", "expected a non-empty list of tenants");
+      return;
+    }
+    std::set<std::string> names;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string path = absl::StrCat("tenants[", i, "]");
+      TenantSpec t;
+      if (!ParseTenant(list[i], path, &t)) continue;
+      if (!names.insert(t.name).second) {
+        Error(list[i]["name"], path + ".name", absl::StrCat("duplicate tenant '", t.name, "'"));
+      }
+      const size_t index = config->tenants.size();
+      for (size_t k = 0; k < t.key_sha256.size(); ++k) {
+        if (!config->by_key.emplace(t.key_sha256[k], index).second) {
+          Error(list[i]["keys"][k], absl::StrCat(path, ".keys[", k, "]"),
+                "this key already belongs to another tenant (or is listed twice)");
+        }
+      }
+      config->tenants.push_back(std::move(t));
+    }
+  }
+
+ private:
+  bool ParseTenant(const YAML::Node& n, const std::string& path, TenantSpec* t) {
+    if (!Map(n, path, {"name", "keys", "models", "admin", "priority", "limits"})) return false;
+    bool ok = true;
+    if (!n["name"]) {
+      Error(n, path + ".name", "required key is missing");
+      ok = false;
+    } else if (String(n["name"], path + ".name", &t->name) && !ValidName(t->name)) {
+      Error(n["name"], path + ".name", "expected 1-64 characters of [a-z0-9_-]");
+      ok = false;
+    }
+    if (const YAML::Node keys = n["keys"]) {
+      if (!keys.IsSequence()) {
+        Error(keys, path + ".keys", "expected a list of sha256:<64 hex digits>");
+      } else {
+        for (size_t k = 0; k < keys.size(); ++k) {
+          const std::string kp = absl::StrCat(path, ".keys[", k, "]");
+          std::string v;
+          if (!String(keys[k], kp, &v)) continue;
+          if (!absl::StartsWith(v, kKeyPrefix) || !ValidHash(v.substr(sizeof(kKeyPrefix) - 1))) {
+            Error(keys[k], kp,
+                  "expected sha256:<64 lowercase hex digits>, the SHA-256 of the key (`tandemctl "
+                  "hash-key` prints it); keys themselves are never written in this file");
+            continue;
+          }
+          t->key_sha256.push_back(v.substr(sizeof(kKeyPrefix) - 1));
+        }
+      }
+    } else if (t->name != "anonymous") {
+      Error(n, path + ".keys", "required key is missing (only 'anonymous' has no keys)");
+    }
+    if (const YAML::Node models = n["models"]) {
+      if (!models.IsSequence() || models.size() == 0) {
+        Error(models, path + ".models", "expected a non-empty list of model names");
+      } else {
+        for (size_t m = 0; m < models.size(); ++m) {
+          const std::string mp = absl::StrCat(path, ".models[", m, "]");
+          std::string v;
+          if (!String(models[m], mp, &v)) continue;
+          if (!known_models_.empty() && !known_models_.contains(v)) {
+            Error(models[m], mp,
+                  absl::StrCat("unknown model '", v,
+                               "'; the gateway serves: ", absl::StrJoin(known_models_, ", ")));
+          }
+          t->models.insert(v);
+        }
+      }
+    }
+    if (n["admin"]) Bool(n["admin"], path + ".admin", &t->admin);
+    if (n["priority"]) {
+      int64_t p = 1;
+      if (Integer(n["priority"], path + ".priority", 1, 100, &p)) t->priority = static_cast<int32_t>(p);
+    }
+    if (const YAML::Node l = n["limits"]) ParseLimits(l, path + ".limits", &t->limits);
+    return ok;
+  }
+
+  void ParseLimits(const YAML::Node& l, const std::string& path, TenantLimits* out) {
+    if (!Map(l, path,
+             {"requests_per_second", "burst_requests", "tokens_per_second", "burst_tokens",
+              "max_concurrency"})) {
+      return;
+    }
+    for (const auto& [key, field] : {std::pair<const char*, double*>{"requests_per_second",
+                                                                     &out->requests_per_second},
+                                     {"burst_requests", &out->burst_requests},
+                                     {"tokens_per_second", &out->tokens_per_second},
+                                     {"burst_tokens", &out->burst_tokens}}) {
+      if (!l[key]) continue;
+      const std::string kp = absl::StrCat(path, ".", key);
+      if (Number(l[key], kp, field) && *field < 0) Error(l[key], kp, "must be >= 0");
+    }
+    if (l["max_concurrency"]) {
+      int64_t c = 0;
+      if (Integer(l["max_concurrency"], path + ".max_concurrency", 0, 1 << 20, &c)) {
+        out->max_concurrency = static_cast<int32_t>(c);
+      }
+    }
+  }
+
+  const std::set<std::string>& known_models_;
+};
+
+}  // namespace
+
+const TenantSpec* TenantConfig::Anonymous() const {
+  for (const TenantSpec& t : tenants) {
+    if (t.name == "anonymous") return &t;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::shared_ptr<const TenantConfig>> ParseTenantConfig(
+    const std::string& text, const std::string& path, const std::set<std::string>& known_models) {
+  std::vector<PolicyError> errors;
+  const YAML::Node root = LoadYaml(text, path, &errors);
+  auto config = std::make_shared<TenantConfig>();
+  config->sha256 = Sha256Hex(text);
+  if (errors.empty()) TenantParser(path, &errors, known_models).Parse(root, config.get());
+  if (!errors.empty()) {
+    std::vector<std::string> lines;
+    for (const PolicyError& e : errors) lines.push_back(e.ToString());
+    return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+  }
+  return config;
+}
+
+absl::StatusOr<std::shared_ptr<const TenantConfig>> LoadTenantFile(
+    const std::string& path, const std::set<std::string>& known_models) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read tenants file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseTenantConfig(ss.str(), path, known_models);
+}
+
+}  // namespace tandem::policies

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::policies {
+
+// Rates are per second and 0 means unlimited. Bursts are bucket sizes; 0 picks one second of
+// the rate (at least 1 request).
+struct TenantLimits {
+  double requests_per_second = 0;
+  double burst_requests = 0;
+  // Tokens are the prompt (estimated at admission) plus max_tokens, reserved when a request is
+  // admitted; what the request did not use is given back when it ends.
+  double tokens_per_second = 0;
+  double burst_tokens = 0;
+  // Requests in flight or queued at the gateway at once.
+  int32_t max_concurrency = 0;
+};
+
+struct TenantSpec {
+  // [a-z0-9_-], 1-64 characters; also the tenant label on metrics.
+  std::string name;
+  // SHA-256 of each API key, 64 lowercase hex digits: the keys themselves are never stored.
+  std::vector<std::string> key_sha256;
+  // Models this tenant may use; empty means all.
+  std::set<std::string> models;
+  // May call tandem.v1.Admin (policy reload, endpoint and signal listings).
+  bool admin = false;
+  // Share of the gateway's dispatch slots when they are contended, relative to other tenants
+  // (1-100): a tenant with priority 4 is served four requests for every one of a tenant with 1.
+  int32_t priority = 1;
+  TenantLimits limits;
+};
+
+// A tenants file, parsed and validated. Immutable once built; reloads build a new one.
+struct TenantConfig {
+  std::vector<TenantSpec> tenants;
+  // SHA-256 hex of a key -> index into `tenants`.
+  std::map<std::string, size_t> by_key;
+  // SHA-256 of the file's bytes, for logs and reload detection.
+  std::string sha256;
+
+  // The tenant named "anonymous", which takes requests without a key under
+  // --allow_unauthenticated; null when the file defines none.
+  const TenantSpec* Anonymous() const;
+};
+
+// Parses the YAML of a tenants file:
+//   tenants:
+//     - name: search
+//       keys: [sha256:<64 hex>]       # `tandemctl hash-key` prints it
+//       models: [qwen, nemotron]      # optional; all when absent
+//       admin: false                  # optional
+//       priority: 2                   # optional, 1-100
+//       limits: {requests_per_second: 50, burst_requests: 100, tokens_per_second: 20000,
+//                burst_tokens: 40000, max_concurrency: 16}
+// Every mistake is an error naming FILE:LINE: unknown keys, duplicate names or keys, bad hashes,
+// out-of-range numbers, and models not in `known_models` (when it is not empty).
+absl::StatusOr<std::shared_ptr<const TenantConfig>> ParseTenantConfig(
+    const std::string& text, const std::string& path, const std::set<std::string>& known_models);
+absl::StatusOr<std::shared_ptr<const TenantConfig>> LoadTenantFile(
+    const std::string& path, const std::set<std::string>& known_models);
+
+}  // namespace tandem::policies

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace tandem::policies {
+
+// One problem found in a YAML file, with where it is.
+struct PolicyError {
+  std::string file;
+  int line = 0;
+  int column = 0;
+  // e.g. "rules[2].action.split[0].weight".
+  std::string path;
+  std::string message;
+  // "FILE:LINE:COL: PATH: MESSAGE"
+  std::string ToString() const;
+};
+
+// Parses `text` as YAML. yaml-cpp reports syntax errors by throwing; this is the one place its
+// exceptions are caught: a syntax error is appended to `errors` and the result is a null node.
+YAML::Node LoadYaml(const std::string& text, const std::string& file,
+                    std::vector<PolicyError>* errors);
+
+// Typed reads of YAML nodes for the config loaders (policies, tenants). Each method checks the
+// node, stores the value on success and otherwise appends an error located at the node, so a
+// loader reports every mistake in a file, not just the first.
+class YamlReader {
+ public:
+  YamlReader(std::string file, std::vector<PolicyError>* errors)
+      : file_(std::move(file)), errors_(errors) {}
+
+  void Error(const YAML::Node& at, const std::string& path, const std::string& message);
+  // Checks that `node` is a map whose keys are all in `allowed` and unique.
+  bool Map(const YAML::Node& node, const std::string& path, const std::set<std::string>& allowed);
+  // Checks that a map has no duplicate keys (keys are free-form, e.g. model names).
+  bool FreeMap(const YAML::Node& node, const std::string& path);
+  bool String(const YAML::Node& node, const std::string& path, std::string* out);
+  bool Number(const YAML::Node& node, const std::string& path, double* out);
+  bool Integer(const YAML::Node& node, const std::string& path, int64_t lo, int64_t hi,
+               int64_t* out);
+  // A duration: a number of seconds, or a string such as 250ms, 2s, 1m. Must be >= 0.
+  bool Duration(const YAML::Node& node, const std::string& path, double* seconds);
+  bool Bool(const YAML::Node& node, const std::string& path, bool* out);
+
+  const std::string& file() const { return file_; }
+
+ private:
+  const std::string file_;
+  std::vector<PolicyError>* const errors_;
+};
+
+}  // namespace tandem::policies

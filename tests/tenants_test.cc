@@ -1,0 +1,261 @@
+// Tenants: the tenants file, token buckets, per-tenant admission and fair queueing.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/sha256.h"
+#include "gateway/fair_queue.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/gateway_service.h"
+#include "gateway/tenants.h"
+#include "gateway/token_bucket.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "policies/tenant_config.h"
+#include "prometheus/registry.h"
+
+namespace tandem::gateway {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string Key(const std::string& secret) { return "sha256:" + Sha256Hex(secret); }
+
+TEST(TenantConfigTest, ParsesAFullFile) {
+  const std::string yaml = "tenants:\n"
+                           "  - name: search\n"
+                           "    keys: [" + Key("a") + ", " + Key("b") + "]\n"
+                           "    models: [qwen]\n"
+                           "    priority: 4\n"
+                           "    admin: true\n"
+                           "    limits: {requests_per_second: 5, burst_requests: 10,\n"
+                           "             tokens_per_second: 100, burst_tokens: 200,\n"
+                           "             max_concurrency: 3}\n"
+                           "  - name: anonymous\n";
+  auto c = policies::ParseTenantConfig(yaml, "t.yaml", {"qwen", "nemotron"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ((*c)->tenants.size(), 2u);
+  const policies::TenantSpec& t = (*c)->tenants[0];
+  EXPECT_EQ(t.name, "search");
+  EXPECT_EQ(t.priority, 4);
+  EXPECT_TRUE(t.admin);
+  EXPECT_EQ(t.models, std::set<std::string>{"qwen"});
+  EXPECT_EQ(t.limits.max_concurrency, 3);
+  EXPECT_EQ(t.limits.burst_tokens, 200);
+  EXPECT_EQ((*c)->by_key.at(Sha256Hex("b")), 0u);
+  ASSERT_NE((*c)->Anonymous(), nullptr);
+}
+
+TEST(TenantConfigTest, EveryMistakeIsReportedWithItsLine) {
+  const std::string yaml = "tenants:\n"
+                           "  - name: Search\n"                       // 2: bad name
+                           "    keys: [plainkey]\n"                   // 3: not a hash
+                           "  - name: b\n"
+                           "    keys: [" + Key("x") + "]\n"
+                           "    models: [llama]\n"                    // 6: unknown model
+                           "    priority: 0\n"                        // 7: out of range
+                           "    limits: {requests_per_secnd: 1}\n"    // 8: typo
+                           "  - name: c\n"
+                           "    keys: [" + Key("x") + "]\n"           // 10: key reused
+                           "  - name: d\n";                           // 11: no keys
+  auto c = policies::ParseTenantConfig(yaml, "t.yaml", {"qwen", "nemotron"});
+  ASSERT_FALSE(c.ok());
+  const std::string m(c.status().message());
+  EXPECT_THAT(m, HasSubstr("t.yaml:2:"));
+  EXPECT_THAT(m, HasSubstr("[a-z0-9_-]"));
+  EXPECT_THAT(m, HasSubstr("t.yaml:3:"));
+  EXPECT_THAT(m, HasSubstr("tandemctl hash-key"));
+  EXPECT_THAT(m, HasSubstr("t.yaml:6:"));
+  EXPECT_THAT(m, HasSubstr("unknown model 'llama'"));
+  EXPECT_THAT(m, HasSubstr("t.yaml:7:"));
+  EXPECT_THAT(m, HasSubstr("t.yaml:8:"));
+  EXPECT_THAT(m, HasSubstr("unknown key"));
+  EXPECT_THAT(m, HasSubstr("t.yaml:10:"));
+  EXPECT_THAT(m, HasSubstr("already belongs to another tenant"));
+  EXPECT_THAT(m, HasSubstr("t.yaml:11:"));
+  EXPECT_FALSE(policies::ParseTenantConfig("tenants: [", "t.yaml", {}).ok());
+  EXPECT_FALSE(policies::ParseTenantConfig("tenants: []", "t.yaml", {}).ok());
+}
+
+TEST(TokenBucketTest, RefillsAtItsRateUpToItsBurst) {
+  const auto t0 = Clock::now();
+  TokenBucket b;
+  b.Configure(/*rate=*/10, /*burst=*/5, t0);
+  EXPECT_EQ(b.WaitFor(5, t0), 0);
+  b.Take(5);
+  EXPECT_NEAR(b.WaitFor(1, t0), 0.1, 1e-9);
+  EXPECT_EQ(b.WaitFor(1, t0 + milliseconds(100)), 0);
+  // Never more than the burst, however long it was idle.
+  EXPECT_NEAR(b.WaitFor(5, t0 + std::chrono::hours(1)), 0, 1e-9);
+  EXPECT_NEAR(b.level(), 5, 1e-9);
+  // Debt: a large request runs, and the next waits until it is repaid.
+  b.Take(25);
+  EXPECT_NEAR(b.WaitFor(0, t0 + std::chrono::hours(1)), 2.0, 1e-6);
+  TokenBucket unlimited;
+  unlimited.Configure(0, 0, t0);
+  unlimited.Take(1e9);
+  EXPECT_EQ(unlimited.WaitFor(1, t0), 0);
+}
+
+class TenantStateTest : public ::testing::Test {
+ protected:
+  prometheus::Registry registry_;
+  GatewayMetrics metrics_{registry_, {"qwen"}, {"c"}, "test"};
+};
+
+TEST_F(TenantStateTest, EnforcesConcurrencyRequestsAndTokens) {
+  const auto t0 = Clock::now();
+  auto spec = std::make_shared<policies::TenantSpec>();
+  spec->name = "t";
+  spec->limits.max_concurrency = 2;
+  spec->limits.requests_per_second = 1;
+  spec->limits.burst_requests = 3;
+  spec->limits.tokens_per_second = 100;
+  spec->limits.burst_tokens = 100;
+  TenantState s("t", metrics_.ForTenant("t", 8));
+  s.SetSpec(spec, t0);
+  EXPECT_FALSE(s.TryAdmit(60, t0).has_value());
+  // Tokens: 40 left, so the second still runs (the bucket is not in debt)...
+  EXPECT_FALSE(s.TryAdmit(60, t0).has_value());
+  // ...concurrency is the limit now.
+  auto r = s.TryAdmit(1, t0);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_STREQ(r->reason, "concurrency");
+  // Both end having used 10 of their 60: 100 tokens back, the bucket is full again.
+  s.Release(50);
+  s.Release(50);
+  EXPECT_EQ(s.inflight(), 0);
+  EXPECT_FALSE(s.TryAdmit(1, t0).has_value());
+  s.Release(0);
+  // Three requests in the same instant took the burst of three.
+  r = s.TryAdmit(1, t0);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_STREQ(r->reason, "requests");
+  EXPECT_NEAR(r->retry_after_seconds, 1.0, 1e-6);
+  EXPECT_THAT(r->message, HasSubstr("over 1 requests/s"));
+  // A second later one more is allowed; tokens in debt refuse the next.
+  EXPECT_FALSE(s.TryAdmit(500, t0 + std::chrono::seconds(1)).has_value());
+  s.Release(0);
+  r = s.TryAdmit(1, t0 + std::chrono::seconds(2));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_STREQ(r->reason, "tokens");
+}
+
+TEST_F(TenantStateTest, TenantLabelsAreBounded) {
+  EXPECT_EQ(metrics_.ForTenant("a", 2).label, "a");
+  EXPECT_EQ(metrics_.ForTenant("b", 2).label, "b");
+  EXPECT_EQ(metrics_.ForTenant("c", 2).label, "other");
+  EXPECT_EQ(metrics_.ForTenant("d", 2).label, "other");
+  EXPECT_EQ(metrics_.ForTenant("a", 2).label, "a");
+}
+
+TEST_F(TenantStateTest, RegistryAuthenticatesByKeyHash) {
+  TenantRegistryOptions options;
+  TenantRegistry registry(options, &metrics_);
+  EXPECT_FALSE(registry.enabled());
+  EXPECT_EQ(registry.Authenticate("").status().code(), absl::StatusCode::kUnauthenticated);
+  auto config = policies::ParseTenantConfig(
+      "tenants:\n  - name: t\n    keys: [" + Key("secret") + "]\n", "t.yaml", {});
+  ASSERT_TRUE(config.ok());
+  registry.Apply(*config);
+  EXPECT_TRUE(registry.enabled());
+  auto caller = registry.Authenticate("secret");
+  ASSERT_TRUE(caller.ok());
+  EXPECT_EQ(caller->spec->name, "t");
+  EXPECT_EQ(registry.Authenticate("Secret").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(registry.Authenticate("").status().code(), absl::StatusCode::kUnauthenticated);
+  // A reload keeps the tenant's state (same object, so no fresh burst).
+  auto before = caller->tenant;
+  registry.Apply(*config);
+  EXPECT_EQ(registry.Authenticate("secret")->tenant, before);
+
+  options.allow_unauthenticated = true;
+  TenantRegistry open(options, &metrics_);
+  auto anon = open.Authenticate("");
+  ASSERT_TRUE(anon.ok());
+  EXPECT_EQ(anon->spec->name, "anonymous");
+  EXPECT_EQ(open.Authenticate("some-key").status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST(ApiKeyTest, BearerOrXApiKey) {
+  std::multimap<grpc::string_ref, grpc::string_ref> md;
+  EXPECT_EQ(ApiKeyFromMetadata(md), "");
+  md.emplace("x-api-key", "k1");
+  EXPECT_EQ(ApiKeyFromMetadata(md), "k1");
+  md.emplace("authorization", "Bearer k2");
+  EXPECT_EQ(ApiKeyFromMetadata(md), "k2");
+  std::multimap<grpc::string_ref, grpc::string_ref> basic;
+  basic.emplace("authorization", "Basic abc");
+  // Not a bearer token: a wrong key, never "no key".
+  EXPECT_EQ(ApiKeyFromMetadata(basic), "Basic abc");
+}
+
+// Grants in order, recording which tenant each went to.
+class FairQueueTest : public ::testing::Test {
+ protected:
+  void Enqueue(FairQueue& q, const std::string& tenant, int priority, int n) {
+    for (int i = 0; i < n; ++i) {
+      auto w = std::make_unique<FairQueue::Waiter>();
+      w->tenant = tenant;
+      w->grant = [this, tenant] { granted_.push_back(tenant); };
+      ASSERT_EQ(q.Acquire(w.get(), priority), FairQueue::Result::kQueued);
+      waiters_.push_back(std::move(w));
+    }
+  }
+  std::vector<std::string> granted_;
+  std::vector<std::unique_ptr<FairQueue::Waiter>> waiters_;
+};
+
+TEST_F(FairQueueTest, RunsAtOnceUnderTheLimitAndQueuesAboveIt) {
+  FairQueue q({/*max_inflight=*/2, /*max_queued_per_tenant=*/2});
+  FairQueue::Waiter a{nullptr, "a"}, b{nullptr, "a"}, c{nullptr, "a"};
+  EXPECT_EQ(q.Acquire(&a, 1), FairQueue::Result::kRun);
+  EXPECT_EQ(q.Acquire(&b, 1), FairQueue::Result::kRun);
+  Enqueue(q, "a", 1, 2);
+  EXPECT_EQ(q.Acquire(&c, 1), FairQueue::Result::kFull);
+  EXPECT_EQ(q.queued(), 2);
+  // A cancelled waiter is never granted.
+  EXPECT_TRUE(q.Cancel(waiters_[0].get()));
+  EXPECT_FALSE(q.Cancel(waiters_[0].get()));
+  q.Release();
+  EXPECT_EQ(granted_.size(), 1u);
+  EXPECT_EQ(q.inflight(), 2);
+  q.Release();
+  q.Release();
+  EXPECT_EQ(q.inflight(), 0);
+  EXPECT_EQ(q.queued(), 0);
+  // No limit: nothing ever waits.
+  FairQueue unlimited({0, 0});
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(unlimited.Acquire(&a, 1), FairQueue::Result::kRun);
+}
+
+TEST_F(FairQueueTest, ALateTenantIsNotStuckBehindAFloodersBacklog) {
+  FairQueue q({1, 1000});
+  FairQueue::Waiter running{nullptr, "flood"};
+  ASSERT_EQ(q.Acquire(&running, 1), FairQueue::Result::kRun);
+  Enqueue(q, "flood", 1, 50);
+  for (int i = 0; i < 5; ++i) q.Release();  // five of the flood's run
+  Enqueue(q, "late", 1, 3);
+  for (int i = 0; i < 6; ++i) q.Release();
+  // From the moment it arrived, the late tenant alternates with the flooder.
+  const std::vector<std::string> after(granted_.begin() + 5, granted_.begin() + 11);
+  EXPECT_EQ(std::count(after.begin(), after.end(), "late"), 3) << ::testing::PrintToString(after);
+}
+
+TEST_F(FairQueueTest, PriorityIsAShareOfTheSlots) {
+  FairQueue q({1, 1000});
+  FairQueue::Waiter running{nullptr, "x"};
+  ASSERT_EQ(q.Acquire(&running, 1), FairQueue::Result::kRun);
+  Enqueue(q, "gold", 3, 100);
+  Enqueue(q, "bronze", 1, 100);
+  for (int i = 0; i < 40; ++i) q.Release();
+  const int gold = static_cast<int>(std::count(granted_.begin(), granted_.end(), "gold"));
+  EXPECT_EQ(gold, 30) << ::testing::PrintToString(granted_);
+  // Neither starves.
+  EXPECT_EQ(40 - gold, 10);
+}
+
+}  // namespace
+}  // namespace tandem::gateway
