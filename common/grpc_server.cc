@@ -1,6 +1,7 @@
 #include "common/grpc_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/resource_quota.h>
 
 #include <chrono>
 
@@ -21,6 +22,11 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options) {
   builder.RegisterService(options.health);
   for (grpc::Service* s : options.services) builder.RegisterService(s);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  if (options.max_memory_bytes > 0) {
+    grpc::ResourceQuota quota("tandem-server");
+    quota.Resize(static_cast<size_t>(options.max_memory_bytes));
+    builder.SetResourceQuota(quota);
+  }
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   if (options.max_connection_age_ms > 0) {

@@ -21,6 +21,9 @@ struct GrpcServerOptions {
   HealthService* health = nullptr;
   // gRPC's receive limit for one message.
   int max_receive_message_bytes = 4 << 20;
+  // Memory gRPC may use for this server's connections and calls (a grpc::ResourceQuota); past
+  // it gRPC stops reading from peers instead of growing without bound. 0 leaves gRPC's default.
+  int64_t max_memory_bytes = 0;
   // Connection age after which clients reconnect (and re-resolve DNS); 0 disables it.
   int max_connection_age_ms = 0;
 };

@@ -72,6 +72,9 @@ ABSL_FLAG(int32_t, max_tokens_limit, 0,
           "Largest sampling.max_tokens accepted (0: only the model's limit).");
 ABSL_FLAG(absl::Duration, max_stream_duration, absl::Hours(1),
           "Longest a generation (unary or stream) may run, whatever deadline the caller set.");
+ABSL_FLAG(int64_t, grpc_memory_limit, 2ll << 30,
+          "Bytes gRPC may hold for client connections and calls; past it, gRPC stops reading "
+          "from clients rather than grow (0: gRPC's default, unbounded).");
 ABSL_FLAG(std::string, worker_tls_ca, "",
           "PEM roots that sign the workers' certificates (mutual TLS to the workers).");
 ABSL_FLAG(std::string, worker_tls_cert, "",
@@ -401,6 +404,8 @@ int Run() {
   GrpcServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
   server_options.credentials = *server_credentials;
+  server_options.max_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_limit);
+  if (server_options.max_memory_bytes < 0) Fatal("--grpc_memory_limit must be >= 0");
   HealthService health;
   health.SetServingStatus("", false);
   for (const std::string& m : models) health.SetServingStatus("model/" + m, false);
