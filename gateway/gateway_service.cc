@@ -188,8 +188,12 @@ class GenerationCall {
     waiter_.tenant = label;
     waiter_.grant = [this] { OnGranted(); };
     const int priority = caller_.spec != nullptr ? caller_.spec->priority : 1;
+    // Held until the wait is set up: a slot freed on another thread right after Acquire must
+    // not grant this call before its alarm and gauges exist.
+    std::unique_lock<std::mutex> queue_lock(queue_mu_);
     switch (queue->Acquire(&waiter_, priority)) {
       case FairQueue::Result::kRun:
+        queue_lock.unlock();
         slot_held_.store(true);
         Dispatch(false);
         return absl::OkStatus();
@@ -236,6 +240,7 @@ class GenerationCall {
   }
 
   void OnGranted() {
+    { std::lock_guard<std::mutex> l(queue_mu_); }  // Begin has finished setting up the wait
     QueueWaitEnded();
     slot_held_.store(true);
     queue_alarm_.Cancel();  // its callback runs with ok=false and drops its reference
@@ -631,6 +636,7 @@ class GenerationCall {
   FairQueue::Waiter waiter_;
   SteadyClock::time_point queued_at_;
   grpc::Alarm queue_alarm_;
+  std::mutex queue_mu_;  // orders Begin's queueing before OnGranted
   std::chrono::system_clock::time_point attempt_deadline_;
   grpc::Alarm hedge_alarm_;
   std::atomic<bool> hedge_armed_{false};
