@@ -10,6 +10,10 @@
 
 #include "common/request_validation.h"
 #include "common/utf8.h"
+#include "gateway/fair_queue.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/tenants.h"
+#include "common/sha256.h"
 #include "policies/policy_loader.h"
 #include "router/builtin_router.h"
 #include "router/policy_router.h"
@@ -34,6 +38,39 @@ tandem::v1::GenerateRequest Request(int approx_tokens) {
   r.mutable_sampling()->set_temperature(0.7f);
   return r;
 }
+
+// Per request with tenants: the key's hash and lookup, then the quota check and release.
+void BM_AuthenticateAndAdmit(benchmark::State& state) {
+  prometheus::Registry registry;
+  tandem::gateway::GatewayMetrics metrics(registry, {"qwen"}, {"c"}, "bench");
+  tandem::gateway::TenantRegistry tenants({}, &metrics);
+  std::string yaml = "tenants:\n";
+  for (int i = 0; i < 100; ++i) {
+    yaml += "  - name: t" + std::to_string(i) + "\n    keys: [sha256:" +
+            tandem::Sha256Hex("key-" + std::to_string(i)) +
+            "]\n    limits: {requests_per_second: 1e9, tokens_per_second: 1e12, "
+            "max_concurrency: 1000}\n";
+  }
+  tenants.Apply(*tandem::policies::ParseTenantConfig(yaml, "bench.yaml", {}));
+  const std::string key = "key-42";
+  for (auto _ : state) {
+    auto caller = tenants.Authenticate(key);
+    benchmark::DoNotOptimize(caller->tenant->TryAdmit(300, std::chrono::steady_clock::now()));
+    caller->tenant->Release(0);
+  }
+}
+BENCHMARK(BM_AuthenticateAndAdmit);
+
+// A dispatch slot taken and given back, uncontended (the fast path of every request).
+void BM_FairQueueUncontended(benchmark::State& state) {
+  tandem::gateway::FairQueue queue({1024, 256});
+  tandem::gateway::FairQueue::Waiter w{nullptr, "t"};
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(queue.Acquire(&w, 1));
+    queue.Release();
+  }
+}
+BENCHMARK(BM_FairQueueUncontended);
 
 void BM_ValidateMessages(benchmark::State& state) {
   const auto r = Request(static_cast<int>(state.range(0)));
