@@ -46,6 +46,9 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   }
 
   out->features = router::ExtractFeatures(request);
+  // An authenticated caller's tenant is who it is, whatever its `tenant` label says: policies
+  // that route by tenant must not be steerable by a label.
+  if (out->tenant != nullptr) out->features.tenant = out->tenant->name;
   if (options_.max_prompt_tokens > 0 && out->features.prompt_tokens > options_.max_prompt_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "messages: about %d prompt tokens exceeds the gateway's limit of %d "

@@ -5,6 +5,9 @@
 #
 # Environment: TANDEM_HOST (bind address, default 127.0.0.1), TANDEM_GATEWAY_PORT (7000),
 # TANDEM_METRICS_PORT (9100; workers use the next two), TANDEM_WORKER_PORT (7101; and 7102).
+# Secured like a deployment: TLS on every gRPC port with throwaway certificates
+# (scripts/make_dev_certs.sh), mutual TLS between gateway and workers, and an API key: a
+# one-tenant tenants file made for this run (the key is printed at the end).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_LOG=/tmp/tandem-build.log
@@ -22,8 +25,24 @@ METRICS_PORT=${TANDEM_METRICS_PORT:-9100}
 WORKER_PORT=${TANDEM_WORKER_PORT:-7101}
 WORKER=$BUILD_DIR/workers/tandem-worker
 GATEWAY=$BUILD_DIR/gateway/tandem-gateway
-CTL="$BUILD_DIR/tools/tandemctl --gateway=$HOST:$GW_PORT"
 LOGS=$(mktemp -d /tmp/tandem-demo.XXXXXX)
+
+# Development certificates (a throwaway CA; see scripts/make_dev_certs.sh) and a tenants file
+# with one admin tenant whose API key is made here; only its hash is in the file.
+TLS=$LOGS/tls
+case "$HOST" in 127.0.0.1|localhost|::1) SAN_ARGS=() ;; *) SAN_ARGS=(--san="$HOST") ;; esac
+bash scripts/make_dev_certs.sh "${SAN_ARGS[@]}" "$TLS" >/dev/null
+TANDEM_API_KEY=demo-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+export TANDEM_API_KEY
+cat >"$LOGS/tenants.yaml" <<TENANTS
+tenants:
+  - name: demo
+    keys: [$(printf %s "$TANDEM_API_KEY" | "$BUILD_DIR/tools/tandemctl" hash-key)]
+    admin: true
+TENANTS
+CTL="$BUILD_DIR/tools/tandemctl --gateway=$HOST:$GW_PORT --tls_ca=$TLS/gateway/ca.crt"
+WORKER_TLS=(--tls_cert="$TLS/worker/tls.crt" --tls_key="$TLS/worker/tls.key"
+            --tls_client_ca="$TLS/worker/ca.crt")
 
 pids=()
 cleanup() {
@@ -87,7 +106,8 @@ start_worker() {  # model device grpc_port metrics_port engine-args...
   local model=$1 device=$2 grpc=$3 metrics=$4
   shift 4
   "$WORKER" --model="$model" --device="$device" --listen="$HOST:$grpc" \
-    --metrics_listen="$HOST:$metrics" "$@" >"$LOGS/$model.out" 2>"$LOGS/$model.log" &
+    --metrics_listen="$HOST:$metrics" "${WORKER_TLS[@]}" "$@" \
+    >"$LOGS/$model.out" 2>"$LOGS/$model.log" &
   pids+=($!)
 }
 start_worker qwen "$QWEN_DEVICE" "$WORKER_PORT" $((METRICS_PORT + 1)) "${QWEN_ARGS[@]}"
@@ -96,6 +116,10 @@ start_worker nemotron "$NEMOTRON_DEVICE" $((WORKER_PORT + 1)) $((METRICS_PORT + 
 "$GATEWAY" --listen="$HOST:$GW_PORT" --metrics_listen="$HOST:$METRICS_PORT" \
   --policy="$PWD/policies/default.yaml" \
   --workers="qwen=$HOST:$WORKER_PORT,nemotron=$HOST:$((WORKER_PORT + 1))" \
+  --tls_cert="$TLS/gateway/tls.crt" --tls_key="$TLS/gateway/tls.key" \
+  --worker_tls_ca="$TLS/gateway-client/ca.crt" --worker_tls_cert="$TLS/gateway-client/tls.crt" \
+  --worker_tls_key="$TLS/gateway-client/tls.key" --worker_tls_server_name=tandem-worker \
+  --tenants="$LOGS/tenants.yaml" \
   >"$LOGS/gateway.out" 2>"$LOGS/gateway.log" &
 pids+=($!)
 
@@ -158,7 +182,10 @@ demo "A bad request gets INVALID_ARGUMENT naming the field" generate --temperatu
 
 echo
 echo "Tandem is serving. Ctrl-C stops it."
-echo "  gateway gRPC      $HOST:$GW_PORT   (tandemctl --gateway=$HOST:$GW_PORT generate \"...\")"
+echo "  gateway gRPC      $HOST:$GW_PORT, TLS; API key and CA for tandemctl:"
+echo "      export TANDEM_API_KEY=$TANDEM_API_KEY"
+echo "      tandemctl --gateway=$HOST:$GW_PORT --tls_ca=$TLS/gateway/ca.crt generate \"...\""
+echo "  tenants           $LOGS/tenants.yaml (reloaded on change; echo -n KEY | tandemctl hash-key)"
 echo "  gateway metrics   http://$HOST:$METRICS_PORT/metrics"
 echo "  qwen worker       $HOST:$WORKER_PORT, metrics http://$HOST:$((METRICS_PORT + 1))/metrics"
 echo "  nemotron worker   $HOST:$((WORKER_PORT + 1)), metrics http://$HOST:$((METRICS_PORT + 2))/metrics"

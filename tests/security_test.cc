@@ -317,6 +317,21 @@ TEST_F(TenantsTest, KeysRightsAndRateLimits) {
   pinned.mutable_hints()->set_model("nemotron");
   EXPECT_TRUE(Call("batch-secret", pinned).ok());
 
+  // Routing sees the authenticated tenant, not a caller's `tenant` label.
+  {
+    auto stub = tandem::v1::Gateway::NewStub(
+        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    ctx.AddMetadata("authorization", "Bearer batch-secret");
+    tandem::v1::GenerateRequest r = Prompt("hi", 4);
+    (*r.mutable_labels())["tenant"] = "ops";
+    r.mutable_hints()->set_model("nemotron");
+    tandem::v1::RouteResponse route;
+    ASSERT_TRUE(stub->Route(&ctx, r, &route).ok());
+    EXPECT_EQ(route.features().at("tenant"), "batch");
+  }
+
   // search: a burst of 2, then one request every 5 s.
   EXPECT_TRUE(Call("search-secret").ok());
   EXPECT_TRUE(Call("search-secret").ok());

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """ctest compose_config_check: `docker-compose config` accepts docker-compose.yml, and what it
 renders is coherent: each worker reserves exactly one GPU (a different one) and addresses it as
-device 0; every flag is one the binary defines; ports agree between the workers' flags, `expose`, the gateway's --workers and
+device 0; every flag is one the binary defines (its main.cc and the common/ flag files it links);
+every gRPC port is TLS (no --plaintext / --worker_plaintext), the workers require client certs,
+the gateway presents one, and every TLS file is under a mounted volume; ports agree between the workers' flags, `expose`, the gateway's --workers and
 prometheus.yml; every build target exists in the Dockerfile, whose stages are all Debian 12; the
 compose prometheus.yml passes `promtool check config` with the shipped rules.
 No container engine runs here, so the images are not built (see docs/operations.md).
@@ -19,9 +21,36 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def defined_flags(src):
-    text = open(os.path.join(os.path.dirname(os.path.dirname(HERE)), src)).read()
-    return set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", text))
+def defined_flags(*srcs):
+    found = set()
+    for src in srcs:
+        text = open(os.path.join(os.path.dirname(os.path.dirname(HERE)), src)).read()
+        found |= set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", text))
+    return found
+
+
+# Flag files linked into both servers (TLS, request limits).
+COMMON_FLAGS = ("common/server_tls_flags.cc", "common/limit_flags.cc")
+TLS_FILE_FLAGS = {
+    "worker": ("tls_cert", "tls_key", "tls_client_ca"),
+    "gateway": ("tls_cert", "tls_key", "worker_tls_ca", "worker_tls_cert", "worker_tls_key"),
+}
+
+
+def tls_checks(name, target, service, errors):
+    cmd = service.get("command", [])
+    for off in ("plaintext", "worker_plaintext"):
+        if f"--{off}" in cmd or flag(cmd, off) not in (None, "false"):
+            errors.append(f"{name}: --{off}: compose serves TLS (scripts/make_dev_certs.sh)")
+    # `docker-compose config` renders volumes long-form (v2) or as SOURCE:TARGET[:MODE] (v1).
+    mounts = [v["target"] if isinstance(v, dict) else v.split(":")[1]
+              for v in service.get("volumes", [])]
+    for f in TLS_FILE_FLAGS[target]:
+        path = flag(cmd, f)
+        if not path:
+            errors.append(f"{name}: --{f} missing")
+        elif not any(path.startswith(m.rstrip("/") + "/") for m in mounts):
+            errors.append(f"{name}: --{f}={path} is not under a mounted volume ({mounts})")
 
 
 def flag(cmd, name):
@@ -49,13 +78,16 @@ def main():
             errors.append(f"Dockerfile stage {name} is FROM {base}, not Debian 12")
     if len(stages) < 3:
         errors.append("Dockerfile is not multi-stage")
-    known = {"worker": defined_flags("workers/main.cc"), "gateway": defined_flags("gateway/main.cc")}
+    known = {"worker": defined_flags("workers/main.cc", *COMMON_FLAGS),
+             "gateway": defined_flags("gateway/main.cc", *COMMON_FLAGS)}
     for name, s in services.items():
         target = s.get("build", {}).get("target")
         for a in s.get("command", []) if target in known else []:
-            m = re.match(r"--(\w+)=", a)
+            m = re.match(r"--(\w+)(=|$)", a)
             if not m or m.group(1) not in known[target]:
                 errors.append(f"{name}: tandem-{target} has no flag {a!r}")
+        if target in known:
+            tls_checks(name, target, s, errors)
     gpus, worker_ports = [], {}
     for name, s in services.items():
         target = s.get("build", {}).get("target")

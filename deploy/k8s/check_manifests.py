@@ -5,7 +5,16 @@
   - the gateway Deployment has >= 2 replicas, a PodDisruptionBudget and an HPA (min >= 2) that
     select it; its --workers name each model's headless Service and gRPC port;
   - one StatefulSet per model, `nvidia.com/gpu: 1` in limits and --device=0 (dev: CPU, no GPU);
-  - startup, readiness and liveness probes are native gRPC on the --listen port;
+  - startup, readiness and liveness probes exist; native gRPC ones (on the --listen port) only
+    where that port is plaintext, since kubelet's gRPC probes cannot speak TLS; the others probe
+    the --listen port by TCP or the --metrics_listen port (httpGet, or exec on 127.0.0.1:PORT);
+  - TLS by default: outside the dev overlay no --plaintext, --worker_plaintext or
+    --allow_unauthenticated; every TLS file flag names ca.crt / tls.crt / tls.key in a Secret
+    volume mounted as a directory (no subPath, so rotations apply); the workers require client
+    certs (--tls_client_ca); the gateway presents one to them, checks --worker_tls_server_name
+    (the name ../cert-manager puts in the workers' cert) and reads --tenants from a mounted
+    ConfigMap or Secret that holds it; the gateway and the workers agree on plaintext or TLS;
+  - ../cert-manager renders and issues exactly the Secrets the pods mount;
   - selectors match the pod template labels; every Service selects pods and maps its ports onto
     container ports, which equal the ports in the --listen / --metrics_listen flags;
   - every flag in args is one the binary defines (ABSL_FLAG in gateway/main.cc, workers/main.cc);
@@ -36,8 +45,12 @@ def flags_of(path):
     return set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", open(os.path.join(ROOT, path)).read()))
 
 
-GATEWAY_FLAGS = flags_of("gateway/main.cc")
-WORKER_FLAGS = flags_of("workers/main.cc")
+# Flag files linked into both servers besides their main.cc (TLS, request limits).
+COMMON_FLAGS = flags_of("common/server_tls_flags.cc") | flags_of("common/limit_flags.cc")
+GATEWAY_FLAGS = flags_of("gateway/main.cc") | COMMON_FLAGS
+WORKER_FLAGS = flags_of("workers/main.cc") | COMMON_FLAGS
+INSECURE_FLAGS = ("plaintext", "worker_plaintext", "allow_unauthenticated")
+SECRET_KEYS = {"ca.crt", "tls.crt", "tls.key"}   # cert-manager's (and kubernetes.io/tls's) names
 
 
 def flag(args, name):
@@ -45,6 +58,11 @@ def flag(args, name):
         if a.startswith(f"--{name}="):
             return a.split("=", 1)[1]
     return None
+
+
+def on(args, name):
+    """A boolean flag given as --NAME or --NAME=true."""
+    return f"--{name}" in args or flag(args, name) in ("true", "1")
 
 
 def port_of(addr):
@@ -85,13 +103,32 @@ class Checker:
         ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
         if ports != {"grpc": port_of(listen), "metrics": port_of(metrics)}:
             self.err(f"{what}: container ports {ports} do not match --listen={listen} --metrics_listen={metrics}")
+        plaintext = on(args, "plaintext")
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             p = c.get(probe)
-            if not p or "grpc" not in p:
-                self.err(f"{what}: no native gRPC {probe}")
-            elif p["grpc"].get("port") != port_of(listen):
-                self.err(f"{what}: {probe} on port {p['grpc'].get('port')}, --listen is {listen}")
+            if not p:
+                self.err(f"{what}: no {probe}")
+            elif "grpc" in p:
+                if not plaintext:
+                    self.err(f"{what}: {probe} is a native gRPC probe on a TLS port (kubelet cannot speak TLS)")
+                elif p["grpc"].get("port") != port_of(listen):
+                    self.err(f"{what}: {probe} on port {p['grpc'].get('port')}, --listen is {listen}")
+            elif "tcpSocket" in p:
+                if p["tcpSocket"].get("port") not in (port_of(listen), port_of(metrics), "grpc", "metrics"):
+                    self.err(f"{what}: {probe} probes port {p['tcpSocket'].get('port')}, not --listen or --metrics_listen")
+            elif "httpGet" in p:
+                if p["httpGet"].get("port") not in (port_of(metrics), "metrics"):
+                    self.err(f"{what}: {probe} HTTP on port {p['httpGet'].get('port')}, --metrics_listen is {metrics}")
+            elif "exec" in p:
+                if f"127.0.0.1:{port_of(metrics)}/" not in " ".join(p["exec"].get("command", [])):
+                    self.err(f"{what}: {probe} exec does not query 127.0.0.1:{port_of(metrics)}")
+            else:
+                self.err(f"{what}: {probe} has no handler")
         vols = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        if self.overlay != "dev":
+            for f in INSECURE_FLAGS:
+                if on(args, f):
+                    self.err(f"{what}: --{f} outside the dev overlay")
         for vm in c.get("volumeMounts", []):
             v = vols.get(vm["name"])
             if v is None:
@@ -102,6 +139,36 @@ class Checker:
                     "PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]):
                 self.err(f"{what}: PVC {v['persistentVolumeClaim']['claimName']} missing")
         return c, ports
+
+    def mounted_file(self, what, pod, c, path, kinds):
+        """The volume holding PATH, which must be a directory mount (no subPath) of one of KINDS
+        (secret, configMap); returns (kind, the volume source) or None after an error."""
+        mounts = [m for m in c.get("volumeMounts", []) if m["mountPath"] == os.path.dirname(path)]
+        if len(mounts) != 1 or "subPath" in mounts[0]:
+            self.err(f"{what}: {path} is not in a volume mounted as a directory (no subPath)")
+            return None
+        vol = {v["name"]: v for v in pod["spec"].get("volumes", [])}.get(mounts[0]["name"], {})
+        for k in kinds:
+            if k in vol:
+                return k, vol[k]
+        self.err(f"{what}: {path} is in volume {mounts[0]['name']}, not a {' or '.join(kinds)}")
+        return None
+
+    def tls_checks(self, what, pod, c, file_flags):
+        """Each TLS file flag set and in a mounted Secret under a cert-manager key name;
+        returns the Secret names."""
+        args, secrets = c.get("args", []), set()
+        for f in file_flags:
+            path = flag(args, f)
+            if not path:
+                self.err(f"{what}: --{f} missing (TLS is the default)")
+                continue
+            if os.path.basename(path) not in SECRET_KEYS:
+                self.err(f"{what}: --{f}={path} is not one of the Secret keys {sorted(SECRET_KEYS)}")
+            found = self.mounted_file(what, pod, c, path, ("secret",))
+            if found:
+                secrets.add(found[1].get("secretName"))
+        return secrets
 
     def service_checks(self, svc, pod_labels, ports):
         if not selects(svc["spec"].get("selector"), pod_labels):
@@ -153,6 +220,31 @@ class Checker:
             cm = self.get("ConfigMap", vol.get("configMap", {}).get("name", ""))
             if not cm or os.path.basename(policy) not in cm.get("data", {}):
                 self.err(f"policy ConfigMap lacks {os.path.basename(policy)}")
+        self.secrets, self.worker_server_name = set(), None
+        gw_worker_plaintext = on(args, "worker_plaintext")
+        if not on(args, "plaintext"):
+            self.secrets |= self.tls_checks("gateway", gpod, c, ("tls_cert", "tls_key"))
+        if not gw_worker_plaintext:
+            self.secrets |= self.tls_checks("gateway", gpod, c,
+                                            ("worker_tls_ca", "worker_tls_cert", "worker_tls_key"))
+            # Workers are dialled by pod IP from DNS: the name to check must be given.
+            self.worker_server_name = flag(args, "worker_tls_server_name")
+            if not self.worker_server_name:
+                self.err("gateway: --worker_tls_server_name missing (workers are reached by pod IP)")
+        tenants = flag(args, "tenants")
+        if tenants:
+            found = self.mounted_file("gateway", gpod, c, tenants, ("configMap", "secret"))
+            if found:
+                kind, src = found
+                obj = self.get("ConfigMap", src.get("name", "")) if kind == "configMap" else None
+                if kind == "configMap" and (not obj or os.path.basename(tenants) not in obj.get("data", {})):
+                    self.err(f"gateway: ConfigMap {src.get('name')} lacks {os.path.basename(tenants)}")
+                elif obj:
+                    doc = yaml.safe_load(obj["data"][os.path.basename(tenants)]) or {}
+                    if not isinstance(doc.get("tenants"), list) or not doc["tenants"]:
+                        self.err(f"gateway: {tenants} has no tenants")
+        elif not on(args, "allow_unauthenticated"):
+            self.err("gateway: neither --tenants nor --allow_unauthenticated (it would not start)")
         gsvc = self.get("Service", "tandem-gateway")
         if gsvc is None:
             self.err("no Service tandem-gateway")
@@ -187,6 +279,13 @@ class Checker:
             args = c.get("args", [])
             if flag(args, "model") != model:
                 self.err(f"{name}: --model={flag(args, 'model')}, labelled {model}")
+            if on(args, "plaintext") != gw_worker_plaintext:
+                self.err(f"{name}: --plaintext is {on(args, 'plaintext')}, the gateway's "
+                         f"--worker_plaintext {gw_worker_plaintext}")
+            if not on(args, "plaintext"):
+                # Mutual TLS: --tls_client_ca makes the worker demand the gateway's client cert.
+                self.secrets |= self.tls_checks(name, s["spec"]["template"], c,
+                                                ("tls_cert", "tls_key", "tls_client_ca"))
             gpu = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
             if self.overlay == "dev":
                 if gpu is not None or flag(args, "device") != "cpu":
@@ -239,9 +338,31 @@ class Checker:
         return self.errors
 
 
+def check_cert_manager(kubectl, secrets, worker_server_name):
+    """../cert-manager renders, and its Certificates issue exactly the Secrets the base mounts,
+    the workers' carrying the name the gateway checks."""
+    r = subprocess.run([kubectl, "kustomize", os.path.join(HERE, "cert-manager")],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return [f"cert-manager: kubectl kustomize failed: {r.stderr}"]
+    errors = []
+    certs = {o["spec"]["secretName"]: o for o in yaml.safe_load_all(r.stdout)
+             if o and o["kind"] == "Certificate" and not o["spec"].get("isCA")}
+    if set(certs) != secrets:
+        errors.append(f"cert-manager: Certificates issue {sorted(certs)}, the pods mount {sorted(secrets)}")
+    worker = certs.get("tandem-worker-tls", {}).get("spec", {})
+    if worker_server_name not in worker.get("dnsNames", []):
+        errors.append(f"cert-manager: tandem-worker-tls lacks {worker_server_name} (--worker_tls_server_name)")
+    if "client auth" not in certs.get("tandem-gateway-client-tls", {}).get("spec", {}).get("usages", []):
+        errors.append("cert-manager: tandem-gateway-client-tls is not a client certificate")
+    print(f"cert-manager: {len(certs)} certificates, {'FAILED' if errors else 'OK'}")
+    return errors
+
+
 def main():
     kubectl = sys.argv[1]
     errors = []
+    tls = None   # (Secrets mounted, --worker_tls_server_name) of a TLS overlay
     sync = subprocess.run([sys.executable, os.path.join(HERE, "sync.py"), "--check"], capture_output=True, text=True)
     if sync.returncode != 0:
         errors.append(sync.stdout.strip())
@@ -252,9 +373,19 @@ def main():
             errors.append(f"{overlay}: kubectl kustomize failed: {r.stderr}")
             continue
         objs = [o for o in yaml.safe_load_all(r.stdout) if o]
-        found = Checker(overlay, objs).run()
+        checker = Checker(overlay, objs)
+        found = checker.run()
         errors += found
         print(f"{overlay}: {len(objs)} objects, {'FAILED' if found else 'OK'}")
+        if overlay != "dev" and not found:
+            got = (getattr(checker, "secrets", set()), getattr(checker, "worker_server_name", None))
+            if tls is not None and got != tls:
+                errors.append(f"{overlay}: TLS Secrets {got}, other overlays {tls}")
+            tls = got
+    if tls is None:
+        errors.append("no TLS overlay to check ../cert-manager against")
+    else:
+        errors += check_cert_manager(kubectl, *tls)
     for e in errors:
         print("error:", e)
     return 1 if errors else 0

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes deploy/k8s/base/generated/ from the files it packages, so there is one source of truth:
   tandem-policy ConfigMap      <- policies/*.yaml (mounted by the gateway, hot-reloaded)
+  tandem-tenants ConfigMap     <- deploy/tenants.example.yaml (a placeholder: fake key hashes)
   tandem PrometheusRule        <- deploy/prometheus/rules/*.yml
   tandem-dashboard-* ConfigMaps <- deploy/grafana/dashboards/*.json (label grafana_dashboard)
   tandem-grafana-datasource    <- deploy/grafana/provisioning/datasources (label grafana_datasource)
@@ -43,6 +44,12 @@ def render():
     files["policy-configmap.yaml"] = HEADER.format(src="policies/*.yaml") + dump({
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("tandem-policy"),
         "data": {os.path.basename(p): Literal(open(p).read()) for p in policies}})
+    # Key hashes are not secret (only who may edit them matters), so a ConfigMap will do.
+    files["tenants-configmap.yaml"] = HEADER.format(src="deploy/tenants.example.yaml") + \
+        "# A PLACEHOLDER: its key hashes are fake, so nobody can authenticate until an overlay\n" \
+        "# replaces this ConfigMap's tenants.yaml with real hashes (`tandemctl hash-key`).\n" + dump({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("tandem-tenants"),
+            "data": {"tenants.yaml": Literal(open(os.path.join(ROOT, "deploy", "tenants.example.yaml")).read())}})
     groups = []
     for p in sorted(glob.glob(os.path.join(ROOT, "deploy", "prometheus", "rules", "*.yml"))):
         groups += yaml.safe_load(open(p))["groups"]

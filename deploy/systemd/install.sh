@@ -3,13 +3,18 @@
 # CUDA_VISIBLE_DEVICES=N), the gateway, and a Prometheus with Tandem's rules.
 #
 #   bash deploy/systemd/install.sh [--build-dir=build] [--models=qwen,nemotron] [--no-start]
-#                                  [--destdir=DIR]
+#                                  [--dev-certs] [--destdir=DIR]
 #
 # --models lists the model of each GPU in order (GPU 0 first): the default gives GPU 0 to qwen and
 # GPU 1 to nemotron; `--models=qwen,qwen,nemotron,nemotron` makes two replicas of each on four
 # GPUs. Worker N listens on 7101+N (gRPC) and 9101+N (metrics); the gateway on 7000 and 9100;
 # Prometheus on 127.0.0.1:9090. Existing /etc/tandem files are kept (edit them, then
 # `systemctl restart tandem.target`); a new policy is picked up without a restart.
+# Secure by default: TLS and mutual TLS from /etc/tandem/tls/{gateway,gateway-client,worker}/
+# {ca.crt,tls.crt,tls.key} (see the units' comments; put your CA's certificates there), API keys
+# from /etc/tandem/tenants.yaml (installed from deploy/tenants.example.yaml, whose fake key hashes
+# let nobody in: edit it). --dev-certs fills /etc/tandem/tls with throwaway certificates from
+# scripts/make_dev_certs.sh (a development CA; not for production) when it is empty.
 # --destdir writes everything under DIR and touches nothing else (no user, no systemctl): used
 # by ctest (systemd_units_verify) and for packaging.
 set -euo pipefail
@@ -20,13 +25,15 @@ BUILD="$ROOT/build"
 MODELS="qwen,nemotron"
 DESTDIR=""
 START=1
+DEV_CERTS=0
 for arg in "$@"; do
   case "$arg" in
     --build-dir=*) BUILD="${arg#*=}" ;;
     --models=*) MODELS="${arg#*=}" ;;
     --destdir=*) DESTDIR="${arg#*=}"; START=0 ;;
     --no-start) START=0 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --dev-certs) DEV_CERTS=1 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +50,7 @@ D="$DESTDIR"
 ETC="$D/etc/tandem"
 install -d "$D/usr/local/bin" "$D/etc/systemd/system" "$ETC/policies" \
   "$ETC/router/classifier" "$ETC/prometheus/rules" "$D/usr/local/share/doc/tandem"
+install -d -m 750 "$ETC/tls" "$ETC/tls/gateway" "$ETC/tls/gateway-client" "$ETC/tls/worker"
 install -m 755 "$BUILD/workers/tandem-worker" "$BUILD/gateway/tandem-gateway" \
   "$BUILD/tools/tandemctl" "$D/usr/local/bin/"
 install -m 644 "$HERE"/tandem-worker@.service "$HERE"/tandem-gateway.service \
@@ -55,6 +63,15 @@ keep() {  # keep() DEST: write stdin to DEST unless it exists (operators' edits 
 # The policy and the classifier it names (../router/classifier/model.tcls, relative to it).
 for p in "$ROOT"/policies/*.yaml; do keep "$ETC/policies/$(basename "$p")" <"$p"; done
 install -m 644 "$ROOT/router/classifier/model.tcls" "$ETC/router/classifier/model.tcls"
+# Tenants: the example's key hashes are fake, so until it is edited nobody gets in.
+keep "$ETC/tenants.yaml" <"$ROOT/deploy/tenants.example.yaml"
+install -m 644 "$ROOT/deploy/tenants.example.yaml" "$D/usr/local/share/doc/tandem/"
+if ((DEV_CERTS)); then bash "$ROOT/scripts/make_dev_certs.sh" "$ETC/tls"; fi
+for f in gateway/tls.crt gateway/tls.key gateway-client/ca.crt gateway-client/tls.crt \
+         gateway-client/tls.key worker/ca.crt worker/tls.crt worker/tls.key; do
+  [[ -e "$ETC/tls/$f" ]] || echo "[install] WARNING: $ETC/tls/$f missing: the services refuse" \
+    "to start without their TLS files (see the units' comments, or install.sh --dev-certs)"
+done
 
 workers="" worker_targets=""
 for i in "${!GPU_MODELS[@]}"; do
@@ -74,6 +91,9 @@ keep "$ETC/gateway.env" <<ENV
 TANDEM_WORKERS=$workers
 TANDEM_POLICY=/etc/tandem/policies/default.yaml
 TANDEM_PROMETHEUS_URL=http://127.0.0.1:9090
+TANDEM_TENANTS=/etc/tandem/tenants.yaml
+# TLS files: see tandem-gateway.service (TANDEM_TLS_DIR, TANDEM_WORKER_TLS_DIR and
+# TANDEM_WORKER_TLS_SERVER_NAME may be set here).
 TANDEM_GATEWAY_ARGS=
 ENV
 install -m 644 "$ROOT"/deploy/prometheus/rules/*.yml "$ETC/prometheus/rules/"
@@ -82,14 +102,19 @@ sed -e "s|- targets: \['127.0.0.1:9101', '127.0.0.1:9102'\]|- targets: [$worker_
 
 if [[ -z "$DESTDIR" ]]; then
   id tandem >/dev/null 2>&1 || useradd --system --home-dir /var/lib/tandem --shell /usr/sbin/nologin tandem
+  # Keys readable by the services' group only; the dev CA's key (if any) by root only.
+  chown -R root:tandem "$ETC/tls"
+  find "$ETC/tls" -name tls.key -exec chmod 640 {} +
+  chown root:tandem "$ETC/tenants.yaml"; chmod 640 "$ETC/tenants.yaml"
   systemctl daemon-reload
   units=(tandem.target tandem-gateway.service tandem-prometheus.service)
   for i in "${!GPU_MODELS[@]}"; do units+=("tandem-worker@$i.service"); done
   systemctl enable "${units[@]}"
   if ((START)); then systemctl restart "${units[@]}"; fi
-  echo "[install] ${#GPU_MODELS[@]} workers ($MODELS); gateway 0.0.0.0:7000, metrics :9100;" \
+  echo "[install] ${#GPU_MODELS[@]} workers ($MODELS); gateway 0.0.0.0:7000 (TLS), metrics :9100;" \
     "Prometheus http://127.0.0.1:9090"
   echo "[install] status: systemctl status 'tandem-*'; logs: journalctl -u tandem-gateway -f"
+  echo "[install] API keys: edit /etc/tandem/tenants.yaml (echo -n KEY | tandemctl hash-key)"
 else
   echo "[install] installed under $DESTDIR (no user created, systemctl not run)"
 fi

@@ -7,7 +7,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=$1
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-bash "$HERE/install.sh" --build-dir="$BUILD" --models=qwen,nemotron,qwen --destdir="$TMP/root"
+bash "$HERE/install.sh" --build-dir="$BUILD" --models=qwen,nemotron,qwen --dev-certs --destdir="$TMP/root"
 # Verify copies whose ExecStart points at the installed binaries (systemd-analyze checks they are
 # executable; --root would need a whole systemd tree there); /usr/bin/prometheus is Debian's.
 V="$TMP/verify"
@@ -27,13 +27,35 @@ grep -qx 'TANDEM_MODEL=nemotron' "$TMP/root/etc/tandem/worker-1.env"
 grep -q "targets: \['127.0.0.1:9101', '127.0.0.1:9102', '127.0.0.1:9103'\]" "$TMP/root/etc/tandem/prometheus/prometheus.yml"
 promtool check config "$TMP/root/etc/tandem/prometheus/prometheus.yml" >/dev/null
 "$TMP/root/usr/local/bin/tandem-gateway" --validate_policy="$TMP/root/etc/tandem/policies/default.yaml" >/dev/null
-# Every flag in ExecStart is one the binary defines.
-python3 - "$HERE/../.." "$V" <<'PY'
-import re, sys, glob
-root, v = sys.argv[1], sys.argv[2]
+"$TMP/root/usr/local/bin/tandemctl" tenants lint "$TMP/root/etc/tandem/tenants.yaml" >/dev/null
+grep -qx 'TANDEM_TENANTS=/etc/tandem/tenants.yaml' "$TMP/root/etc/tandem/gateway.env"
+# The TLS files the units name (from --dev-certs), each chain valid.
+T="$TMP/root/etc/tandem/tls"
+for d in gateway gateway-client worker; do
+  for f in ca.crt tls.crt tls.key; do [[ -s "$T/$d/$f" ]] || { echo "missing $T/$d/$f"; exit 1; }; done
+  openssl verify -CAfile "$T/$d/ca.crt" "$T/$d/tls.crt" >/dev/null
+done
+openssl x509 -in "$T/worker/tls.crt" -noout -ext subjectAltName | grep -q 'DNS:tandem-worker'
+# Secure by default: TLS and tenants in ExecStart, no plaintext anywhere.
+grep -q -- '--tls_client_ca=' "$V/tandem-worker@.service"
+grep -q -- '--tenants=' "$V/tandem-gateway.service"
+grep -q -- '--worker_tls_cert=' "$V/tandem-gateway.service"
+if grep -E -- '--(plaintext|worker_plaintext|allow_unauthenticated)' "$TMP"/root/etc/tandem/*.env \
+    "$V"/*.service | grep -v '^[^:]*:#'; then
+  echo "a unit or env file disables TLS or authentication"; exit 1
+fi
+# Every flag in ExecStart is one the binary defines (its --helpfull, which lists the flags of
+# every file linked in: common/server_tls_flags.cc, common/limit_flags.cc...).
+"$TMP/root/usr/local/bin/tandem-worker" --helpfull >"$TMP/worker.flags" 2>&1 || true
+"$TMP/root/usr/local/bin/tandem-gateway" --helpfull >"$TMP/gateway.flags" 2>&1 || true
+python3 - "$TMP" "$V" <<'PY'
+import re, sys
+tmp, v = sys.argv[1], sys.argv[2]
 bad = []
-for unit, src in (("tandem-worker@.service", "workers/main.cc"), ("tandem-gateway.service", "gateway/main.cc")):
-    known = set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", open(f"{root}/{src}").read()))
+for unit, name in (("tandem-worker@.service", "worker"), ("tandem-gateway.service", "gateway")):
+    known = set(re.findall(r"^\s+--(\w+) \(", open(f"{tmp}/{name}.flags").read(), re.M))
+    if len(known) < 20:
+        sys.exit(f"tandem-{name} --helpfull listed {len(known)} flags")
     start = re.search(r"^ExecStart=(.*)$", open(f"{v}/{unit}").read(), re.M).group(1)
     bad += [f"{unit}: {f}" for f in re.findall(r"--(\w+)=", start) if f not in known]
 if bad:
