@@ -167,6 +167,29 @@ def overview():
         f"namespace_model_name:tandem_gateway_tpot_slo_errors:ratio_rate5m{{{NSM}}}",
         "{{model_name}}")], unit="percentunit", w=12, thresholds=[(0.01, "red")],
         description="SLO: 99% of requests stream at 100 ms per token or faster. Alerts: TandemTPOTBudgetBurn*.")
+    d.row("Tenants")
+    d.panel("Requests per second by tenant", [(
+        f"sum by (tenant) (rate(tandem_gateway_tenant_requests_total{{{NS}}}[{RI}]))", "{{tenant}}")],
+        unit="reqps", stack=True,
+        description="Label bounded by --max_tenant_labels; later tenants share 'other'. Without a tenants file everyone is 'anonymous'.")
+    d.panel("Throttled by tenant and reason", [(
+        f"sum by (tenant, reason) (rate(tandem_gateway_tenant_throttled_total{{{NS}}}[{RI}]))",
+        "{{tenant}} {{reason}}")], unit="reqps",
+        description="RESOURCE_EXHAUSTED from a tenant's quota (requests, tokens, concurrency) or the dispatch queue (queue_full, queue_timeout).")
+    d.panel("Tokens per second by tenant", [(
+        f"sum by (tenant, kind) (rate(tandem_gateway_tenant_tokens_total{{{NS}}}[{RI}]))",
+        "{{tenant}} {{kind}}")])
+    d.panel("In flight and queued by tenant", [
+        (f"sum by (tenant) (tandem_gateway_tenant_inflight_requests{{{NS}}})", "{{tenant}} in flight"),
+        (f"sum by (tenant) (tandem_gateway_tenant_queued_requests{{{NS}}})", "{{tenant}} queued")],
+        description="Queued: waiting for one of --max_inflight dispatch slots, shared by priority.")
+    d.panel("Dispatch queue wait p50 / p99", [
+        (f"histogram_quantile({q}, sum by (le) (rate(tandem_gateway_queue_wait_seconds_bucket{{{NS}}}[{RI}])))",
+         f"p{int(round(float(q) * 100))}") for q in ("0.5", "0.99")], unit="s")
+    d.panel("Refused callers by reason", [(
+        f"sum by (reason) (rate(tandem_gateway_auth_failures_total{{{NS}}}[{RI}]))", "{{reason}}")],
+        unit="reqps",
+        description="UNAUTHENTICATED (missing_key, unknown_key) and PERMISSION_DENIED (model_denied, admin_denied).")
     return d
 
 
