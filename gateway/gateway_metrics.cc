@@ -1,5 +1,6 @@
 #include "gateway/gateway_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -414,6 +415,24 @@ void GatewayMetrics::SetLivePolicy(const std::string& version, const std::string
   if (live_policy_ != nullptr) policy_info_.Remove(live_policy_);
   live_policy_ = &policy_info_.Add({{"version", version}, {"sha256", sha256}});
   live_policy_->Set(1);
+  // Decision series carry the policy version; keeping every version ever loaded would grow
+  // without bound over a long life of reloads, so only the last few keep their series.
+  if (std::find(recent_versions_.begin(), recent_versions_.end(), version) ==
+      recent_versions_.end()) {
+    recent_versions_.push_back(version);
+  }
+  while (recent_versions_.size() > kDecisionVersionsKept) {
+    const std::string old = recent_versions_.front();
+    recent_versions_.pop_front();
+    for (auto it = decision_children_.begin(); it != decision_children_.end();) {
+      if (std::get<3>(it->first) == old) {
+        decisions_.Remove(it->second);
+        it = decision_children_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
 }
 
 GatewayMetrics::Tenant GatewayMetrics::ForTenant(const std::string& name, int max_labels) {

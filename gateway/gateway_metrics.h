@@ -1,5 +1,6 @@
 #pragma once
 
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -166,6 +167,9 @@ class GatewayMetrics {
   std::map<std::pair<void*, std::string>, prometheus::Counter*> labelled_;  // guarded by mu_
   std::map<std::tuple<std::string, std::string, std::string, std::string>, prometheus::Counter*>
       decision_children_;  // guarded by mu_
+  // Policy versions whose decision series are kept, oldest first.
+  static constexpr size_t kDecisionVersionsKept = 3;
+  std::deque<std::string> recent_versions_;  // guarded by mu_
 };
 
 }  // namespace tandem::gateway

@@ -43,6 +43,10 @@ struct Tally {
   }
 };
 
+// Answers longer than any max_tokens here: every request must end by length with exactly its
+// max_tokens, also after a failover (whose longer prompt would change a prompt-derived length).
+constexpr char kAnswerLength[] = "--synthetic_output_tokens=1000";
+
 GenerateRequest Request(std::mt19937& rng, int32_t max_tokens) {
   static const char* kTexts[] = {
       "hey, how is it going?", "Write a Python function that merges two sorted lists.",
@@ -67,7 +71,7 @@ TEST(LoadTest, SteadyTrafficSurvivesWorkerKillsAndRestartsWithEveryRequestAccoun
   std::vector<std::string> entries;
   for (const std::string name : {"qwen-a", "qwen-b", "nemotron-a", "nemotron-b"}) {
     const std::string model = name.substr(0, name.find('-'));
-    auto w = StartWorker(model, {"--synthetic_time_scale=1"});
+    auto w = StartWorker(model, {"--synthetic_time_scale=1", kAnswerLength});
     ASSERT_TRUE(w.ok()) << w.status();
     entries.push_back(model + "=" + w->grpc_address);
     workers[name] = std::move(*w);
@@ -145,7 +149,7 @@ TEST(LoadTest, SteadyTrafficSurvivesWorkerKillsAndRestartsWithEveryRequestAccoun
     ASSERT_NE(w.process->Wait(absl::Seconds(10)), -1);
     ++kills;
     wait_until(fraction + 0.05);
-    auto again = StartWorker(model, {"--synthetic_time_scale=1", "--listen=" + address});
+    auto again = StartWorker(model, {"--synthetic_time_scale=1", kAnswerLength, "--listen=" + address});
     ASSERT_TRUE(again.ok()) << again.status();
     workers[name] = std::move(*again);
     std::printf("[load] killed and restarted %s (%s) at %.0f%% of the run\n", name.c_str(),

@@ -151,6 +151,28 @@ TEST_F(TenantStateTest, TenantLabelsAreBounded) {
   EXPECT_EQ(metrics_.ForTenant("a", 2).label, "a");
 }
 
+TEST_F(TenantStateTest, DecisionSeriesOfOldPolicyVersionsGo) {
+  const auto decision_series = [&](const std::string& version) {
+    int n = 0;
+    for (const auto& family : registry_.Collect()) {
+      if (family.name != "tandem_gateway_route_decisions_total") continue;
+      for (const auto& m : family.metric) {
+        for (const auto& l : m.label) n += l.name == "policy_version" && l.value == version;
+      }
+    }
+    return n;
+  };
+  for (int v = 1; v <= 5; ++v) {
+    const std::string version = "v" + std::to_string(v);
+    metrics_.SetLivePolicy(version, "sha");
+    metrics_.CountDecision("qwen", "c", "rule", version);
+  }
+  EXPECT_EQ(decision_series("v1"), 0);
+  EXPECT_EQ(decision_series("v2"), 0);
+  EXPECT_EQ(decision_series("v3"), 1);
+  EXPECT_EQ(decision_series("v5"), 1);
+}
+
 TEST_F(TenantStateTest, RegistryAuthenticatesByKeyHash) {
   TenantRegistryOptions options;
   TenantRegistry registry(options, &metrics_);
