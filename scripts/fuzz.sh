@@ -8,8 +8,13 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 BUILD_DIR=${TANDEM_FUZZ_BUILD_DIR:-build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-30}
-CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DTANDEM_FUZZ=ON -DTANDEM_ENABLE_CUDA=OFF \
-  -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# A build directory already configured with TANDEM_FUZZ=ON keeps its configuration: CI points
+# TANDEM_FUZZ_BUILD_DIR at build-asan (the asan preset, tests on, also builds these targets), so
+# the fuzzers are not built twice.
+if ! grep -qs '^TANDEM_FUZZ:BOOL=ON$' "$BUILD_DIR/CMakeCache.txt"; then
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DTANDEM_FUZZ=ON -DTANDEM_ENABLE_CUDA=OFF \
+    -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
 targets=(prometheus_text policy safetensors tokenizer request)
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]/%/_fuzzer}"
 work=$(mktemp -d /tmp/tandem-fuzz.XXXXXX)

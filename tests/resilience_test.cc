@@ -152,9 +152,13 @@ std::string QwenOnlyPolicy() {
   return WriteTempFile("p.yaml", PolicyYaml("", kQwenOnlyRules, "{qwen: {}}"));
 }
 
+// The simulator derives an answer's length from its prompt, and a failover's prompt includes the
+// partial answer; a fixed length longer than max_tokens makes every answer end by length.
+constexpr char kLongAnswers[] = "--synthetic_output_tokens=1000";
+
 TEST_F(ResilienceTest, WorkerKilledMidStreamTheAnswerContinuesOnAnotherReplicaAndSaysSo) {
-  Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5"}));
-  Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5"}));
+  Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
+  Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
   const std::string policy = QwenOnlyPolicy();
   ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
                                            {"--policy=" + policy}));
@@ -178,8 +182,8 @@ TEST_F(ResilienceTest, WorkerKilledMidStreamTheAnswerContinuesOnAnotherReplicaAn
 }
 
 TEST_F(ResilienceTest, LastReplicaKilledMidStreamTheFallbackModelContinues) {
-  Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5"}));
-  Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0"}));
+  Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
+  Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0", kLongAnswers}));
   const std::string policy = WriteTempFile("p.yaml", PolicyYaml("", kFailoverRules));
   ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
       {"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address}, {"--policy=" + policy}));

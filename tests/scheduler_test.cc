@@ -1,5 +1,6 @@
 #include "workers/scheduler.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -88,8 +89,9 @@ class GatedEngine final : public Engine {
  private:
   EngineInfo info_;
   SyntheticTokenizer tokenizer_;
-  int64_t budget_ = 0;
-  int64_t per_sequence_ = 0;
+  // Atomic: the test changes the budget while the engine thread reads it (found by TSan).
+  std::atomic<int64_t> budget_ = 0;
+  std::atomic<int64_t> per_sequence_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   int allowed_ = 0;
@@ -150,12 +152,14 @@ GenerationRequest Request(int32_t max_tokens, std::vector<std::string> stop = {}
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  void Make(int32_t max_batch, int32_t max_queue) {
+  // `start` false leaves the engine thread unstarted, so that requests submitted before
+  // scheduler_->Start() are all queued when it first looks.
+  void Make(int32_t max_batch, int32_t max_queue, bool start = true) {
     metrics_ = std::make_unique<WorkerMetrics>(
         registry_, WorkerMetrics::Labels{"qwen", "id", "gated-test", "cpu", "cpu"});
     scheduler_ = std::make_unique<Scheduler>(&engine_, metrics_.get(), Clock::Real(),
                                              Scheduler::Options{max_batch, max_queue});
-    scheduler_->Start();
+    if (start) scheduler_->Start();
   }
   void TearDown() override {
     engine_.Open();
@@ -290,12 +294,15 @@ TEST_F(SchedulerTest, DrainRefusesNewWorkAndStopEndsAdmittedWork) {
 
 TEST_F(SchedulerTest, AdmissionWaitsForSequenceMemoryAndRefusesWhatCanNeverFit) {
   engine_.SetBudget(/*budget=*/2000, /*per_sequence=*/1000);
-  Make(/*max_batch=*/8, /*max_queue=*/8);
+  // All three are queued before the engine thread starts: otherwise it may admit the first
+  // before the others arrive (seen under ThreadSanitizer) and the first batch holds one.
+  Make(/*max_batch=*/8, /*max_queue=*/8, /*start=*/false);
   std::vector<std::shared_ptr<RecordingSink>> sinks;
   for (int i = 0; i < 3; ++i) {
     sinks.push_back(std::make_shared<RecordingSink>());
     ASSERT_TRUE(scheduler_->Submit(Request(2), sinks.back()).ok());
   }
+  scheduler_->Start();
   engine_.RunSteps(1);
   // Batch slots for all three, memory for two: the third waits.
   ASSERT_EQ(engine_.batches().size(), 1u);

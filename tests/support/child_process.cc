@@ -13,8 +13,16 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 
 namespace tandem::testing {
+namespace {
+
+// The exitcode= of ASAN_OPTIONS/UBSAN_OPTIONS and TSAN_OPTIONS in CMakePresets.json.
+constexpr int kAsanExitCode = 86;
+constexpr int kTsanExitCode = 66;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     const std::string& binary, const std::vector<std::string>& args, const std::string& log_path) {
@@ -53,6 +61,13 @@ ChildProcess::~ChildProcess() {
     }
   }
   close(stdout_fd_);
+  // Sanitizer builds (scripts/sanitize.sh) make a report exit with these codes: the test that ran
+  // the process fails, not only the script that scans the reports afterwards.
+  if (WIFEXITED(exit_status_) &&
+      (WEXITSTATUS(exit_status_) == kAsanExitCode || WEXITSTATUS(exit_status_) == kTsanExitCode)) {
+    ADD_FAILURE() << "child " << pid_ << " exited " << WEXITSTATUS(exit_status_)
+                  << ": a sanitizer report; see its log " << log_path_;
+  }
 }
 
 absl::StatusOr<std::string> ChildProcess::WaitForLine(const std::string& needle,
@@ -88,7 +103,7 @@ void ChildProcess::Signal(int sig) {
 }
 
 int ChildProcess::Wait(absl::Duration timeout) {
-  if (exited_) return 0;
+  if (exited_) return exit_status_;
   // waitpid has no timeout; poll it, as the child's exit cannot be waited on otherwise without
   // a SIGCHLD handler that would disturb the test process.
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(timeout);
@@ -97,6 +112,7 @@ int ChildProcess::Wait(absl::Duration timeout) {
     const pid_t r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
       exited_ = true;
+      exit_status_ = status;
       return status;
     }
     if (std::chrono::steady_clock::now() >= deadline) return -1;

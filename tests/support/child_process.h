@@ -38,6 +38,7 @@ class ChildProcess {
   std::string log_path_;
   std::string buffer_;
   bool exited_ = false;
+  int exit_status_ = 0;  // as from waitpid, once exited_
 };
 
 }  // namespace tandem::testing
