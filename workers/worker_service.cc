@@ -95,8 +95,10 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   }
   void OnCancel() override {
     if (!cancellation_) return;
-    // gRPC cancels calls whose deadline passed; tell that apart from a client cancelling.
-    if (std::chrono::system_clock::now() >= deadline_) {
+    // gRPC cancels calls whose deadline passed; tell that apart from a client cancelling. A
+    // propagated deadline fires upstream first (the worker's copy is later by the transit time)
+    // and the caller's cancel can arrive just before ours: within 100 ms it is the deadline.
+    if (std::chrono::system_clock::now() + std::chrono::milliseconds(100) >= deadline_) {
       cancellation_->Expire();
     } else {
       cancellation_->Cancel();
