@@ -465,8 +465,12 @@ int Run() {
   service.WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   signals.Stop();
   pools.Stop();
-  // Endpoints remove their series from `metrics` as they go, so they go first.
-  pools_holder.reset();
+  // The worker channels stay open until the process exits: gRPC 1.51 can free its callback
+  // completion queue twice when the last channel using it is destroyed while its threads still
+  // poll (an ASan double-free in grpc_cq_internal_unref at shutdown, seen in CI). Stopped above,
+  // the pools do nothing more; a static keeps them reachable, so leak checkers stay quiet.
+  static WorkerPools* const kept_until_exit = pools_holder.release();
+  (void)kept_until_exit;
   spdlog::info("stopped");
   MetricsServer::KeepUntilExit(std::move(*metrics_server));
   return 0;
