@@ -495,6 +495,7 @@ class GenerationCall {
 
     Attempt* next = nullptr;
     bool complete = false;
+    bool by_length = false;
     grpc::Status outcome = status;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -508,6 +509,11 @@ class GenerationCall {
       } else if (!live_.empty()) {
         // Failed before its first chunk while a hedge copy still races: that one carries on.
         failed_.push_back(a->endpoint_ref());
+      } else if (relayed_tokens_ > 0 &&
+                 relayed_tokens_ >= admission_.worker_request.sampling().max_tokens()) {
+        // The worker died after its last token but before its end of stream: the answer is
+        // whole, ended by length. Another attempt would add a token beyond max_tokens.
+        done_ = complete = by_length = true;
       } else {
         failed_.push_back(a->endpoint_ref());
         next = Recover(a, status, &outcome);
@@ -517,6 +523,12 @@ class GenerationCall {
     if (next != nullptr) next->Start();
     if (complete) {
       CancelHedge();
+      if (by_length) {
+        WorkerGenerateChunk last;
+        last.set_finish_reason(tandem::v1::FINISH_REASON_LENGTH);
+        Relay(last);
+        outcome = grpc::Status::OK;
+      }
       Complete(outcome);
     }
     Unref();
