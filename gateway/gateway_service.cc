@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/call_metadata.h"
 #include "common/grpc_status.h"
 #include "router/decision_record.h"
 #include "spdlog/spdlog.h"
@@ -74,6 +75,7 @@ class GenerationCall {
           context_(grpc::ClientContext::FromCallbackServerContext(*owner->context_)) {
       // Propagation already bounds this by the caller's deadline; this adds the default.
       context_->set_deadline(owner->attempt_deadline_);
+      AddWorkerTimeout(owner->worker_deadline_, context_.get());
       context_->AddMetadata("x-request-id", request_.request_id());
     }
     void Start() {
@@ -131,9 +133,9 @@ class GenerationCall {
       caller_ = std::move(*caller);
     }
     const auto admit_start = SteadyClock::now();
-    absl::Status s = service_->intake().Admit(*request_, MetadataRequestId(context_),
-                                              context_->deadline(), false, &admission_,
-                                              caller_.spec);
+    absl::Status s =
+        service_->intake().Admit(*request_, MetadataRequestId(context_), context_->deadline(),
+                                 false, &admission_, caller_.spec);
     service_->metrics().decision_duration().Observe(Seconds(SteadyClock::now() - admit_start));
     if (!s.ok()) {
       if (admission_.retry_after_seconds > 0) {
@@ -288,12 +290,13 @@ class GenerationCall {
     const auto caller_deadline = context_->deadline();
     // gRPC reports "no deadline" as a time far in the future, not always exactly max().
     const bool caller_set_none = caller_deadline - now > std::chrono::hours(24 * 365);
-    attempt_deadline_ =
-        std::min(caller_set_none
-                     ? now + absl::ToChronoMilliseconds(service_->options().default_deadline)
-                     : caller_deadline,
-                 now - (SteadyClock::now() - arrival_) +
-                     absl::ToChronoMilliseconds(service_->options().max_stream_duration));
+    attempt_deadline_ = std::min(
+        caller_set_none ? now + absl::ToChronoMilliseconds(service_->options().default_deadline)
+                        : caller_deadline,
+        now - (SteadyClock::now() - arrival_) +
+            absl::ToChronoMilliseconds(service_->options().max_stream_duration));
+    worker_deadline_ =
+        attempt_deadline_ - absl::ToChronoMicroseconds(service_->options().worker_deadline_offset);
 
     Target first{admission_.pool, admission_.endpoint, 0};
     Attempt* a = new Attempt(this, first, admission_.worker_request, false, false);
@@ -488,8 +491,9 @@ class GenerationCall {
   void OnAttemptDone(Attempt* a, const grpc::Status& status) {
     const auto now = std::chrono::system_clock::now();
     a->endpoint()->AddOutstanding(-1);
-    // A deadline of ours (the caller's or the default) passing is not the worker's fault.
-    a->endpoint()->RecordCall(ClassifyCall(status.error_code(), now >= attempt_deadline_),
+    // A deadline of ours (the caller's or the default, less the offset) passing is not the
+    // worker's fault.
+    a->endpoint()->RecordCall(ClassifyCall(status.error_code(), now >= worker_deadline_),
                               SteadyClock::now());
     if (a->extra()) service_->retry_budget().Release();
 
@@ -541,7 +545,7 @@ class GenerationCall {
     const grpc::StatusCode code = status.error_code();
     const bool caller_gone =
         cancelled_ || context_->IsCancelled() ||
-        std::chrono::system_clock::now() >= std::min(context_->deadline(), attempt_deadline_);
+        std::chrono::system_clock::now() >= std::min(context_->deadline(), worker_deadline_);
     const CallOutcome kind = ClassifyCall(code, true);
     // Safe to repeat: the worker failed (not the request), or its queue was full.
     const bool retryable = !caller_gone && (kind == CallOutcome::kWorkerFault ||
@@ -650,6 +654,8 @@ class GenerationCall {
   grpc::Alarm queue_alarm_;
   std::mutex queue_mu_;  // orders Begin's queueing before OnGranted
   std::chrono::system_clock::time_point attempt_deadline_;
+  // attempt_deadline_ less --worker_deadline_offset: when workers are told to stop.
+  std::chrono::system_clock::time_point worker_deadline_;
   grpc::Alarm hedge_alarm_;
   std::atomic<bool> hedge_armed_{false};
   std::atomic<int> refs_{1};

@@ -28,6 +28,9 @@ struct GatewayServiceOptions {
   absl::Duration shadow_timeout = absl::Seconds(60);
   // Applied to every worker call of a request whose caller set no deadline.
   absl::Duration default_deadline = absl::Seconds(300);
+  // Workers are told to stop this much before the request's deadline (kWorkerTimeoutHeader), so
+  // that their end of stream reaches the caller before its deadline passes.
+  absl::Duration worker_deadline_offset = absl::Milliseconds(20);
   // Attempts per request, the first included: retries before anything streamed, mid-stream
   // failovers and hedges each take one.
   int max_attempts = 3;

@@ -10,9 +10,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/grpc_server.h"
 #include "common/limit_flags.h"
@@ -126,6 +126,10 @@ ABSL_FLAG(std::string, prometheus_url, "",
 ABSL_FLAG(absl::Duration, promql_timeout, absl::Seconds(1), "Timeout of one PromQL query.");
 ABSL_FLAG(absl::Duration, default_deadline, absl::Seconds(300),
           "Deadline of worker calls for requests that carry none.");
+ABSL_FLAG(absl::Duration, worker_deadline_offset, absl::Milliseconds(20),
+          "Workers are told to stop this long before a request's deadline, so that their end of "
+          "stream (usage, finish reason) reaches the caller before the deadline passes there; "
+          "more than the gateway-to-caller latency.");
 ABSL_FLAG(int32_t, max_attempts, 3,
           "Attempts per request, the first included (retries, mid-stream failovers, hedges).");
 ABSL_FLAG(double, retry_budget_ratio, 0.2,
@@ -168,8 +172,9 @@ std::shared_ptr<grpc::ChannelCredentials> WorkerCredentials() {
     return grpc::InsecureChannelCredentials();
   }
   if (files.ca.empty() || files.cert.empty() || files.key.empty()) {
-    Fatal("workers are called over mutual TLS: give --worker_tls_ca, --worker_tls_cert and "
-          "--worker_tls_key, or an explicit --worker_plaintext");
+    Fatal(
+        "workers are called over mutual TLS: give --worker_tls_ca, --worker_tls_cert and "
+        "--worker_tls_key, or an explicit --worker_plaintext");
   }
   files.refresh = absl::Seconds(10);
   auto creds = MakeChannelCredentials(files, "--worker_tls_ca/--worker_tls_cert/--worker_tls_key");
@@ -190,8 +195,9 @@ int Run() {
   if (!limits.ok()) Fatal(std::string(limits.status().message()));
   const std::string tenants_path = absl::GetFlag(FLAGS_tenants);
   if (tenants_path.empty() && !absl::GetFlag(FLAGS_allow_unauthenticated)) {
-    Fatal("give --tenants=FILE (API keys and quotas), or --allow_unauthenticated to serve "
-          "everyone without a key");
+    Fatal(
+        "give --tenants=FILE (API keys and quotas), or --allow_unauthenticated to serve "
+        "everyone without a key");
   }
   if (tenants_path.empty()) {
     spdlog::warn(
@@ -361,6 +367,10 @@ int Run() {
   service_options.log_prompt_text = absl::GetFlag(FLAGS_decision_log_text);
   service_options.shadow_timeout = absl::GetFlag(FLAGS_shadow_timeout);
   service_options.default_deadline = absl::GetFlag(FLAGS_default_deadline);
+  service_options.worker_deadline_offset = absl::GetFlag(FLAGS_worker_deadline_offset);
+  if (service_options.worker_deadline_offset < absl::ZeroDuration()) {
+    Fatal("--worker_deadline_offset must be >= 0");
+  }
   service_options.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   service_options.retry_budget_ratio = absl::GetFlag(FLAGS_retry_budget_ratio);
   service_options.retry_budget_min = absl::GetFlag(FLAGS_retry_budget_min);
@@ -428,16 +438,18 @@ int Run() {
   pools.Start();
   signals.Start();
 
-  spdlog::info("serving grpc={} transport={} workers_transport={} tenants={} metrics={} "
-               "models={} version={}",
-               grpc_address, ServerTransportFromFlags(),
-               absl::GetFlag(FLAGS_worker_plaintext) ? "plaintext" : "mtls",
-               tenants_path.empty() ? "none (anonymous)" : tenants_path,
-               (*metrics_server)->Address(), absl::StrJoin(models, ","), kVersion);
+  spdlog::info(
+      "serving grpc={} transport={} workers_transport={} tenants={} metrics={} "
+      "models={} version={}",
+      grpc_address, ServerTransportFromFlags(),
+      absl::GetFlag(FLAGS_worker_plaintext) ? "plaintext" : "mtls",
+      tenants_path.empty() ? "none (anonymous)" : tenants_path, (*metrics_server)->Address(),
+      absl::StrJoin(models, ","), kVersion);
   AnnounceListening("tandem-gateway", grpc_address, (*metrics_server)->Address());
 
   if (reloader) reloader->Start(absl::GetFlag(FLAGS_policy_watch_interval));
-  if (!tenants_path.empty()) tenants.Watch(tenants_path, absl::GetFlag(FLAGS_policy_watch_interval));
+  if (!tenants_path.empty())
+    tenants.Watch(tenants_path, absl::GetFlag(FLAGS_policy_watch_interval));
   const int sig = WaitForTerminationSignal([&] {
     if (reloader) {
       reloader->ReloadAsync("SIGHUP", nullptr);  // errors are logged and counted

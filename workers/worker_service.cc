@@ -1,10 +1,12 @@
 #include "workers/worker_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/call_metadata.h"
 #include "common/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -34,7 +36,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
       : bridge_(std::make_shared<Bridge>(this)),
         request_id_(request->request_id()),
         start_(std::chrono::steady_clock::now()),
-        deadline_(context->deadline()) {
+        deadline_(WorkerDeadline(*context, std::chrono::system_clock::now())) {
     const EngineInfo& info = engine->Info();
     if (state != tandem::v1::WorkerInfo::READY) {
       (state == tandem::v1::WorkerInfo::DRAINING ? metrics->rejected_draining
@@ -76,7 +78,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
       g.thinking_budget = std::max(0, request->reasoning().thinking_budget_tokens());
     }
     g.arrival = start_;
-    g.deadline = SteadyDeadline(context->deadline());
+    g.deadline = SteadyDeadline(deadline_);
     const size_t prompt_tokens = g.prompt.size();
     auto submitted = scheduler->Submit(std::move(g), bridge_);
     if (!submitted.ok()) {
@@ -95,9 +97,10 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   }
   void OnCancel() override {
     if (!cancellation_) return;
-    // gRPC cancels calls whose deadline passed; tell that apart from a client cancelling. A
-    // propagated deadline fires upstream first (the worker's copy is later by the transit time)
-    // and the caller's cancel can arrive just before ours: within 100 ms it is the deadline.
+    // gRPC cancels calls whose deadline passed; tell that apart from a client cancelling. The
+    // deadline fires upstream first and its cancel can arrive just before ours: within 100 ms of
+    // it the cancel is the deadline. (The gateway's kWorkerTimeoutHeader makes deadline_ fire
+    // here first; a caller without it is left with this.)
     if (std::chrono::system_clock::now() + std::chrono::milliseconds(100) >= deadline_) {
       cancellation_->Expire();
     } else {
@@ -219,6 +222,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   WorkerGenerateChunk out_;  // touched only while a write is not in flight
   const std::string request_id_;
   const std::chrono::steady_clock::time_point start_;
+  // The call's deadline, the earlier of gRPC's and kWorkerTimeoutHeader's; the scheduler stops
+  // the work at it.
   const std::chrono::system_clock::time_point deadline_;
 };
 

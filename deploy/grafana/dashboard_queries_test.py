@@ -13,6 +13,7 @@ through tandemctl; then requires that
 usage: dashboard_queries_test.py --worker=BIN --gateway=BIN --ctl=BIN --prometheus=BIN
 """
 import argparse
+import ctypes
 import glob
 import json
 import os
@@ -29,6 +30,18 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _child_setup():
+    # Own session (a Ctrl-C at the terminal is for this script, which stops the children in
+    # order), and killed with the script even when the script itself is SIGKILLed (a ctest
+    # timeout), so no worker or Prometheus outlives the test.
+    os.setsid()
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 SUBST = {"$namespace": "local", "$model": "qwen|nemotron", "$__rate_interval": "1m"}
 
 
@@ -39,7 +52,7 @@ class Proc:
         self.name, self.log = name, os.path.join(tmp, name + ".log")
         self.f = open(self.log, "w")
         self.p = subprocess.Popen(argv, stdout=self.f, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+                                  preexec_fn=_child_setup)
 
     def wait_for(self, pattern, timeout=30):
         deadline = time.time() + timeout
@@ -81,6 +94,8 @@ def main():
         ap.add_argument("--" + flag, required=True)
     ap.add_argument("--load_seconds", type=float, default=8)
     args = ap.parse_args()
+    # SIGTERM (ctest, a CI runner) unwinds through the finally below, which stops the children.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.mkdtemp(prefix="tandem-dash-")
     procs = []
     failures = []
