@@ -1,6 +1,11 @@
 #include "common/grpc_status.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
+
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 
 namespace tandem {
 
@@ -12,6 +17,29 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+grpc::Status WithRetryInfo(const grpc::Status& status, absl::Duration retry_delay,
+                           const std::string& quota_subject) {
+  if (status.ok()) return status;
+  google::rpc::Status details;
+  details.set_code(static_cast<int32_t>(status.error_code()));
+  details.set_message(status.error_message());
+  google::rpc::RetryInfo retry;
+  const absl::Duration delay = std::max(retry_delay, absl::ZeroDuration());
+  const int64_t seconds = absl::ToInt64Seconds(delay);  // truncates
+  retry.mutable_retry_delay()->set_seconds(seconds);
+  retry.mutable_retry_delay()->set_nanos(
+      static_cast<int32_t>(absl::ToInt64Nanoseconds(delay - absl::Seconds(seconds))));
+  details.add_details()->PackFrom(retry);
+  if (!quota_subject.empty()) {
+    google::rpc::QuotaFailure quota;
+    auto* v = quota.add_violations();
+    v->set_subject(quota_subject);
+    v->set_description(status.error_message());
+    details.add_details()->PackFrom(quota);
+  }
+  return grpc::Status(status.error_code(), status.error_message(), details.SerializeAsString());
 }
 
 const char* GrpcCodeName(grpc::StatusCode code) {

@@ -171,7 +171,7 @@ class GenerationCall {
           admission_.features.prompt_tokens + admission_.worker_request.sampling().max_tokens();
       if (auto refusal = caller_.tenant->TryAdmit(reserved_tokens_, SteadyClock::now())) {
         service_->metrics().CountThrottled(caller_.tenant->metrics().label, refusal->reason);
-        SetRetryAfter(refusal->retry_after_seconds);
+        SetRetryAfter(refusal->retry_after_seconds, "tenant:" + caller_.tenant->name());
         return absl::ResourceExhaustedError(absl::StrFormat(
             "%s; retry after %.3fs", refusal->message, refusal->retry_after_seconds));
       }
@@ -204,7 +204,7 @@ class GenerationCall {
           service_->metrics().CountThrottled(caller_.tenant->metrics().label, "queue_full");
         }
         const double wait = absl::ToDoubleSeconds(service_->options().max_queue_wait) / 10;
-        SetRetryAfter(wait);
+        SetRetryAfter(wait, caller_.tenant != nullptr ? "tenant:" + caller_.tenant->name() : "");
         return absl::ResourceExhaustedError(absl::StrFormat(
             "the gateway is at --max_inflight and tenant '%s' already has --max_queued requests "
             "waiting; retry after %.3fs",
@@ -222,10 +222,20 @@ class GenerationCall {
     return absl::OkStatus();
   }
 
-  // gRPC has no standard retry-after; this key mirrors HTTP's Retry-After in milliseconds.
-  void SetRetryAfter(double seconds) {
+  // When a refusal may be retried: said as RetryInfo (with a QuotaFailure naming
+  // `quota_subject` when a quota refused) in the status details (Detailed), and as the
+  // retry-after-ms trailer (HTTP's Retry-After in milliseconds) for clients without
+  // error-details support.
+  void SetRetryAfter(double seconds, std::string quota_subject = "") {
+    retry_after_ = absl::Seconds(seconds);
+    quota_subject_ = std::move(quota_subject);
     context_->AddTrailingMetadata("retry-after-ms",
                                   std::to_string(static_cast<int64_t>(std::ceil(seconds * 1000))));
+  }
+  // The status the caller gets.
+  grpc::Status Detailed(const grpc::Status& status) const {
+    if (status.ok() || retry_after_ <= absl::ZeroDuration()) return status;
+    return WithRetryInfo(status, retry_after_, quota_subject_);
   }
 
   // Leaves the dispatch queue: true when this call was waiting there (and now is not).
@@ -652,7 +662,9 @@ class GenerationCall {
   FairQueue::Waiter waiter_;
   SteadyClock::time_point queued_at_;
   grpc::Alarm queue_alarm_;
-  std::mutex queue_mu_;  // orders Begin's queueing before OnGranted
+  std::mutex queue_mu_;         // orders Begin's queueing before OnGranted
+  absl::Duration retry_after_;  // zero: no retry advice (SetRetryAfter)
+  std::string quota_subject_;
   std::chrono::system_clock::time_point attempt_deadline_;
   // attempt_deadline_ less --worker_deadline_offset: when workers are told to stop.
   std::chrono::system_clock::time_point worker_deadline_;
@@ -739,7 +751,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
     if (!s.ok()) {
       const grpc::Status status = ToGrpcStatus(s);
       Record(status);
-      Finish(status);
+      Finish(Detailed(status));
     }
   }
 
@@ -764,7 +776,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
       if (response_->recovery().final_worker().empty()) response_->clear_recovery();
     }
     Record(status);
-    Finish(status);
+    Finish(Detailed(status));
   }
 
   tandem::v1::GenerateResponse* const response_;
@@ -780,7 +792,7 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
     if (!s.ok()) {
       const grpc::Status status = ToGrpcStatus(s);
       Record(status);
-      Finish(status);
+      Finish(Detailed(status));
     }
   }
 
@@ -845,7 +857,7 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
             ? grpc::Status(grpc::StatusCode::CANCELLED, "the client went away")
             : upstream_status_;
     Record(status);
-    Finish(status);
+    Finish(Detailed(status));
   }
 
   tandem::v1::GenerateStreamChunk out_;

@@ -398,6 +398,10 @@ triggers:
     auto hint = ctx.GetServerTrailingMetadata().find("retry-after-ms");
     ASSERT_NE(hint, ctx.GetServerTrailingMetadata().end());
     EXPECT_EQ(std::string(hint->second.data(), hint->second.size()), "1500");
+    auto details = DecodeErrorDetails(s);
+    ASSERT_TRUE(details.ok()) << details.status();
+    EXPECT_EQ(details->retry_delay, absl::Milliseconds(1500));
+    EXPECT_TRUE(details->quota_subjects.empty());  // load, not a quota
     // Fast: nowhere near the 10 s deadline (no queueing behind the saturated workers).
     EXPECT_LT(took, std::chrono::seconds(2));
     ++shed;

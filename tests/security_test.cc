@@ -26,6 +26,7 @@
 namespace tandem::testing {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -42,7 +43,8 @@ std::shared_ptr<grpc::ChannelCredentials> TlsTo(const std::string& ca,
 
 // A fresh channel each time: a new connection, so a new TLS handshake.
 grpc::Status Generate(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> creds,
-                      const std::string& api_key = "", tandem::v1::GenerateRequest req = Prompt("hello", 4),
+                      const std::string& api_key = "",
+                      tandem::v1::GenerateRequest req = Prompt("hello", 4),
                       std::multimap<std::string, std::string>* trailers = nullptr) {
   grpc::ChannelArguments args;
   // Each call its own connection (no reuse of a subchannel across test channels).
@@ -99,12 +101,9 @@ class TlsTest : public ::testing::Test {
             "--tls_client_ca=" + ca_.ca_cert()};
   }
   std::vector<std::string> GatewayTls() const {
-    return {"--tls_cert=" + gateway_cert_.cert,
-            "--tls_key=" + gateway_cert_.key,
-            "--worker_tls_ca=" + ca_.ca_cert(),
-            "--worker_tls_cert=" + gateway_client_.cert,
-            "--worker_tls_key=" + gateway_client_.key,
-            "--tls_refresh_interval=1s"};
+    return {"--tls_cert=" + gateway_cert_.cert,        "--tls_key=" + gateway_cert_.key,
+            "--worker_tls_ca=" + ca_.ca_cert(),        "--worker_tls_cert=" + gateway_client_.cert,
+            "--worker_tls_key=" + gateway_client_.key, "--tls_refresh_interval=1s"};
   }
 
   TestCa ca_;
@@ -117,8 +116,8 @@ TEST_F(TlsTest, MutualTlsEndToEndAndPlaintextPeersAreRefused) {
   ASSERT_TRUE(qwen.ok()) << qwen.status();
   auto nemotron = StartWorker("nemotron", WorkerTls());
   ASSERT_TRUE(nemotron.ok()) << nemotron.status();
-  auto gateway = StartGateway(
-      {"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address}, GatewayTls());
+  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
+                              GatewayTls());
   ASSERT_TRUE(gateway.ok()) << gateway.status();
 
   // The gateway reaches its workers over mutual TLS and serves a TLS client.
@@ -149,8 +148,8 @@ TEST_F(TlsTest, MutualTlsEndToEndAndPlaintextPeersAreRefused) {
   }
   // ...and the gateway's own client certificate works directly too.
   {
-    auto stub = tandem::v1::Worker::NewStub(grpc::CreateChannel(
-        qwen->grpc_address, TlsTo(ca_.ca_cert(), &gateway_client_)));
+    auto stub = tandem::v1::Worker::NewStub(
+        grpc::CreateChannel(qwen->grpc_address, TlsTo(ca_.ca_cert(), &gateway_client_)));
     grpc::ClientContext ctx;
     Deadline(&ctx, std::chrono::seconds(10));
     tandem::v1::WorkerInfo info;
@@ -197,13 +196,15 @@ TEST_F(TlsTest, TransportMistakesAreStartupErrors) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {TANDEM_GATEWAY_BIN, {"--workers=qwen=127.0.0.1:1", "--worker_plaintext",
-                            "--allow_unauthenticated"},
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--worker_plaintext", "--allow_unauthenticated"},
        "needs --tls_cert and --tls_key (TLS), or an explicit --plaintext"},
-      {TANDEM_GATEWAY_BIN, {"--workers=qwen=127.0.0.1:1", "--plaintext", "--allow_unauthenticated"},
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--plaintext", "--allow_unauthenticated"},
        "give --worker_tls_ca, --worker_tls_cert and --worker_tls_key, or an explicit "
        "--worker_plaintext"},
-      {TANDEM_GATEWAY_BIN, {"--workers=qwen=127.0.0.1:1", "--plaintext", "--worker_plaintext"},
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--plaintext", "--worker_plaintext"},
        "give --tenants=FILE"},
       {TANDEM_GATEWAY_BIN,
        {"--workers=qwen=127.0.0.1:1", "--tls_cert=" + gateway_cert_.cert,
@@ -235,7 +236,8 @@ TEST(PlaintextTest, ChosenPlaintextIsSaidLoudly) {
   ASSERT_TRUE(worker.ok()) << worker.status();
   auto gateway = StartGateway({"qwen=" + worker->grpc_address, "nemotron=" + worker->grpc_address});
   ASSERT_TRUE(gateway.ok()) << gateway.status();
-  EXPECT_THAT(worker->process->ReadLog(), HasSubstr("PLAINTEXT: tandem-worker serves gRPC without TLS"));
+  EXPECT_THAT(worker->process->ReadLog(),
+              HasSubstr("PLAINTEXT: tandem-worker serves gRPC without TLS"));
   const std::string log = gateway->process->ReadLog();
   EXPECT_THAT(log, HasSubstr("PLAINTEXT: tandem-gateway serves gRPC without TLS"));
   EXPECT_THAT(log, HasSubstr("PLAINTEXT: the gateway calls workers without TLS"));
@@ -253,13 +255,19 @@ class TenantsTest : public ::testing::Test {
     return absl::StrCat(
         "tenants:\n"
         "  - name: search\n"
-        "    keys: [", search_keys, "]\n"
+        "    keys: [",
+        search_keys,
+        "]\n"
         "    limits: {requests_per_second: 0.2, burst_requests: 2}\n"
         "  - name: batch\n"
-        "    keys: [", Key("batch-secret"), "]\n"
+        "    keys: [",
+        Key("batch-secret"),
+        "]\n"
         "    models: [nemotron]\n"
         "  - name: ops\n"
-        "    keys: [", Key("ops-secret"), "]\n"
+        "    keys: [",
+        Key("ops-secret"),
+        "]\n"
         "    admin: true\n");
   }
 
@@ -271,8 +279,8 @@ class TenantsTest : public ::testing::Test {
     tenants_path_ = WriteTempFile("tenants.yaml", TenantsYaml());
     std::vector<std::string> args = {"--tenants=" + tenants_path_, "--policy_watch_interval=100ms"};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto gateway = StartGateway(
-        {"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address}, args);
+    auto gateway =
+        StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address}, args);
     ASSERT_TRUE(gateway.ok()) << gateway.status();
     qwen_ = std::move(*qwen);
     nemotron_ = std::move(*nemotron);
@@ -343,6 +351,13 @@ TEST_F(TenantsTest, KeysRightsAndRateLimits) {
   const int retry_ms = std::stoi(trailers.find("retry-after-ms")->second);
   EXPECT_GT(retry_ms, 0);
   EXPECT_LE(retry_ms, 5000);
+  // The same advice as standard error details (google.rpc.RetryInfo, QuotaFailure).
+  auto details = DecodeErrorDetails(s);
+  ASSERT_TRUE(details.ok()) << details.status();
+  EXPECT_GT(details->retry_delay, absl::ZeroDuration());
+  EXPECT_LE(absl::ToInt64Milliseconds(details->retry_delay), retry_ms);
+  EXPECT_GT(absl::ToInt64Milliseconds(details->retry_delay), retry_ms - 2);
+  EXPECT_THAT(details->quota_subjects, ElementsAre("tenant:search"));
   // Another tenant is not affected.
   EXPECT_TRUE(Call("ops-secret").ok());
 
@@ -414,6 +429,10 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
   grpc::Status full = Call("ops-secret", seventh, &trailers);
   EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << full.error_message();
   EXPECT_EQ(trailers.count("retry-after-ms"), 1u);
+  auto details = DecodeErrorDetails(full);
+  ASSERT_TRUE(details.ok()) << details.status();
+  EXPECT_GT(details->retry_delay, absl::ZeroDuration());
+  EXPECT_THAT(details->quota_subjects, ElementsAre("tenant:ops"));
   std::thread other(request, "batch", "batch-secret");
   ASSERT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
                             {{"tenant", "batch"}}, 1)
@@ -445,21 +464,31 @@ TEST(LimitsTest, EveryLimitIsEnforcedBeforeWork) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {[](auto* r) { (*r->mutable_labels())["a"] = "1"; (*r->mutable_labels())["b"] = "2";
-                     (*r->mutable_labels())["c"] = "3"; },
+      {[](auto* r) {
+         (*r->mutable_labels())["a"] = "1";
+         (*r->mutable_labels())["b"] = "2";
+         (*r->mutable_labels())["c"] = "3";
+       },
        "3 labels; the limit is 2 (--max_labels)"},
       {[](auto* r) { (*r->mutable_labels())["app"] = "far-too-long"; },
        "over 8 bytes (--max_label_bytes)"},
-      {[](auto* r) { r->mutable_messages(0)->mutable_content(0)->set_text(std::string(2000, 'x')); },
+      {[](auto* r) {
+         r->mutable_messages(0)->mutable_content(0)->set_text(std::string(2000, 'x'));
+       },
        "(--max_prompt_tokens)"},
       {[](auto* r) { r->mutable_sampling()->set_max_tokens(65); }, "(--max_tokens_limit)"},
-      {[](auto* r) { r->mutable_sampling()->add_stop("a"); r->mutable_sampling()->add_stop("b"); },
+      {[](auto* r) {
+         r->mutable_sampling()->add_stop("a");
+         r->mutable_sampling()->add_stop("b");
+       },
        "2 sequences; the limit is 1"},
       {[](auto* r) { r->mutable_sampling()->add_stop("abcde"); }, "5 bytes; the limit is 4"},
-      {[](auto* r) { *r->add_messages() = r->messages(0); *r->add_messages() = r->messages(0); },
+      {[](auto* r) {
+         *r->add_messages() = r->messages(0);
+         *r->add_messages() = r->messages(0);
+       },
        "3 messages; the limit is 2"},
-      {[](auto* r) { r->mutable_messages(0)->add_content()->set_text("x"); },
-       "the limit is 1"},
+      {[](auto* r) { r->mutable_messages(0)->add_content()->set_text("x"); }, "the limit is 1"},
   };
   for (const Case& c : cases) {
     tandem::v1::GenerateRequest r = Prompt("hi", 4);
@@ -472,7 +501,8 @@ TEST(LimitsTest, EveryLimitIsEnforcedBeforeWork) {
   auto before = HttpGet(worker->metrics_address, "/metrics");
   ASSERT_TRUE(before.ok());
   for (const char* reason : {"stop", "length"}) {
-    EXPECT_EQ(*MetricValue(*before, "tandem_worker_requests_total", {{"finish_reason", reason}}), 0);
+    EXPECT_EQ(*MetricValue(*before, "tandem_worker_requests_total", {{"finish_reason", reason}}),
+              0);
   }
   // A stream may not outlive --max_stream_duration, whatever deadline the caller gave: the
   // worker is slowed tenfold so that 60 tokens take seconds.

@@ -16,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 
@@ -187,6 +189,33 @@ absl::StatusOr<double> WaitForMetric(const std::string& address, const std::stri
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return last;
+}
+
+absl::StatusOr<ErrorDetails> DecodeErrorDetails(const grpc::Status& status) {
+  google::rpc::Status details;
+  if (status.error_details().empty() || !details.ParseFromString(status.error_details())) {
+    return absl::NotFoundError("no google.rpc.Status in the error details");
+  }
+  if (details.code() != static_cast<int>(status.error_code()) ||
+      details.message() != status.error_message()) {
+    return absl::NotFoundError(
+        absl::StrCat("details say ", details.code(), " '", details.message(), "'"));
+  }
+  ErrorDetails out;
+  bool has_retry = false;
+  for (const auto& any : details.details()) {
+    google::rpc::RetryInfo retry;
+    google::rpc::QuotaFailure quota;
+    if (any.UnpackTo(&retry)) {
+      has_retry = true;
+      out.retry_delay = absl::Seconds(retry.retry_delay().seconds()) +
+                        absl::Nanoseconds(retry.retry_delay().nanos());
+    } else if (any.UnpackTo(&quota)) {
+      for (const auto& v : quota.violations()) out.quota_subjects.push_back(v.subject());
+    }
+  }
+  if (!has_retry) return absl::NotFoundError("no RetryInfo in the error details");
+  return out;
 }
 
 absl::Status PromtoolCheckMetrics(const std::string& exposition) {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <grpcpp/support/status.h>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -43,6 +45,15 @@ absl::StatusOr<double> MetricValue(const std::string& exposition, const std::str
 absl::StatusOr<double> WaitForMetric(const std::string& address, const std::string& name,
                                      const std::map<std::string, std::string>& labels, double want,
                                      absl::Duration timeout = absl::Seconds(10));
+
+// The rich error details of a refusal (google.rpc.Status in grpc-status-details-bin), decoded
+// independently of the gateway's encoder: RetryInfo's delay (NOT_FOUND when absent, or when the
+// details do not match the status) and the QuotaFailure subjects.
+struct ErrorDetails {
+  absl::Duration retry_delay;
+  std::vector<std::string> quota_subjects;
+};
+absl::StatusOr<ErrorDetails> DecodeErrorDetails(const grpc::Status& status);
 
 // Runs `promtool check metrics` on the exposition; OK when it reports no problem.
 absl::Status PromtoolCheckMetrics(const std::string& exposition);
