@@ -152,6 +152,16 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                          .Name("tandem_gateway_tenant_queued_requests")
                          .Help("Requests of the tenant waiting for a dispatch slot.")
                          .Register(r)),
+      tenant_duration_(BuildHistogram()
+                           .Name("tandem_gateway_tenant_request_duration_seconds")
+                           .Help("Time from arrival to the end of the response of the tenant's "
+                                 "requests that passed its quotas (queue waits included).")
+                           .Register(r)),
+      tenant_ttft_(BuildHistogram()
+                       .Name("tandem_gateway_tenant_time_to_first_token_seconds")
+                       .Help("Time from arrival to the first text relayed, of the tenant's "
+                             "requests (queue waits included).")
+                       .Register(r)),
       auth_failures_(BuildCounter()
                          .Name("tandem_gateway_auth_failures_total")
                          .Help("Calls refused UNAUTHENTICATED or PERMISSION_DENIED, by reason.")
@@ -448,9 +458,13 @@ GatewayMetrics::Tenant GatewayMetrics::ForTenant(const std::string& name, int ma
   auto it = tenants_.find(label);
   if (it != tenants_.end()) return it->second;
   const prometheus::Labels labels = {{"tenant", label}};
-  Tenant t{label, &tenant_inflight_.Add(labels), &tenant_queued_.Add(labels),
+  Tenant t{label,
+           &tenant_inflight_.Add(labels),
+           &tenant_queued_.Add(labels),
            &tenant_tokens_.Add({{"tenant", label}, {"kind", "prompt"}}),
-           &tenant_tokens_.Add({{"tenant", label}, {"kind", "completion"}})};
+           &tenant_tokens_.Add({{"tenant", label}, {"kind", "completion"}}),
+           &tenant_duration_.Add(labels, kDurationBuckets),
+           &tenant_ttft_.Add(labels, kTtftBuckets)};
   tenant_requests_.Add({{"tenant", label}, {"code", "OK"}});
   for (const char* reason : {"requests", "tokens", "concurrency", "queue_full", "queue_timeout"}) {
     tenant_throttled_.Add({{"tenant", label}, {"reason", reason}});

@@ -90,6 +90,9 @@ class GatewayMetrics {
     prometheus::Gauge* queued;    // waiting for a dispatch slot
     prometheus::Counter* prompt_tokens;
     prometheus::Counter* completion_tokens;
+    // Requests that passed the tenant's quotas, from arrival: queue waits included.
+    prometheus::Histogram* request_duration;     // to the end of the response
+    prometheus::Histogram* time_to_first_token;  // to the first text relayed
   };
   Tenant ForTenant(const std::string& name, int max_labels);
   void CountTenantRequest(const std::string& label, const char* code);
@@ -138,9 +141,11 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& tenant_tokens_;
   prometheus::Family<prometheus::Gauge>& tenant_inflight_;
   prometheus::Family<prometheus::Gauge>& tenant_queued_;
+  prometheus::Family<prometheus::Histogram>& tenant_duration_;
+  prometheus::Family<prometheus::Histogram>& tenant_ttft_;
   prometheus::Family<prometheus::Counter>& auth_failures_;
   prometheus::Histogram& queue_wait_;
-  std::map<std::string, Tenant> tenants_;  // guarded by mu_; by label
+  std::map<std::string, Tenant> tenants_;             // guarded by mu_; by label
   std::map<std::string, std::string> tenant_labels_;  // guarded by mu_; name -> label
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_error_;

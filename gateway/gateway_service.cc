@@ -426,6 +426,9 @@ class GenerationCall {
       tm.prompt_tokens->Increment(prompt_tokens_);
       tm.completion_tokens->Increment(completion_tokens_);
       if (tenant_admitted_) {
+        tm.request_duration->Observe(Seconds(now - arrival_));
+        if (completion_tokens_ > 0)
+          tm.time_to_first_token->Observe(Seconds(first_token_ - arrival_));
         // What the request did not use of its reservation goes back to the tenant's bucket.
         const int64_t used = std::max<int64_t>(admission_.features.prompt_tokens, prompt_tokens_) +
                              completion_tokens_;

@@ -385,6 +385,13 @@ TEST_F(TenantsTest, KeysRightsAndRateLimits) {
   EXPECT_GT(*MetricValue(*text, "tandem_gateway_tenant_tokens_total",
                          {{"tenant", "batch"}, {"kind", "completion"}}),
             0);
+  // Latency of the requests that passed the quotas: the two served, not the refused one.
+  EXPECT_EQ(*MetricValue(*text, "tandem_gateway_tenant_request_duration_seconds_count",
+                         {{"tenant", "search"}}),
+            2);
+  EXPECT_EQ(*MetricValue(*text, "tandem_gateway_tenant_time_to_first_token_seconds_count",
+                         {{"tenant", "search"}}),
+            2);
   EXPECT_TRUE(PromtoolCheckMetrics(*text).ok());
 }
 
