@@ -16,11 +16,17 @@ ABSL_FLAG(std::string, api_key, "",
 namespace tandem {
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags() {
-  if (absl::GetFlag(FLAGS_plaintext)) return grpc::InsecureChannelCredentials();
   TlsFiles files;
   files.ca = absl::GetFlag(FLAGS_tls_ca);
   files.cert = absl::GetFlag(FLAGS_tls_cert);
   files.key = absl::GetFlag(FLAGS_tls_key);
+  if (absl::GetFlag(FLAGS_plaintext)) {
+    if (!files.ca.empty() || !files.cert.empty() || !files.key.empty()) {
+      return absl::InvalidArgumentError(
+          "--plaintext and --tls_ca/--tls_cert/--tls_key contradict each other; choose one");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
   return MakeChannelCredentials(files, "--tls_ca/--tls_cert/--tls_key");
 }
 
@@ -33,9 +39,12 @@ std::string ApiKeyFromFlags() {
 }
 
 void AddApiKey(grpc::ClientContext* context) {
-  if (const std::string key = ApiKeyFromFlags(); !key.empty()) {
-    context->AddMetadata("authorization", "Bearer " + key);
-  }
+  // Read once: load tools call this for every request.
+  static const std::string* header = [] {
+    const std::string key = ApiKeyFromFlags();
+    return new std::string(key.empty() ? "" : "Bearer " + key);
+  }();
+  if (!header->empty()) context->AddMetadata("authorization", *header);
 }
 
 }  // namespace tandem

@@ -15,9 +15,6 @@ ABSL_FLAG(int32_t, max_stop_sequences, tandem::RequestLimits{}.max_stop_sequence
           "Most stop sequences in one request.");
 ABSL_FLAG(int32_t, max_stop_sequence_bytes, tandem::RequestLimits{}.max_stop_sequence_bytes,
           "Longest stop sequence, in bytes.");
-ABSL_FLAG(int32_t, max_labels, tandem::RequestLimits{}.max_labels, "Most labels on one request.");
-ABSL_FLAG(int32_t, max_label_bytes, tandem::RequestLimits{}.max_label_bytes,
-          "Longest label key or value, in bytes.");
 
 namespace tandem {
 
@@ -29,21 +26,17 @@ absl::StatusOr<RequestLimits> RequestLimitsFromFlags() {
   l.max_image_bytes = absl::GetFlag(FLAGS_max_image_bytes);
   l.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
   l.max_stop_sequence_bytes = absl::GetFlag(FLAGS_max_stop_sequence_bytes);
-  l.max_labels = absl::GetFlag(FLAGS_max_labels);
-  l.max_label_bytes = absl::GetFlag(FLAGS_max_label_bytes);
   const std::pair<const char*, int64_t> checks[] = {
       {"--max_messages", l.max_messages},
       {"--max_parts_per_message", l.max_parts_per_message},
       {"--max_image_bytes", l.max_image_bytes},
-      {"--max_stop_sequence_bytes", l.max_stop_sequence_bytes},
-      {"--max_label_bytes", l.max_label_bytes}};
+      {"--max_stop_sequence_bytes", l.max_stop_sequence_bytes}};
   for (const auto& [flag, value] : checks) {
     if (value < 1) return absl::InvalidArgumentError(absl::StrCat(flag, " must be >= 1"));
   }
-  // Zero is a meaningful limit for these: no images, no stop sequences, no labels.
-  if (l.max_images < 0 || l.max_stop_sequences < 0 || l.max_labels < 0) {
-    return absl::InvalidArgumentError(
-        "--max_images, --max_stop_sequences and --max_labels must be >= 0");
+  // Zero is a meaningful limit for these: no images, no stop sequences.
+  if (l.max_images < 0 || l.max_stop_sequences < 0) {
+    return absl::InvalidArgumentError("--max_images and --max_stop_sequences must be >= 0");
   }
   return l;
 }

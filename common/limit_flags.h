@@ -6,8 +6,9 @@
 namespace tandem {
 
 // RequestLimits from the flags both servers share (--max_messages, --max_parts_per_message,
-// --max_images, --max_image_bytes, --max_stop_sequences, --max_stop_sequence_bytes,
-// --max_labels, --max_label_bytes); an error names a flag set below 1.
+// --max_images, --max_image_bytes, --max_stop_sequences, --max_stop_sequence_bytes); an error
+// names a flag out of range. Label limits are the gateway's own flags: labels never reach a
+// worker.
 absl::StatusOr<RequestLimits> RequestLimitsFromFlags();
 
 }  // namespace tandem

@@ -42,17 +42,20 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFl
     return absl::InvalidArgumentError("--tls_refresh_interval must be >= 1s");
   }
   if (files.cert.empty() || files.key.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        binary, " needs --tls_cert and --tls_key", require_client_ca ? " and --tls_client_ca" : "",
-        " (TLS), or an explicit --plaintext"));
+    return absl::InvalidArgumentError(absl::StrCat(binary, " needs --tls_cert and --tls_key",
+                                                   require_client_ca ? " and --tls_client_ca" : "",
+                                                   " (TLS), or an explicit --plaintext"));
   }
   if (require_client_ca && files.ca.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        binary, " serves only the gateway: --tls_client_ca is required so that only clients "
-                "with a certificate it signed (mutual TLS) can call it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(binary,
+                     " serves only the gateway: --tls_client_ca is required so that only clients "
+                     "with a certificate it signed (mutual TLS) can call it"));
   }
   return MakeServerCredentials(files, "--tls_cert/--tls_key/--tls_client_ca");
 }
+
+absl::Duration TlsRefreshIntervalFromFlags() { return absl::GetFlag(FLAGS_tls_refresh_interval); }
 
 std::string ServerTransportFromFlags() {
   if (absl::GetFlag(FLAGS_plaintext)) return "plaintext";

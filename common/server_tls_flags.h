@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace tandem {
 
@@ -19,6 +20,9 @@ namespace tandem {
 // the certificate's, or (with `require_client_ca`) TLS without --tls_client_ca.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFlags(
     const std::string& binary, bool require_client_ca);
+
+// --tls_refresh_interval, for other TLS files the server reads (the gateway's worker client).
+absl::Duration TlsRefreshIntervalFromFlags();
 
 // "tls", "mtls" or "plaintext": what the flags configure, for the start-up line.
 std::string ServerTransportFromFlags();

@@ -4,6 +4,7 @@
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -41,8 +42,13 @@ struct KeyDeleter {
 };
 
 std::unique_ptr<BIO, BioDeleter> MemBio(const std::string& text) {
-  return std::unique_ptr<BIO, BioDeleter>(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
+  return std::unique_ptr<BIO, BioDeleter>(
+      BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
 }
+
+// Refuses to ask for a passphrase: OpenSSL's default callback would prompt on the terminal and
+// hang a server or tool started from a shell.
+int NoPassphrase(char*, int, int, void*) { return 0; }
 
 unsigned RefreshSeconds(absl::Duration d) {
   return static_cast<unsigned>(std::max<int64_t>(1, absl::ToInt64Seconds(d)));
@@ -52,7 +58,8 @@ unsigned RefreshSeconds(absl::Duration d) {
 
 absl::Status CheckTlsFiles(const TlsFiles& files, const std::string& what) {
   if (files.cert.empty() != files.key.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": a certificate needs its key and a key its certificate"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": a certificate needs its key and a key its certificate"));
   }
   if (!files.cert.empty()) {
     auto cert = ReadPem(files.cert, what);
@@ -60,29 +67,34 @@ absl::Status CheckTlsFiles(const TlsFiles& files, const std::string& what) {
     auto key = ReadPem(files.key, what);
     if (!key.ok()) return key.status();
     auto cert_bio = MemBio(*cert);
-    std::unique_ptr<X509, X509Deleter> x509(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
+    std::unique_ptr<X509, X509Deleter> x509(
+        PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
     if (x509 == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", files.cert, " holds no X.509 certificate"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", files.cert, " holds no X.509 certificate"));
     }
     auto key_bio = MemBio(*key);
     std::unique_ptr<EVP_PKEY, KeyDeleter> pkey(
-        PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+        PEM_read_bio_PrivateKey(key_bio.get(), nullptr, NoPassphrase, nullptr));
     if (pkey == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": ", files.key, " holds no private key (encrypted keys are not supported)"));
+      ERR_clear_error();
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", files.key, " holds no private key (encrypted keys are not supported)"));
     }
     if (X509_check_private_key(x509.get(), pkey.get()) != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": the key in ", files.key, " does not belong to the certificate in ", files.cert));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the key in ", files.key, " does not belong to the certificate in ", files.cert));
     }
   }
   if (!files.ca.empty()) {
     auto ca = ReadPem(files.ca, what);
     if (!ca.ok()) return ca.status();
     auto bio = MemBio(*ca);
-    std::unique_ptr<X509, X509Deleter> x509(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+    std::unique_ptr<X509, X509Deleter> x509(
+        PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
     if (x509 == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", files.ca, " holds no CA certificate"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", files.ca, " holds no CA certificate"));
     }
   }
   return absl::OkStatus();
@@ -91,7 +103,8 @@ absl::Status CheckTlsFiles(const TlsFiles& files, const std::string& what) {
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files, const std::string& what) {
   if (files.cert.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": a TLS server needs a certificate and key"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": a TLS server needs a certificate and key"));
   }
   if (absl::Status s = CheckTlsFiles(files, what); !s.ok()) return s;
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
@@ -105,7 +118,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   }
   auto creds = grpc::experimental::TlsServerCredentials(options);
-  if (creds == nullptr) return absl::InternalError(absl::StrCat(what, ": gRPC refused the TLS options"));
+  if (creds == nullptr)
+    return absl::InternalError(absl::StrCat(what, ": gRPC refused the TLS options"));
   return creds;
 }
 
@@ -121,7 +135,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
     if (!files.cert.empty()) options.watch_identity_key_cert_pairs();
   }
   auto creds = grpc::experimental::TlsCredentials(options);
-  if (creds == nullptr) return absl::InternalError(absl::StrCat(what, ": gRPC refused the TLS options"));
+  if (creds == nullptr)
+    return absl::InternalError(absl::StrCat(what, ": gRPC refused the TLS options"));
   return creds;
 }
 

@@ -21,7 +21,7 @@ struct TlsFiles {
   // Roots. A server with a CA requires and verifies client certificates against it (mutual
   // TLS); a client verifies the server against it (empty: the system roots).
   std::string ca;
-  absl::Duration refresh = absl::Seconds(1);
+  absl::Duration refresh = absl::Seconds(10);
 };
 
 // Reads the files now so that a missing file, a non-PEM file or a key that does not belong to

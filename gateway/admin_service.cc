@@ -22,8 +22,9 @@ grpc::Status AdminService::Authorize(const grpc::CallbackServerContext* context)
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (!caller->spec->admin) {
     if (metrics_ != nullptr) metrics_->CountAuthFailure("admin_denied");
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        "tenant '" + caller->spec->name + "' may not use tandem.v1.Admin (admin: false)");
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        "tenant '" + caller->spec->name + "' may not use tandem.v1.Admin (admin: false)");
   }
   return grpc::Status::OK;
 }

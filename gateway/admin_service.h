@@ -19,7 +19,11 @@ class AdminService final : public tandem::v1::Admin::CallbackService {
   explicit AdminService(PolicyReloader* reloader, const WorkerPools* pools = nullptr,
                         const SignalEngine* signals = nullptr,
                         const TenantRegistry* tenants = nullptr, GatewayMetrics* metrics = nullptr)
-      : reloader_(reloader), pools_(pools), signals_(signals), tenants_(tenants), metrics_(metrics) {}
+      : reloader_(reloader),
+        pools_(pools),
+        signals_(signals),
+        tenants_(tenants),
+        metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* ReloadPolicy(grpc::CallbackServerContext* context,
                                          const tandem::v1::ReloadPolicyRequest* request,

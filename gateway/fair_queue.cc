@@ -24,7 +24,6 @@ FairQueue::Result FairQueue::Acquire(Waiter* waiter, int priority) {
     return Result::kFull;
   }
   q.priority = std::max(1, priority);
-  waiter->id = next_id_++;
   q.waiting.push_back(waiter);
   ++queued_;
   return Result::kQueued;

@@ -15,8 +15,8 @@ namespace tandem::gateway {
 //
 // Scheduling is stride scheduling: each tenant has a virtual time that advances by
 // 1/priority per request it is given; a freed slot goes to the waiting tenant with the smallest
-// virtual time. A tenant that starts waiting is moved up to the smallest virtual time of those
-// already waiting, so idle periods bank no credit.
+// virtual time. A tenant that starts waiting starts at the virtual time of the last grant, so
+// idle periods bank no credit.
 //
 // Thread-safe; callbacks run outside the lock, on the thread that released the slot.
 class FairQueue {
@@ -33,7 +33,6 @@ class FairQueue {
   struct Waiter {
     std::function<void()> grant;
     std::string tenant;
-    uint64_t id = 0;  // set by Acquire
   };
 
   enum class Result { kRun, kQueued, kFull };
@@ -57,11 +56,10 @@ class FairQueue {
 
   const Options options_;
   mutable std::mutex mu_;
-  int inflight_ = 0;                          // guarded by mu_
-  int queued_ = 0;                            // guarded by mu_
-  uint64_t next_id_ = 1;                      // guarded by mu_
+  int inflight_ = 0;                           // guarded by mu_
+  int queued_ = 0;                             // guarded by mu_
   std::map<std::string, TenantQueue> queues_;  // guarded by mu_; only tenants with waiters
-  double last_vtime_ = 0;                     // guarded by mu_; of the last grant
+  double last_vtime_ = 0;                      // guarded by mu_; of the last grant
 };
 
 }  // namespace tandem::gateway

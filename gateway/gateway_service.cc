@@ -126,12 +126,9 @@ class GenerationCall {
     if (service_->draining()) {
       return absl::UnavailableError("gateway is draining; retry on another replica");
     }
-    if (const TenantRegistry* tenants = service_->options().tenants) {
-      absl::StatusOr<TenantRegistry::Caller> caller =
-          tenants->Authenticate(ApiKeyFromMetadata(context_->client_metadata()));
-      if (!caller.ok()) return caller.status();
-      caller_ = std::move(*caller);
-    }
+    absl::StatusOr<TenantRegistry::Caller> caller = service_->Authenticate(context_);
+    if (!caller.ok()) return caller.status();
+    caller_ = std::move(*caller);
     const auto admit_start = SteadyClock::now();
     absl::Status s =
         service_->intake().Admit(*request_, MetadataRequestId(context_), context_->deadline(),
@@ -188,7 +185,16 @@ class GenerationCall {
       return absl::OkStatus();
     }
     waiter_.tenant = label;
-    waiter_.grant = [this] { OnGranted(); };
+    // Granted from FairQueue::Release on the thread of the call that finished: start on a gRPC
+    // thread instead, so that call is not held up and a run of grants cannot nest (a grant whose
+    // dispatch fails at once releases its slot to the next waiter).
+    waiter_.grant = [this] {
+      refs_.fetch_add(1, std::memory_order_relaxed);
+      grant_alarm_.Set(std::chrono::system_clock::now(), [this](bool) {
+        OnGranted();
+        Unref();
+      });
+    };
     const int priority = caller_.spec != nullptr ? caller_.spec->priority : 1;
     // Held until the wait is set up: a slot freed on another thread right after Acquire must
     // not grant this call before its alarm and gauges exist.
@@ -283,7 +289,17 @@ class GenerationCall {
         Complete(ToGrpcStatus(target.status()));
         return;
       }
-      if (target->pool == admission_.pool) admission_.endpoint = target->endpoint;
+      if (target->pool != admission_.pool) {
+        // The decided model lost its workers during the wait: its fallback, capped as a
+        // failover to it is.
+        service_->metrics().CountFallback(admission_.pool->name(), target->pool->name());
+        admission_.pool = target->pool;
+        auto* sampling = admission_.worker_request.mutable_sampling();
+        if (target->max_output_tokens > 0 && sampling->max_tokens() > target->max_output_tokens) {
+          sampling->set_max_tokens(target->max_output_tokens);
+        }
+      }
+      admission_.endpoint = target->endpoint;
     }
     const auto& d = admission_.decision;
     if (model_metrics_ != nullptr) model_metrics_->inflight->Increment();
@@ -344,6 +360,7 @@ class GenerationCall {
   }
   void CancelAll() {
     if (LeaveQueue()) {
+      queue_alarm_.Cancel();  // drops its reference now, not at --max_queue_wait
       Complete(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued"));
       return;
     }
@@ -396,7 +413,7 @@ class GenerationCall {
     const std::string& model = started_ ? d.model : kNone;
     const std::string& klass = started_ || d.shed ? d.request_class : kNone;
     service_->metrics().CountRequest(model, klass, GrpcCodeName(status.error_code()));
-    if (model_metrics_ != nullptr) {
+    if (model_metrics_ != nullptr && started_) {  // Dispatch incremented inflight
       model_metrics_->inflight->Decrement();
       model_metrics_->request_duration->Observe(Seconds(now - arrival_));
       if (completion_tokens_ > 0) {
@@ -441,9 +458,9 @@ class GenerationCall {
         admission_.request_id, rpc_, model, klass, GrpcCodeName(status.error_code()),
         prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3, recovery,
         status.ok() ? "" : " message=", status.error_message());
-    // Last: handing the slot on may start the next request on this thread.
-    if (counted_) service_->CallEnded();
+    // The slot first: a drain waiting for CallEnded must not see the queue still in use.
     if (slot_held_.load()) service_->options().queue->Release();
+    if (counted_) service_->CallEnded();
   }
 
   void Unref() {
@@ -665,6 +682,7 @@ class GenerationCall {
   FairQueue::Waiter waiter_;
   SteadyClock::time_point queued_at_;
   grpc::Alarm queue_alarm_;
+  grpc::Alarm grant_alarm_;     // runs OnGranted (waiter_.grant)
   std::mutex queue_mu_;         // orders Begin's queueing before OnGranted
   absl::Duration retry_after_;  // zero: no retry advice (SetRetryAfter)
   std::string quota_subject_;

@@ -38,7 +38,8 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   // The model's own max_tokens limit is checked once the model is known.
   if (absl::Status s = ValidateSampling(request.sampling(), 0, options_.limits); !s.ok()) return s;
   if (absl::Status s = ValidateLabels(request.labels(), options_.limits); !s.ok()) return s;
-  if (options_.max_tokens_limit > 0 && request.sampling().max_tokens() > options_.max_tokens_limit) {
+  if (options_.max_tokens_limit > 0 &&
+      request.sampling().max_tokens() > options_.max_tokens_limit) {
     return absl::InvalidArgumentError(
         absl::StrFormat("sampling.max_tokens: %d exceeds the gateway's limit of %d "
                         "(--max_tokens_limit)",
@@ -50,10 +51,10 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   // that route by tenant must not be steerable by a label.
   if (out->tenant != nullptr) out->features.tenant = out->tenant->name;
   if (options_.max_prompt_tokens > 0 && out->features.prompt_tokens > options_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "messages: about %d prompt tokens exceeds the gateway's limit of %d "
-        "(--max_prompt_tokens)",
-        out->features.prompt_tokens, options_.max_prompt_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("messages: about %d prompt tokens exceeds the gateway's limit of %d "
+                        "(--max_prompt_tokens)",
+                        out->features.prompt_tokens, options_.max_prompt_tokens));
   }
   out->features.split_key = std::hash<std::string>{}(out->request_id);
   // gRPC reports "no deadline" as a time far in the future, not always exactly max().
@@ -80,10 +81,10 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   }
   if (out->tenant != nullptr && !out->tenant->models.empty() &&
       !out->tenant->models.contains(out->decision.model)) {
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "tenant '%s' may not use model '%s' (chosen by rule '%s'); its models: %s",
-        out->tenant->name, out->decision.model, out->decision.rule,
-        absl::StrJoin(out->tenant->models, ", ")));
+    return absl::PermissionDeniedError(
+        absl::StrFormat("tenant '%s' may not use model '%s' (chosen by rule '%s'); its models: %s",
+                        out->tenant->name, out->decision.model, out->decision.rule,
+                        absl::StrJoin(out->tenant->models, ", ")));
   }
   out->pool = pools_->Find(out->decision.model);
   if (out->pool == nullptr) {

@@ -71,8 +71,7 @@ class Intake {
   // outside them are skipped.
   absl::Status Admit(const tandem::v1::GenerateRequest& request,
                      const std::string& metadata_request_id,
-                     std::chrono::system_clock::time_point deadline, bool dry_run,
-                     Admission* out,
+                     std::chrono::system_clock::time_point deadline, bool dry_run, Admission* out,
                      std::shared_ptr<const policies::TenantSpec> tenant = nullptr) const;
 
   // A usable endpoint for another attempt of an admitted request: the decided model first, then

@@ -46,7 +46,7 @@ ABSL_FLAG(std::string, policy, "",
 ABSL_FLAG(std::string, validate_policy, "",
           "Check this policy file, print every error, and exit (0 valid, 1 invalid).");
 ABSL_FLAG(absl::Duration, policy_watch_interval, absl::Seconds(1),
-          "How often the policy file is checked for changes.");
+          "How often the policy file and the --tenants file are checked for changes.");
 ABSL_FLAG(std::string, decision_log, "",
           "Append every routing decision's inputs (features and hints, not prompt text) to this "
           "JSON-lines file, for tandemctl policy replay.");
@@ -89,6 +89,10 @@ ABSL_FLAG(std::string, tenants, "",
 ABSL_FLAG(bool, allow_unauthenticated, false,
           "Serve requests without an API key as tenant 'anonymous' (unlimited unless the tenants "
           "file defines it). Without --tenants this is required and everyone is anonymous.");
+ABSL_FLAG(int32_t, max_labels, tandem::RequestLimits{}.max_labels,
+          "Most labels on one request (>= 0).");
+ABSL_FLAG(int32_t, max_label_bytes, tandem::RequestLimits{}.max_label_bytes,
+          "Longest label key or value, in bytes (>= 1).");
 ABSL_FLAG(int32_t, max_tenant_labels, 64,
           "Distinct tenant label values on metrics; further tenants share 'other'.");
 ABSL_FLAG(int32_t, max_inflight, 1024,
@@ -176,7 +180,7 @@ std::shared_ptr<grpc::ChannelCredentials> WorkerCredentials() {
         "workers are called over mutual TLS: give --worker_tls_ca, --worker_tls_cert and "
         "--worker_tls_key, or an explicit --worker_plaintext");
   }
-  files.refresh = absl::Seconds(10);
+  files.refresh = TlsRefreshIntervalFromFlags();
   auto creds = MakeChannelCredentials(files, "--worker_tls_ca/--worker_tls_cert/--worker_tls_key");
   if (!creds.ok()) Fatal(std::string(creds.status().message()));
   return *creds;
@@ -193,6 +197,11 @@ int Run() {
   std::shared_ptr<grpc::ChannelCredentials> worker_credentials = WorkerCredentials();
   auto limits = RequestLimitsFromFlags();
   if (!limits.ok()) Fatal(std::string(limits.status().message()));
+  limits->max_labels = absl::GetFlag(FLAGS_max_labels);
+  limits->max_label_bytes = absl::GetFlag(FLAGS_max_label_bytes);
+  if (limits->max_labels < 0 || limits->max_label_bytes < 1) {
+    Fatal("--max_labels must be >= 0 and --max_label_bytes >= 1");
+  }
   const std::string tenants_path = absl::GetFlag(FLAGS_tenants);
   if (tenants_path.empty() && !absl::GetFlag(FLAGS_allow_unauthenticated)) {
     Fatal(

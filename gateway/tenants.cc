@@ -75,7 +75,8 @@ TenantRegistry::~TenantRegistry() { Stop(); }
 std::shared_ptr<TenantState> TenantRegistry::StateFor(const std::string& name) {
   auto& state = states_[name];
   if (state == nullptr) {
-    state = std::make_shared<TenantState>(name, metrics_->ForTenant(name, options_.max_tenant_labels));
+    state =
+        std::make_shared<TenantState>(name, metrics_->ForTenant(name, options_.max_tenant_labels));
   }
   return state;
 }
@@ -160,6 +161,10 @@ bool TenantRegistry::enabled() const { return snapshot_.load()->config != nullpt
 absl::StatusOr<TenantRegistry::Caller> TenantRegistry::Authenticate(
     const std::string& api_key) const {
   const auto snap = snapshot_.load();
+  // No tenants file: everyone is anonymous, whatever key a client sends.
+  if (snap->config == nullptr && snap->anonymous != nullptr) {
+    return Caller{snap->anonymous, snap->anonymous_spec};
+  }
   if (api_key.empty()) {
     if (snap->anonymous != nullptr) return Caller{snap->anonymous, snap->anonymous_spec};
     metrics_->CountAuthFailure("missing_key");

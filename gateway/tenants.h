@@ -108,7 +108,7 @@ class TenantRegistry {
   const TenantRegistryOptions options_;
   GatewayMetrics* const metrics_;
   std::atomic<std::shared_ptr<const Snapshot>> snapshot_;
-  std::mutex mu_;  // serialises Apply
+  std::mutex mu_;                                               // serialises Apply
   std::map<std::string, std::shared_ptr<TenantState>> states_;  // guarded by mu_
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;

@@ -44,7 +44,8 @@ class TokenBucket {
  private:
   void Refill(TimePoint now) {
     if (configured_ && rate_ > 0 && now > last_) {
-      level_ = std::min(burst_, level_ + rate_ * std::chrono::duration<double>(now - last_).count());
+      level_ =
+          std::min(burst_, level_ + rate_ * std::chrono::duration<double>(now - last_).count());
     }
     last_ = std::max(last_, now);
   }

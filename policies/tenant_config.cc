@@ -114,7 +114,8 @@ class TenantParser : public YamlReader {
     if (n["admin"]) Bool(n["admin"], path + ".admin", &t->admin);
     if (n["priority"]) {
       int64_t p = 1;
-      if (Integer(n["priority"], path + ".priority", 1, 100, &p)) t->priority = static_cast<int32_t>(p);
+      if (Integer(n["priority"], path + ".priority", 1, 100, &p))
+        t->priority = static_cast<int32_t>(p);
     }
     if (const YAML::Node l = n["limits"]) ParseLimits(l, path + ".limits", &t->limits);
     return ok;
@@ -126,11 +127,11 @@ class TenantParser : public YamlReader {
               "max_concurrency"})) {
       return;
     }
-    for (const auto& [key, field] : {std::pair<const char*, double*>{"requests_per_second",
-                                                                     &out->requests_per_second},
-                                     {"burst_requests", &out->burst_requests},
-                                     {"tokens_per_second", &out->tokens_per_second},
-                                     {"burst_tokens", &out->burst_tokens}}) {
+    for (const auto& [key, field] :
+         {std::pair<const char*, double*>{"requests_per_second", &out->requests_per_second},
+          {"burst_requests", &out->burst_requests},
+          {"tokens_per_second", &out->tokens_per_second},
+          {"burst_tokens", &out->burst_tokens}}) {
       if (!l[key]) continue;
       const std::string kp = absl::StrCat(path, ".", key);
       if (Number(l[key], kp, field) && *field < 0) Error(l[key], kp, "must be >= 0");
@@ -177,6 +178,10 @@ absl::StatusOr<std::shared_ptr<const TenantConfig>> LoadTenantFile(
   std::stringstream ss;
   ss << in.rdbuf();
   return ParseTenantConfig(ss.str(), path, known_models);
+}
+
+std::string TenantKeyEntry(const std::string& api_key) {
+  return absl::StrCat(kKeyPrefix, Sha256Hex(api_key));
 }
 
 }  // namespace tandem::policies

@@ -67,4 +67,7 @@ absl::StatusOr<std::shared_ptr<const TenantConfig>> ParseTenantConfig(
 absl::StatusOr<std::shared_ptr<const TenantConfig>> LoadTenantFile(
     const std::string& path, const std::set<std::string>& known_models);
 
+// An API key as a tenants file lists it: "sha256:" and the key's SHA-256 in hex.
+std::string TenantKeyEntry(const std::string& api_key);
+
 }  // namespace tandem::policies

@@ -9,9 +9,9 @@
 # The integration tests start the real tandem-gateway and tandem-worker of the same build, so they
 # are sanitized too. A sanitizer report in any process (test binary or child) is written to
 # BUILD/sanitizer-logs/ (log_path in the test preset's environment); the run fails if any report
-# is there, even when the test that caused it passed (a child's exit status is not checked by the
-# tests). A report in a test binary also fails that test (exit code 86 for ASan/UBSan, 66 for
-# TSan). Suppressions (each with the reason it is not our bug): tests/sanitizers/.
+# is there, even when the test that caused it passed. A report also fails its test: a test binary
+# exits with the sanitizer's code (86 for ASan/UBSan, 66 for TSan), and a child that does fails
+# the test that started it (tests/support/child_process.cc). Suppressions (each with the reason it is not our bug): tests/sanitizers/.
 # Extra arguments go to ctest (e.g. -R Stack).
 set -euo pipefail
 cd "$(dirname "$0")/.."

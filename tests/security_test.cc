@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "policies/tenant_config.h"
 #include "tandem/v1/admin.grpc.pb.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -157,6 +157,34 @@ TEST_F(TlsTest, MutualTlsEndToEndAndPlaintextPeersAreRefused) {
   }
 }
 
+TEST_F(TlsTest, AGatewayWithAClientCaRequiresClientCertificates) {
+  auto qwen = StartWorker("qwen", WorkerTls());
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  auto nemotron = StartWorker("nemotron", WorkerTls());
+  ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+  std::vector<std::string> args = GatewayTls();
+  args.push_back("--tls_client_ca=" + ca_.ca_cert());
+  auto gateway =
+      StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address}, args);
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  EXPECT_THAT(gateway->process->ReadLog(), HasSubstr("transport=mtls workers_transport=mtls"));
+  // A certificate the client CA signed is served...
+  EXPECT_TRUE(EventuallyOk(
+      [&] { return Generate(gateway->grpc_address, TlsTo(ca_.ca_cert(), &gateway_client_)); }));
+  // ...none, or one from another CA, is refused in the handshake.
+  for (const TestCert* client : std::vector<const TestCert*>{nullptr, &rogue_}) {
+    grpc::ChannelArguments channel_args;
+    channel_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto stub = tandem::v1::Gateway::NewStub(grpc::CreateCustomChannel(
+        gateway->grpc_address, TlsTo(ca_.ca_cert(), client), channel_args));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::ListModelsResponse models;
+    EXPECT_EQ(stub->ListModels(&ctx, {}, &models).error_code(), grpc::StatusCode::UNAVAILABLE)
+        << (client == nullptr ? "no client certificate" : "certificate from another CA");
+  }
+}
+
 TEST_F(TlsTest, RotatedCertificatesApplyWithoutRestart) {
   auto qwen = StartWorker("qwen", WorkerTls());
   ASSERT_TRUE(qwen.ok()) << qwen.status();
@@ -247,7 +275,7 @@ TEST(PlaintextTest, ChosenPlaintextIsSaidLoudly) {
 // Tenants over plaintext (transport is covered above).
 class TenantsTest : public ::testing::Test {
  protected:
-  static std::string Key(const std::string& secret) { return "sha256:" + Sha256Hex(secret); }
+  static std::string Key(const std::string& secret) { return policies::TenantKeyEntry(secret); }
 
   std::string TenantsYaml(const std::string& extra_search_key = "") const {
     std::string search_keys = Key("search-secret");
@@ -369,28 +397,43 @@ TEST_F(TenantsTest, KeysRightsAndRateLimits) {
   // Per-tenant series.
   auto text = HttpGet(gateway_.metrics_address, "/metrics");
   ASSERT_TRUE(text.ok());
-  EXPECT_EQ(*MetricValue(*text, "tandem_gateway_tenant_requests_total",
-                         {{"tenant", "search"}, {"code", "OK"}}),
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_requests_total",
+                        {{"tenant", "search"}, {"code", "OK"}})
+                .value_or(-1),
             2);
-  EXPECT_EQ(*MetricValue(*text, "tandem_gateway_tenant_requests_total",
-                         {{"tenant", "search"}, {"code", "RESOURCE_EXHAUSTED"}}),
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_requests_total",
+                        {{"tenant", "search"}, {"code", "RESOURCE_EXHAUSTED"}})
+                .value_or(-1),
             1);
-  EXPECT_EQ(*MetricValue(*text, "tandem_gateway_tenant_throttled_total",
-                         {{"tenant", "search"}, {"reason", "requests"}}),
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_throttled_total",
+                        {{"tenant", "search"}, {"reason", "requests"}})
+                .value_or(-1),
             1);
-  EXPECT_EQ(*MetricValue(*text, "tandem_gateway_auth_failures_total", {{"reason", "unknown_key"}}),
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_auth_failures_total", {{"reason", "unknown_key"}})
+                .value_or(-1),
             1);
-  EXPECT_EQ(*MetricValue(*text, "tandem_gateway_auth_failures_total", {{"reason", "admin_denied"}}),
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_auth_failures_total", {{"reason", "admin_denied"}})
+                .value_or(-1),
             1);
-  EXPECT_GT(*MetricValue(*text, "tandem_gateway_tenant_tokens_total",
-                         {{"tenant", "batch"}, {"kind", "completion"}}),
+  EXPECT_GT(MetricValue(*text, "tandem_gateway_tenant_tokens_total",
+                        {{"tenant", "batch"}, {"kind", "completion"}})
+                .value_or(-1),
             0);
+  // Refusals never reached a model: its in-flight gauge is back at 0, not below.
+  for (const char* model : {"qwen", "nemotron"}) {
+    EXPECT_EQ(MetricValue(*text, "tandem_gateway_inflight_requests", {{"model_name", model}})
+                  .value_or(-1),
+              0)
+        << model;
+  }
   // Latency of the requests that passed the quotas: the two served, not the refused one.
-  EXPECT_EQ(*MetricValue(*text, "tandem_gateway_tenant_request_duration_seconds_count",
-                         {{"tenant", "search"}}),
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_request_duration_seconds_count",
+                        {{"tenant", "search"}})
+                .value_or(-1),
             2);
-  EXPECT_EQ(*MetricValue(*text, "tandem_gateway_tenant_time_to_first_token_seconds_count",
-                         {{"tenant", "search"}}),
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_time_to_first_token_seconds_count",
+                        {{"tenant", "search"}})
+                .value_or(-1),
             2);
   EXPECT_TRUE(PromtoolCheckMetrics(*text).ok());
 }
@@ -426,8 +469,9 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
   };
   std::vector<std::thread> flood;
   for (int i = 0; i < 6; ++i) flood.emplace_back(request, "ops", "ops-secret");
-  // One runs, five wait: only then does the other tenant arrive.
-  ASSERT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
+  // One runs, five wait: only then does the other tenant arrive. (EXPECT, not ASSERT, while
+  // the threads run: they must be joined.)
+  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
                             {{"tenant", "ops"}}, 5)
                   .ok());
   // The flooder's queue is full: a seventh is refused at once, with retry information.
@@ -437,11 +481,13 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
   EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << full.error_message();
   EXPECT_EQ(trailers.count("retry-after-ms"), 1u);
   auto details = DecodeErrorDetails(full);
-  ASSERT_TRUE(details.ok()) << details.status();
-  EXPECT_GT(details->retry_delay, absl::ZeroDuration());
-  EXPECT_THAT(details->quota_subjects, ElementsAre("tenant:ops"));
+  EXPECT_TRUE(details.ok()) << details.status();
+  if (details.ok()) {
+    EXPECT_GT(details->retry_delay, absl::ZeroDuration());
+    EXPECT_THAT(details->quota_subjects, ElementsAre("tenant:ops"));
+  }
   std::thread other(request, "batch", "batch-secret");
-  ASSERT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
+  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
                             {{"tenant", "batch"}}, 1)
                   .ok());
   for (auto& t : flood) t.join();
@@ -504,12 +550,20 @@ TEST(LimitsTest, EveryLimitIsEnforcedBeforeWork) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message;
     EXPECT_THAT(s.error_message(), HasSubstr(c.message));
   }
-  // Nothing reached the worker for the refused requests.
+  // Nothing reached the worker for the refused requests: not admitted, not refused there.
   auto before = HttpGet(worker->metrics_address, "/metrics");
   ASSERT_TRUE(before.ok());
-  for (const char* reason : {"stop", "length"}) {
-    EXPECT_EQ(*MetricValue(*before, "tandem_worker_requests_total", {{"finish_reason", reason}}),
-              0);
+  for (const char* reason : {"stop", "length", "cancelled", "deadline_exceeded", "error"}) {
+    EXPECT_EQ(MetricValue(*before, "tandem_worker_requests_total", {{"finish_reason", reason}})
+                  .value_or(-1),
+              0)
+        << reason;
+  }
+  for (const char* reason : {"queue_full", "invalid_argument", "draining", "loading"}) {
+    EXPECT_EQ(MetricValue(*before, "tandem_worker_rejected_requests_total", {{"reason", reason}})
+                  .value_or(-1),
+              0)
+        << reason;
   }
   // A stream may not outlive --max_stream_duration, whatever deadline the caller gave: the
   // worker is slowed tenfold so that 60 tokens take seconds.

@@ -9,9 +9,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/grpc_server.h"
@@ -222,10 +222,11 @@ int Run() {
   service.SetState(tandem::v1::WorkerInfo::READY);
   metrics.ready.Set(1);
   health.SetAllServingStatus(true);
-  spdlog::info("serving model={} ({}) engine={}{} device={} ({}) grpc={} metrics={}",
+  spdlog::info("serving model={} ({}) engine={}{} device={} ({}) grpc={} transport={} metrics={}",
                info.model_name, info.model_id, info.engine,
                info.engine == "synthetic" ? " [LOAD SIMULATOR: not a real model]" : "", device->id,
-               device->name, grpc_address, (*metrics_server)->Address());
+               device->name, grpc_address, ServerTransportFromFlags(),
+               (*metrics_server)->Address());
 
   std::atomic<bool> done{false};
   std::mutex refresh_mu;

@@ -183,13 +183,13 @@ def overview():
         (f"sum by (tenant) (tandem_gateway_tenant_inflight_requests{{{NS}}})", "{{tenant}} in flight"),
         (f"sum by (tenant) (tandem_gateway_tenant_queued_requests{{{NS}}})", "{{tenant}} queued")],
         description="Queued: waiting for one of --max_inflight dispatch slots, shared by priority.")
-    d.panel("Request duration p95 by tenant", [(
-        f"histogram_quantile(0.95, sum by (tenant, le) (rate(tandem_gateway_tenant_request_duration_seconds_bucket{{{NS}}}[{RI}])))",
-        "{{tenant}}")], unit="s",
-        description="Requests that passed the tenant's quotas, from arrival to the end of the response (queue waits included).")
-    d.panel("Time to first token p95 by tenant", [(
-        f"histogram_quantile(0.95, sum by (tenant, le) (rate(tandem_gateway_tenant_time_to_first_token_seconds_bucket{{{NS}}}[{RI}])))",
-        "{{tenant}}")], unit="s")
+    # Of requests that passed the tenant's quotas, from arrival (queue waits included).
+    for title, metric in (("Request duration p95 by tenant", "request_duration_seconds"),
+                          ("Time to first token p95 by tenant", "time_to_first_token_seconds")):
+        d.panel(title, [(
+            f"histogram_quantile(0.95, sum by (tenant, le) (rate(tandem_gateway_tenant_{metric}_bucket{{{NS}}}[{RI}])))",
+            "{{tenant}}")], unit="s",
+            description="Requests that passed the tenant's quotas, from arrival (queue waits included).")
     d.panel("Dispatch queue wait p50 / p99", [
         (f"histogram_quantile({q}, sum by (le) (rate(tandem_gateway_queue_wait_seconds_bucket{{{NS}}}[{RI}])))",
          f"p{int(round(float(q) * 100))}") for q in ("0.5", "0.99")], unit="s")

@@ -518,14 +518,18 @@ void Driver::RunOpenLoop(Clock::time_point start, Clock::time_point end) {
 // one run's channels were destroyed and the next run's created).
 // Workers are called in plaintext (a bench worker runs with --plaintext); gateways as the
 // --tls_ca/--tls_cert/--tls_key/--plaintext flags say.
+// Made once: each set of TLS credentials watches its files with a thread of its own.
 std::shared_ptr<grpc::ChannelCredentials> CredentialsFor(Target target) {
   if (target == Target::kWorker) return grpc::InsecureChannelCredentials();
-  auto creds = tandem::ChannelCredentialsFromFlags();
-  if (!creds.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(creds.status().message()).c_str());
-    std::exit(2);
-  }
-  return *creds;
+  static const auto* gateway_creds = [] {
+    auto creds = tandem::ChannelCredentialsFromFlags();
+    if (!creds.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(creds.status().message()).c_str());
+      std::exit(2);
+    }
+    return new std::shared_ptr<grpc::ChannelCredentials>(*std::move(creds));
+  }();
+  return *gateway_creds;
 }
 
 std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(Target target, const std::string& address,
@@ -543,8 +547,7 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(Target target, const st
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per channel
     args.SetInt("tandem.bench.channel", i);
     args.SetMaxReceiveMessageSize(64 << 20);
-    channels.push_back(
-        grpc::CreateCustomChannel(address, CredentialsFor(target), args));
+    channels.push_back(grpc::CreateCustomChannel(address, CredentialsFor(target), args));
     (*cache)[{address, i}] = channels.back();
   }
   return channels;
