@@ -9,11 +9,15 @@
 
 namespace tandem {
 
+bool IsNoDeadline(std::chrono::system_clock::time_point deadline) {
+  return deadline == std::chrono::system_clock::time_point::max() ||
+         deadline - std::chrono::system_clock::now() > std::chrono::hours(24 * 365);
+}
+
 void AddWorkerTimeout(std::chrono::system_clock::time_point worker_deadline,
                       grpc::ClientContext* context) {
+  if (IsNoDeadline(worker_deadline)) return;
   const auto left = worker_deadline - std::chrono::system_clock::now();
-  // gRPC reports "no deadline" as a time far in the future, not always exactly max().
-  if (left > std::chrono::hours(24 * 365)) return;
   const int64_t ms =
       std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(left).count());
   context->AddMetadata(kWorkerTimeoutHeader, std::to_string(ms));

@@ -17,6 +17,10 @@ namespace tandem {
 // so that clock skew between hosts cannot shorten a request.
 inline constexpr char kWorkerTimeoutHeader[] = "tandem-worker-timeout-ms";
 
+// True when `deadline` means "none": gRPC reports no deadline as a time far in the future, not
+// always exactly max(), so anything over a year away counts.
+bool IsNoDeadline(std::chrono::system_clock::time_point deadline);
+
 // Adds kWorkerTimeoutHeader for `worker_deadline` (0 when it already passed); nothing for an
 // infinite deadline.
 void AddWorkerTimeout(std::chrono::system_clock::time_point worker_deadline,

@@ -29,14 +29,18 @@ grpc::Status AdminService::Authorize(const grpc::CallbackServerContext* context)
   return grpc::Status::OK;
 }
 
+grpc::ServerUnaryReactor* AdminService::Deny(grpc::CallbackServerContext* context) const {
+  grpc::Status auth = Authorize(context);
+  if (auth.ok()) return nullptr;
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(auth);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* AdminService::ReloadPolicy(grpc::CallbackServerContext* context,
                                                      const tandem::v1::ReloadPolicyRequest*,
                                                      tandem::v1::PolicyStatus* response) {
-  if (grpc::Status auth = Authorize(context); !auth.ok()) {
-    auto* denied = context->DefaultReactor();
-    denied->Finish(auth);
-    return denied;
-  }
+  if (auto* denied = Deny(context)) return denied;
   auto* reactor = context->DefaultReactor();
   if (reloader_ == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -53,11 +57,7 @@ grpc::ServerUnaryReactor* AdminService::ReloadPolicy(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* context,
                                                   const tandem::v1::GetPolicyRequest*,
                                                   tandem::v1::PolicyStatus* response) {
-  if (grpc::Status auth = Authorize(context); !auth.ok()) {
-    auto* denied = context->DefaultReactor();
-    denied->Finish(auth);
-    return denied;
-  }
+  if (auto* denied = Deny(context)) return denied;
   Fill(response);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -67,11 +67,7 @@ grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AdminService::ListEndpoints(grpc::CallbackServerContext* context,
                                                       const tandem::v1::ListEndpointsRequest*,
                                                       tandem::v1::ListEndpointsResponse* response) {
-  if (grpc::Status auth = Authorize(context); !auth.ok()) {
-    auto* denied = context->DefaultReactor();
-    denied->Finish(auth);
-    return denied;
-  }
+  if (auto* denied = Deny(context)) return denied;
   if (pools_ != nullptr) {
     for (const auto& [name, pool] : pools_->pools()) {
       for (const auto& e : *pool->endpoints()) *response->add_endpoints() = e->Describe();
@@ -85,11 +81,7 @@ grpc::ServerUnaryReactor* AdminService::ListEndpoints(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* AdminService::GetSignals(grpc::CallbackServerContext* context,
                                                    const tandem::v1::GetSignalsRequest*,
                                                    tandem::v1::SignalsStatus* response) {
-  if (grpc::Status auth = Authorize(context); !auth.ok()) {
-    auto* denied = context->DefaultReactor();
-    denied->Finish(auth);
-    return denied;
-  }
+  if (auto* denied = Deny(context)) return denied;
   if (signals_ != nullptr) *response = signals_->Describe();
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -42,6 +42,8 @@ class AdminService final : public tandem::v1::Admin::CallbackService {
   void Fill(tandem::v1::PolicyStatus* response) const;
   // OK when the caller may use Admin.
   grpc::Status Authorize(const grpc::CallbackServerContext* context) const;
+  // A reactor already finished with the refusal, or nullptr when the caller may go on.
+  grpc::ServerUnaryReactor* Deny(grpc::CallbackServerContext* context) const;
 
   PolicyReloader* const reloader_;
   const WorkerPools* const pools_;

@@ -314,8 +314,7 @@ class GenerationCall {
     // more than --max_stream_duration from arrival.
     const auto now = std::chrono::system_clock::now();
     const auto caller_deadline = context_->deadline();
-    // gRPC reports "no deadline" as a time far in the future, not always exactly max().
-    const bool caller_set_none = caller_deadline - now > std::chrono::hours(24 * 365);
+    const bool caller_set_none = IsNoDeadline(caller_deadline);
     attempt_deadline_ = std::min(
         caller_set_none ? now + absl::ToChronoMilliseconds(service_->options().default_deadline)
                         : caller_deadline,

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/call_metadata.h"
 #include "common/utf8.h"
 
 namespace tandem::gateway {
@@ -57,11 +58,9 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
                         out->features.prompt_tokens, options_.max_prompt_tokens));
   }
   out->features.split_key = std::hash<std::string>{}(out->request_id);
-  // gRPC reports "no deadline" as a time far in the future, not always exactly max().
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::system_clock::now());
-  if (deadline != std::chrono::system_clock::time_point::max() &&
-      left < std::chrono::hours(24 * 365)) {
+  if (!IsNoDeadline(deadline)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::system_clock::now());
     out->features.deadline_ms = std::max<int64_t>(0, left.count());
   }
   // One snapshot decides the whole request, whatever reloads happen meanwhile.

@@ -73,10 +73,17 @@ class TenantParser : public YamlReader {
     } else if (String(n["name"], path + ".name", &t->name) && !ValidName(t->name)) {
       Error(n["name"], path + ".name", "expected 1-64 characters of [a-z0-9_-]");
       ok = false;
+    } else if (t->name == "other") {
+      Error(n["name"], path + ".name",
+            "'other' is reserved: it is the metrics label of the tenants past --max_tenant_labels");
+      ok = false;
     }
     if (const YAML::Node keys = n["keys"]) {
       if (!keys.IsSequence()) {
         Error(keys, path + ".keys", "expected a list of sha256:<64 hex digits>");
+      } else if (keys.size() == 0 && t->name != "anonymous") {
+        Error(keys, path + ".keys",
+              "empty: no key could reach this tenant (only 'anonymous' has none)");
       } else {
         for (size_t k = 0; k < keys.size(); ++k) {
           const std::string kp = absl::StrCat(path, ".keys[", k, "]");

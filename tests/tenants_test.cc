@@ -84,6 +84,14 @@ TEST(TenantConfigTest, EveryMistakeIsReportedWithItsLine) {
   EXPECT_THAT(m, HasSubstr("t.yaml:10:"));
   EXPECT_THAT(m, HasSubstr("already belongs to another tenant"));
   EXPECT_THAT(m, HasSubstr("t.yaml:11:"));
+  auto reserved = policies::ParseTenantConfig(
+      "tenants:\n  - name: other\n    keys: [" + Key("o") + "]\n  - name: e\n    keys: []\n",
+      "t.yaml", {});
+  ASSERT_FALSE(reserved.ok());
+  EXPECT_THAT(reserved.status().message(), HasSubstr("t.yaml:2:"));
+  EXPECT_THAT(reserved.status().message(), HasSubstr("'other' is reserved"));
+  EXPECT_THAT(reserved.status().message(), HasSubstr("t.yaml:5:"));
+  EXPECT_THAT(reserved.status().message(), HasSubstr("no key could reach this tenant"));
   EXPECT_FALSE(policies::ParseTenantConfig("tenants: [", "t.yaml", {}).ok());
   EXPECT_FALSE(policies::ParseTenantConfig("tenants: []", "t.yaml", {}).ok());
 }

@@ -16,10 +16,8 @@ namespace {
 using tandem::v1::WorkerGenerateChunk;
 
 Clock::TimePoint SteadyDeadline(std::chrono::system_clock::time_point deadline) {
-  if (deadline == std::chrono::system_clock::time_point::max()) return Clock::TimePoint::max();
+  if (IsNoDeadline(deadline)) return Clock::TimePoint::max();
   const auto left = deadline - std::chrono::system_clock::now();
-  // Deadlines years away (gRPC's "infinite" is not always exactly max) count as none.
-  if (left > std::chrono::hours(24 * 365)) return Clock::TimePoint::max();
   return std::chrono::steady_clock::now() +
          std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
 }
