@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "tests/support/temp_path.h"
 #include "workers/native/native_model.h"
 #include "workers/native/nemotron_h_model.h"
 #include "workers/native/safetensors.h"
@@ -291,8 +292,7 @@ class EditedCheckpoint {
     std::vector<float> values;
   };
 
-  explicit EditedCheckpoint(const std::string& name)
-      : dir_((std::filesystem::path(testing::TempDir()) / name).string()) {
+  explicit EditedCheckpoint(const std::string& name) : dir_(tandem::testing::TempPath(name)) {
     std::filesystem::create_directories(dir_);
     auto file = SafetensorsFile::Open(std::string(kGoldenDir) + "/model.safetensors");
     EXPECT_TRUE(file.ok()) << file.status();

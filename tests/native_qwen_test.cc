@@ -19,6 +19,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_path.h"
 #include "workers/native/qwen35_moe_model.h"
 #include "workers/native/safetensors.h"
 
@@ -385,10 +386,7 @@ TEST_F(QwenGoldenTest, ConfigErrorsNameTheField) {
 std::string WriteModifiedCheckpoint(const std::string& tag, const std::string& drop,
                                     const std::string& reshape,
                                     const std::vector<int64_t>& new_shape) {
-  // The pid keeps concurrent runs of this binary (two build trees) apart.
-  const std::string dir =
-      ::testing::TempDir() + "/native_qwen_test_" + tag + "_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = tandem::testing::TempPath("native_qwen_test_" + tag);
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(std::string(kGoldenDir) + "/config.json", dir + "/config.json");
   auto file = SafetensorsFile::Open(std::string(kGoldenDir) + "/model.safetensors");

@@ -7,6 +7,7 @@
 #include "policies/policy_loader.h"
 #include "router/hashed_classifier.h"
 #include "router/policy_router.h"
+#include "tests/support/temp_path.h"
 
 namespace tandem::policies {
 namespace {
@@ -31,9 +32,7 @@ std::vector<std::string> Errors(const std::string& yaml) {
 }
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
-  std::ofstream(path) << text;
-  return path;
+  return tandem::testing::WriteTempFile(name, text);
 }
 
 constexpr char kHeader[] = R"(schema: 1
@@ -345,12 +344,12 @@ TEST(PolicyLoaderTest, TheClassifierModelIsPartOfThePolicyIdentity) {
         {"accuracy_critical", "latency_critical"},
         {{"write code", 0}, {"hi there", 1}, {"prove it", 0}, {"thanks", 1}}, o);
   };
-  const std::string dir = ::testing::TempDir();
-  const std::string yaml = std::string(kHeader) + "classifier: {model: " + dir +
-                           "/model.tcls}\nrules:\n  - {name: r, action: {route: qwen}}\n";
-  WriteTemp("model.tcls", train(1).ToBytes());
+  const std::string model = tandem::testing::TempPath("model.tcls");
+  const std::string yaml = std::string(kHeader) + "classifier: {model: " + model +
+                           "}\nrules:\n  - {name: r, action: {route: qwen}}\n";
+  std::ofstream(model) << train(1).ToBytes();
   auto a = MustParse(yaml);
-  WriteTemp("model.tcls", train(2).ToBytes());
+  std::ofstream(model) << train(2).ToBytes();
   auto b = MustParse(yaml);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);

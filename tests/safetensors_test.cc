@@ -1,10 +1,12 @@
 #include "workers/native/safetensors.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_path.h"
 #include "workers/native/checkpoint_writer.h"
 #include "workers/native/native_model.h"
 #include "workers/native/random_checkpoint.h"
@@ -15,9 +17,9 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string TempDir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/" + name;
-  std::string cmd = "rm -rf '" + d + "' && mkdir -p '" + d + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  const std::string d = tandem::testing::TempPath(name);
+  std::error_code error;
+  EXPECT_TRUE(std::filesystem::create_directory(d, error)) << d << ": " << error.message();
   return d;
 }
 

@@ -54,11 +54,6 @@ bool HasFlag(const std::vector<std::string>& args, const std::string& prefix) {
 
 }  // namespace
 
-std::string TempPath(const std::string& name) {
-  static std::atomic<int> counter{0};
-  return absl::StrCat(::testing::TempDir(), "/tandem_", getpid(), "_", counter++, "_", name);
-}
-
 absl::StatusOr<Server> StartWorker(const std::string& model,
                                    const std::vector<std::string>& extra_args) {
   std::vector<std::string> args = {"--model=" + model, "--device=cpu", "--listen=127.0.0.1:0",
@@ -231,12 +226,6 @@ absl::Status PromtoolCheckMetrics(const std::string& exposition) {
     return absl::InternalError(absl::StrCat("promtool check metrics failed (", rc, "):\n", report));
   }
   return absl::OkStatus();
-}
-
-std::string WriteTempFile(const std::string& name, const std::string& text) {
-  const std::string path = TempPath(name);
-  std::ofstream(path) << text;
-  return path;
 }
 
 bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "tests/support/child_process.h"
+#include "tests/support/temp_path.h"
 
 namespace tandem::testing {
 
@@ -57,11 +58,6 @@ absl::StatusOr<ErrorDetails> DecodeErrorDetails(const grpc::Status& status);
 
 // Runs `promtool check metrics` on the exposition; OK when it reports no problem.
 absl::Status PromtoolCheckMetrics(const std::string& exposition);
-
-// A fresh path under the test temp directory.
-std::string TempPath(const std::string& name);
-// Writes `text` to a fresh temp file and returns its path.
-std::string WriteTempFile(const std::string& name, const std::string& text);
 
 // Debian's Prometheus server on 127.0.0.1 with port 0, storage in a temp directory, scraping
 // `targets` (HOST:PORT of /metrics) every `scrape_interval`. grpc_address holds its HTTP
