@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/utf8.h"
 
@@ -127,15 +128,22 @@ absl::Status ValidateLabels(const google::protobuf::Map<std::string, std::string
     return Invalid("labels", absl::StrFormat("%d labels; the limit is %d (--max_labels)",
                                              labels.size(), limits.max_labels));
   }
+  // The key names the field in errors: at most 64 bytes of it, cut on a character boundary so
+  // the message stays valid UTF-8. Built only for an error, not per label.
+  auto field = [](const std::string& key) {
+    if (!IsValidUtf8(key)) return std::string("labels[?]");
+    const std::string_view head = std::string_view(key).substr(0, 64);
+    const std::string_view shown = head.substr(0, CompleteUtf8PrefixLength(head));
+    return absl::StrCat("labels[", std::string(shown), shown.size() < key.size() ? "...]" : "]");
+  };
   for (const auto& [key, value] : labels) {
-    const std::string field = absl::StrFormat("labels[%s]", IsValidUtf8(key) ? key.substr(0, 64) : "?");
     if (key.empty()) return Invalid("labels", "empty key");
     if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
-      return Invalid(field, "keys and values must be valid UTF-8");
+      return Invalid(field(key), "keys and values must be valid UTF-8");
     }
     if (static_cast<int64_t>(std::max(key.size(), value.size())) > limits.max_label_bytes) {
-      return Invalid(field, absl::StrFormat("key or value over %d bytes (--max_label_bytes)",
-                                            limits.max_label_bytes));
+      return Invalid(field(key), absl::StrFormat("key or value over %d bytes (--max_label_bytes)",
+                                                 limits.max_label_bytes));
     }
   }
   return absl::OkStatus();

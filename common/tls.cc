@@ -15,17 +15,17 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 
 namespace tandem {
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(what, ": cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  if (!absl::StrContains(text, "-----BEGIN ")) {
+  auto text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", text.status().message()));
+  }
+  if (!absl::StrContains(*text, "-----BEGIN ")) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", path, " is not a PEM file"));
   }
   return text;

@@ -180,6 +180,15 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                          .Name("tandem_policy_reloads_total")
                          .Register(r)
                          .Add({{"result", "error"}})),
+      tenants_reloads_ok_(BuildCounter()
+                              .Name("tandem_gateway_tenants_reloads_total")
+                              .Help("Tenants file (--tenants) reload attempts, by result.")
+                              .Register(r)
+                              .Add({{"result", "ok"}})),
+      tenants_reloads_error_(BuildCounter()
+                                 .Name("tandem_gateway_tenants_reloads_total")
+                                 .Register(r)
+                                 .Add({{"result", "error"}})),
       decision_log_written_(BuildCounter()
                                 .Name("tandem_gateway_decision_log_records_total")
                                 .Help("Decision-log records, by outcome (dropped: the writer "
@@ -419,6 +428,10 @@ void GatewayMetrics::CountShed(const std::string& request_class) {
 }
 
 void GatewayMetrics::CountPolicyReload(bool ok) { (ok ? reloads_ok_ : reloads_error_).Increment(); }
+
+void GatewayMetrics::CountTenantsReload(bool ok) {
+  (ok ? tenants_reloads_ok_ : tenants_reloads_error_).Increment();
+}
 
 void GatewayMetrics::SetLivePolicy(const std::string& version, const std::string& sha256) {
   std::lock_guard<std::mutex> l(mu_);

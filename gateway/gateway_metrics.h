@@ -47,6 +47,8 @@ class GatewayMetrics {
   // Policy reloads by result ("ok" or "error"), and the live policy's identity.
   void CountPolicyReload(bool ok);
   void SetLivePolicy(const std::string& version, const std::string& sha256);
+  // Tenants-file reloads (--tenants) by result ("ok" or "error").
+  void CountTenantsReload(bool ok);
   // Worker endpoints: created when an endpoint joins a pool, removed when DNS drops it.
   void AddEndpoint(const std::string& model, const std::string& address);
   void RemoveEndpoint(const std::string& model, const std::string& address);
@@ -149,6 +151,8 @@ class GatewayMetrics {
   std::map<std::string, std::string> tenant_labels_;  // guarded by mu_; name -> label
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_error_;
+  prometheus::Counter& tenants_reloads_ok_;
+  prometheus::Counter& tenants_reloads_error_;
   prometheus::Counter& decision_log_written_;
   prometheus::Counter& decision_log_dropped_;
   prometheus::Gauge* live_policy_ = nullptr;  // guarded by mu_

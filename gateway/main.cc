@@ -85,7 +85,8 @@ ABSL_FLAG(std::string, worker_tls_server_name, "",
 ABSL_FLAG(bool, worker_plaintext, false,
           "Call workers without TLS (loopback development and tests only).");
 ABSL_FLAG(std::string, tenants, "",
-          "Tenants file (API key hashes, models, quotas, priorities); reloaded when it changes.");
+          "Tenants file (API key hashes, models, quotas, priorities); reloaded on SIGHUP and when "
+          "it changes.");
 ABSL_FLAG(bool, allow_unauthenticated, false,
           "Serve requests without an API key as tenant 'anonymous' (unlimited unless the tenants "
           "file defines it). Without --tenants this is required and everyone is anonymous.");
@@ -457,14 +458,12 @@ int Run() {
   AnnounceListening("tandem-gateway", grpc_address, (*metrics_server)->Address());
 
   if (reloader) reloader->Start(absl::GetFlag(FLAGS_policy_watch_interval));
-  if (!tenants_path.empty())
-    tenants.Watch(tenants_path, absl::GetFlag(FLAGS_policy_watch_interval));
+  if (!tenants_path.empty()) tenants.Watch(absl::GetFlag(FLAGS_policy_watch_interval));
   const int sig = WaitForTerminationSignal([&] {
-    if (reloader) {
-      reloader->ReloadAsync("SIGHUP", nullptr);  // errors are logged and counted
-    } else {
-      spdlog::info("SIGHUP: no --policy file to reload");
-    }
+    // Errors are logged and counted; each file's live version stays if its new one is invalid.
+    if (reloader) reloader->ReloadAsync("SIGHUP", nullptr);
+    if (!tenants_path.empty()) tenants.ReloadAsync("SIGHUP", nullptr);
+    if (!reloader && tenants_path.empty()) spdlog::info("SIGHUP: no --policy or --tenants file");
   });
   if (reloader) reloader->Stop();
   tenants.Stop();

@@ -2,10 +2,8 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "common/sha256.h"
 #include "policies/policy_loader.h"
 #include "router/policy_router.h"
@@ -13,17 +11,7 @@
 
 namespace tandem::gateway {
 
-PolicyReloader::~PolicyReloader() { Stop(); }
-
 namespace {
-
-std::string ReadFile(const std::string& path, bool* ok) {
-  std::ifstream in(path, std::ios::binary);
-  *ok = static_cast<bool>(in);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Size and modification time: cheap to poll, unlike hashing a model file every interval.
 std::string FileStamp(const std::string& path) {
@@ -35,14 +23,14 @@ std::string FileStamp(const std::string& path) {
 }  // namespace
 
 absl::Status PolicyReloader::Reload(const std::string& trigger) {
-  bool ok = false;
-  const std::string text = ReadFile(path_, &ok);
-  if (!ok) {
+  auto text = ReadFileToString(path_);
+  if (!text.ok()) {
     metrics_->CountPolicyReload(false);
-    spdlog::error("policy reload ({}): cannot read {}; the live policy stays", trigger, path_);
-    return absl::NotFoundError(absl::StrCat("cannot read policy file ", path_));
+    spdlog::error("policy reload ({}): {}; the live policy stays", trigger,
+                  std::string(text.status().message()));
+    return text.status();
   }
-  return ReloadText(text, trigger);
+  return ReloadText(*text, trigger);
 }
 
 absl::Status PolicyReloader::ReloadText(const std::string& text, const std::string& trigger) {
@@ -106,73 +94,21 @@ std::pair<std::string, std::string> PolicyReloader::Live() const {
   return {live_version_, live_sha256_};
 }
 
-void PolicyReloader::Start(absl::Duration interval) {
-  thread_ = std::thread([this, interval] { Loop(interval); });
-}
-
-void PolicyReloader::ReloadAsync(std::string trigger, std::function<void(absl::Status)> done) {
-  {
-    std::lock_guard<std::mutex> l(queue_mu_);
-    if (stop_) {
-      if (done) done(absl::UnavailableError("the gateway is shutting down"));
-      return;
-    }
-    queue_.push_back({std::move(trigger), std::move(done)});
-  }
-  queue_cv_.notify_one();
-}
-
 void PolicyReloader::CheckFile() {
-  bool ok = false;
-  const std::string text = ReadFile(path_, &ok);
-  if (!ok) return;
+  auto text = ReadFileToString(path_);
+  if (!text.ok()) return;  // mid-rename or removed: the next poll sees what comes
   std::string key;
   {
     std::lock_guard<std::mutex> l(mu_);
     // The YAML's bytes and the model file's stamp: either changing is a new policy.
-    key = Sha256Hex(text) + "|" + FileStamp(live_classifier_path_);
+    key = Sha256Hex(*text) + "|" + FileStamp(live_classifier_path_);
     if (key == live_key_ || key == last_failed_key_) return;
   }
   // The same bytes that were hashed are parsed, so a half-written file is judged as read.
-  if (!ReloadText(text, "file changed").ok()) {
+  if (!ReloadText(*text, "file changed").ok()) {
     std::lock_guard<std::mutex> l(mu_);
     last_failed_key_ = key;  // reported once per change, not every interval
   }
-}
-
-void PolicyReloader::Loop(absl::Duration interval) {
-  const auto period = absl::ToChronoMilliseconds(interval);
-  std::unique_lock<std::mutex> l(queue_mu_);
-  while (!stop_) {
-    if (!queue_cv_.wait_for(l, period, [&] { return stop_ || !queue_.empty(); })) {
-      l.unlock();
-      CheckFile();
-      l.lock();
-      continue;
-    }
-    while (!queue_.empty()) {
-      Pending p = std::move(queue_.front());
-      queue_.pop_front();
-      l.unlock();
-      absl::Status s = Reload(p.trigger);
-      if (p.done) p.done(s);
-      l.lock();
-    }
-  }
-  // Nothing queued is left without an answer.
-  for (auto& p : queue_) {
-    if (p.done) p.done(absl::UnavailableError("the gateway is shutting down"));
-  }
-  queue_.clear();
-}
-
-void PolicyReloader::Stop() {
-  {
-    std::lock_guard<std::mutex> l(queue_mu_);
-    stop_ = true;
-  }
-  queue_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace tandem::gateway

@@ -1,15 +1,13 @@
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "gateway/gateway_metrics.h"
+#include "gateway/reload_loop.h"
 #include "gateway/router_holder.h"
 #include "gateway/signal_engine.h"
 #include "gateway/worker_pool.h"
@@ -29,27 +27,25 @@ class PolicyReloader {
         pools_(pools),
         holder_(holder),
         metrics_(metrics),
-        signals_(signals) {}
-  ~PolicyReloader();
+        signals_(signals),
+        loop_([this] { CheckFile(); }, [this](const std::string& t) { return Reload(t); }) {}
+  ~PolicyReloader() { Stop(); }
 
   // Loads and, if valid, swaps, on the calling thread. `trigger` is for the log line.
   absl::Status Reload(const std::string& trigger);
   // Starts the reload thread: it polls the file every `interval` and serves ReloadAsync.
-  void Start(absl::Duration interval);
+  void Start(absl::Duration interval) { loop_.Start(interval); }
   // Queues a reload on the reload thread; `done` (may be empty) gets its result there.
-  void ReloadAsync(std::string trigger, std::function<void(absl::Status)> done);
-  void Stop();
+  void ReloadAsync(std::string trigger, std::function<void(absl::Status)> done) {
+    loop_.Enqueue(std::move(trigger), std::move(done));
+  }
+  void Stop() { loop_.Stop(); }
 
   const std::string& path() const { return path_; }
   // The live policy's version and sha256.
   std::pair<std::string, std::string> Live() const;
 
  private:
-  struct Pending {
-    std::string trigger;
-    std::function<void(absl::Status)> done;
-  };
-  void Loop(absl::Duration interval);
   void CheckFile();
   // Parses `text` (the file's bytes as read once) and swaps it in if valid.
   absl::Status ReloadText(const std::string& text, const std::string& trigger);
@@ -69,11 +65,7 @@ class PolicyReloader {
   mutable std::mutex live_mu_;
   std::string live_version_;  // guarded by live_mu_
   std::string live_sha256_;   // guarded by live_mu_
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<Pending> queue_;  // guarded by queue_mu_
-  bool stop_ = false;          // guarded by queue_mu_
-  std::thread thread_;
+  ReloadLoop loop_;           // last: its thread uses the members above
 };
 
 }  // namespace tandem::gateway

@@ -1,9 +1,7 @@
 #include "gateway/tenants.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_format.h"
+#include "common/file.h"
 #include "common/sha256.h"
 #include "spdlog/spdlog.h"
 
@@ -66,7 +64,9 @@ int TenantState::inflight() const {
 }
 
 TenantRegistry::TenantRegistry(TenantRegistryOptions options, GatewayMetrics* metrics)
-    : options_(std::move(options)), metrics_(metrics) {
+    : options_(std::move(options)),
+      metrics_(metrics),
+      loop_([this] { CheckFile(); }, [this](const std::string& t) { return Reload(t); }) {
   Apply(nullptr);
 }
 
@@ -110,50 +110,53 @@ void TenantRegistry::Apply(std::shared_ptr<const policies::TenantConfig> config)
 absl::Status TenantRegistry::Load(const std::string& path) {
   auto config = policies::LoadTenantFile(path, options_.models);
   if (!config.ok()) return config.status();
+  path_ = path;
   Apply(*config);
   spdlog::info("tenants: loaded {} ({} tenants, sha256 {})", path, (*config)->tenants.size(),
                (*config)->sha256.substr(0, 12));
   return absl::OkStatus();
 }
 
-void TenantRegistry::Watch(const std::string& path, absl::Duration interval) {
-  watcher_ = std::thread([this, path, interval] {
-    std::string failed_sha;
-    std::unique_lock<std::mutex> l(watch_mu_);
-    while (!watch_cv_.wait_for(l, absl::ToChronoMilliseconds(interval), [&] { return stop_; })) {
-      l.unlock();
-      std::ifstream in(path, std::ios::binary);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      const std::string text = ss.str();
-      const std::string sha = Sha256Hex(text);
-      const auto live = snapshot_.load();
-      if (in && sha != live->config->sha256 && sha != failed_sha) {
-        auto config = policies::ParseTenantConfig(text, path, options_.models);
-        if (config.ok()) {
-          Apply(*config);
-          spdlog::info("tenants: reloaded {} ({} tenants, sha256 {})", path,
-                       (*config)->tenants.size(), sha.substr(0, 12));
-          failed_sha.clear();
-        } else {
-          // The live tenants stay; reported once per change of the file.
-          spdlog::error("tenants: {} not reloaded, the live configuration stays:\n{}", path,
-                        std::string(config.status().message()));
-          failed_sha = sha;
-        }
-      }
-      l.lock();
-    }
-  });
+absl::Status TenantRegistry::Reload(const std::string& trigger) {
+  auto text = ReadFileToString(path_);
+  if (!text.ok()) {
+    metrics_->CountTenantsReload(false);
+    spdlog::error("tenants reload ({}): {}; the live configuration stays", trigger,
+                  std::string(text.status().message()));
+    return text.status();
+  }
+  return ReloadText(*text, trigger);
 }
 
-void TenantRegistry::Stop() {
-  {
-    std::lock_guard<std::mutex> l(watch_mu_);
-    stop_ = true;
+absl::Status TenantRegistry::ReloadText(const std::string& text, const std::string& trigger) {
+  std::lock_guard<std::mutex> l(reload_mu_);
+  auto config = policies::ParseTenantConfig(text, path_, options_.models);
+  if (!config.ok()) {
+    metrics_->CountTenantsReload(false);
+    last_failed_sha_ = Sha256Hex(text);
+    spdlog::error("tenants reload ({}) from {} failed; the live configuration stays:\n{}", trigger,
+                  path_, std::string(config.status().message()));
+    return config.status();
   }
-  watch_cv_.notify_all();
-  if (watcher_.joinable()) watcher_.join();
+  last_failed_sha_.clear();
+  Apply(*config);
+  metrics_->CountTenantsReload(true);
+  spdlog::info("tenants ({}) {}: {} tenants, sha256 {}", trigger, path_, (*config)->tenants.size(),
+               (*config)->sha256.substr(0, 12));
+  return absl::OkStatus();
+}
+
+void TenantRegistry::CheckFile() {
+  auto text = ReadFileToString(path_);
+  if (!text.ok()) return;  // mid-rename or removed: the next poll sees what comes
+  const std::string sha = Sha256Hex(*text);
+  {
+    std::lock_guard<std::mutex> l(reload_mu_);
+    const auto live = snapshot_.load()->config;
+    if ((live != nullptr && sha == live->sha256) || sha == last_failed_sha_) return;
+  }
+  // The same bytes that were hashed are parsed, so a half-written file is judged as read.
+  ReloadText(*text, "file changed").IgnoreError();  // logged and counted
 }
 
 bool TenantRegistry::enabled() const { return snapshot_.load()->config != nullptr; }

@@ -2,19 +2,19 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "gateway/gateway_metrics.h"
+#include "gateway/reload_loop.h"
 #include "gateway/token_bucket.h"
 #include "policies/tenant_config.h"
 
@@ -70,19 +70,28 @@ struct TenantRegistryOptions {
 };
 
 // API keys -> tenants, from the tenants file (policies/tenant_config.h), reloaded when the file
-// changes. Lookups take an immutable snapshot swapped atomically and never wait for a reload.
+// changes and on SIGHUP. Lookups take an immutable snapshot swapped atomically and never wait
+// for a reload. An invalid file never replaces the live configuration: its errors are logged,
+// returned and counted (tandem_gateway_tenants_reloads_total{result="error"}).
 class TenantRegistry {
  public:
   TenantRegistry(TenantRegistryOptions options, GatewayMetrics* metrics);
   ~TenantRegistry();
 
-  // Loads `path` and applies it; an invalid file leaves the live configuration as it was.
+  // Loads `path` and applies it (start-up); later reloads read the same path.
   absl::Status Load(const std::string& path);
   // Applies a parsed configuration (null: no file, which needs allow_unauthenticated).
   void Apply(std::shared_ptr<const policies::TenantConfig> config);
-  // Re-reads `path` every `interval` on a thread of its own and applies it when it changed.
-  void Watch(const std::string& path, absl::Duration interval);
-  void Stop();
+  // Re-reads the file and applies it if valid, on the calling thread. `trigger` is for the log.
+  absl::Status Reload(const std::string& trigger);
+  // Starts the reload thread (after Load): it re-reads the file every `interval`, applying it
+  // when its content changed, and serves ReloadAsync.
+  void Watch(absl::Duration interval) { loop_.Start(interval); }
+  // Queues a reload on the reload thread; `done` (may be empty) gets its result there.
+  void ReloadAsync(std::string trigger, std::function<void(absl::Status)> done) {
+    loop_.Enqueue(std::move(trigger), std::move(done));
+  }
+  void Stop() { loop_.Stop(); }
 
   struct Caller {
     std::shared_ptr<TenantState> tenant;
@@ -104,16 +113,19 @@ class TenantRegistry {
     std::shared_ptr<const policies::TenantSpec> anonymous_spec;
   };
   std::shared_ptr<TenantState> StateFor(const std::string& name);  // mu_ held
+  // Parses `text` (the file's bytes as read once) and applies it if valid.
+  absl::Status ReloadText(const std::string& text, const std::string& trigger);
+  void CheckFile();
 
   const TenantRegistryOptions options_;
   GatewayMetrics* const metrics_;
   std::atomic<std::shared_ptr<const Snapshot>> snapshot_;
   std::mutex mu_;                                               // serialises Apply
   std::map<std::string, std::shared_ptr<TenantState>> states_;  // guarded by mu_
-  std::mutex watch_mu_;
-  std::condition_variable watch_cv_;
-  bool stop_ = false;  // guarded by watch_mu_
-  std::thread watcher_;
+  std::mutex reload_mu_;         // serialises reloads; held through file I/O and parsing
+  std::string path_;             // set by Load, before the reload thread starts
+  std::string last_failed_sha_;  // guarded by reload_mu_; reported once per change
+  ReloadLoop loop_;              // last: its thread uses the members above
 };
 
 }  // namespace tandem::gateway

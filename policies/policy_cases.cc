@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "router/policy_router.h"
 #include "router/request_features.h"
 
@@ -156,15 +157,13 @@ CaseResult RunCase(const router::Policy& policy, const YAML::Node& c, const std:
 
 absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& policy,
                                                        const std::string& cases_path) {
-  std::ifstream in(cases_path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", cases_path));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  auto text = ReadFileToString(cases_path);
+  if (!text.ok()) return text.status();
   YAML::Node root;
   Problems problems{cases_path, {}};
   // yaml-cpp reports syntax and conversion errors by throwing; caught here, its call site.
   try {
-    root = YAML::Load(ss.str());
+    root = YAML::Load(*text);
     if (!KnownKeys(root, "(top)", {"cases"}, &problems) || !root["cases"] ||
         !root["cases"].IsSequence() || root["cases"].size() == 0) {
       if (problems.lines.empty()) problems.Add(root, "cases", "expected a non-empty list");

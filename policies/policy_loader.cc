@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/file.h"
 #include "common/sha256.h"
 #include "policies/yaml_reader.h"
 #include "router/hashed_classifier.h"
@@ -26,7 +27,8 @@ using router::Predicate;
 // Walks the YAML tree, building the policy and collecting every error with its location.
 class Parser : public YamlReader {
  public:
-  Parser(std::string file, std::vector<PolicyError>* errors) : YamlReader(std::move(file), errors) {}
+  Parser(std::string file, std::vector<PolicyError>* errors)
+      : YamlReader(std::move(file), errors) {}
 
   std::shared_ptr<const Policy> Parse(const YAML::Node& root, const std::string& text) {
     auto p = std::make_shared<Policy>();
@@ -146,14 +148,12 @@ class Parser : public YamlReader {
         (p->classifier_min_confidence < 0 || p->classifier_min_confidence > 1)) {
       Error(node["min_confidence"], "classifier.min_confidence", "must be in [0, 1]");
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      Error(node["model"], "classifier.model", absl::StrCat("cannot read ", path));
+    auto bytes = ReadFileToString(path);
+    if (!bytes.ok()) {
+      Error(node["model"], "classifier.model", std::string(bytes.status().message()));
       return;
     }
-    std::stringstream bytes;
-    bytes << in.rdbuf();
-    auto model = router::HashedClassifier::FromBytes(bytes.str());
+    auto model = router::HashedClassifier::FromBytes(*bytes);
     if (!model.ok()) {
       Error(node["model"], "classifier.model",
             absl::StrCat(path, ": ", std::string(model.status().message())));
@@ -168,7 +168,7 @@ class Parser : public YamlReader {
     p->classifier = std::make_shared<router::HashedClassifier>(std::move(*model));
     p->classifier_path = path;
     // The policy's identity covers the model too: retraining it is a policy change.
-    p->sha256 = Sha256Hex(p->sha256 + Sha256Hex(bytes.str()));
+    p->sha256 = Sha256Hex(p->sha256 + Sha256Hex(*bytes));
   }
 
   // signals: NAME: NUMBER (static) or NAME: {scrape: {...} | promql: EXPR, interval, stale}.
@@ -665,11 +665,9 @@ absl::StatusOr<std::shared_ptr<const router::Policy>> ParsePolicy(
 
 absl::StatusOr<std::shared_ptr<const router::Policy>> LoadPolicyFile(
     const std::string& path, std::vector<PolicyError>* errors) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read policy file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParsePolicy(ss.str(), path, errors);
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  return ParsePolicy(*text, path, errors);
 }
 
 }  // namespace tandem::policies

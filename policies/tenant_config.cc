@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/sha256.h"
 #include "policies/yaml_reader.h"
 
@@ -180,11 +181,9 @@ absl::StatusOr<std::shared_ptr<const TenantConfig>> ParseTenantConfig(
 
 absl::StatusOr<std::shared_ptr<const TenantConfig>> LoadTenantFile(
     const std::string& path, const std::set<std::string>& known_models) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read tenants file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseTenantConfig(ss.str(), path, known_models);
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  return ParseTenantConfig(*text, path, known_models);
 }
 
 std::string TenantKeyEntry(const std::string& api_key) {

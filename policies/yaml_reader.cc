@@ -28,7 +28,8 @@ void YamlReader::Error(const YAML::Node& at, const std::string& path, const std:
   errors_->push_back({file_, m.line + 1, m.column + 1, path, message});
 }
 
-bool YamlReader::Map(const YAML::Node& node, const std::string& path, const std::set<std::string>& allowed) {
+bool YamlReader::Map(const YAML::Node& node, const std::string& path,
+                     const std::set<std::string>& allowed) {
   if (!node.IsMap()) {
     Error(node, path, "expected a map");
     return false;
@@ -68,7 +69,7 @@ bool YamlReader::Number(const YAML::Node& node, const std::string& path, double*
 }
 
 bool YamlReader::Integer(const YAML::Node& node, const std::string& path, int64_t lo, int64_t hi,
-             int64_t* out) {
+                         int64_t* out) {
   long long v = 0;
   if (!node.IsScalar() || !YAML::convert<long long>::decode(node, v)) {
     Error(node, path, "expected an integer");
@@ -84,8 +85,8 @@ bool YamlReader::Integer(const YAML::Node& node, const std::string& path, int64_
 
 bool YamlReader::Duration(const YAML::Node& node, const std::string& path, double* seconds) {
   absl::Duration d;
-  if (node.IsScalar() && YAML::convert<double>::decode(node, *seconds) &&
-      std::isfinite(*seconds) && *seconds >= 0) {
+  if (node.IsScalar() && YAML::convert<double>::decode(node, *seconds) && std::isfinite(*seconds) &&
+      *seconds >= 0) {
     return true;
   }
   if (!node.IsScalar() || !absl::ParseDuration(node.Scalar(), &d) || d < absl::ZeroDuration() ||

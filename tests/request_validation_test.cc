@@ -1,5 +1,6 @@
 #include "common/request_validation.h"
 
+#include "common/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -127,6 +128,44 @@ TEST(ValidateSamplingTest, ChecksStopSequences) {
   s.set_stop(1, "x");
   s.add_stop("y");
   EXPECT_THAT(ValidateSampling(s, 0, limits).message(), HasSubstr("3 sequences"));
+}
+
+TEST(ValidateLabelsTest, LimitsAndFieldNames) {
+  RequestLimits limits;
+  limits.max_labels = 2;
+  limits.max_label_bytes = 8;
+  google::protobuf::Map<std::string, std::string> labels;
+  labels["app"] = "web";
+  EXPECT_TRUE(ValidateLabels(labels, limits).ok());
+  labels["team"] = "x";
+  labels["env"] = "y";
+  EXPECT_THAT(ValidateLabels(labels, limits).message(), HasSubstr("3 labels; the limit is 2"));
+
+  google::protobuf::Map<std::string, std::string> empty_key;
+  empty_key[""] = "x";
+  EXPECT_THAT(ValidateLabels(empty_key, limits).message(), HasSubstr("labels: empty key"));
+
+  google::protobuf::Map<std::string, std::string> bad;
+  bad["\xFFkey"] = "x";
+  const absl::Status s = ValidateLabels(bad, limits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("labels[?]: keys and values must be valid UTF-8"));
+
+  // A long key of two-byte characters: the field name shows at most 64 bytes of it, cut between
+  // characters (the 64-byte cut would split none here; 63 bytes of prefix make it split one).
+  google::protobuf::Map<std::string, std::string> long_key;
+  std::string key = "k";
+  for (int i = 0; i < 40; ++i) key += "\xC3\xA9";  // é
+  long_key[key] = "v";
+  limits.max_label_bytes = 1000;
+  EXPECT_TRUE(ValidateLabels(long_key, limits).ok());
+  limits.max_label_bytes = 16;
+  const absl::Status long_status = ValidateLabels(long_key, limits);
+  EXPECT_THAT(long_status.message(), HasSubstr("over 16 bytes (--max_label_bytes)"));
+  EXPECT_TRUE(IsValidUtf8(std::string(long_status.message()))) << long_status.message();
+  std::string shown = "k";
+  for (int i = 0; i < 31; ++i) shown += "\xC3\xA9";  // 63 bytes: the 32nd é would end at 65
+  EXPECT_THAT(long_status.message(), HasSubstr("labels[" + shown + "...]"));
 }
 
 }  // namespace

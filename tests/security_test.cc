@@ -332,6 +332,14 @@ class TenantsTest : public ::testing::Test {
     return stub->GetPolicy(&ctx, {}, &st);
   }
 
+  // tandem_gateway_tenants_reloads_total{result}; -1 when unreadable.
+  double ReloadCount(const std::string& result) {
+    auto text = HttpGet(gateway_.metrics_address, "/metrics");
+    if (!text.ok()) return -1;
+    return MetricValue(*text, "tandem_gateway_tenants_reloads_total", {{"result", result}})
+        .value_or(-1);
+  }
+
   Server qwen_, nemotron_, gateway_;
   std::string tenants_path_;
 };
@@ -444,15 +452,32 @@ TEST_F(TenantsTest, TenantsFileReloadsWithoutRestart) {
   // An invalid file is refused and the live tenants stay.
   std::ofstream(tenants_path_ + ".tmp") << "tenants:\n  - name: Bad Name\n";
   ASSERT_EQ(std::rename((tenants_path_ + ".tmp").c_str(), tenants_path_.c_str()), 0);
-  ASSERT_TRUE(WaitUntil([&] {
-    return gateway_.process->ReadLog().find("not reloaded, the live configuration stays") !=
-           std::string::npos;
-  }));
+  ASSERT_TRUE(WaitUntil([&] { return ReloadCount("error") == 1; }));
+  EXPECT_NE(gateway_.process->ReadLog().find("failed; the live configuration stays"),
+            std::string::npos);
   EXPECT_TRUE(Call("ops-secret").ok());
   // A valid edit applies: a new key for search.
   std::ofstream(tenants_path_ + ".tmp") << TenantsYaml("new-secret");
   ASSERT_EQ(std::rename((tenants_path_ + ".tmp").c_str(), tenants_path_.c_str()), 0);
   EXPECT_TRUE(WaitUntil([&] { return Call("new-secret").ok(); }));
+  EXPECT_EQ(ReloadCount("ok"), 1);
+  EXPECT_EQ(ReloadCount("error"), 1);  // the bad file was reported once, not every poll
+}
+
+TEST_F(TenantsTest, SighupReloadsTheTenantsFile) {
+  // No polling within the test's life: only the signal can apply the edit.
+  Start({"--policy_watch_interval=1h"});
+  std::ofstream(tenants_path_ + ".tmp") << TenantsYaml("hup-secret");
+  ASSERT_EQ(std::rename((tenants_path_ + ".tmp").c_str(), tenants_path_.c_str()), 0);
+  EXPECT_EQ(Call("hup-secret").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  gateway_.process->Signal(SIGHUP);
+  EXPECT_TRUE(WaitUntil([&] { return Call("hup-secret").ok(); }));
+  EXPECT_EQ(ReloadCount("ok"), 1);
+  // A SIGHUP with an invalid file: counted, and the live tenants stay.
+  std::ofstream(tenants_path_) << "tenants: [";
+  gateway_.process->Signal(SIGHUP);
+  EXPECT_TRUE(WaitUntil([&] { return ReloadCount("error") == 1; }));
+  EXPECT_TRUE(Call("hup-secret").ok());
 }
 
 TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {

@@ -30,6 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/client_tls_flags.h"
+#include "common/file.h"
 #include "common/grpc_status.h"
 #include "google/protobuf/util/json_util.h"
 #include "policies/policy_cases.h"
@@ -101,15 +102,13 @@ bool BuildRequest(const std::vector<std::string>& words, GenerateRequest* req, s
   user->set_role("user");
   if (!prompt.empty()) user->add_content()->set_text(prompt);
   if (const std::string path = absl::GetFlag(FLAGS_image); !path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      *err = "cannot read --image=" + path;
+    auto data = tandem::ReadFileToString(path);
+    if (!data.ok()) {
+      *err = "--image: " + std::string(data.status().message());
       return false;
     }
-    std::ostringstream data;
-    data << in.rdbuf();
     auto* image = user->add_content()->mutable_image();
-    image->set_data(data.str());
+    image->set_data(*std::move(data));
     image->set_mime_type(absl::GetFlag(FLAGS_image_mime));
   }
   auto* s = req->mutable_sampling();

@@ -57,6 +57,13 @@ case('an invalid policy is refused, then the window passes', [
     ('5m', 'TandemPolicyReloadFailed', [exp('TandemPolicyReloadFailed', dict(GL, result='error'))]),
     ('15m', 'TandemPolicyReloadFailed', []),
 ])
+case('an invalid tenants file is refused, then the window passes', [
+    ('tandem_gateway_tenants_reloads_total{%s,result="error"}' % G, '0 0 1x20'),
+    ('tandem_gateway_tenants_reloads_total{%s,result="ok"}' % G, '0+1x22')], [
+    ('1m', 'TandemTenantsReloadFailed', []),
+    ('5m', 'TandemTenantsReloadFailed', [exp('TandemTenantsReloadFailed', dict(GL, result='error'))]),
+    ('15m', 'TandemTenantsReloadFailed', []),
+])
 case('a signal goes stale', [
     ('tandem_gateway_signal_stale{%s,signal="nemotron_queue"}' % G, '0 1 1 1'),
     ('tandem_gateway_signal_stale{%s,signal="qwen_queue"}' % G, '0 0 0 0')], [
