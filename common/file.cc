@@ -1,26 +1,41 @@
 #include "common/file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (in) {
-    std::stringstream ss;
-    ss << in.rdbuf();
-    // An empty file sets failbit on the copy; only a read error (badbit) is a failure.
-    if (!in.bad()) return ss.str();
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+  struct stat st;
+  int error = fstat(fd, &st) != 0 ? errno : (S_ISDIR(st.st_mode) ? EISDIR : 0);
+  if (error != 0) {
+    close(fd);
+    return absl::ErrnoToStatus(error, absl::StrCat("cannot read ", path));
   }
-  const int error = errno;
-  return absl::NotFoundError(
-      absl::StrCat("cannot read ", path, ": ", error != 0 ? std::strerror(error) : "read failed"));
+  std::string out;
+  // Sized up front for a regular file; pipes and devices grow until EOF.
+  if (S_ISREG(st.st_mode) && st.st_size > 0) out.reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = errno;
+      close(fd);
+      return absl::ErrnoToStatus(error, absl::StrCat("cannot read ", path));
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
 }
 
 }  // namespace tandem

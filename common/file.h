@@ -6,8 +6,9 @@
 
 namespace tandem {
 
-// The whole file's bytes. NOT_FOUND "cannot read PATH: REASON" when it cannot be opened or read
-// (REASON is the system's, e.g. "No such file or directory").
+// The whole file's bytes. On failure the status follows errno (NOT_FOUND for a missing file,
+// PERMISSION_DENIED, FAILED_PRECONDITION for a directory, ...) and says
+// "cannot read PATH: REASON".
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 }  // namespace tandem

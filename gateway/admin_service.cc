@@ -16,6 +16,28 @@ void AdminService::Fill(tandem::v1::PolicyStatus* response) const {
   response->set_path(reloader_->path());
 }
 
+void AdminService::Fill(tandem::v1::TenantsStatus* response) const {
+  if (tenants_ == nullptr) return;
+  const TenantRegistry::Live live = tenants_->Describe();
+  response->set_path(live.path);
+  response->set_sha256(live.sha256);
+  for (const TenantRegistry::TenantInfo& t : live.tenants) {
+    tandem::v1::TenantStatus* out = response->add_tenants();
+    const policies::TenantSpec& spec = *t.spec;
+    out->set_name(spec.name);
+    for (const std::string& m : spec.models) out->add_models(m);
+    out->set_admin(spec.admin);
+    out->set_priority(spec.priority);
+    out->set_requests_per_second(spec.limits.requests_per_second);
+    out->set_burst_requests(spec.limits.burst_requests);
+    out->set_tokens_per_second(spec.limits.tokens_per_second);
+    out->set_burst_tokens(spec.limits.burst_tokens);
+    out->set_max_concurrency(spec.limits.max_concurrency);
+    out->set_keys(t.keys);
+    out->set_inflight(t.inflight);
+  }
+}
+
 grpc::Status AdminService::Authorize(const grpc::CallbackServerContext* context) const {
   if (tenants_ == nullptr || !tenants_->enabled()) return grpc::Status::OK;
   auto caller = tenants_->Authenticate(ApiKeyFromMetadata(context->client_metadata()));
@@ -83,6 +105,33 @@ grpc::ServerUnaryReactor* AdminService::GetSignals(grpc::CallbackServerContext* 
                                                    tandem::v1::SignalsStatus* response) {
   if (auto* denied = Deny(context)) return denied;
   if (signals_ != nullptr) *response = signals_->Describe();
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::ReloadTenants(grpc::CallbackServerContext* context,
+                                                      const tandem::v1::ReloadTenantsRequest*,
+                                                      tandem::v1::TenantsStatus* response) {
+  if (auto* denied = Deny(context)) return denied;
+  auto* reactor = context->DefaultReactor();
+  if (tenants_ == nullptr || !tenants_->enabled()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 "the gateway has no tenants file; start it with --tenants"));
+    return reactor;
+  }
+  tenants_->ReloadAsync("admin RPC", [this, reactor, response](absl::Status s) {
+    if (s.ok()) Fill(response);
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::GetTenants(grpc::CallbackServerContext* context,
+                                                   const tandem::v1::GetTenantsRequest*,
+                                                   tandem::v1::TenantsStatus* response) {
+  if (auto* denied = Deny(context)) return denied;
+  Fill(response);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

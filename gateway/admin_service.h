@@ -8,8 +8,8 @@
 
 namespace tandem::gateway {
 
-// tandem.v1.Admin: policy reload and inspection. Reloads run on the reloader's thread; the
-// reactor finishes when it answers, so no gRPC thread waits on file I/O.
+// tandem.v1.Admin: policy and tenants reload and inspection. Reloads run on the reloaders'
+// threads; the reactor finishes when they answer, so no gRPC thread waits on file I/O.
 class AdminService final : public tandem::v1::Admin::CallbackService {
  public:
   // `reloader` is null when the gateway runs the built-in rules; `pools` and `signals` may be
@@ -17,8 +17,8 @@ class AdminService final : public tandem::v1::Admin::CallbackService {
   // With `tenants` enabled (a tenants file), only tenants with `admin: true` may call it; others
   // get PERMISSION_DENIED, calls without a valid key UNAUTHENTICATED.
   explicit AdminService(PolicyReloader* reloader, const WorkerPools* pools = nullptr,
-                        const SignalEngine* signals = nullptr,
-                        const TenantRegistry* tenants = nullptr, GatewayMetrics* metrics = nullptr)
+                        const SignalEngine* signals = nullptr, TenantRegistry* tenants = nullptr,
+                        GatewayMetrics* metrics = nullptr)
       : reloader_(reloader),
         pools_(pools),
         signals_(signals),
@@ -37,9 +37,16 @@ class AdminService final : public tandem::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* GetSignals(grpc::CallbackServerContext* context,
                                        const tandem::v1::GetSignalsRequest* request,
                                        tandem::v1::SignalsStatus* response) override;
+  grpc::ServerUnaryReactor* ReloadTenants(grpc::CallbackServerContext* context,
+                                          const tandem::v1::ReloadTenantsRequest* request,
+                                          tandem::v1::TenantsStatus* response) override;
+  grpc::ServerUnaryReactor* GetTenants(grpc::CallbackServerContext* context,
+                                       const tandem::v1::GetTenantsRequest* request,
+                                       tandem::v1::TenantsStatus* response) override;
 
  private:
   void Fill(tandem::v1::PolicyStatus* response) const;
+  void Fill(tandem::v1::TenantsStatus* response) const;
   // OK when the caller may use Admin.
   grpc::Status Authorize(const grpc::CallbackServerContext* context) const;
   // A reactor already finished with the refusal, or nullptr when the caller may go on.
@@ -48,7 +55,7 @@ class AdminService final : public tandem::v1::Admin::CallbackService {
   PolicyReloader* const reloader_;
   const WorkerPools* const pools_;
   const SignalEngine* const signals_;
-  const TenantRegistry* const tenants_;
+  TenantRegistry* const tenants_;
   GatewayMetrics* const metrics_;
 };
 

@@ -46,7 +46,7 @@ ABSL_FLAG(std::string, policy, "",
 ABSL_FLAG(std::string, validate_policy, "",
           "Check this policy file, print every error, and exit (0 valid, 1 invalid).");
 ABSL_FLAG(absl::Duration, policy_watch_interval, absl::Seconds(1),
-          "How often the policy file and the --tenants file are checked for changes.");
+          "How often the policy file and the --tenants file are checked for changes (10ms-24h).");
 ABSL_FLAG(std::string, decision_log, "",
           "Append every routing decision's inputs (features and hints, not prompt text) to this "
           "JSON-lines file, for tandemctl policy replay.");
@@ -339,6 +339,10 @@ int Run() {
   if (signal_options.scrape_timeout <= absl::ZeroDuration() ||
       signal_options.promql_timeout <= absl::ZeroDuration()) {
     Fatal("--scrape_timeout and --promql_timeout must be > 0");
+  }
+  if (const absl::Duration watch = absl::GetFlag(FLAGS_policy_watch_interval);
+      watch < absl::Milliseconds(10) || watch > absl::Hours(24)) {
+    Fatal("--policy_watch_interval must be between 10ms and 24h");
   }
   SignalEngine signals(&pools, &metrics, signal_options);
   std::unique_ptr<PolicyReloader> reloader;

@@ -3,6 +3,9 @@
 namespace tandem::gateway {
 
 void ReloadLoop::Start(absl::Duration interval) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (started_ || stop_) return;
+  started_ = true;
   thread_ = std::thread([this, interval] { Loop(interval); });
 }
 

@@ -22,11 +22,13 @@ class ReloadLoop {
       : poll_(std::move(poll)), reload_(std::move(reload)) {}
   ~ReloadLoop() { Stop(); }
 
+  // Starts the thread (once; later calls do nothing). `interval` must be positive and finite.
   void Start(absl::Duration interval);
   // Queues `reload(trigger)`; `done` (may be empty) gets its result on the loop's thread, or
   // UNAVAILABLE once stopping.
   void Enqueue(std::string trigger, std::function<void(absl::Status)> done);
-  // Answers what is still queued with UNAVAILABLE and joins the thread. Idempotent.
+  // Answers what is still queued with UNAVAILABLE and joins the thread. Idempotent; not from
+  // `poll` or `reload` themselves.
   void Stop();
 
  private:
@@ -41,6 +43,7 @@ class ReloadLoop {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;  // guarded by mu_
+  bool started_ = false;       // guarded by mu_
   bool stop_ = false;          // guarded by mu_
   std::thread thread_;
 };

@@ -141,8 +141,8 @@ absl::Status TenantRegistry::ReloadText(const std::string& text, const std::stri
   last_failed_sha_.clear();
   Apply(*config);
   metrics_->CountTenantsReload(true);
-  spdlog::info("tenants ({}) {}: {} tenants, sha256 {}", trigger, path_, (*config)->tenants.size(),
-               (*config)->sha256.substr(0, 12));
+  spdlog::info("tenants: reloaded ({}) {}: {} tenants, sha256 {}", trigger, path_,
+               (*config)->tenants.size(), (*config)->sha256.substr(0, 12));
   return absl::OkStatus();
 }
 
@@ -157,6 +157,26 @@ void TenantRegistry::CheckFile() {
   }
   // The same bytes that were hashed are parsed, so a half-written file is judged as read.
   ReloadText(*text, "file changed").IgnoreError();  // logged and counted
+}
+
+TenantRegistry::Live TenantRegistry::Describe() const {
+  const auto snap = snapshot_.load();
+  Live live;
+  if (snap->config != nullptr) {
+    live.path = path_;
+    live.sha256 = snap->config->sha256;
+    for (size_t i = 0; i < snap->specs.size(); ++i) {
+      TenantInfo info{snap->specs[i], static_cast<int>(snap->specs[i]->key_sha256.size()),
+                      snap->states[i]->inflight()};
+      live.tenants.push_back(std::move(info));
+    }
+  }
+  // A file's own 'anonymous' entry is already listed.
+  if (snap->anonymous != nullptr &&
+      (snap->config == nullptr || snap->config->Anonymous() == nullptr)) {
+    live.tenants.push_back({snap->anonymous_spec, 0, snap->anonymous->inflight()});
+  }
+  return live;
 }
 
 bool TenantRegistry::enabled() const { return snapshot_.load()->config != nullptr; }

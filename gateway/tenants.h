@@ -104,6 +104,19 @@ class TenantRegistry {
   // Whether a tenants file is in force.
   bool enabled() const;
 
+  // The live configuration, for the admin API.
+  struct TenantInfo {
+    std::shared_ptr<const policies::TenantSpec> spec;
+    int keys = 0;
+    int inflight = 0;
+  };
+  struct Live {
+    std::string path;                 // empty without a file
+    std::string sha256;               // of the live file
+    std::vector<TenantInfo> tenants;  // the file's order, then anonymous when allowed
+  };
+  Live Describe() const;
+
  private:
   struct Snapshot {
     std::shared_ptr<const policies::TenantConfig> config;

@@ -526,6 +526,15 @@ TEST_F(StackTest, TandemctlServesPeopleAndScripts) {
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_THAT(bad.out, HasSubstr("INVALID_ARGUMENT: sampling.temperature"));
 
+  // No tenants file: everyone is 'anonymous', and there is nothing to reload.
+  CommandResult tenants = RunCommand(ctl + " tenants show");
+  EXPECT_EQ(tenants.exit_code, 0) << tenants.out;
+  EXPECT_THAT(tenants.out, HasSubstr("path=(none)"));
+  EXPECT_THAT(tenants.out, HasSubstr("anonymous models=all priority=1 requests/s=unlimited"));
+  CommandResult reload = RunCommand(ctl + " tenants reload");
+  EXPECT_EQ(reload.exit_code, 1);
+  EXPECT_THAT(reload.out, HasSubstr("FAILED_PRECONDITION: the gateway has no tenants file"));
+
   CommandResult usage = RunCommand(ctl + " frobnicate");
   EXPECT_EQ(usage.exit_code, 2);
   EXPECT_THAT(usage.out, HasSubstr("unknown subcommand 'frobnicate'"));
@@ -565,13 +574,30 @@ TEST(WorkerStartupTest, BadDeviceOrModelIsAClearStartupError) {
   for (const auto& c : cases) {
     std::vector<std::string> args = c.args;
     args.push_back("--plaintext");
-    auto p = ChildProcess::Start(TANDEM_WORKER_BIN, args, TempPath("worker_bad.log"));
-    ASSERT_TRUE(p.ok());
-    const int status = (*p)->Wait(absl::Seconds(20));
-    ASSERT_NE(status, -1);
-    EXPECT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 2);
-    EXPECT_THAT((*p)->ReadLog(), HasSubstr(c.message));
+    auto [code, log] = RunToExit(TANDEM_WORKER_BIN, args);
+    EXPECT_EQ(code, 2) << log;
+    EXPECT_THAT(log, HasSubstr(c.message));
+  }
+}
+
+TEST(GatewayStartupTest, OutOfRangeLimitsAreClearStartupErrors) {
+  const std::vector<std::string> base = {"--workers=qwen=127.0.0.1:1,nemotron=127.0.0.1:2",
+                                         "--plaintext", "--worker_plaintext",
+                                         "--allow_unauthenticated"};
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--policy_watch_interval=0s", "--policy_watch_interval must be between 10ms and 24h"},
+      {"--policy_watch_interval=inf", "--policy_watch_interval must be between 10ms and 24h"},
+      {"--max_tenant_labels=0", "--max_tenant_labels must be >= 1"},
+      {"--max_inflight=-1", "--max_inflight and --max_queued must be >= 0"},
+      {"--max_request_bytes=10", "--max_request_bytes must be >= 1024"},
+      {"--max_attempts=0", "--max_attempts must be >= 1"},
+  };
+  for (const auto& [flag, message] : cases) {
+    std::vector<std::string> args = base;
+    args.push_back(flag);
+    auto [code, log] = RunToExit(TANDEM_GATEWAY_BIN, args);
+    EXPECT_EQ(code, 2) << flag << "\n" << log;
+    EXPECT_THAT(log, HasSubstr(message)) << flag;
   }
 }
 

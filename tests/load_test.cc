@@ -149,7 +149,8 @@ TEST(LoadTest, SteadyTrafficSurvivesWorkerKillsAndRestartsWithEveryRequestAccoun
     ASSERT_NE(w.process->Wait(absl::Seconds(10)), -1);
     ++kills;
     wait_until(fraction + 0.05);
-    auto again = StartWorker(model, {"--synthetic_time_scale=1", kAnswerLength, "--listen=" + address});
+    auto again =
+        StartWorker(model, {"--synthetic_time_scale=1", kAnswerLength, "--listen=" + address});
     ASSERT_TRUE(again.ok()) << again.status();
     workers[name] = std::move(*again);
     std::printf("[load] killed and restarted %s (%s) at %.0f%% of the run\n", name.c_str(),

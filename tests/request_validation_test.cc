@@ -152,7 +152,7 @@ TEST(ValidateLabelsTest, LimitsAndFieldNames) {
   EXPECT_THAT(s.message(), HasSubstr("labels[?]: keys and values must be valid UTF-8"));
 
   // A long key of two-byte characters: the field name shows at most 64 bytes of it, cut between
-  // characters (the 64-byte cut would split none here; 63 bytes of prefix make it split one).
+  // characters. Byte 64 is the lead byte of the 32nd é, so a plain 64-byte cut would split it.
   google::protobuf::Map<std::string, std::string> long_key;
   std::string key = "k";
   for (int i = 0; i < 40; ++i) key += "\xC3\xA9";  // é

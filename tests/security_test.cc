@@ -9,10 +9,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policies/tenant_config.h"
@@ -65,14 +67,6 @@ grpc::Status Generate(const std::string& address, std::shared_ptr<grpc::ChannelC
 
 bool EventuallyOk(const std::function<grpc::Status()>& call) {
   return WaitUntil([&] { return call().ok(); }, absl::Seconds(30));
-}
-
-// Starts a binary expected to refuse its flags; returns its exit code and log.
-std::pair<int, std::string> RunToExit(const char* binary, const std::vector<std::string>& args) {
-  auto p = ChildProcess::Start(binary, args, TempPath("refused.log"));
-  if (!p.ok()) return {-1, std::string(p.status().message())};
-  const int status = (*p)->Wait(absl::Seconds(20));
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, (*p)->ReadLog()};
 }
 
 class TlsTest : public ::testing::Test {
@@ -460,7 +454,7 @@ TEST_F(TenantsTest, TenantsFileReloadsWithoutRestart) {
   std::ofstream(tenants_path_ + ".tmp") << TenantsYaml("new-secret");
   ASSERT_EQ(std::rename((tenants_path_ + ".tmp").c_str(), tenants_path_.c_str()), 0);
   EXPECT_TRUE(WaitUntil([&] { return Call("new-secret").ok(); }));
-  EXPECT_EQ(ReloadCount("ok"), 1);
+  EXPECT_TRUE(WaitUntil([&] { return ReloadCount("ok") == 1; }));  // counted just after it applies
   EXPECT_EQ(ReloadCount("error"), 1);  // the bad file was reported once, not every poll
 }
 
@@ -472,12 +466,53 @@ TEST_F(TenantsTest, SighupReloadsTheTenantsFile) {
   EXPECT_EQ(Call("hup-secret").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   gateway_.process->Signal(SIGHUP);
   EXPECT_TRUE(WaitUntil([&] { return Call("hup-secret").ok(); }));
-  EXPECT_EQ(ReloadCount("ok"), 1);
+  EXPECT_TRUE(WaitUntil([&] { return ReloadCount("ok") == 1; }));
   // A SIGHUP with an invalid file: counted, and the live tenants stay.
   std::ofstream(tenants_path_) << "tenants: [";
   gateway_.process->Signal(SIGHUP);
   EXPECT_TRUE(WaitUntil([&] { return ReloadCount("error") == 1; }));
   EXPECT_TRUE(Call("hup-secret").ok());
+}
+
+TEST_F(TenantsTest, AdminShowsAndReloadsTheLiveTenants) {
+  Start({"--policy_watch_interval=1h"});  // only the RPC reloads within the test
+  auto ctl = [&](const std::string& key, const std::string& words) {
+    std::vector<std::string> args = {"--plaintext", "--gateway=" + gateway_.grpc_address,
+                                     "--api_key=" + key};
+    for (absl::string_view w : absl::StrSplit(words, ' ')) args.emplace_back(w);
+    return RunToExit(TANDEM_CTL_BIN, args);
+  };
+  auto [code, out] = ctl("ops-secret", "tenants show");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("path=" + tenants_path_ + " sha256="));
+  EXPECT_THAT(out, HasSubstr("search models=all priority=1 requests/s=0.2 tokens/s=unlimited "
+                             "concurrency=unlimited keys=1 inflight=0"));
+  EXPECT_THAT(out, HasSubstr("batch models=nemotron priority=1 requests/s=unlimited"));
+  EXPECT_THAT(out, HasSubstr("ops models=all priority=1 admin requests/s=unlimited"));
+  EXPECT_EQ(out.find(Key("ops-secret").substr(7)), std::string::npos) << "no key hashes";
+
+  std::tie(code, out) = ctl("search-secret", "tenants show");
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("PERMISSION_DENIED: tenant 'search' may not use tandem.v1.Admin"));
+
+  // A reload answers when the new tenants are live: the new key works at once.
+  std::ofstream(tenants_path_ + ".tmp") << TenantsYaml("new-secret");
+  ASSERT_EQ(std::rename((tenants_path_ + ".tmp").c_str(), tenants_path_.c_str()), 0);
+  std::tie(code, out) = ctl("ops-secret", "tenants reload");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("search models=all priority=1 requests/s=0.2"));
+  EXPECT_THAT(out, HasSubstr("keys=2"));
+  EXPECT_TRUE(Call("new-secret").ok());
+  EXPECT_EQ(ReloadCount("ok"), 1);
+
+  // An invalid file: INVALID_ARGUMENT with FILE:LINE, and the live tenants stay.
+  std::ofstream(tenants_path_) << "tenants:\n  - name: search\n    priority: 1000\n";
+  std::tie(code, out) = ctl("ops-secret", "tenants reload");
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("INVALID_ARGUMENT: " + tenants_path_ + ":"));
+  EXPECT_THAT(out, HasSubstr(tenants_path_ + ":3"));  // the priority's line
+  EXPECT_TRUE(Call("new-secret").ok());
+  EXPECT_EQ(ReloadCount("error"), 1);
 }
 
 TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {

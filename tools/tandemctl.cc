@@ -10,6 +10,8 @@
 //   tandemctl policy replay --log=FILE --old=A.yaml --new=B.yaml
 //                                          re-decide recorded traffic; report what changes
 //   tandemctl policy reload | show         the gateway's admin RPC
+//   tandemctl tenants lint FILE            validate a tenants file offline (FILE:LINE errors)
+//   tandemctl tenants reload | show        the gateway's live tenants: rights, quotas, in flight
 //   tandemctl endpoints                    every worker endpoint: health, breaker, load
 //   tandemctl signals                      the live policy's signals and triggers
 //
@@ -178,7 +180,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "usage: tandemctl [--gateway=HOST:PORT] [flags] generate|stream|route PROMPT... | models |\n"
       "       policy lint FILE... | policy test FILE CASES.yaml | endpoints | signals |\n"
-      "       hash-key (key on stdin) | tenants lint FILE\n"
+      "       hash-key (key on stdin) | tenants lint FILE | tenants reload | tenants show\n"
       "TLS by default: --tls_ca (and --tls_cert/--tls_key for mutual TLS), or --plaintext;\n"
       "the API key from --api_key or $TANDEM_API_KEY.");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
@@ -274,8 +276,38 @@ int main(int argc, char** argv) {
     std::cout << tandem::policies::TenantKeyEntry(key) << "\n";
     return 0;
   }
+  if (command == "tenants" && words.size() == 1 && (words[0] == "reload" || words[0] == "show")) {
+    auto admin = tandem::v1::Admin::NewStub(GatewayChannel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
+    tandem::AddApiKey(&ctx);
+    tandem::v1::TenantsStatus status;
+    grpc::Status s = words[0] == "reload" ? admin->ReloadTenants(&ctx, {}, &status)
+                                          : admin->GetTenants(&ctx, {}, &status);
+    if (!s.ok()) return RpcError(s);
+    if (absl::GetFlag(FLAGS_json)) {
+      std::cout << ToJson(status) << "\n";
+      return 0;
+    }
+    std::cout << "path=" << (status.path().empty() ? "(none)" : status.path())
+              << " sha256=" << status.sha256() << "\n";
+    auto limit = [](double v) { return v > 0 ? absl::StrCat(v) : std::string("unlimited"); };
+    for (const auto& t : status.tenants()) {
+      std::cout << t.name() << " models="
+                << (t.models().empty() ? std::string("all") : absl::StrJoin(t.models(), ","))
+                << " priority=" << t.priority() << (t.admin() ? " admin" : "")
+                << " requests/s=" << limit(t.requests_per_second())
+                << " tokens/s=" << limit(t.tokens_per_second())
+                << " concurrency=" << limit(t.max_concurrency()) << " keys=" << t.keys()
+                << " inflight=" << t.inflight() << "\n";
+    }
+    return 0;
+  }
   if (command == "tenants") {
-    if (words.size() != 2 || words[0] != "lint") return Usage("usage: tandemctl tenants lint FILE");
+    if (words.size() != 2 || words[0] != "lint") {
+      return Usage("usage: tandemctl tenants lint FILE | reload | show");
+    }
     const std::vector<std::string> models = absl::GetFlag(FLAGS_models);
     auto config = tandem::policies::LoadTenantFile(words[1], {models.begin(), models.end()});
     if (!config.ok()) {

@@ -98,6 +98,23 @@ absl::StatusOr<std::string> ChildProcess::WaitForLine(const std::string& needle,
   }
 }
 
+std::string ChildProcess::ReadStdoutToEnd(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left_ms <= 0) break;
+    pollfd p{stdout_fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left_ms)) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(stdout_fd_, buf, sizeof(buf));
+    if (n <= 0) break;  // closed
+    buffer_.append(buf, static_cast<size_t>(n));
+  }
+  std::string out;
+  out.swap(buffer_);
+  return out;
+}
+
 void ChildProcess::Signal(int sig) {
   if (!exited_) kill(pid_, sig);
 }

@@ -22,6 +22,9 @@ class ChildProcess {
 
   // The next stdout line containing `needle`; DEADLINE_EXCEEDED or the child's exit otherwise.
   absl::StatusOr<std::string> WaitForLine(const std::string& needle, absl::Duration timeout);
+  // Everything on stdout not yet consumed by WaitForLine, up to the child closing it (normally
+  // its exit); what came by `timeout` otherwise.
+  std::string ReadStdoutToEnd(absl::Duration timeout);
   void Signal(int sig);
   // Waits for exit and returns the exit status (as from waitpid), or -1 on timeout.
   int Wait(absl::Duration timeout);

@@ -38,13 +38,14 @@ absl::StatusOr<TestCa> TestCa::Create(const std::string& name) {
   if (mkdir(ca.dir_.c_str(), 0700) != 0) return absl::InternalError("mkdir " + ca.dir_);
   ca.cert_ = ca.dir_ + "/ca.crt";
   ca.key_ = ca.dir_ + "/ca.key";
-  absl::Status s = Run(
-      absl::StrCat("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-                   "-days 2 -subj '/CN=Tandem test CA ",
-                   name, "' -addext basicConstraints=critical,CA:TRUE -addext "
-                   "keyUsage=critical,keyCertSign,cRLSign -keyout ",
-                   ca.key_, " -out ", ca.cert_),
-      ca.dir_ + "/openssl.log");
+  absl::Status s =
+      Run(absl::StrCat("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+                       "-days 2 -subj '/CN=Tandem test CA ",
+                       name,
+                       "' -addext basicConstraints=critical,CA:TRUE -addext "
+                       "keyUsage=critical,keyCertSign,cRLSign -keyout ",
+                       ca.key_, " -out ", ca.cert_),
+          ca.dir_ + "/openssl.log");
   if (!s.ok()) return s;
   return ca;
 }
@@ -59,14 +60,14 @@ absl::StatusOr<TestCert> TestCa::Issue(const std::string& common_name) const {
                      << "extendedKeyUsage=serverAuth,clientAuth\n"
                      << "basicConstraints=CA:FALSE\n";
   const std::string log = dir_ + "/openssl.log";
-  absl::Status s = Run(
-      absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "
-                   "'/CN=",
-                   common_name, "' -keyout ", out.key, " -out ", base, ".csr"),
-      log);
+  absl::Status s =
+      Run(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "
+                       "'/CN=",
+                       common_name, "' -keyout ", out.key, " -out ", base, ".csr"),
+          log);
   if (!s.ok()) return s;
-  s = Run(absl::StrCat("openssl x509 -req -days 2 -in ", base, ".csr -CA ", cert_, " -CAkey ",
-                       key_, " -CAcreateserial -extfile ", ext, " -out ", out.cert),
+  s = Run(absl::StrCat("openssl x509 -req -days 2 -in ", base, ".csr -CA ", cert_, " -CAkey ", key_,
+                       " -CAcreateserial -extfile ", ext, " -out ", out.cert),
           log);
   if (!s.ok()) return s;
   return out;

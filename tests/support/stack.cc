@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -53,6 +54,16 @@ bool HasFlag(const std::vector<std::string>& args, const std::string& prefix) {
 }
 
 }  // namespace
+
+std::pair<int, std::string> RunToExit(const std::string& binary,
+                                      const std::vector<std::string>& args) {
+  auto p = ChildProcess::Start(binary, args, TempPath("run_to_exit.log"));
+  if (!p.ok()) return {-1, std::string(p.status().message())};
+  // Stdout first: drained before waiting, so a chatty child never blocks on a full pipe.
+  std::string out = (*p)->ReadStdoutToEnd(absl::Seconds(20));
+  const int status = (*p)->Wait(absl::Seconds(20));
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out + (*p)->ReadLog()};
+}
 
 absl::StatusOr<Server> StartWorker(const std::string& model,
                                    const std::vector<std::string>& extra_args) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,11 @@ struct Server {
   std::string grpc_address;
   std::string metrics_address;
 };
+
+// Runs a binary expected to exit by itself (e.g. to refuse its flags) for up to 20 s; returns its
+// exit code (-1 if it did not exit normally) and its output (stdout, then stderr).
+std::pair<int, std::string> RunToExit(const std::string& binary,
+                                      const std::vector<std::string>& args);
 
 // Starts tandem-worker --model=MODEL --device=cpu plus `extra_args`, and waits for its
 // "listening" line.

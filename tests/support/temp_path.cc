@@ -17,6 +17,9 @@ namespace {
 class ProcessTempDir {
  public:
   ProcessTempDir() {
+    // Constructs gtest's UnitTest (a function-local static) first if nothing has yet, so it is
+    // destroyed after this object and the destructor below can still ask it.
+    ::testing::UnitTest::GetInstance();
     std::string tmpl = absl::StrCat(::testing::TempDir(), "/tandem_", getpid(), "_XXXXXX");
     if (mkdtemp(tmpl.data()) == nullptr) {
       std::perror(("mkdtemp " + tmpl).c_str());
@@ -24,7 +27,6 @@ class ProcessTempDir {
     }
     path_ = tmpl;
   }
-  // Runs at exit, before gtest's own UnitTest (constructed earlier) is destroyed.
   ~ProcessTempDir() {
     if (!::testing::UnitTest::GetInstance()->Passed()) return;
     std::error_code ignored;
