@@ -21,6 +21,7 @@ void AdminService::Fill(tandem::v1::TenantsStatus* response) const {
   const TenantRegistry::Live live = tenants_->Describe();
   response->set_path(live.path);
   response->set_sha256(live.sha256);
+  response->set_allow_unauthenticated(live.allow_unauthenticated);
   for (const TenantRegistry::TenantInfo& t : live.tenants) {
     tandem::v1::TenantStatus* out = response->add_tenants();
     const policies::TenantSpec& spec = *t.spec;

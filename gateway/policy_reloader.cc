@@ -28,7 +28,9 @@ absl::Status PolicyReloader::Reload(const std::string& trigger) {
     metrics_->CountPolicyReload(false);
     spdlog::error("policy reload ({}): {}; the live policy stays", trigger,
                   std::string(text.status().message()));
-    return text.status();
+    // The gateway's own file, not the caller's input: whatever errno said, the caller cannot fix
+    // it by retrying, and PERMISSION_DENIED would read as "you may not reload".
+    return absl::FailedPreconditionError(text.status().message());
   }
   return ReloadText(*text, trigger);
 }

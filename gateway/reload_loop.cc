@@ -49,7 +49,10 @@ void ReloadLoop::Stop() {
     stop_ = true;
     cv_.notify_all();
   }
-  if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> j(join_mu_);
+    if (thread_.joinable()) thread_.join();
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     left.swap(queue_);

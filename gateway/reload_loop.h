@@ -45,6 +45,7 @@ class ReloadLoop {
   std::deque<Pending> queue_;  // guarded by mu_
   bool started_ = false;       // guarded by mu_
   bool stop_ = false;          // guarded by mu_
+  std::mutex join_mu_;         // concurrent Stop calls join once
   std::thread thread_;
 };
 

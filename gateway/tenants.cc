@@ -123,7 +123,7 @@ absl::Status TenantRegistry::Reload(const std::string& trigger) {
     metrics_->CountTenantsReload(false);
     spdlog::error("tenants reload ({}): {}; the live configuration stays", trigger,
                   std::string(text.status().message()));
-    return text.status();
+    return absl::FailedPreconditionError(text.status().message());  // as the policy reloader
   }
   return ReloadText(*text, trigger);
 }
@@ -162,6 +162,7 @@ void TenantRegistry::CheckFile() {
 TenantRegistry::Live TenantRegistry::Describe() const {
   const auto snap = snapshot_.load();
   Live live;
+  live.allow_unauthenticated = snap->anonymous != nullptr;
   if (snap->config != nullptr) {
     live.path = path_;
     live.sha256 = snap->config->sha256;

@@ -114,6 +114,7 @@ class TenantRegistry {
     std::string path;                 // empty without a file
     std::string sha256;               // of the live file
     std::vector<TenantInfo> tenants;  // the file's order, then anonymous when allowed
+    bool allow_unauthenticated = false;
   };
   Live Describe() const;
 

@@ -17,7 +17,8 @@ absl::StatusOr<std::shared_ptr<const router::Policy>> ParsePolicy(const std::str
                                                                   const std::string& file,
                                                                   std::vector<PolicyError>* errors);
 
-// Reads `path` and parses it; NOT_FOUND when the file cannot be read.
+// Reads `path` and parses it; when the file cannot be read, the status of ReadFileToString
+// (common/file.h: NOT_FOUND, PERMISSION_DENIED, ... with the system's reason).
 absl::StatusOr<std::shared_ptr<const router::Policy>> LoadPolicyFile(
     const std::string& path, std::vector<PolicyError>* errors);
 

@@ -30,7 +30,7 @@ struct TenantSpec {
   std::vector<std::string> key_sha256;
   // Models this tenant may use; empty means all.
   std::set<std::string> models;
-  // May call tandem.v1.Admin (policy reload, endpoint and signal listings).
+  // May call tandem.v1.Admin (policy and tenants reloads and listings, endpoints, signals).
   bool admin = false;
   // Share of the gateway's dispatch slots when they are contended, relative to other tenants
   // (1-100): a tenant with priority 4 is served four requests for every one of a tenant with 1.

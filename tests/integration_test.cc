@@ -529,7 +529,7 @@ TEST_F(StackTest, TandemctlServesPeopleAndScripts) {
   // No tenants file: everyone is 'anonymous', and there is nothing to reload.
   CommandResult tenants = RunCommand(ctl + " tenants show");
   EXPECT_EQ(tenants.exit_code, 0) << tenants.out;
-  EXPECT_THAT(tenants.out, HasSubstr("path=(none)"));
+  EXPECT_THAT(tenants.out, HasSubstr("path=(none) sha256= keyless=anonymous"));
   EXPECT_THAT(tenants.out, HasSubstr("anonymous models=all priority=1 requests/s=unlimited"));
   CommandResult reload = RunCommand(ctl + " tenants reload");
   EXPECT_EQ(reload.exit_code, 1);
@@ -582,8 +582,11 @@ TEST(WorkerStartupTest, BadDeviceOrModelIsAClearStartupError) {
 
 TEST(GatewayStartupTest, OutOfRangeLimitsAreClearStartupErrors) {
   const std::vector<std::string> base = {"--workers=qwen=127.0.0.1:1,nemotron=127.0.0.1:2",
-                                         "--plaintext", "--worker_plaintext",
-                                         "--allow_unauthenticated"};
+                                         "--plaintext",
+                                         "--worker_plaintext",
+                                         "--allow_unauthenticated",
+                                         "--listen=127.0.0.1:0",
+                                         "--metrics_listen=127.0.0.1:0"};
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--policy_watch_interval=0s", "--policy_watch_interval must be between 10ms and 24h"},
       {"--policy_watch_interval=inf", "--policy_watch_interval must be between 10ms and 24h"},

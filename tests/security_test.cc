@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policies/tenant_config.h"
@@ -35,10 +36,10 @@ using ::testing::Not;
 std::shared_ptr<grpc::ChannelCredentials> TlsTo(const std::string& ca,
                                                 const TestCert* client = nullptr) {
   grpc::SslCredentialsOptions o;
-  o.pem_root_certs = *ReadFile(ca);
+  o.pem_root_certs = *ReadFileToString(ca);
   if (client != nullptr) {
-    o.pem_private_key = *ReadFile(client->key);
-    o.pem_cert_chain = *ReadFile(client->cert);
+    o.pem_private_key = *ReadFileToString(client->key);
+    o.pem_cert_chain = *ReadFileToString(client->cert);
   }
   return grpc::SslCredentials(o);
 }
@@ -485,6 +486,7 @@ TEST_F(TenantsTest, AdminShowsAndReloadsTheLiveTenants) {
   auto [code, out] = ctl("ops-secret", "tenants show");
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("path=" + tenants_path_ + " sha256="));
+  EXPECT_THAT(out, HasSubstr(" keyless=refused"));
   EXPECT_THAT(out, HasSubstr("search models=all priority=1 requests/s=0.2 tokens/s=unlimited "
                              "concurrency=unlimited keys=1 inflight=0"));
   EXPECT_THAT(out, HasSubstr("batch models=nemotron priority=1 requests/s=unlimited"));

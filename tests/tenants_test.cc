@@ -222,6 +222,54 @@ TEST_F(TenantStateTest, RegistryAuthenticatesByKeyHash) {
   EXPECT_EQ(keyed->tenant, anon->tenant);
 }
 
+TEST_F(TenantStateTest, DescribeListsTheLiveTenantsWithAnonymousOnce) {
+  auto names = [](const TenantRegistry::Live& live) {
+    std::vector<std::string> out;
+    for (const auto& t : live.tenants) out.push_back(t.spec->name);
+    return out;
+  };
+  auto parse = [](const std::string& yaml) {
+    auto config = policies::ParseTenantConfig(yaml, "t.yaml", {});
+    EXPECT_TRUE(config.ok()) << config.status();
+    return *config;
+  };
+  const std::string one = "tenants:\n  - name: t\n    keys: [" + Key("a") + ", " + Key("b") + "]\n";
+  const std::string with_anonymous =
+      one + "  - name: anonymous\n    limits: {requests_per_second: 1}\n";
+
+  TenantRegistryOptions closed;
+  TenantRegistry registry(closed, &metrics_);
+  EXPECT_TRUE(registry.Describe().tenants.empty());
+  registry.Apply(parse(one));
+  TenantRegistry::Live live = registry.Describe();
+  EXPECT_EQ(names(live), std::vector<std::string>{"t"});
+  EXPECT_FALSE(live.allow_unauthenticated);
+  EXPECT_EQ(live.tenants[0].keys, 2);
+  auto caller = registry.Authenticate("a");
+  ASSERT_TRUE(caller.ok());
+  ASSERT_FALSE(caller->tenant->TryAdmit(10, Clock::now()).has_value());
+  EXPECT_EQ(registry.Describe().tenants[0].inflight, 1);
+  caller->tenant->Release(0);
+  EXPECT_EQ(registry.Describe().tenants[0].inflight, 0);
+  // Without --allow_unauthenticated a file's 'anonymous' is an ordinary entry.
+  registry.Apply(parse(with_anonymous));
+  EXPECT_EQ(names(registry.Describe()), (std::vector<std::string>{"t", "anonymous"}));
+
+  TenantRegistryOptions open;
+  open.allow_unauthenticated = true;
+  TenantRegistry keyless(open, &metrics_);
+  live = keyless.Describe();
+  EXPECT_EQ(names(live), std::vector<std::string>{"anonymous"});  // no file: unlimited
+  EXPECT_TRUE(live.allow_unauthenticated);
+  EXPECT_EQ(live.tenants[0].spec->limits.requests_per_second, 0);
+  keyless.Apply(parse(one));
+  EXPECT_EQ(names(keyless.Describe()), (std::vector<std::string>{"t", "anonymous"}));
+  keyless.Apply(parse(with_anonymous));
+  live = keyless.Describe();
+  EXPECT_EQ(names(live), (std::vector<std::string>{"t", "anonymous"}));  // listed once
+  EXPECT_EQ(live.tenants[1].spec->limits.requests_per_second, 1);
+}
+
 TEST(ApiKeyTest, BearerOrXApiKey) {
   std::multimap<grpc::string_ref, grpc::string_ref> md;
   EXPECT_EQ(ApiKeyFromMetadata(md), "");

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/utf8.h"
 #include "workers/native/bpe_tokenizer.h"
 #include "workers/native/chat_template.h"
@@ -26,11 +27,11 @@ using ::testing::HasSubstr;
 
 const std::string kDir = std::string(TANDEM_SOURCE_DIR) + "/tests/tokenizer";
 
+// The file's bytes; a missing fixture fails the test that reads it.
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  auto text = ReadFileToString(path);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *std::move(text) : std::string();
 }
 
 std::shared_ptr<const BpeTokenizer> Qwen3() {

@@ -10,6 +10,7 @@
 //   tandemctl policy replay --log=FILE --old=A.yaml --new=B.yaml
 //                                          re-decide recorded traffic; report what changes
 //   tandemctl policy reload | show         the gateway's admin RPC
+//   echo -n KEY | tandemctl hash-key       the sha256: entry of an API key, for a tenants file
 //   tandemctl tenants lint FILE            validate a tenants file offline (FILE:LINE errors)
 //   tandemctl tenants reload | show        the gateway's live tenants: rights, quotas, in flight
 //   tandemctl endpoints                    every worker endpoint: health, breaker, load
@@ -291,7 +292,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::cout << "path=" << (status.path().empty() ? "(none)" : status.path())
-              << " sha256=" << status.sha256() << "\n";
+              << " sha256=" << status.sha256()
+              << " keyless=" << (status.allow_unauthenticated() ? "anonymous" : "refused") << "\n";
     auto limit = [](double v) { return v > 0 ? absl::StrCat(v) : std::string("unlimited"); };
     for (const auto& t : status.tenants()) {
       std::cout << t.name() << " models="

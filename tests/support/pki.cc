@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "tests/support/stack.h"
 
 namespace tandem::testing {
@@ -16,21 +16,13 @@ namespace {
 absl::Status Run(const std::string& cmd, const std::string& log) {
   const std::string full = absl::StrCat(cmd, " >>", log, " 2>&1");
   if (std::system(full.c_str()) != 0) {
-    auto text = ReadFile(log);
+    auto text = ReadFileToString(log);
     return absl::InternalError(absl::StrCat("failed: ", cmd, "\n", text.ok() ? *text : ""));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 absl::StatusOr<TestCa> TestCa::Create(const std::string& name) {
   TestCa ca;
@@ -74,7 +66,7 @@ absl::StatusOr<TestCert> TestCa::Issue(const std::string& common_name) const {
 }
 
 absl::Status ReplaceFileAtomically(const std::string& from, const std::string& to) {
-  auto text = ReadFile(from);
+  auto text = ReadFileToString(from);
   if (!text.ok()) return text.status();
   const std::string tmp = to + ".tmp";
   {

@@ -35,7 +35,4 @@ class TestCa {
 // certificate should.
 absl::Status ReplaceFileAtomically(const std::string& from, const std::string& to);
 
-// The contents of a file.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
-
 }  // namespace tandem::testing

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -60,8 +61,9 @@ std::pair<int, std::string> RunToExit(const std::string& binary,
   auto p = ChildProcess::Start(binary, args, TempPath("run_to_exit.log"));
   if (!p.ok()) return {-1, std::string(p.status().message())};
   // Stdout first: drained before waiting, so a chatty child never blocks on a full pipe.
-  std::string out = (*p)->ReadStdoutToEnd(absl::Seconds(20));
-  const int status = (*p)->Wait(absl::Seconds(20));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  std::string out = (*p)->ReadStdoutToEnd(deadline - absl::Now());
+  const int status = (*p)->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out + (*p)->ReadLog()};
 }
 
