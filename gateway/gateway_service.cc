@@ -66,11 +66,10 @@ class GenerationCall {
   class Attempt final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
    public:
     Attempt(GenerationCall* owner, Target target, tandem::v1::WorkerGenerateRequest request,
-            bool extra, bool hedge)
+            bool hedge)
         : owner_(owner),
           target_(std::move(target)),
           request_(std::move(request)),
-          extra_(extra),
           hedge_(hedge),
           context_(grpc::ClientContext::FromCallbackServerContext(*owner->context_)) {
       // Propagation already bounds this by the caller's deadline; this adds the default.
@@ -93,7 +92,6 @@ class GenerationCall {
     Endpoint* endpoint() const { return target_.endpoint.get(); }
     const std::shared_ptr<Endpoint>& endpoint_ref() const { return target_.endpoint; }
     const std::string& model() const { return target_.pool->name(); }
-    bool extra() const { return extra_; }
     bool hedge() const { return hedge_; }
 
     void OnReadDone(bool ok) override {
@@ -112,7 +110,6 @@ class GenerationCall {
     GenerationCall* const owner_;
     const Target target_;
     const tandem::v1::WorkerGenerateRequest request_;
-    const bool extra_;
     const bool hedge_;
     std::unique_ptr<grpc::ClientContext> context_;
     WorkerGenerateChunk in_;
@@ -303,7 +300,7 @@ class GenerationCall {
     }
     const auto& d = admission_.decision;
     if (model_metrics_ != nullptr) model_metrics_->inflight->Increment();
-    service_->retry_budget().RequestStarted();
+    service_->retry_budget().RequestStarted(SteadyClock::now());
     started_ = true;
     spdlog::info("request_id={} rpc={} start model={} class={} rule={} worker={} tenant={}",
                  admission_.request_id, rpc_, d.model, d.request_class, d.rule,
@@ -324,7 +321,7 @@ class GenerationCall {
         attempt_deadline_ - absl::ToChronoMicroseconds(service_->options().worker_deadline_offset);
 
     Target first{admission_.pool, admission_.endpoint, 0};
-    Attempt* a = new Attempt(this, first, admission_.worker_request, false, false);
+    Attempt* a = new Attempt(this, first, admission_.worker_request, /*hedge=*/false);
     {
       std::lock_guard<std::mutex> l(mu_);
       live_.push_back(a);
@@ -524,7 +521,7 @@ class GenerationCall {
     // worker's fault.
     a->endpoint()->RecordCall(ClassifyCall(status.error_code(), now >= worker_deadline_),
                               SteadyClock::now());
-    if (a->extra()) service_->retry_budget().Release();
+    if (a->hedge()) service_->retry_budget().ReleaseHedge();
 
     Attempt* next = nullptr;
     bool complete = false;
@@ -597,7 +594,7 @@ class GenerationCall {
                                                  "; no other worker: ", target.status().message()));
       return nullptr;
     }
-    if (!service_->retry_budget().TryAcquire()) {
+    if (!service_->retry_budget().TryRetry(SteadyClock::now())) {
       service_->metrics().CountRetryBudgetExhausted();
       recovery_.add_events(absl::StrCat(failure, "; retry budget exhausted"));
       *outcome = grpc::Status(
@@ -630,7 +627,7 @@ class GenerationCall {
     request.mutable_sampling()->set_max_tokens(max_tokens);
     spdlog::warn("request_id={} {}", admission_.request_id,
                  recovery_.events(recovery_.events_size() - 1));
-    Attempt* a = new Attempt(this, std::move(*target), std::move(request), true, false);
+    Attempt* a = new Attempt(this, std::move(*target), std::move(request), /*hedge=*/false);
     live_.push_back(a);
     refs_.fetch_add(1, std::memory_order_relaxed);
     ++attempts_;
@@ -646,7 +643,7 @@ class GenerationCall {
         std::vector<const Endpoint*> exclude = {live_[0]->endpoint()};
         for (const auto& e : failed_) exclude.push_back(e.get());
         absl::StatusOr<Target> target = service_->intake().PickTarget(admission_, exclude);
-        if (target.ok() && service_->retry_budget().TryAcquire()) {
+        if (target.ok() && service_->retry_budget().TryHedge()) {
           recovery_.set_hedged(true);
           recovery_.add_events(
               absl::StrCat("hedge: no first token after ", admission_.decision.hedge_after_seconds,
@@ -656,7 +653,7 @@ class GenerationCall {
               request.sampling().max_tokens() > target->max_output_tokens) {
             request.mutable_sampling()->set_max_tokens(target->max_output_tokens);
           }
-          hedge = new Attempt(this, std::move(*target), std::move(request), true, true);
+          hedge = new Attempt(this, std::move(*target), std::move(request), /*hedge=*/true);
           live_.push_back(hedge);
           refs_.fetch_add(1, std::memory_order_relaxed);
           ++attempts_;

@@ -138,8 +138,8 @@ ABSL_FLAG(absl::Duration, worker_deadline_offset, absl::Milliseconds(20),
 ABSL_FLAG(int32_t, max_attempts, 3,
           "Attempts per request, the first included (retries, mid-stream failovers, hedges).");
 ABSL_FLAG(double, retry_budget_ratio, 0.2,
-          "Extra attempts (retries, failovers, hedges) in flight at most this fraction of active "
-          "requests...");
+          "Retries and mid-stream failovers over any 10 s at most this fraction of the requests "
+          "started in them, and hedges in flight at most this fraction of active requests...");
 ABSL_FLAG(int32_t, retry_budget_min, 3, "...or this many, whichever is larger.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish.");

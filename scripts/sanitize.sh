@@ -38,10 +38,16 @@ repeat=()
 # a sanitizer report still fails the whole run below, whichever run it came from.
 if [[ $preset == tsan ]]; then repeat=(--repeat until-pass:2); fi
 set +e
-ctest --preset "$preset" -j "$(nproc)" "${repeat[@]}" "$@"
-rc=$?
+ctest --preset "$preset" -j "$(nproc)" "${repeat[@]}" "$@" 2>&1 | tee "$BUILD_DIR/ctest.log"
+rc=${PIPESTATUS[0]}
 set -e
 echo "[sanitize] $preset tests: $((SECONDS - start)) s (ctest exit $rc)"
+# A rerun must not hide a flaky test: name every test that failed a run, even if it passed later.
+mapfile -t failed_once < <(grep -E '\*\*\*(Failed|Timeout|Exception)' "$BUILD_DIR/ctest.log" |
+  sed -E 's/^.*Test +#[0-9]+: ([^ ]+) .*/\1/' | sort -u)
+if ((${#failed_once[@]})); then
+  echo "[sanitize] $preset: failed at least one run: ${failed_once[*]}" >&2
+fi
 
 shopt -s nullglob
 reports=("$LOGS"/*)
