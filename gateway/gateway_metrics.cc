@@ -99,7 +99,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                    .Register(r)),
       retry_budget_exhausted_(BuildCounter()
                                   .Name("tandem_gateway_retry_budget_exhausted_total")
-                                  .Help("Retries and failovers refused by the retry budget.")
+                                  .Help("Retries and hedges refused by the retry budget.")
                                   .Register(r)
                                   .Add({})),
       failovers_(BuildCounter()

@@ -331,10 +331,13 @@ class GenerationCall {
     a->Start();
     if (d.hedge_after_seconds > 0) {
       refs_.fetch_add(1, std::memory_order_relaxed);
-      hedge_armed_.store(true);
+      // The first attempt already runs: its first token may call CancelHedge on another thread
+      // now, and a grpc::Alarm must not be cancelled while it is being set.
+      std::lock_guard<std::mutex> l(hedge_mu_);
       hedge_alarm_.Set(
           now + std::chrono::microseconds(static_cast<int64_t>(d.hedge_after_seconds * 1e6)),
           [this](bool ok) { OnHedgeAlarm(ok); });
+      hedge_armed_ = true;
     }
     if (!d.shadow.empty() && d.shadow != d.model) service_->StartShadow(admission_, d.shadow);
   }
@@ -356,6 +359,9 @@ class GenerationCall {
   }
   void CancelAll() {
     if (LeaveQueue()) {
+      // Begin may still be setting the alarm on another thread (it holds queue_mu_ until then);
+      // gRPC never runs OnCancel inside Begin, so this cannot wait on itself.
+      { std::lock_guard<std::mutex> l(queue_mu_); }
       queue_alarm_.Cancel();  // drops its reference now, not at --max_queue_wait
       Complete(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued"));
       return;
@@ -371,8 +377,10 @@ class GenerationCall {
   }
 
   void CancelHedge() {
-    // Cancel only an alarm that was set; the callback then runs with ok=false.
-    if (hedge_armed_.load()) hedge_alarm_.Cancel();
+    // Cancel only an alarm that was set; the callback then runs with ok=false (on a gRPC thread,
+    // never inside Cancel, so holding hedge_mu_ here cannot deadlock with it).
+    std::lock_guard<std::mutex> l(hedge_mu_);
+    if (hedge_armed_) hedge_alarm_.Cancel();
   }
 
   // Token accounting from a worker chunk.
@@ -594,7 +602,10 @@ class GenerationCall {
                                                  "; no other worker: ", target.status().message()));
       return nullptr;
     }
-    if (!service_->retry_budget().TryRetry(SteadyClock::now())) {
+    // A mid-stream failover is not budgeted: its attempt continues only what is left of the
+    // answer, so it adds a re-prefill, not a second decode, and --max_attempts bounds it. A
+    // retry (nothing streamed yet) redoes everything, and a fleet failing fast makes many.
+    if (relayed_tokens_ == 0 && !service_->retry_budget().TryRetry(SteadyClock::now())) {
       service_->metrics().CountRetryBudgetExhausted();
       recovery_.add_events(absl::StrCat(failure, "; retry budget exhausted"));
       *outcome = grpc::Status(
@@ -685,8 +696,9 @@ class GenerationCall {
   std::chrono::system_clock::time_point attempt_deadline_;
   // attempt_deadline_ less --worker_deadline_offset: when workers are told to stop.
   std::chrono::system_clock::time_point worker_deadline_;
+  std::mutex hedge_mu_;  // orders hedge_alarm_'s Set before any Cancel
   grpc::Alarm hedge_alarm_;
-  std::atomic<bool> hedge_armed_{false};
+  bool hedge_armed_ = false;  // guarded by hedge_mu_
   std::atomic<int> refs_{1};
 
   mutable std::mutex mu_;

@@ -34,9 +34,9 @@ struct GatewayServiceOptions {
   // Attempts per request, the first included: retries before anything streamed, mid-stream
   // failovers and hedges each take one.
   int max_attempts = 3;
-  // Retries and failovers over any 10 s at most max(retry_budget_min, retry_budget_ratio x
-  // requests started in them); hedges in flight at most max(min, ratio x active requests).
-  // gateway/retry_budget.h says why the two differ.
+  // Retries over any 10 s at most max(retry_budget_min, retry_budget_ratio x requests started in
+  // them); hedges in flight at most max(min, ratio x active requests); mid-stream failovers only
+  // --max_attempts. gateway/retry_budget.h says why they differ.
   double retry_budget_ratio = 0.2;
   int retry_budget_min = 3;
   // API keys -> tenants and their quotas; null serves everyone as one unlimited tenant.

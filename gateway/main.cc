@@ -138,8 +138,8 @@ ABSL_FLAG(absl::Duration, worker_deadline_offset, absl::Milliseconds(20),
 ABSL_FLAG(int32_t, max_attempts, 3,
           "Attempts per request, the first included (retries, mid-stream failovers, hedges).");
 ABSL_FLAG(double, retry_budget_ratio, 0.2,
-          "Retries and mid-stream failovers over any 10 s at most this fraction of the requests "
-          "started in them, and hedges in flight at most this fraction of active requests...");
+          "Retries over any 10 s at most this fraction of the requests started in them, and "
+          "hedges in flight at most this fraction of active requests (0-1)...");
 ABSL_FLAG(int32_t, retry_budget_min, 3, "...or this many, whichever is larger.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish.");
@@ -392,8 +392,9 @@ int Run() {
     Fatal("--default_deadline must be > 0");
   }
   if (service_options.max_attempts < 1) Fatal("--max_attempts must be >= 1");
-  if (service_options.retry_budget_ratio < 0 || service_options.retry_budget_min < 0) {
-    Fatal("--retry_budget_ratio and --retry_budget_min must be >= 0");
+  if (!(service_options.retry_budget_ratio >= 0 && service_options.retry_budget_ratio <= 1) ||
+      service_options.retry_budget_min < 0) {
+    Fatal("--retry_budget_ratio must be in [0, 1] and --retry_budget_min >= 0");
   }
   TenantRegistryOptions tenant_options;
   tenant_options.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);

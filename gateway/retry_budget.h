@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -12,12 +13,12 @@ namespace tandem::gateway {
 // cannot multiply the load that made them fail (a retry storm), while one worker dying still has
 // its requests moved elsewhere.
 //
-// Retries and mid-stream failovers run after their request's previous attempt has ended: they
-// replace load, they do not add concurrency, but a failing fleet would see each request up to
-// --max_attempts times. So they are bounded by rate: over any `window`, at most
-// max(min, ratio x requests started in it). A worker's death needs one failover per request it
-// had in flight, a small share of the window's requests, so it fits; a fleet failing everything
-// gets at most 1 + ratio attempts per request.
+// Retries (nothing streamed yet) run after their request's previous attempt has ended: they
+// replace load rather than add concurrency, but a fleet failing fast would see each request up
+// to --max_attempts times. So they are bounded by rate: over any `window`, at most
+// max(min, ratio x requests started in it); a fleet failing everything gets at most 1 + ratio
+// attempts per request on average over the window (a quiet window's budget can be spent in one
+// burst). Mid-stream failovers are not budgeted (the gateway's call site says why).
 //
 // Hedges run alongside their request's first attempt: real extra concurrency. At most
 // max(min, ratio x active requests) are in flight.
@@ -26,12 +27,14 @@ class RetryBudget {
   using Clock = std::chrono::steady_clock;
 
   RetryBudget(double ratio, int64_t min, Clock::duration window = std::chrono::seconds(10))
-      : ratio_(ratio), min_(min), slot_(window / kSlots) {}
+      : ratio_(ratio),
+        min_(min),
+        slot_(std::max<Clock::duration>(window / kSlots, std::chrono::milliseconds(1))) {}
 
   void RequestStarted(Clock::time_point now);
   void RequestEnded() { active_.fetch_sub(1, std::memory_order_relaxed); }
 
-  // Spends one retry or failover; false when the window's budget is spent.
+  // Spends one retry; false when the window's budget is spent.
   bool TryRetry(Clock::time_point now);
 
   // Takes one hedge slot, given back with ReleaseHedge when the hedge ends; false when spent.

@@ -43,8 +43,8 @@ rc=${PIPESTATUS[0]}
 set -e
 echo "[sanitize] $preset tests: $((SECONDS - start)) s (ctest exit $rc)"
 # A rerun must not hide a flaky test: name every test that failed a run, even if it passed later.
-mapfile -t failed_once < <(grep -E '\*\*\*(Failed|Timeout|Exception)' "$BUILD_DIR/ctest.log" |
-  sed -E 's/^.*Test +#[0-9]+: ([^ ]+) .*/\1/' | sort -u)
+mapfile -t failed_once < <(grep -E 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception|Not Run)' \
+  "$BUILD_DIR/ctest.log" | sed -nE 's/^.*Test +#[0-9]+: ([^ ]+) .*/\1/p' | sort -u)
 if ((${#failed_once[@]})); then
   echo "[sanitize] $preset: failed at least one run: ${failed_once[*]}" >&2
 fi

@@ -9,7 +9,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcurl4-openssl-dev nlohmann-json3-dev   # gateway: worker scrapes and PromQL queries
-  libopenblas-dev libopenblas0-serial   # native engine: matrix products on the CPU
+  libopenblas-dev libopenblas0-pthread   # native engine: matrix products on the CPU
   libssl-dev openssl  # TLS: certificate checks at start-up; tests make their own certificates
   libicu-dev          # tokenizer: Unicode categories and NFC
   prometheus          # promtool, used by the metrics lint tests

@@ -13,10 +13,21 @@
 namespace tandem::workers::native {
 namespace {
 
-// A fixed pool that splits one product into row slices, one per thread, over OpenBLAS's
-// single-threaded build: the thread count is ours to set (--native_threads) and never
-// oversubscribes the engine thread. (The threaded builds also carry a large static TLS that
-// starved the small-stack threads of the civetweb metrics exposer, since replaced.)
+// OpenBLAS is called from several threads at once (the pool's slices, and engines of their own).
+// Its serial build is not safe for that: its buffer allocator takes no lock, and concurrent
+// products corrupted each other's results (about 1 run in 75 of
+// QwenGoldenTest.ConcurrentStatesMatchGolden). The pthread build locks; its own threads are
+// turned off here, before the first product, because the pool below does the splitting.
+void InitBlas() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+// A fixed pool that splits one product into row slices, one per thread: the thread count is ours
+// to set (--native_threads) and never oversubscribes the engine thread.
 class Pool {
  public:
   static Pool& Get() {
@@ -103,6 +114,7 @@ void LinearSlice(const float* x, int64_t n, int64_t cols, const float* w, int64_
 
 void Linear(const float* x, int64_t n, int64_t cols, const float* w, int64_t rows, float* out,
             bool accumulate) {
+  InitBlas();
   Pool& pool = Pool::Get();
   const int threads = pool.threads();
   if (threads <= 1 || n * rows * cols < kParallelMacs || rows < 64) {
@@ -144,6 +156,7 @@ void Softmax(float* x, int64_t n) {
 
 void MatMul(const float* a, int64_t lda, const float* b, int64_t ldb, bool b_transposed, int64_t m,
             int64_t n, int64_t k, float* out, int64_t ldc, bool accumulate) {
+  InitBlas();
   cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
               static_cast<int>(lda), b, static_cast<int>(ldb), accumulate ? 1.0f : 0.0f, out,
