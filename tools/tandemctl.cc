@@ -159,6 +159,13 @@ std::string Describe(const tandem::v1::RouteInfo& r) {
          " reason=\"" + r.reason() + "\"";
 }
 
+// Every RPC's --timeout deadline and API key.
+void PrepareContext(grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
+  tandem::AddApiKey(ctx);
+}
+
 // The channel to --gateway, TLS unless --plaintext (common/client_tls_flags.h).
 std::shared_ptr<grpc::Channel> GatewayChannel() {
   auto creds = tandem::ChannelCredentialsFromFlags();
@@ -237,9 +244,7 @@ int main(int argc, char** argv) {
     if (words.size() == 1 && (words[0] == "reload" || words[0] == "show")) {
       auto admin = tandem::v1::Admin::NewStub(GatewayChannel());
       grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
-      tandem::AddApiKey(&ctx);
+      PrepareContext(&ctx);
       tandem::v1::PolicyStatus status;
       grpc::Status s = words[0] == "reload" ? admin->ReloadPolicy(&ctx, {}, &status)
                                             : admin->GetPolicy(&ctx, {}, &status);
@@ -280,9 +285,7 @@ int main(int argc, char** argv) {
   if (command == "tenants" && words.size() == 1 && (words[0] == "reload" || words[0] == "show")) {
     auto admin = tandem::v1::Admin::NewStub(GatewayChannel());
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
-    tandem::AddApiKey(&ctx);
+    PrepareContext(&ctx);
     tandem::v1::TenantsStatus status;
     grpc::Status s = words[0] == "reload" ? admin->ReloadTenants(&ctx, {}, &status)
                                           : admin->GetTenants(&ctx, {}, &status);
@@ -326,9 +329,7 @@ int main(int argc, char** argv) {
   auto channel = GatewayChannel();
   auto stub = tandem::v1::Gateway::NewStub(channel);
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
-  tandem::AddApiKey(&ctx);
+  PrepareContext(&ctx);
   const bool json = absl::GetFlag(FLAGS_json);
 
   if (command == "endpoints" || command == "signals") {
