@@ -50,7 +50,8 @@ bool HasRecovery(const tandem::v1::Recovery& r) {
 // any other still racing (a hedge) is cancelled.
 //
 // Lifetime: one reference for the server reactor, one per live attempt, one for a pending hedge
-// alarm; the object deletes itself when the last goes.
+// alarm; the object deletes itself when the last goes. An attempt has its own references: gRPC's,
+// dropped in OnDone, and one for each Cancel in progress on another thread.
 class GenerationCall {
  public:
   GenerationCall(GatewayService* service, grpc::CallbackServerContext* context,
@@ -87,7 +88,15 @@ class GenerationCall {
       StartCall();
     }
     void Read() { StartRead(&in_); }
-    void Cancel() { context_->TryCancel(); }
+    // An attempt may end (OnDone, then delete) on a gRPC thread at any moment, so one found in
+    // live_ is cancelled only with a reference taken while holding mu_ (OnAttemptDone removes it
+    // from live_ under mu_ before gRPC's reference goes): CancelAndUnref then never touches a
+    // freed ClientContext.
+    void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+    void CancelAndUnref() {
+      context_->TryCancel();
+      Unref();
+    }
     const WorkerGenerateChunk& chunk() const { return in_; }
     Endpoint* endpoint() const { return target_.endpoint.get(); }
     const std::shared_ptr<Endpoint>& endpoint_ref() const { return target_.endpoint; }
@@ -103,16 +112,21 @@ class GenerationCall {
     }
     void OnDone(const grpc::Status& status) override {
       owner_->OnAttemptDone(this, status);
-      delete this;
+      Unref();
     }
 
    private:
+    void Unref() {
+      if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    }
+
     GenerationCall* const owner_;
     const Target target_;
     const tandem::v1::WorkerGenerateRequest request_;
     const bool hedge_;
     std::unique_ptr<grpc::ClientContext> context_;
     WorkerGenerateChunk in_;
+    std::atomic<int> refs_{1};  // gRPC's until OnDone, plus one per CancelAndUnref to come
   };
 
  protected:
@@ -371,8 +385,9 @@ class GenerationCall {
       std::lock_guard<std::mutex> l(mu_);
       cancelled_ = true;
       live = live_;
+      for (Attempt* a : live) a->Ref();
     }
-    for (Attempt* a : live) a->Cancel();
+    for (Attempt* a : live) a->CancelAndUnref();
     CancelHedge();
   }
 
@@ -503,7 +518,9 @@ class GenerationCall {
         recovery_.set_final_worker(a->endpoint()->address());
         recovery_.set_final_model(a->model());
         for (Attempt* o : live_) {
-          if (o != a) losers.push_back(o);
+          if (o == a) continue;
+          o->Ref();
+          losers.push_back(o);
         }
         if (recovery_.hedged()) {
           recovery_.set_hedge_won(a->hedge());
@@ -516,7 +533,7 @@ class GenerationCall {
       absl::StrAppend(&relayed_text_, chunk.text());
       relayed_tokens_ += chunk.tokens();
     }
-    for (Attempt* o : losers) o->Cancel();
+    for (Attempt* o : losers) o->CancelAndUnref();
     if (committed_now) CancelHedge();  // a first token came: no hedge needed any more
     Track(a->chunk());
     Relay(a->chunk());

@@ -301,7 +301,7 @@ bool ModelPool::SetAddresses(const std::vector<std::string>& addresses,
 absl::StatusOr<std::shared_ptr<Endpoint>> ModelPool::Pick(
     PickStrategy strategy, const std::vector<const Endpoint*>& exclude) const {
   const auto list = endpoints_.load();
-  // Small lists (a handful of replicas): a stack array of candidates avoids allocating.
+  // A handful of replicas: a linear scan over the snapshot.
   std::vector<Endpoint*> usable;
   usable.reserve(list->size());
   for (const auto& e : *list) {

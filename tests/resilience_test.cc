@@ -103,6 +103,29 @@ class ResilienceTest : public ::testing::Test {
     return MetricValue(*text, name, labels).value_or(-1);
   }
 
+  // Two nemotron replicas (--synthetic_time_scale `first_scale`, `second_scale`) behind a policy
+  // that hedges latency work after `after`, and a qwen worker for the rest.
+  struct HedgedStack {
+    Server first, second, qwen;
+  };
+  void StartHedgedStack(const std::string& first_scale, const std::string& second_scale,
+                        const std::string& after, std::vector<std::string> gateway_flags,
+                        HedgedStack* out) {
+    out->first = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=" + first_scale}));
+    out->second = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=" + second_scale}));
+    out->qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
+    const std::string rules = absl::StrCat(
+        "  - name: latency\n    when: {class: latency_critical}\n    action: {route: nemotron, "
+        "hedge: {after: ",
+        after, "}}\n  - name: rest\n    action: {route: qwen}\n");
+    gateway_flags.push_back("--policy=" + WriteTempFile("p.yaml", PolicyYaml("", rules)));
+    ASSERT_NO_FATAL_FAILURE(
+        StartGatewayWith({"nemotron=" + out->first.grpc_address,
+                          "nemotron=" + out->second.grpc_address, "qwen=" + out->qwen.grpc_address},
+                         gateway_flags));
+    ASSERT_TRUE(WaitUntil([&] { return UsableCount("nemotron") == 2; }));
+  }
+
   Server gateway_;
   std::unique_ptr<tandem::v1::Gateway::Stub> stub_;
   std::unique_ptr<tandem::v1::Admin::Stub> admin_;
@@ -486,20 +509,10 @@ triggers:
 
 TEST_F(ResilienceTest, ASlowFirstTokenIsHedgedAndTheFasterCopyWins) {
   // The first replica takes ~1.4 s per token; the second answers at once.
-  Server slow = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=200"}));
-  Server fast = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0"}));
-  Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
-  const std::string policy = WriteTempFile("p.yaml", PolicyYaml("", R"(  - name: latency
-    when: {class: latency_critical}
-    action: {route: nemotron, hedge: {after: 100ms}}
-  - name: rest
-    action: {route: qwen}
-)"));
-  ASSERT_NO_FATAL_FAILURE(
-      StartGatewayWith({"nemotron=" + slow.grpc_address, "nemotron=" + fast.grpc_address,
-                        "qwen=" + qwen.grpc_address},
-                       {"--policy=" + policy}));
-  ASSERT_TRUE(WaitUntil([&] { return UsableCount("nemotron") == 2; }));
+  HedgedStack stack;
+  ASSERT_NO_FATAL_FAILURE(StartHedgedStack("200", "0", "100ms", {}, &stack));
+  const Server& slow = stack.first;
+  const Server& fast = stack.second;
 
   grpc::ClientContext ctx;
   Deadline(&ctx, std::chrono::seconds(30));
@@ -523,6 +536,58 @@ TEST_F(ResilienceTest, ASlowFirstTokenIsHedgedAndTheFasterCopyWins) {
   tandem::v1::GenerateResponse plain;
   ASSERT_TRUE(stub_->Generate(&ctx2, Prompt("accurate", 4), &plain).ok());
   EXPECT_FALSE(plain.has_recovery());
+}
+
+// Attempts end on gRPC threads at any moment: a hedge that loses the race may be finishing just as
+// the winner's first token cancels it, and a client may cancel while both race. Many short hedged
+// streams, a third of them cancelled before their first read and a third after it, must never
+// touch an attempt that has ended (the gateway crashed this way under TSan, about 1 run in 10 of
+// the hedge test above). Under ASan/TSan a report in the gateway fails this test.
+TEST_F(ResilienceTest, CancellingRacingHedgesNeverTouchesAnEndedAttempt) {
+  // Both replicas take about 2 ms to a token, so hedges after 1 ms race their first attempts.
+  HedgedStack stack;
+  ASSERT_NO_FATAL_FAILURE(
+      StartHedgedStack("0.3", "0.3", "1ms", {"--retry_budget_ratio=1"}, &stack));
+
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 40;
+  std::atomic<int> unexpected{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < kThreads; ++t) {
+    clients.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const int mode = (t + i) % 3;  // 0: read to the end; 1: cancel at once; 2: after a chunk
+        grpc::ClientContext ctx;
+        Deadline(&ctx, std::chrono::seconds(30));
+        auto reader = stub_->GenerateStream(&ctx, Latency("race", 1 + i % 3));
+        tandem::v1::GenerateStreamChunk c;
+        if (mode == 1) ctx.TryCancel();
+        while (reader->Read(&c)) {
+          if (mode == 2) ctx.TryCancel();
+        }
+        const grpc::Status s = reader->Finish();
+        const bool ok = s.ok() || (mode != 0 && s.error_code() == grpc::StatusCode::CANCELLED);
+        if (!ok) {
+          ADD_FAILURE() << "mode " << mode << ": " << s.error_code() << " " << s.error_message();
+          unexpected.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(unexpected.load(), 0);
+  // The races happened: some hedges were decided by a first token.
+  EXPECT_GT(GatewayMetric("tandem_gateway_hedges_total",
+                          {{"model_name", "nemotron"}, {"outcome", "won"}}) +
+                GatewayMetric("tandem_gateway_hedges_total",
+                              {{"model_name", "nemotron"}, {"outcome", "lost"}}),
+            0);
+  // And the gateway still serves.
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  tandem::v1::GenerateResponse resp;
+  const grpc::Status s = stub_->Generate(&ctx, Latency("still there?", 2), &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
 TEST_F(ResilienceTest, TheGatewayAppliesItsDefaultDeadlineWhenTheCallerSetsNone) {

@@ -86,7 +86,7 @@ int Run() {
   }
   if (absl::GetFlag(FLAGS_max_batch_size) < 1) Fatal("--max_batch-size must be >= 1");
   if (absl::GetFlag(FLAGS_max_queue) < 0) Fatal("--max_queue must be >= 0");
-  if (absl::GetFlag(FLAGS_synthetic_time_scale) < 0) Fatal("--synthetic_time-scale must be >= 0");
+  if (absl::GetFlag(FLAGS_synthetic_time_scale) < 0) Fatal("--synthetic_time_scale must be >= 0");
 
   // Transport and limits are checked before a checkpoint is loaded: bad flags fail in
   // milliseconds, not after minutes of weight loading.
