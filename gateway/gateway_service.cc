@@ -2,6 +2,7 @@
 
 #include <grpcpp/alarm.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -102,6 +103,10 @@ class GenerationCall {
     const std::shared_ptr<Endpoint>& endpoint_ref() const { return target_.endpoint; }
     const std::string& model() const { return target_.pool->name(); }
     bool hedge() const { return hedge_; }
+    // Cancelled because another copy committed first; its chunks and its end decide nothing.
+    // Guarded by the owner's mu_.
+    void MarkLost() { lost_ = true; }
+    bool lost() const { return lost_; }
 
     void OnReadDone(bool ok) override {
       if (ok) {
@@ -127,6 +132,7 @@ class GenerationCall {
     std::unique_ptr<grpc::ClientContext> context_;
     WorkerGenerateChunk in_;
     std::atomic<int> refs_{1};  // gRPC's until OnDone, plus one per CancelAndUnref to come
+    bool lost_ = false;         // guarded by the owner's mu_
   };
 
  protected:
@@ -509,8 +515,9 @@ class GenerationCall {
       std::lock_guard<std::mutex> l(mu_);
       if (committed_ != a) {
         committed_now = true;
-        if (committed_ != nullptr || done_) {
-          // A hedge that lost the race (already cancelled): drain it to its end.
+        if (a->lost() || committed_ != nullptr || done_) {
+          // A copy that lost the race (already cancelled): drain it to its end. Lost stays lost
+          // when the winner then fails: a failover continues the answer, not this copy.
           a->Read();
           return;
         }
@@ -519,6 +526,7 @@ class GenerationCall {
         recovery_.set_final_model(a->model());
         for (Attempt* o : live_) {
           if (o == a) continue;
+          o->MarkLost();
           o->Ref();
           losers.push_back(o);
         }
@@ -557,12 +565,14 @@ class GenerationCall {
       live_.erase(std::find(live_.begin(), live_.end(), a));
       const bool was_committed = committed_ == a;
       if (was_committed) committed_ = nullptr;
-      if (done_ || (!was_committed && committed_ != nullptr)) {
-        // The call is over, or this was a hedge that lost: nothing to decide.
+      if (done_ || a->lost() || (!was_committed && committed_ != nullptr)) {
+        // The call is over, or this copy lost the race: nothing to decide.
       } else if (status.ok() && was_committed) {
         done_ = complete = true;
-      } else if (!live_.empty()) {
+      } else if (std::any_of(live_.begin(), live_.end(),
+                             [](const Attempt* o) { return !o->lost(); })) {
         // Failed before its first chunk while a hedge copy still races: that one carries on.
+        // (A committed attempt failing with only lost copies left recovers below.)
         failed_.push_back(a->endpoint_ref());
       } else if (relayed_tokens_ > 0 &&
                  relayed_tokens_ >= admission_.worker_request.sampling().max_tokens()) {

@@ -265,6 +265,11 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::string& health_f
   probe_cv_.notify_all();
 }
 
+bool Endpoint::probing() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return probe_in_flight_;
+}
+
 void Endpoint::StopProbing() {
   std::unique_lock<std::mutex> l(mu_);
   if (probe_in_flight_ && probe_context_) probe_context_->TryCancel();
@@ -470,7 +475,15 @@ absl::Status WorkerPools::ResolveNow() {
     for (const std::string& s : static_[model]) list.push_back(s);
     std::sort(list.begin(), list.end());
     list.erase(std::unique(list.begin(), list.end()), list.end());
-    if (PoolFor(model).SetAddresses(list, factory_)) {
+    ModelPool& pool = PoolFor(model);
+    const auto before = pool.endpoints();
+    if (pool.SetAddresses(list, factory_)) {
+      const auto after = pool.endpoints();
+      for (const auto& e : *before) {
+        if (std::find(after->begin(), after->end(), e) == after->end() && e->probing()) {
+          retired_.push_back(e);
+        }
+      }
       spdlog::info("model {}: endpoints now {}", model, absl::StrJoin(list, ", "));
       changed = true;
     }
@@ -502,6 +515,8 @@ void WorkerPools::Stop() {
   for (auto& [name, pool] : pools_) {
     for (auto& e : *pool->endpoints()) e->StopProbing();
   }
+  for (auto& e : retired_) e->StopProbing();
+  retired_.clear();
 }
 
 void WorkerPools::Loop() {
@@ -526,6 +541,7 @@ void WorkerPools::Loop() {
         e->Probe(options_.probe_timeout, on_change_);
       }
     }
+    std::erase_if(retired_, [](const auto& e) { return !e->probing(); });
     // Breaker timers and passive ejections change usability outside probe callbacks.
     if (on_change_) on_change_();
     cv_.wait_for(l, period, [&] { return stop_; });

@@ -90,6 +90,8 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   void Probe(absl::Duration timeout, const std::function<void()>& on_change);
   // Cancels an in-flight probe and waits for its callback; for shutdown.
   void StopProbing();
+  // A probe started by Probe has not finished yet.
+  bool probing() const;
 
  private:
   void HealthDone(const grpc::Status& status, absl::Duration timeout,
@@ -237,6 +239,10 @@ class WorkerPools {
   std::vector<DnsEntry> dns_;
   // Static addresses per model, kept in every DNS-driven list.
   std::map<std::string, std::vector<std::string>> static_;
+  // Endpoints a DNS change dropped while their probe ran: Stop waits for those probes too, since
+  // their callbacks use on_change_ and the metrics. Touched by ResolveNow, Loop and Stop, which
+  // never run at once (ResolveNow runs in Configure, before Start, or on Loop's thread).
+  std::vector<std::shared_ptr<Endpoint>> retired_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // guarded by mu_

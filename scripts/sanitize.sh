@@ -48,6 +48,9 @@ mapfile -t failed_once < <(grep -E 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Excep
 if ((${#failed_once[@]})); then
   echo "[sanitize] $preset: failed at least one run: ${failed_once[*]}" >&2
 fi
+# A gateway or worker that died of a signal nobody sent (tests/support/child_process.cc) is a
+# crash, not a timing miss: it fails the run even when the test's rerun passed.
+crashes=$(grep -c 'child crashed: ' "$BUILD_DIR/ctest.log" || true)
 
 shopt -s nullglob
 reports=("$LOGS"/*)
@@ -57,6 +60,11 @@ if ((${#reports[@]})); then
     head -n 120 "$f" >&2
   done
   echo "[sanitize] $preset: ${#reports[@]} sanitizer report file(s) in $LOGS (see above)" >&2
+  exit 1
+fi
+if ((crashes)); then
+  grep 'child crashed: ' "$BUILD_DIR/ctest.log" >&2
+  echo "[sanitize] $preset: $crashes child process crash(es) (see above; logs kept in their test dirs)" >&2
   exit 1
 fi
 if ((rc != 0)); then

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -68,6 +69,11 @@ ChildProcess::~ChildProcess() {
     ADD_FAILURE() << "child " << pid_ << " exited " << WEXITSTATUS(exit_status_)
                   << ": a sanitizer report; see its log " << log_path_;
   }
+  // scripts/sanitize.sh looks for "child crashed" so that a rerun that passes cannot hide it.
+  if (WIFSIGNALED(exit_status_) && (signals_sent_ >> WTERMSIG(exit_status_) & 1) == 0) {
+    ADD_FAILURE() << "child crashed: " << pid_ << " died of signal " << WTERMSIG(exit_status_)
+                  << " (" << strsignal(WTERMSIG(exit_status_)) << "); see its log " << log_path_;
+  }
 }
 
 absl::StatusOr<std::string> ChildProcess::WaitForLine(const std::string& needle,
@@ -116,7 +122,9 @@ std::string ChildProcess::ReadStdoutToEnd(absl::Duration timeout) {
 }
 
 void ChildProcess::Signal(int sig) {
-  if (!exited_) kill(pid_, sig);
+  if (exited_) return;
+  if (sig > 0 && sig < 64) signals_sent_ |= uint64_t{1} << sig;
+  kill(pid_, sig);
 }
 
 int ChildProcess::Wait(absl::Duration timeout) {

@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,7 +13,9 @@
 namespace tandem::testing {
 
 // A child process with stdout on a pipe (read line by line with a timeout, never by sleeping)
-// and stderr in a log file. The destructor sends SIGTERM, waits up to 10 s, then SIGKILLs.
+// and stderr in a log file. The destructor sends SIGTERM, waits up to 10 s, then SIGKILLs. A child
+// that exited with a sanitizer's exit code, or died of a signal nobody sent it (a crash: SIGSEGV,
+// SIGABRT), fails the test that started it, with a line that says "child crashed".
 class ChildProcess {
  public:
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(const std::string& binary,
@@ -41,7 +44,8 @@ class ChildProcess {
   std::string log_path_;
   std::string buffer_;
   bool exited_ = false;
-  int exit_status_ = 0;  // as from waitpid, once exited_
+  int exit_status_ = 0;        // as from waitpid, once exited_
+  uint64_t signals_sent_ = 0;  // bit N: signal N was sent (Signal)
 };
 
 }  // namespace tandem::testing
