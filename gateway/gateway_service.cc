@@ -1,5 +1,6 @@
 #include "gateway/gateway_service.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/alarm.h>
 
 #include <algorithm>
@@ -59,10 +60,13 @@ class GenerationCall {
                  const GenerateRequest* request, const char* rpc)
       : service_(service),
         context_(context),
+        server_call_(context->c_call()),
         request_(request),
         rpc_(rpc),
-        arrival_(SteadyClock::now()) {}
-  virtual ~GenerationCall() = default;
+        arrival_(SteadyClock::now()) {
+    grpc_call_ref(server_call_);
+  }
+  virtual ~GenerationCall() { grpc_call_unref(server_call_); }
 
   // One call to one worker.
   class Attempt final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
@@ -494,6 +498,11 @@ class GenerationCall {
 
   GatewayService* const service_;
   grpc::CallbackServerContext* const context_;
+  // The caller's call, referenced for as long as this object lives: an attempt's ClientContext
+  // keeps only a raw pointer to it (for deadline and cancellation propagation) until its call
+  // is created in Start, and a hedge may start on the alarm's thread just after the caller's
+  // call finished (its first copy answered) and gRPC released it.
+  grpc_call* const server_call_;
   const GenerateRequest* const request_;
   const char* const rpc_;
   const SteadyClock::time_point arrival_;
