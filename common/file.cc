@@ -11,7 +11,8 @@
 namespace tandem {
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer (a reload thread stuck for good).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
   struct stat st;
   int error = fstat(fd, &st) != 0 ? errno : (S_ISDIR(st.st_mode) ? EISDIR : 0);
@@ -19,8 +20,16 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
     close(fd);
     return absl::ErrnoToStatus(error, absl::StrCat("cannot read ", path));
   }
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot read ", path, ": a ", S_ISFIFO(st.st_mode) ? "FIFO" : "socket",
+        ", not a file (configuration is read whole and watched for changes; give a regular file)"));
+  }
+  // Blocking again, for devices such as /dev/null.
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::string out;
-  // Sized up front for a regular file; pipes and devices grow until EOF.
+  // Sized up front for a regular file; devices grow until EOF.
   if (S_ISREG(st.st_mode) && st.st_size > 0) out.reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
   for (;;) {

@@ -1,5 +1,7 @@
 #include "common/file.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -34,6 +36,17 @@ TEST(ReadFileToStringTest, ReadsBytesAndSaysWhyNot) {
   auto directory = ReadFileToString(dir);
   EXPECT_EQ(directory.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(directory.status().message(), HasSubstr("Is a directory"));
+
+  // A FIFO without a writer: refused at once (opening it blocking would wait for a writer).
+  const std::string fifo = testing::TempPath("a_fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto from_fifo = ReadFileToString(fifo);
+  EXPECT_EQ(from_fifo.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(from_fifo.status().message(), HasSubstr("a FIFO, not a file"));
+
+  auto device = ReadFileToString("/dev/null");
+  ASSERT_TRUE(device.ok()) << device.status();
+  EXPECT_EQ(*device, "");
 }
 
 }  // namespace
