@@ -66,7 +66,12 @@ class GenerationCall {
         arrival_(SteadyClock::now()) {
     grpc_call_ref(server_call_);
   }
-  virtual ~GenerationCall() { grpc_call_unref(server_call_); }
+  virtual ~GenerationCall() {
+    grpc_call_unref(server_call_);
+    // Here, not when the caller got its answer: a copy that lost a hedge race, or a pending
+    // alarm, may still run on a gRPC thread until now, and a drain must wait for them too.
+    if (counted_) service_->CallEnded();
+  }
 
   // One call to one worker.
   class Attempt final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
@@ -354,14 +359,18 @@ class GenerationCall {
     }
     a->Start();
     if (d.hedge_after_seconds > 0) {
-      refs_.fetch_add(1, std::memory_order_relaxed);
-      // The first attempt already runs: its first token may call CancelHedge on another thread
-      // now, and a grpc::Alarm must not be cancelled while it is being set.
+      // The first attempt already runs: its first token (or its end) may call CancelHedge on
+      // another thread now, and a grpc::Alarm must not be cancelled while it is being set. A
+      // hedge cancelled before this point is not set at all: it would hold the call (and the
+      // drain) for hedge_after_seconds for nothing.
       std::lock_guard<std::mutex> l(hedge_mu_);
-      hedge_alarm_.Set(
-          now + std::chrono::microseconds(static_cast<int64_t>(d.hedge_after_seconds * 1e6)),
-          [this](bool ok) { OnHedgeAlarm(ok); });
-      hedge_armed_ = true;
+      if (!hedge_cancelled_) {
+        refs_.fetch_add(1, std::memory_order_relaxed);
+        hedge_alarm_.Set(
+            now + std::chrono::microseconds(static_cast<int64_t>(d.hedge_after_seconds * 1e6)),
+            [this](bool ok) { OnHedgeAlarm(ok); });
+        hedge_armed_ = true;
+      }
     }
     if (!d.shadow.empty() && d.shadow != d.model) service_->StartShadow(admission_, d.shadow);
   }
@@ -405,6 +414,7 @@ class GenerationCall {
     // Cancel only an alarm that was set; the callback then runs with ok=false (on a gRPC thread,
     // never inside Cancel, so holding hedge_mu_ here cannot deadlock with it).
     std::lock_guard<std::mutex> l(hedge_mu_);
+    hedge_cancelled_ = true;
     if (hedge_armed_) hedge_alarm_.Cancel();
   }
 
@@ -487,9 +497,9 @@ class GenerationCall {
         admission_.request_id, rpc_, model, klass, GrpcCodeName(status.error_code()),
         prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3, recovery,
         status.ok() ? "" : " message=", status.error_message());
-    // The slot first: a drain waiting for CallEnded must not see the queue still in use.
+    // The slot goes back now, for the next waiter; the drain's count (CallEnded) only in the
+    // destructor, so a drain waiting for it never sees the queue still in use.
     if (slot_held_.load()) service_->options().queue->Release();
-    if (counted_) service_->CallEnded();
   }
 
   void Unref() {
@@ -734,7 +744,8 @@ class GenerationCall {
   std::chrono::system_clock::time_point worker_deadline_;
   std::mutex hedge_mu_;  // orders hedge_alarm_'s Set before any Cancel
   grpc::Alarm hedge_alarm_;
-  bool hedge_armed_ = false;  // guarded by hedge_mu_
+  bool hedge_armed_ = false;      // guarded by hedge_mu_
+  bool hedge_cancelled_ = false;  // guarded by hedge_mu_
   std::atomic<int> refs_{1};
 
   mutable std::mutex mu_;
