@@ -69,7 +69,8 @@ class GenerationCall {
   virtual ~GenerationCall() {
     grpc_call_unref(server_call_);
     // Here, not when the caller got its answer: a copy that lost a hedge race, or a pending
-    // alarm, may still run on a gRPC thread until now, and a drain must wait for them too.
+    // alarm, may call into this object until its last reference goes, and a drain must wait for
+    // that too.
     if (counted_) service_->CallEnded();
   }
 
@@ -549,7 +550,9 @@ class GenerationCall {
           o->Ref();
           losers.push_back(o);
         }
-        if (recovery_.hedged()) {
+        if (recovery_.hedged() && !hedge_decided_) {
+          // The race's first token; a failover committing later is not a hedge outcome.
+          hedge_decided_ = true;
           recovery_.set_hedge_won(a->hedge());
           service_->metrics().CountHedge(a->model(), a->hedge());
           recovery_.add_events(absl::StrCat(a->hedge() ? "hedge" : "first attempt",
@@ -756,6 +759,7 @@ class GenerationCall {
   int32_t relayed_tokens_ = 0;                     // guarded by mu_
   int attempts_ = 0;                               // guarded by mu_
   bool done_ = false;                              // guarded by mu_
+  bool hedge_decided_ = false;                     // guarded by mu_
   bool cancelled_ = false;                         // guarded by mu_
   tandem::v1::Recovery recovery_;                  // guarded by mu_
 };

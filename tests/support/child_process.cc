@@ -70,9 +70,10 @@ ChildProcess::~ChildProcess() {
                   << ": a sanitizer report; see its log " << log_path_;
   }
   // scripts/sanitize.sh looks for "child crashed" so that a rerun that passes cannot hide it.
-  if (WIFSIGNALED(exit_status_) && (signals_sent_ >> WTERMSIG(exit_status_) & 1) == 0) {
-    ADD_FAILURE() << "child crashed: " << pid_ << " died of signal " << WTERMSIG(exit_status_)
-                  << " (" << strsignal(WTERMSIG(exit_status_)) << "); see its log " << log_path_;
+  const int sig = WIFSIGNALED(exit_status_) ? WTERMSIG(exit_status_) : 0;
+  if (sig > 0 && (sig >= 64 || (signals_sent_ >> sig & 1) == 0)) {
+    ADD_FAILURE() << "child crashed: " << pid_ << " died of signal " << sig << " ("
+                  << strsignal(sig) << "); see its log " << log_path_;
   }
 }
 
