@@ -17,6 +17,15 @@ ABSL_FLAG(bool, plaintext, false,
           "Serve gRPC without TLS. Only for loopback development and tests: traffic is readable "
           "and peers are not authenticated.");
 
+ABSL_FLAG(bool, metrics_tls, false,
+          "Serve /metrics over HTTPS with --tls_cert/--tls_key; with --tls_client_ca, scrapers "
+          "(Prometheus, the gateway) must present a client certificate it signed.");
+ABSL_FLAG(int, metrics_threads, 4,
+          "Connections /metrics serves at once (1-1024); more wait in the listen backlog.");
+ABSL_FLAG(absl::Duration, metrics_connection_timeout, absl::Seconds(5),
+          "The most one /metrics connection may take, TLS handshake to last byte (100ms-10m); a "
+          "client that stalls is cut off.");
+
 namespace tandem {
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFlags(
@@ -60,6 +69,35 @@ absl::Duration TlsRefreshIntervalFromFlags() { return absl::GetFlag(FLAGS_tls_re
 std::string ServerTransportFromFlags() {
   if (absl::GetFlag(FLAGS_plaintext)) return "plaintext";
   return absl::GetFlag(FLAGS_tls_client_ca).empty() ? "tls" : "mtls";
+}
+
+absl::StatusOr<MetricsServerOptions> MetricsServerOptionsFromFlags() {
+  MetricsServerOptions options;
+  options.threads = absl::GetFlag(FLAGS_metrics_threads);
+  options.connection_timeout = absl::GetFlag(FLAGS_metrics_connection_timeout);
+  if (options.threads < 1 || options.threads > 1024) {
+    return absl::InvalidArgumentError("--metrics_threads must be in [1, 1024]");
+  }
+  if (options.connection_timeout < absl::Milliseconds(100) ||
+      options.connection_timeout > absl::Minutes(10)) {
+    return absl::InvalidArgumentError("--metrics_connection_timeout must be between 100ms and 10m");
+  }
+  if (absl::GetFlag(FLAGS_metrics_tls)) {
+    if (absl::GetFlag(FLAGS_plaintext)) {
+      return absl::InvalidArgumentError(
+          "--metrics_tls serves /metrics with the gRPC port's --tls_cert/--tls_key; it cannot be "
+          "combined with --plaintext");
+    }
+    options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+    options.tls.key = absl::GetFlag(FLAGS_tls_key);
+    options.tls.ca = absl::GetFlag(FLAGS_tls_client_ca);
+    options.tls.refresh = absl::GetFlag(FLAGS_tls_refresh_interval);
+  }
+  return options;
+}
+
+std::string MetricsTransportFromFlags() {
+  return absl::GetFlag(FLAGS_metrics_tls) ? ServerTransportFromFlags() : "plaintext";
 }
 
 }  // namespace tandem

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics_server.h"
 
 namespace tandem {
 
@@ -26,5 +27,17 @@ absl::Duration TlsRefreshIntervalFromFlags();
 
 // "tls", "mtls" or "plaintext": what the flags configure, for the start-up line.
 std::string ServerTransportFromFlags();
+
+// The /metrics port's options from the flags every Tandem server shares:
+//   --metrics_tls                  HTTPS with the gRPC port's --tls_cert/--tls_key, and with its
+//                                  --tls_client_ca, if any, client certificates required;
+//   --metrics_threads              connections served at once;
+//   --metrics_connection_timeout   the most one connection may take.
+// Call after ServerCredentialsFromFlags has accepted the TLS files. An error names the flag:
+// --metrics_tls with --plaintext, or a value out of range.
+absl::StatusOr<MetricsServerOptions> MetricsServerOptionsFromFlags();
+
+// Like ServerTransportFromFlags, for the /metrics port.
+std::string MetricsTransportFromFlags();
 
 }  // namespace tandem

@@ -2,8 +2,11 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
+#include <memory>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace tandem::gateway {
@@ -26,7 +29,8 @@ void GlobalInit() {
 
 }  // namespace
 
-CurlHttpClient::CurlHttpClient() {
+CurlHttpClient::CurlHttpClient(TlsFiles tls, std::string server_name)
+    : tls_(std::move(tls)), server_name_(std::move(server_name)) {
   GlobalInit();
   curl_ = curl_easy_init();
 }
@@ -37,7 +41,43 @@ absl::StatusOr<std::string> CurlHttpClient::Get(const std::string& url, absl::Du
   CURL* c = static_cast<CURL*>(curl_);
   if (c == nullptr) return absl::InternalError("curl_easy_init failed");
   std::string body;
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  std::string target = url;
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> connect_to(nullptr,
+                                                                         &curl_slist_free_all);
+  if (absl::StartsWith(url, "https://")) {
+    if (!tls_.ca.empty()) {
+      // Only these roots: not also the system's directory of public CAs.
+      curl_easy_setopt(c, CURLOPT_CAINFO, tls_.ca.c_str());
+      curl_easy_setopt(c, CURLOPT_CAPATH, nullptr);
+    }
+    if (!tls_.cert.empty()) {
+      curl_easy_setopt(c, CURLOPT_SSLCERT, tls_.cert.c_str());
+      curl_easy_setopt(c, CURLOPT_SSLKEY, tls_.key.c_str());
+    }
+#if LIBCURL_VERSION_NUM >= 0x075700  // 7.87: curl caches the CA store (for a day by default)
+    curl_easy_setopt(c, CURLOPT_CA_CACHE_TIMEOUT,
+                     static_cast<long>(std::max<int64_t>(1, absl::ToInt64Seconds(tls_.refresh))));
+#endif
+    if (!server_name_.empty()) {
+      // Dial the URL's host:port but verify (and send SNI for) server_name: the URL names the
+      // server, CONNECT_TO says where it really is.
+      const size_t host_start = 8;
+      const size_t path = url.find('/', host_start);
+      const std::string authority = url.substr(host_start, path - host_start);
+      const size_t colon = authority.rfind(':');
+      if (colon == std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat("GET ", url, ": no port"));
+      }
+      const std::string port = authority.substr(colon + 1);
+      target = absl::StrCat("https://", server_name_, ":", port,
+                            path == std::string::npos ? "" : url.substr(path));
+      connect_to.reset(curl_slist_append(
+          nullptr, absl::StrCat(server_name_, ":", port, ":", authority.substr(0, colon), ":", port)
+                       .c_str()));
+    }
+  }
+  curl_easy_setopt(c, CURLOPT_CONNECT_TO, connect_to.get());
+  curl_easy_setopt(c, CURLOPT_URL, target.c_str());
   curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Append);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);

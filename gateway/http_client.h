@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 
 namespace tandem::gateway {
 
@@ -21,7 +22,12 @@ class HttpClient {
 // libcurl. Not thread-safe: one per thread. Connections are kept alive between calls.
 class CurlHttpClient final : public HttpClient {
  public:
-  CurlHttpClient();
+  // For https:// URLs: `tls.ca` verifies the server (empty: the system roots), `tls.cert` and
+  // `tls.key` are the client certificate shown to servers that require one, and the files are
+  // re-read for new connections (the CA within tls.refresh). `server_name`, when set, is the
+  // name the server's certificate must carry instead of the URL's host (which is still the
+  // address dialled).
+  explicit CurlHttpClient(TlsFiles tls = {}, std::string server_name = "");
   ~CurlHttpClient() override;
   CurlHttpClient(const CurlHttpClient&) = delete;
   CurlHttpClient& operator=(const CurlHttpClient&) = delete;
@@ -32,6 +38,8 @@ class CurlHttpClient final : public HttpClient {
   static std::string Escape(const std::string& text);
 
  private:
+  const TlsFiles tls_;
+  const std::string server_name_;
   void* curl_;  // CURL*
 };
 

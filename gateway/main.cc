@@ -196,6 +196,8 @@ int Run() {
   auto server_credentials = ServerCredentialsFromFlags("tandem-gateway", false);
   if (!server_credentials.ok()) Fatal(std::string(server_credentials.status().message()));
   std::shared_ptr<grpc::ChannelCredentials> worker_credentials = WorkerCredentials();
+  auto metrics_options = MetricsServerOptionsFromFlags();
+  if (!metrics_options.ok()) Fatal(std::string(metrics_options.status().message()));
   auto limits = RequestLimitsFromFlags();
   if (!limits.ok()) Fatal(std::string(limits.status().message()));
   limits->max_labels = absl::GetFlag(FLAGS_max_labels);
@@ -330,6 +332,12 @@ int Run() {
   signal_options.scrape_timeout = absl::GetFlag(FLAGS_scrape_timeout);
   signal_options.prometheus_url = absl::GetFlag(FLAGS_prometheus_url);
   signal_options.promql_timeout = absl::GetFlag(FLAGS_promql_timeout);
+  // Workers with --metrics_tls are scraped with the same identity and trust as their gRPC port.
+  signal_options.scrape_tls.ca = absl::GetFlag(FLAGS_worker_tls_ca);
+  signal_options.scrape_tls.cert = absl::GetFlag(FLAGS_worker_tls_cert);
+  signal_options.scrape_tls.key = absl::GetFlag(FLAGS_worker_tls_key);
+  signal_options.scrape_tls.refresh = TlsRefreshIntervalFromFlags();
+  signal_options.scrape_tls_server_name = absl::GetFlag(FLAGS_worker_tls_server_name);
   while (!signal_options.prometheus_url.empty() && signal_options.prometheus_url.back() == '/') {
     signal_options.prometheus_url.pop_back();
   }
@@ -423,7 +431,8 @@ int Run() {
   GatewayService service(&intake, &pools, &metrics, service_options);
   AdminService admin(reloader.get(), &pools, &signals, &tenants, &metrics);
 
-  auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
+  auto metrics_server =
+      MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry, *metrics_options);
   if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
 
   GrpcServerOptions server_options;
@@ -455,11 +464,11 @@ int Run() {
 
   spdlog::info(
       "serving grpc={} transport={} workers_transport={} tenants={} metrics={} "
-      "models={} version={}",
+      "metrics_transport={} models={} version={}",
       grpc_address, ServerTransportFromFlags(),
       absl::GetFlag(FLAGS_worker_plaintext) ? "plaintext" : "mtls",
       tenants_path.empty() ? "none (anonymous)" : tenants_path, (*metrics_server)->Address(),
-      absl::StrJoin(models, ","), kVersion);
+      MetricsTransportFromFlags(), absl::StrJoin(models, ","), kVersion);
   AnnounceListening("tandem-gateway", grpc_address, (*metrics_server)->Address());
 
   if (reloader) reloader->Start(absl::GetFlag(FLAGS_policy_watch_interval));

@@ -93,9 +93,7 @@ SignalEngine::SignalEngine(const WorkerPools* pools, GatewayMetrics* metrics,
       metrics_(metrics),
       options_(std::move(options)),
       clock_(clock),
-      http_factory_(std::move(http_factory)) {
-  if (!http_factory_) http_factory_ = [] { return std::make_unique<CurlHttpClient>(); };
-}
+      http_factory_(std::move(http_factory)) {}
 
 SignalEngine::~SignalEngine() { Stop(); }
 
@@ -454,7 +452,10 @@ tandem::v1::SignalsStatus SignalEngine::Describe() const {
 }
 
 void SignalEngine::ScrapeLoop() {
-  std::unique_ptr<HttpClient> http = http_factory_();
+  std::unique_ptr<HttpClient> http =
+      http_factory_
+          ? http_factory_()
+          : std::make_unique<CurlHttpClient>(options_.scrape_tls, options_.scrape_tls_server_name);
   const auto period = absl::ToChronoNanoseconds(options_.scrape_interval);
   std::unique_lock<std::mutex> l(run_mu_);
   while (!stop_) {
@@ -467,7 +468,9 @@ void SignalEngine::ScrapeLoop() {
 }
 
 void SignalEngine::QueryLoop() {
-  std::unique_ptr<HttpClient> http = http_factory_();
+  // The Prometheus server is not a worker: no worker TLS files (an https URL uses system roots).
+  std::unique_ptr<HttpClient> http =
+      http_factory_ ? http_factory_() : std::make_unique<CurlHttpClient>();
   std::unique_lock<std::mutex> l(run_mu_);
   while (!stop_) {
     l.unlock();

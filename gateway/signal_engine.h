@@ -30,6 +30,11 @@ struct SignalEngineOptions {
   // How often every worker's /metrics is scraped (also the refresh interval of scrape signals).
   absl::Duration scrape_interval = absl::Milliseconds(250);
   absl::Duration scrape_timeout = absl::Milliseconds(500);
+  // For workers whose /metrics is HTTPS (WorkerInfo.metrics_tls): the roots that sign their
+  // certificates, the client certificate shown to them, and the name their certificates carry
+  // when not the host dialled (the gateway's --worker_tls_* flags).
+  TlsFiles scrape_tls;
+  std::string scrape_tls_server_name;
   // Base URL of the Prometheus server PromQL signals query, e.g. http://prometheus:9090.
   std::string prometheus_url;
   absl::Duration promql_timeout = absl::Seconds(1);
@@ -42,6 +47,7 @@ struct SignalEngineOptions {
 // engine's own two threads (scrapes, queries); nothing here runs on a gRPC reactor.
 class SignalEngine {
  public:
+  // One client per engine thread; null: libcurl, with options.scrape_tls for the scrapes.
   using HttpFactory = std::function<std::unique_ptr<HttpClient>()>;
   SignalEngine(const WorkerPools* pools, GatewayMetrics* metrics, SignalEngineOptions options,
                Clock* clock = Clock::Real(), HttpFactory http_factory = nullptr);

@@ -63,7 +63,8 @@ std::string Endpoint::metrics_url() const {
   if (info_.metrics_port() <= 0) return "";
   const std::string& a = address();
   const size_t colon = a.rfind(':');
-  return absl::StrCat("http://", a.substr(0, colon), ":", info_.metrics_port(), "/metrics");
+  return absl::StrCat(info_.metrics_tls() ? "https://" : "http://", a.substr(0, colon), ":",
+                      info_.metrics_port(), "/metrics");
 }
 
 tandem::v1::WorkerInfo Endpoint::info() const {

@@ -12,10 +12,13 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file.h"
+#include "common/tls.h"
+#include "gateway/http_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policies/tenant_config.h"
@@ -212,6 +215,71 @@ TEST_F(TlsTest, RotatedCertificatesApplyWithoutRestart) {
             grpc::StatusCode::UNAVAILABLE);
 }
 
+// GET https://ADDRESS/metrics trusting `ca`, showing `client` when given.
+absl::StatusOr<std::string> GetMetricsOverTls(const std::string& address, const std::string& ca,
+                                              const TestCert* client = nullptr) {
+  TlsFiles tls;
+  tls.ca = ca;
+  if (client != nullptr) {
+    tls.cert = client->cert;
+    tls.key = client->key;
+  }
+  return gateway::CurlHttpClient(tls).Get(absl::StrCat("https://", address, "/metrics"),
+                                          absl::Seconds(10));
+}
+
+TEST_F(TlsTest, MetricsOverTlsAreScrapedWithTheGatewaysClientCertificate) {
+  std::vector<std::string> worker_args = WorkerTls();
+  worker_args.push_back("--metrics_tls");
+  auto qwen = StartWorker("qwen", worker_args);
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  auto nemotron = StartWorker("nemotron", worker_args);
+  ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+  std::vector<std::string> gateway_args = GatewayTls();
+  gateway_args.push_back("--metrics_tls");
+  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
+                              gateway_args);
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  EXPECT_THAT(qwen->process->ReadLog(), HasSubstr("metrics_transport=mtls"));
+  EXPECT_THAT(gateway->process->ReadLog(), HasSubstr("metrics_transport=tls"));
+
+  // The worker's /metrics takes only clients with a certificate from its client CA...
+  EXPECT_FALSE(HttpGet(qwen->metrics_address, "/metrics").ok());
+  EXPECT_FALSE(GetMetricsOverTls(qwen->metrics_address, ca_.ca_cert()).ok());
+  EXPECT_FALSE(GetMetricsOverTls(qwen->metrics_address, ca_.ca_cert(), &rogue_).ok());
+  auto direct = GetMetricsOverTls(qwen->metrics_address, ca_.ca_cert(), &gateway_client_);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_THAT(*direct, HasSubstr("tandem_worker_num_requests_running"));
+
+  // ...such as the gateway's: its scrapes of both workers succeed (and none fails), read from
+  // the gateway's own /metrics, which is HTTPS without client certificates.
+  EXPECT_FALSE(HttpGet(gateway->metrics_address, "/metrics").ok());
+  auto scrapes = [&](const std::string& model, const std::string& result) {
+    auto text = GetMetricsOverTls(gateway->metrics_address, ca_.ca_cert());
+    if (!text.ok()) return -1.0;
+    return MetricValue(*text, "tandem_gateway_worker_scrapes_total",
+                       {{"model_name", model}, {"result", result}})
+        .value_or(-1.0);
+  };
+  EXPECT_TRUE(
+      WaitUntil([&] { return scrapes("qwen", "ok") >= 3 && scrapes("nemotron", "ok") >= 3; }));
+  EXPECT_EQ(scrapes("qwen", "error"), 0);
+  EXPECT_EQ(scrapes("nemotron", "error"), 0);
+
+  // A real Prometheus server scrapes the worker the same way: up only with a client certificate.
+  const std::string tls_config =
+      absl::StrCat("tls_config: {ca_file: '", ca_.ca_cert(), "', cert_file: '",
+                   gateway_client_.cert, "', key_file: '", gateway_client_.key, "'}");
+  auto prometheus =
+      StartPrometheus({qwen->metrics_address}, "200ms", {"scheme: https", tls_config});
+  ASSERT_TRUE(prometheus.ok()) << prometheus.status();
+  auto up = [&] {
+    auto text = HttpGet(prometheus->grpc_address, "/api/v1/query?query=up");
+    return text.ok() ? *text : std::string();
+  };
+  EXPECT_TRUE(WaitUntil([&] { return absl::StrContains(up(), "\"1\"]"); })) << up();
+}
+
 TEST_F(TlsTest, TransportMistakesAreStartupErrors) {
   struct Case {
     const char* binary;
@@ -246,6 +314,16 @@ TEST_F(TlsTest, TransportMistakesAreStartupErrors) {
         "--tls_key=" + worker_cert_.key},
        "--tls_client_ca is required"},
       {TANDEM_WORKER_BIN, {"--model=qwen", "--device=cpu"}, "or an explicit --plaintext"},
+      {TANDEM_WORKER_BIN,
+       {"--model=qwen", "--device=cpu", "--plaintext", "--metrics_tls"},
+       "it cannot be combined with --plaintext"},
+      {TANDEM_WORKER_BIN,
+       {"--model=qwen", "--device=cpu", "--plaintext", "--metrics_connection_timeout=0s"},
+       "--metrics_connection_timeout must be between 100ms and 10m"},
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--plaintext", "--worker_plaintext",
+        "--allow_unauthenticated", "--metrics_threads=0"},
+       "--metrics_threads must be in [1, 1024]"},
   };
   for (const Case& c : cases) {
     auto [code, log] = RunToExit(c.binary, c.args);

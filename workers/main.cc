@@ -92,6 +92,8 @@ int Run() {
   // milliseconds, not after minutes of weight loading.
   auto credentials = ServerCredentialsFromFlags("tandem-worker", /*require_client_ca=*/true);
   if (!credentials.ok()) Fatal(std::string(credentials.status().message()));
+  auto metrics_options = MetricsServerOptionsFromFlags();
+  if (!metrics_options.ok()) Fatal(std::string(metrics_options.status().message()));
   auto limits = RequestLimitsFromFlags();
   if (!limits.ok()) Fatal(std::string(limits.status().message()));
 
@@ -186,13 +188,16 @@ int Run() {
                       {absl::GetFlag(FLAGS_max_batch_size), absl::GetFlag(FLAGS_max_queue)});
   WorkerService service(&engine, &scheduler, &metrics, *device, *limits);
 
-  auto metrics_server = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry);
+  auto metrics_server =
+      MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry, *metrics_options);
   if (!metrics_server.ok()) Fatal(std::string(metrics_server.status().message()));
 
   {
     const std::string& a = (*metrics_server)->Address();
     int port = 0;
-    if (absl::SimpleAtoi(a.substr(a.rfind(':') + 1), &port)) service.SetMetricsPort(port);
+    if (absl::SimpleAtoi(a.substr(a.rfind(':') + 1), &port)) {
+      service.SetMetricsEndpoint(port, std::string((*metrics_server)->Scheme()) == "https");
+    }
   }
 
   GrpcServerOptions server_options;
@@ -222,11 +227,13 @@ int Run() {
   service.SetState(tandem::v1::WorkerInfo::READY);
   metrics.ready.Set(1);
   health.SetAllServingStatus(true);
-  spdlog::info("serving model={} ({}) engine={}{} device={} ({}) grpc={} transport={} metrics={}",
-               info.model_name, info.model_id, info.engine,
-               info.engine == "synthetic" ? " [LOAD SIMULATOR: not a real model]" : "", device->id,
-               device->name, grpc_address, ServerTransportFromFlags(),
-               (*metrics_server)->Address());
+  spdlog::info(
+      "serving model={} ({}) engine={}{} device={} ({}) grpc={} transport={} metrics={} "
+      "metrics_transport={}",
+      info.model_name, info.model_id, info.engine,
+      info.engine == "synthetic" ? " [LOAD SIMULATOR: not a real model]" : "", device->id,
+      device->name, grpc_address, ServerTransportFromFlags(), (*metrics_server)->Address(),
+      MetricsTransportFromFlags());
 
   std::atomic<bool> done{false};
   std::mutex refresh_mu;

@@ -268,6 +268,7 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* co
   load->set_max_queue(scheduler_->options().max_queue);
   response->set_state(state_.load());
   response->set_metrics_port(metrics_port_.load());
+  response->set_metrics_tls(metrics_tls_.load());
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

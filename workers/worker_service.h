@@ -29,7 +29,11 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
 
   void SetState(tandem::v1::WorkerInfo::State state) { state_.store(state); }
   // Reported in WorkerInfo so the gateway can scrape this worker's metrics.
-  void SetMetricsPort(int port) { metrics_port_.store(port); }
+  // Where WorkerInfo says the /metrics endpoint is: its port, and whether it serves HTTPS.
+  void SetMetricsEndpoint(int port, bool tls) {
+    metrics_tls_.store(tls);
+    metrics_port_.store(port);
+  }
   // Re-reads device memory into metrics and worker info; called periodically by main.
   void RefreshDevice();
 
@@ -40,6 +44,7 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
   const RequestLimits limits_;
   std::atomic<tandem::v1::WorkerInfo::State> state_{tandem::v1::WorkerInfo::LOADING};
   std::atomic<int> metrics_port_{0};
+  std::atomic<bool> metrics_tls_{false};
   std::mutex device_mu_;
   DeviceDescription device_;  // guarded by device_mu_
 };

@@ -251,14 +251,17 @@ bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
 }
 
 absl::StatusOr<Server> StartPrometheus(const std::vector<std::string>& targets,
-                                       const std::string& scrape_interval) {
+                                       const std::string& scrape_interval,
+                                       const std::vector<std::string>& job_yaml) {
   std::string targets_yaml;
   for (const auto& t : targets)
     absl::StrAppend(&targets_yaml, targets_yaml.empty() ? "" : ", ", "'", t, "'");
+  std::string job;
+  for (const auto& line : job_yaml) absl::StrAppend(&job, "    ", line, "\n");
   const std::string config = WriteTempFile(
       "prometheus.yml", absl::StrCat("global: {scrape_interval: ", scrape_interval,
                                      ", evaluation_interval: ", scrape_interval,
-                                     "}\nscrape_configs:\n  - job_name: tandem\n",
+                                     "}\nscrape_configs:\n  - job_name: tandem\n", job,
                                      "    static_configs: [{targets: [", targets_yaml, "]}]\n"));
   const std::string data = TempPath("prometheus-data");
   // Prometheus logs to stderr; the shell points it at the pipe the "Listening on" line is read

@@ -67,9 +67,11 @@ absl::Status PromtoolCheckMetrics(const std::string& exposition);
 
 // Debian's Prometheus server on 127.0.0.1 with port 0, storage in a temp directory, scraping
 // `targets` (HOST:PORT of /metrics) every `scrape_interval`. grpc_address holds its HTTP
-// address (HOST:PORT) once it logs that it listens.
+// address (HOST:PORT) once it logs that it listens. `job_yaml` is added to the scrape job's
+// settings (one YAML line per setting, e.g. "scheme: https").
 absl::StatusOr<Server> StartPrometheus(const std::vector<std::string>& targets,
-                                       const std::string& scrape_interval = "200ms");
+                                       const std::string& scrape_interval = "200ms",
+                                       const std::vector<std::string>& job_yaml = {});
 
 // Polls `done` every 10 ms until it returns true or `timeout` passes; returns whether it did.
 // For conditions another process reaches asynchronously (never a fixed sleep).

@@ -1,0 +1,296 @@
+// The /metrics server: what it answers, that stalled clients hold only their own thread and only
+// until the connection timeout, that it stops at once, and HTTPS with client certificates and
+// rotation, checked with the gateway's own scrape client (libcurl).
+#include "common/metrics_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gateway/http_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/counter.h"
+#include "prometheus/registry.h"
+#include "tests/support/pki.h"
+#include "tests/support/stack.h"
+#include "tests/support/temp_path.h"
+
+namespace tandem {
+namespace {
+
+using gateway::CurlHttpClient;
+using ::testing::HasSubstr;
+using testing::HttpGet;
+using testing::ReplaceFileAtomically;
+using ::testing::StartsWith;
+using testing::TempPath;
+using testing::TestCa;
+using testing::TestCert;
+using testing::WaitUntil;
+
+std::shared_ptr<prometheus::Registry> RegistryWithACounter() {
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::BuildCounter()
+      .Name("tandem_test_things_total")
+      .Help("Things.")
+      .Register(*registry)
+      .Add({})
+      .Increment(3);
+  return registry;
+}
+
+std::unique_ptr<MetricsServer> StartOrDie(MetricsServerOptions options = {}) {
+  auto server = MetricsServer::Start("127.0.0.1:0", RegistryWithACounter(), std::move(options));
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+// A connected TCP socket to HOST:PORT on loopback; -1 on failure.
+int Connect(const std::string& address) {
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `request` and returns everything the server sends until it closes the connection.
+std::string Exchange(const std::string& address, const std::string& request) {
+  const int fd = Connect(address);
+  if (fd < 0) return "connect failed";
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return "send failed";
+  }
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return response;
+}
+
+TEST(MetricsServerTest, ServesTheRegistryAndRefusesEverythingElse) {
+  auto server = StartOrDie();
+  ASSERT_NE(server, nullptr);
+  EXPECT_STREQ(server->Scheme(), "http");
+  auto body = HttpGet(server->Address(), "/metrics?x=1");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_THAT(*body, HasSubstr("tandem_test_things_total 3"));
+
+  const std::string head = Exchange(server->Address(), "HEAD /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_THAT(head, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(head, HasSubstr("Content-Type: text/plain; version=0.0.4"));
+  EXPECT_EQ(head.find("tandem_test_things_total"), std::string::npos) << "HEAD has no body";
+  EXPECT_THAT(Exchange(server->Address(), "GET /other HTTP/1.1\r\n\r\n"),
+              StartsWith("HTTP/1.1 404 "));
+  EXPECT_THAT(Exchange(server->Address(), "POST /metrics HTTP/1.1\r\n\r\n"),
+              StartsWith("HTTP/1.1 405 "));
+  EXPECT_THAT(Exchange(server->Address(), "garbage\r\n\r\n"), StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(Exchange(server->Address(), "GET\r\n\r\n"), StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(Exchange(server->Address(),
+                       absl::StrCat("GET /metrics HTTP/1.1\r\nX: ", std::string(20000, 'a'))),
+              StartsWith("HTTP/1.1 431 "));
+  // Still serving after all of that.
+  EXPECT_TRUE(HttpGet(server->Address(), "/metrics").ok());
+}
+
+TEST(MetricsServerTest, AStalledClientHoldsOnlyItsOwnThread) {
+  MetricsServerOptions options;
+  options.threads = 2;
+  options.connection_timeout = absl::Minutes(10);
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+  // Connected first, so accepted first; it never sends a byte. A server with one thread would
+  // serve nothing else for ten minutes.
+  const int stalled = Connect(server->Address());
+  ASSERT_GE(stalled, 0);
+  for (int i = 0; i < 5; ++i) {
+    auto body = HttpGet(server->Address(), "/metrics");
+    ASSERT_TRUE(body.ok()) << body.status();
+    EXPECT_THAT(*body, HasSubstr("tandem_test_things_total"));
+  }
+  ::close(stalled);
+}
+
+TEST(MetricsServerTest, AStalledClientIsCutOffAtTheConnectionTimeout) {
+  MetricsServerOptions options;
+  options.threads = 1;
+  options.connection_timeout = absl::Milliseconds(200);
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+  const int stalled = Connect(server->Address());
+  ASSERT_GE(stalled, 0);
+  const std::string partial = "GET /metrics HTTP/1.1\r\n";
+  ASSERT_EQ(::send(stalled, partial.data(), partial.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(partial.size()));
+  // The server closes it without an answer (the read sees the end of the stream)...
+  char c;
+  EXPECT_EQ(::recv(stalled, &c, 1, 0), 0);
+  ::close(stalled);
+  // ...and its one thread serves the next client.
+  EXPECT_TRUE(HttpGet(server->Address(), "/metrics").ok());
+}
+
+TEST(MetricsServerTest, StopsAtOnceWhileAClientStalls) {
+  MetricsServerOptions options;
+  options.threads = 1;
+  options.connection_timeout = absl::Minutes(10);
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+  const int stalled = Connect(server->Address());
+  ASSERT_GE(stalled, 0);
+  // Waits behind the stalled client (its one thread is taken) until the server stops.
+  std::thread waiting([address = server->Address()] { (void)HttpGet(address, "/metrics"); });
+  server.reset();  // would take ten minutes if a connection being served ignored the stop
+  waiting.join();
+  ::close(stalled);
+}
+
+TEST(MetricsServerTest, RefusesBadOptions) {
+  for (int threads : {0, -1, 1025}) {
+    MetricsServerOptions options;
+    options.threads = threads;
+    auto server = MetricsServer::Start("127.0.0.1:0", RegistryWithACounter(), options);
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << threads;
+  }
+  MetricsServerOptions no_time;
+  no_time.connection_timeout = absl::ZeroDuration();
+  EXPECT_EQ(MetricsServer::Start("127.0.0.1:0", RegistryWithACounter(), no_time).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  MetricsServerOptions missing;
+  missing.tls.cert = TempPath("absent.crt");
+  missing.tls.key = TempPath("absent.key");
+  auto server = MetricsServer::Start("127.0.0.1:0", RegistryWithACounter(), missing);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(server.status().message(), HasSubstr("absent.crt"));
+}
+
+class MetricsTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto ca = TestCa::Create("metrics");
+    ASSERT_TRUE(ca.ok()) << ca.status();
+    ca_ = std::move(*ca);
+    auto other = TestCa::Create("metrics-other");
+    ASSERT_TRUE(other.ok()) << other.status();
+    other_ca_ = std::move(*other);
+    auto server = ca_.Issue("server");
+    auto client = ca_.Issue("scraper");
+    auto rogue = other_ca_.Issue("rogue");
+    ASSERT_TRUE(server.ok() && client.ok() && rogue.ok());
+    server_ = *server;
+    client_ = *client;
+    rogue_ = *rogue;
+  }
+
+  // GET https://ADDRESS/metrics trusting `ca`, showing `cert` when given.
+  static absl::StatusOr<std::string> Get(const std::string& address, const std::string& ca,
+                                         const TestCert* cert = nullptr,
+                                         const std::string& server_name = "") {
+    TlsFiles tls;
+    tls.ca = ca;
+    if (cert != nullptr) {
+      tls.cert = cert->cert;
+      tls.key = cert->key;
+    }
+    return CurlHttpClient(tls, server_name)
+        .Get(absl::StrCat("https://", address, "/metrics"), absl::Seconds(10));
+  }
+
+  TestCa ca_, other_ca_;
+  TestCert server_, client_, rogue_;
+};
+
+TEST_F(MetricsTlsTest, HttpsWithClientCertificatesSignedByItsCa) {
+  MetricsServerOptions options;
+  options.tls = {server_.cert, server_.key, ca_.ca_cert()};
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+  EXPECT_STREQ(server->Scheme(), "https");
+
+  auto body = Get(server->Address(), ca_.ca_cert(), &client_);
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_THAT(*body, HasSubstr("tandem_test_things_total 3"));
+  // No client certificate, or one from another CA: refused in the handshake.
+  EXPECT_FALSE(Get(server->Address(), ca_.ca_cert()).ok());
+  EXPECT_FALSE(Get(server->Address(), ca_.ca_cert(), &rogue_).ok());
+  // A client that trusts another CA refuses the server; plain HTTP gets nothing.
+  EXPECT_FALSE(Get(server->Address(), other_ca_.ca_cert(), &client_).ok());
+  EXPECT_FALSE(HttpGet(server->Address(), "/metrics").ok());
+  // The certificate is checked against the name the client expects, not only the address.
+  EXPECT_TRUE(Get(server->Address(), ca_.ca_cert(), &client_, "localhost").ok());
+  auto wrong_name = Get(server->Address(), ca_.ca_cert(), &client_, "wrong.example");
+  EXPECT_FALSE(wrong_name.ok());
+  // None of the refusals broke anything.
+  EXPECT_TRUE(Get(server->Address(), ca_.ca_cert(), &client_).ok());
+}
+
+TEST_F(MetricsTlsTest, WithoutAClientCaAnyClientIsServed) {
+  MetricsServerOptions options;
+  options.tls = {server_.cert, server_.key, ""};
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+  EXPECT_TRUE(Get(server->Address(), ca_.ca_cert()).ok());
+  EXPECT_TRUE(Get(server->Address(), ca_.ca_cert(), &rogue_).ok());
+}
+
+TEST_F(MetricsTlsTest, RotatedCertificatesApplyToNewConnections) {
+  const std::string cert = TempPath("metrics-served.crt");
+  const std::string key = TempPath("metrics-served.key");
+  ASSERT_TRUE(ReplaceFileAtomically(server_.cert, cert).ok());
+  ASSERT_TRUE(ReplaceFileAtomically(server_.key, key).ok());
+  MetricsServerOptions options;
+  options.tls = {cert, key, "", absl::Seconds(1)};
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(Get(server->Address(), ca_.ca_cert()).ok());
+  ASSERT_FALSE(Get(server->Address(), other_ca_.ca_cert()).ok());
+
+  // Key first: until the certificate follows, the pair does not match and the old one stays.
+  auto next = other_ca_.Issue("server-next");
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE(ReplaceFileAtomically(next->key, key).ok());
+  ASSERT_TRUE(ReplaceFileAtomically(next->cert, cert).ok());
+  EXPECT_TRUE(WaitUntil([&] { return Get(server->Address(), other_ca_.ca_cert()).ok(); }));
+  EXPECT_FALSE(Get(server->Address(), ca_.ca_cert()).ok());
+}
+
+TEST_F(MetricsTlsTest, AHalfRotatedPairKeepsServingTheOldCertificate) {
+  const std::string cert = TempPath("metrics-half.crt");
+  const std::string key = TempPath("metrics-half.key");
+  ASSERT_TRUE(ReplaceFileAtomically(server_.cert, cert).ok());
+  ASSERT_TRUE(ReplaceFileAtomically(server_.key, key).ok());
+  MetricsServerOptions options;
+  options.tls = {cert, key, "", absl::Seconds(1)};
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+  auto next = other_ca_.Issue("server-half");
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE(ReplaceFileAtomically(next->key, key).ok());  // the certificate never follows
+  // Past several refresh intervals, every connection still gets the old, whole pair.
+  const absl::Time until = absl::Now() + absl::Seconds(3);
+  int served = 0;
+  while (absl::Now() < until) {
+    ASSERT_TRUE(Get(server->Address(), ca_.ca_cert()).ok()) << "after " << served;
+    ++served;
+  }
+  EXPECT_GT(served, 0);
+}
+
+}  // namespace
+}  // namespace tandem
