@@ -11,9 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string_view>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "common/process.h"
@@ -27,6 +29,16 @@ namespace {
 // A scrape request is a few hundred bytes; anything larger is not one.
 constexpr size_t kMaxRequestBytes = 16 << 10;
 constexpr int kMaxThreads = 1024;
+constexpr absl::Duration kMaxConnectionTimeout = absl::Hours(1);
+
+// Where the request's header ends (after its blank line), or npos. A bare LF ends lines too
+// (RFC 9112 section 2.2 lets a server accept it).
+size_t HeaderEnd(const std::string& request) {
+  const size_t crlf = request.find("\r\n\r\n");
+  const size_t lf = request.find("\n\n");
+  if (crlf == std::string::npos && lf == std::string::npos) return std::string::npos;
+  return crlf < lf ? crlf + 4 : lf + 2;
+}
 
 std::string Response(const char* status, const char* type, const std::string& body) {
   return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
@@ -49,6 +61,7 @@ class Connection {
   // The TLS handshake; false when it fails (a plaintext client, no or a wrong client
   // certificate) or runs out of time.
   bool Handshake(SSL_CTX* ctx) {
+    ERR_clear_error();  // SSL_get_error reads this thread's queue: nothing stale in it
     ssl_ = SSL_new(ctx);
     if (ssl_ == nullptr || SSL_set_fd(ssl_, fd_) != 1) return false;
     SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE);
@@ -59,18 +72,19 @@ class Connection {
     }
   }
 
-  // Appends at least one byte that arrived; false at the end of the stream, an error or the
-  // deadline.
-  bool Read(std::string* out) {
+  // Appends at least one and at most `max` bytes that arrived; false at the end of the stream,
+  // an error or the deadline.
+  bool Read(std::string* out, size_t max) {
     char buf[4096];
+    const size_t want = std::min(sizeof(buf), max);
     while (true) {
       if (ssl_ != nullptr) {
-        const int n = SSL_read(ssl_, buf, sizeof(buf));
+        const int n = SSL_read(ssl_, buf, static_cast<int>(want));
         if (n > 0) return out->append(buf, static_cast<size_t>(n)), true;
         if (!RetrySsl(n, "read")) return false;
         continue;
       }
-      const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      const ssize_t n = ::recv(fd_, buf, want, 0);
       if (n > 0) return out->append(buf, static_cast<size_t>(n)), true;
       if (n == 0) return false;
       if (errno == EINTR) continue;
@@ -103,6 +117,17 @@ class Connection {
   // Says the response is complete (TLS close_notify); does not wait for the peer's.
   void Close() {
     if (ssl_ != nullptr) SSL_shutdown(ssl_);
+  }
+
+  // For an answer sent before the whole request was read: closing with unread input makes the
+  // kernel reset the connection, which can destroy the answer before the client reads it. So
+  // the write side is closed first and what the client still sends is read and dropped, until
+  // it closes too, `max` bytes, or the deadline.
+  void CloseAfterEarlyAnswer(size_t max) {
+    Close();
+    ::shutdown(fd_, SHUT_WR);
+    std::string discard;
+    while (discard.size() < max && Read(&discard, max - discard.size())) discard.clear();
   }
 
  private:
@@ -150,8 +175,11 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("metrics server threads must be in [1, ", kMaxThreads, "]"));
   }
-  if (options.connection_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("metrics server connection timeout must be > 0");
+  if (options.connection_timeout <= absl::ZeroDuration() ||
+      options.connection_timeout > kMaxConnectionTimeout) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics server connection timeout must be in (0, ",
+                     absl::FormatDuration(kMaxConnectionTimeout), "]"));
   }
   std::unique_ptr<TlsServerContext> tls;
   if (!options.tls.cert.empty() || !options.tls.key.empty()) {
@@ -200,9 +228,20 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     ::close(fd);
     return absl::InternalError("eventfd failed");
   }
-  return std::unique_ptr<MetricsServer>(
+  std::unique_ptr<MetricsServer> server(
       new MetricsServer(fd, wake, absl::StrCat(host, ":", bound_port), std::move(registry),
                         std::move(options), std::move(tls)));
+  // std::thread reports a failed start only by throwing; the destructor then stops and joins
+  // the threads already running.
+  try {
+    for (int i = 0; i < server->options_.threads; ++i) {
+      server->threads_.emplace_back([s = server.get()] { s->Loop(); });
+    }
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot start ", server->options_.threads, " metrics threads: ", e.what()));
+  }
+  return server;
 }
 
 MetricsServer::MetricsServer(int listen_fd, int wake_fd, std::string address,
@@ -213,9 +252,7 @@ MetricsServer::MetricsServer(int listen_fd, int wake_fd, std::string address,
       address_(std::move(address)),
       registry_(std::move(registry)),
       options_(std::move(options)),
-      tls_(std::move(tls)) {
-  for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { Loop(); });
-}
+      tls_(std::move(tls)) {}
 
 MetricsServer::~MetricsServer() {
   // The eventfd stays readable (nobody reads it), so it wakes every thread, idle or serving.
@@ -263,16 +300,17 @@ void MetricsServer::Serve(int fd) {
       std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.connection_timeout));
   if (tls_ != nullptr && !c.Handshake(tls_->Current().get())) return;
   std::string request;
-  while (request.find("\r\n\r\n") == std::string::npos) {
+  while (HeaderEnd(request) == std::string::npos) {
     if (request.size() >= kMaxRequestBytes) {
-      c.Write(Response("431 Request Header Fields Too Large", "text/plain", "request too large\n"));
-      c.Close();
+      if (c.Write(Response("431 Request Header Fields Too Large", "text/plain",
+                           "request too large\n"))) {
+        c.CloseAfterEarlyAnswer(kMaxRequestBytes);
+      }
       return;
     }
-    if (!c.Read(&request)) return;
+    if (!c.Read(&request, kMaxRequestBytes - request.size())) return;
   }
-  const size_t line_end = request.find("\r\n");
-  const std::string line = request.substr(0, line_end);
+  const std::string line = request.substr(0, request.find_first_of("\r\n"));
   const size_t sp1 = line.find(' ');
   const size_t sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
   std::string response;

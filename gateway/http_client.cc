@@ -64,8 +64,9 @@ absl::StatusOr<std::string> CurlHttpClient::Get(const std::string& url, absl::Du
       const size_t host_start = 8;
       const size_t path = url.find('/', host_start);
       const std::string authority = url.substr(host_start, path - host_start);
-      const size_t colon = authority.rfind(':');
-      if (colon == std::string::npos) {
+      const size_t bracket = authority.rfind(']');  // an IPv6 literal's colons are not the port's
+      const size_t colon = authority.find(':', bracket == std::string::npos ? 0 : bracket);
+      if (colon == std::string::npos || authority.find(':', colon + 1) != std::string::npos) {
         return absl::InvalidArgumentError(absl::StrCat("GET ", url, ": no port"));
       }
       const std::string port = authority.substr(colon + 1);

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,7 +123,10 @@ absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::str
   if (colon == std::string::npos || !absl::SimpleAtoi(host_port.substr(colon + 1), &port)) {
     return absl::InvalidArgumentError("bad address " + host_port);
   }
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // A server that accepts and never answers fails the caller after this, instead of hanging it.
+  const timeval patience{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
