@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <thread>
+
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
 #include "tests/support/temp_path.h"
@@ -41,6 +43,24 @@ TEST(ChildProcessTest, SignalsTheTestSentAndCleanExitsAreNotCrashes) {
   auto running = Shell("exec sleep 60");
   ASSERT_NE(running, nullptr);
   running.reset();
+}
+
+TEST(ChildProcessTest, AChildOutlivesTheThreadThatStartedIt) {
+  // The kernel's parent-death signal follows the thread that forked; a child started here and
+  // forked on this short-lived thread would get SIGTERM as soon as the thread returned.
+  // The thread waits for the child's first line, so the child has set its parent-death signal
+  // (before exec) while the thread was still alive.
+  std::unique_ptr<ChildProcess> p;
+  std::thread([&] {
+    p = Shell("echo up; sleep 1; exit 7");
+    if (p != nullptr) {
+      EXPECT_TRUE(p->WaitForLine("up", absl::Seconds(20)).ok());
+    }
+  }).join();
+  ASSERT_NE(p, nullptr);
+  const int status = p->Wait(absl::Seconds(20));
+  ASSERT_TRUE(WIFEXITED(status)) << "died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 7);
 }
 
 }  // namespace

@@ -8,8 +8,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -23,33 +26,79 @@ namespace {
 constexpr int kAsanExitCode = 86;
 constexpr int kTsanExitCode = 66;
 
+// Forks on one thread that lives as long as the process and runs `in_child` in the child.
+// PR_SET_PDEATHSIG fires when the thread that forked the child exits, not the process: a child
+// forked on a test's helper thread would get its SIGTERM when that thread ended.
+pid_t ForkOnSpawnerThread(const std::function<void()>& in_child) {
+  struct Spawner {
+    std::mutex call_mu;  // one fork at a time
+    std::mutex mu;
+    std::condition_variable cv;
+    const std::function<void()>* job = nullptr;  // guarded by mu
+    pid_t pid = -1;                              // guarded by mu
+    bool done = false;                           // guarded by mu
+  };
+  // Never destroyed: the thread runs until the process exits.
+  static Spawner* const spawner = [] {
+    auto* s = new Spawner;
+    std::thread([s] {
+      std::unique_lock<std::mutex> l(s->mu);
+      while (true) {
+        s->cv.wait(l, [s] { return s->job != nullptr; });
+        const pid_t pid = fork();
+        if (pid == 0) {
+          (*s->job)();
+          _exit(127);
+        }
+        s->pid = pid;
+        s->job = nullptr;
+        s->done = true;
+        s->cv.notify_all();
+      }
+    }).detach();
+    return s;
+  }();
+  std::lock_guard<std::mutex> call(spawner->call_mu);
+  std::unique_lock<std::mutex> l(spawner->mu);
+  spawner->job = &in_child;
+  spawner->done = false;
+  spawner->cv.notify_all();
+  spawner->cv.wait(l, [] { return spawner->done; });
+  return spawner->pid;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     const std::string& binary, const std::vector<std::string>& args, const std::string& log_path) {
+  // Close-on-exec, so that children started at the same time do not inherit each other's pipes
+  // (dup2 clears the flag on the child's own stdout and stderr).
   int out[2];
-  if (pipe(out) != 0) return absl::InternalError("pipe failed");
-  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path));
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError("fork failed");
-  if (pid == 0) {
+  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    close(out[0]);
+    close(out[1]);
+    return absl::InternalError(absl::StrCat("cannot open ", log_path));
+  }
+  // Built before the fork: the child only makes system calls.
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(binary.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ForkOnSpawnerThread([&] {
     // If the test process dies (a crash skips destructors), the child gets SIGTERM too.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     dup2(out[1], STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
-    close(out[0]);
-    close(out[1]);
-    close(log_fd);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
     execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
+  });
   close(out[1]);
   close(log_fd);
+  if (pid < 0) {
+    close(out[0]);
+    return absl::InternalError(absl::StrCat("fork failed: ", strerror(errno)));
+  }
   return std::unique_ptr<ChildProcess>(new ChildProcess(pid, out[0], log_path));
 }
 
