@@ -14,10 +14,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <list>
 #include <string_view>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/process.h"
 #include "common/tls_server_context.h"
 #include "prometheus/text_serializer.h"
@@ -28,8 +32,13 @@ namespace {
 
 // A scrape request is a few hundred bytes; anything larger is not one.
 constexpr size_t kMaxRequestBytes = 16 << 10;
-constexpr int kMaxThreads = 1024;
-constexpr absl::Duration kMaxConnectionTimeout = absl::Hours(1);
+// What a closing connection reads and drops after its answer (see kDrain).
+constexpr size_t kMaxDrainBytes = 64 << 10;
+constexpr int kMaxConnections = 10000;
+constexpr absl::Duration kMaxRequestTimeout = absl::Hours(1);
+constexpr absl::Duration kMaxIdleTimeout = absl::Hours(24);
+// Connections accepted per turn of the loop, so a burst of them cannot starve the open ones.
+constexpr int kAcceptsPerTurn = 16;
 
 // Where the request's header ends (after its blank line), or npos. A bare LF ends lines too
 // (RFC 9112 section 2.2 lets a server accept it).
@@ -40,146 +49,162 @@ size_t HeaderEnd(const std::string& request) {
   return crlf < lf ? crlf + 4 : lf + 2;
 }
 
-std::string Response(const char* status, const char* type, const std::string& body) {
-  return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
-                      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
+std::string Response(const char* status, const char* type, const std::string& body,
+                     bool keep_alive) {
+  return absl::StrCat(
+      "HTTP/1.1 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
+      keep_alive ? "\r\nConnection: keep-alive" : "\r\nConnection: close", "\r\n\r\n", body);
 }
 
-// One accepted, non-blocking connection, plain or TLS. Every wait ends at the connection's
-// deadline or when the server stops, so a client that stalls cannot hold a thread for longer.
-class Connection {
- public:
-  Connection(int fd, int wake_fd, std::chrono::steady_clock::time_point deadline)
-      : fd_(fd), wake_fd_(wake_fd), deadline_(deadline) {}
+// Whether the client wants the connection kept: HTTP/1.1 does unless it says "close",
+// HTTP/1.0 does not unless it says "keep-alive".
+bool WantsKeepAlive(const std::string& request, const std::string& version) {
+  bool keep = version == "HTTP/1.1";
+  for (absl::string_view line : absl::StrSplit(request, '\n')) {
+    const size_t colon = line.find(':');
+    if (colon == absl::string_view::npos) continue;
+    if (!absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(line.substr(0, colon)), "connection")) {
+      continue;
+    }
+    for (absl::string_view token : absl::StrSplit(line.substr(colon + 1), ',')) {
+      token = absl::StripAsciiWhitespace(token);
+      if (absl::EqualsIgnoreCase(token, "close")) return false;
+      if (absl::EqualsIgnoreCase(token, "keep-alive")) keep = true;
+    }
+  }
+  return keep;
+}
+
+int MillisecondsUntil(std::chrono::steady_clock::time_point deadline,
+                      std::chrono::steady_clock::time_point now) {
+  if (deadline <= now) return 0;
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+  return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
+}
+
+}  // namespace
+
+// One client connection, non-blocking, plain or TLS.
+struct MetricsServer::Connection {
+  enum class State {
+    kHandshake,  // TLS handshake under way
+    kRead,       // reading a request header
+    kWrite,      // writing an answer
+    // After a closing answer: our side is shut (FIN sent), and what the client still sends is
+    // read and dropped until it closes. Closing with unread input would make the kernel reset
+    // the connection, which can destroy the answer before the client reads it.
+    kDrain,
+  };
+  // How a non-blocking read or write went.
+  enum class Io { kProgress, kBlocked, kEnd };
+
+  Connection(int fd, SSL* ssl, TimePoint deadline)
+      : fd(fd),
+        ssl(ssl),
+        state(ssl != nullptr ? State::kHandshake : State::kRead),
+        deadline(deadline) {}
   ~Connection() {
-    if (ssl_ != nullptr) SSL_free(ssl_);
-    ERR_clear_error();
+    if (ssl != nullptr) SSL_free(ssl);
+    ::close(fd);
   }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // The TLS handshake; false when it fails (a plaintext client, no or a wrong client
-  // certificate) or runs out of time.
-  bool Handshake(SSL_CTX* ctx) {
-    ERR_clear_error();  // SSL_get_error reads this thread's queue: nothing stale in it
-    ssl_ = SSL_new(ctx);
-    if (ssl_ == nullptr || SSL_set_fd(ssl_, fd_) != 1) return false;
-    SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE);
-    while (true) {
-      const int rc = SSL_accept(ssl_);
-      if (rc == 1) return true;
-      if (!RetrySsl(rc, "handshake")) return false;
-    }
-  }
-
-  // Appends at least one and at most `max` bytes that arrived; false at the end of the stream,
-  // an error or the deadline.
-  bool Read(std::string* out, size_t max) {
+  // Appends at most `max` received bytes to `in`.
+  Io Read(size_t max) {
     char buf[4096];
     const size_t want = std::min(sizeof(buf), max);
-    while (true) {
-      if (ssl_ != nullptr) {
-        const int n = SSL_read(ssl_, buf, static_cast<int>(want));
-        if (n > 0) return out->append(buf, static_cast<size_t>(n)), true;
-        if (!RetrySsl(n, "read")) return false;
-        continue;
-      }
-      const ssize_t n = ::recv(fd_, buf, want, 0);
-      if (n > 0) return out->append(buf, static_cast<size_t>(n)), true;
-      if (n == 0) return false;
-      if (errno == EINTR) continue;
-      if ((errno != EAGAIN && errno != EWOULDBLOCK) || !Wait(POLLIN)) return false;
+    if (ssl != nullptr) {
+      const int n = SSL_read(ssl, buf, static_cast<int>(want));
+      if (n <= 0) return SslIo(n, "read");
+      in.append(buf, static_cast<size_t>(n));
+      return Io::kProgress;
     }
-  }
-
-  bool Write(std::string_view data) {
-    while (!data.empty()) {
-      ssize_t n;
-      if (ssl_ != nullptr) {
-        n = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
-        if (n <= 0) {
-          if (!RetrySsl(static_cast<int>(n), "write")) return false;
-          continue;
-        }
-      } else {
-        n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          if ((errno != EAGAIN && errno != EWOULDBLOCK) || !Wait(POLLOUT)) return false;
-          continue;
-        }
-      }
-      data.remove_prefix(static_cast<size_t>(n));
+    const ssize_t n = ::recv(fd, buf, want, 0);
+    if (n > 0) {
+      in.append(buf, static_cast<size_t>(n));
+      return Io::kProgress;
     }
-    return true;
-  }
-
-  // Says the response is complete (TLS close_notify); does not wait for the peer's.
-  void Close() {
-    if (ssl_ != nullptr) SSL_shutdown(ssl_);
-  }
-
-  // For an answer sent before the whole request was read: closing with unread input makes the
-  // kernel reset the connection, which can destroy the answer before the client reads it. So
-  // the write side is closed first and what the client still sends is read and dropped, until
-  // it closes too, `max` bytes, or the deadline.
-  void CloseAfterEarlyAnswer(size_t max) {
-    Close();
-    ::shutdown(fd_, SHUT_WR);
-    std::string discard;
-    while (discard.size() < max && Read(&discard, max - discard.size())) discard.clear();
-  }
-
- private:
-  // Waits for `events` on the socket; false at the deadline or when the server stops.
-  bool Wait(short events) {
-    while (true) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-          deadline_ - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
-      pollfd fds[2] = {{fd_, events, 0}, {wake_fd_, POLLIN, 0}};
-      const int n = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
-      if (n < 0 && errno == EINTR) continue;
-      // POLLERR and POLLHUP count as ready: the next read or write reports them.
-      return n > 0 && fds[1].revents == 0;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      events = POLLIN;
+      return Io::kBlocked;
     }
+    return Io::kEnd;
   }
 
-  // After an SSL_* call returned `rc` <= 0: waits for what OpenSSL needs and returns true to
-  // retry, or false for a failure (logged at debug: a misconfigured scraper shows here).
-  bool RetrySsl(int rc, const char* what) {
-    const int error = SSL_get_error(ssl_, rc);
-    if (error == SSL_ERROR_WANT_READ) return Wait(POLLIN);
-    if (error == SSL_ERROR_WANT_WRITE) return Wait(POLLOUT);
+  // Writes more of `out` from `written`.
+  Io Write() {
+    const size_t left = out.size() - written;
+    if (ssl != nullptr) {
+      // A retry after WANT_WRITE passes the same bytes again, as OpenSSL requires.
+      const int n =
+          SSL_write(ssl, out.data() + written, static_cast<int>(std::min<size_t>(left, 1 << 30)));
+      if (n <= 0) return SslIo(n, "write");
+      written += static_cast<size_t>(n);
+      return Io::kProgress;
+    }
+    const ssize_t n = ::send(fd, out.data() + written, left, MSG_NOSIGNAL);
+    if (n >= 0) {
+      written += static_cast<size_t>(n);
+      return Io::kProgress;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      events = POLLOUT;
+      return Io::kBlocked;
+    }
+    return Io::kEnd;
+  }
+
+  // After an SSL_* call returned `rc` <= 0: blocked on the socket (events says which way), or
+  // finished (a failure is logged at debug: a misconfigured scraper shows there).
+  Io SslIo(int rc, const char* what) {
+    const int error = SSL_get_error(ssl, rc);
+    if (error == SSL_ERROR_WANT_READ) {
+      events = POLLIN;
+      return Io::kBlocked;
+    }
+    if (error == SSL_ERROR_WANT_WRITE) {
+      events = POLLOUT;
+      return Io::kBlocked;
+    }
     if (error != SSL_ERROR_ZERO_RETURN && spdlog::should_log(spdlog::level::debug)) {
       const unsigned long e = ERR_peek_error();
       char buf[256] = "connection closed";
       if (e != 0) ERR_error_string_n(e, buf, sizeof(buf));
       spdlog::debug("metrics TLS {} failed: {}", what, buf);
     }
-    return false;
+    ERR_clear_error();
+    return Io::kEnd;
   }
 
-  const int fd_;
-  const int wake_fd_;
-  const std::chrono::steady_clock::time_point deadline_;
-  SSL* ssl_ = nullptr;
+  const int fd;
+  SSL* const ssl;  // null: plain HTTP
+  State state;
+  TimePoint deadline;     // the connection is closed when it passes
+  short events = POLLIN;  // what the socket must become ready for before the next step
+  bool idle = false;      // kept alive, between requests: may give its place to a new connection
+  bool keep_alive = false;
+  std::string in;  // received, not yet answered
+  std::string out;
+  size_t written = 0;
+  size_t drained = 0;
 };
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& address, std::shared_ptr<prometheus::Registry> registry,
     MetricsServerOptions options) {
-  if (options.threads < 1 || options.threads > kMaxThreads) {
+  if (options.max_connections < 1 || options.max_connections > kMaxConnections) {
     return absl::InvalidArgumentError(
-        absl::StrCat("metrics server threads must be in [1, ", kMaxThreads, "]"));
+        absl::StrCat("metrics server max connections must be in [1, ", kMaxConnections, "]"));
   }
-  if (options.connection_timeout <= absl::ZeroDuration() ||
-      options.connection_timeout > kMaxConnectionTimeout) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics server connection timeout must be in (0, ",
-                     absl::FormatDuration(kMaxConnectionTimeout), "]"));
+  if (options.request_timeout <= absl::ZeroDuration() ||
+      options.request_timeout > kMaxRequestTimeout) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics server request timeout must be in (0, ",
+                                                   absl::FormatDuration(kMaxRequestTimeout), "]"));
+  }
+  if (options.idle_timeout <= absl::ZeroDuration() || options.idle_timeout > kMaxIdleTimeout) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics server idle timeout must be in (0, ",
+                                                   absl::FormatDuration(kMaxIdleTimeout), "]"));
   }
   std::unique_ptr<TlsServerContext> tls;
   if (!options.tls.cert.empty() || !options.tls.key.empty()) {
@@ -207,7 +232,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     if (fd < 0) continue;
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
       error = strerror(errno);
       ::close(fd);
       fd = -1;
@@ -231,15 +256,12 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   std::unique_ptr<MetricsServer> server(
       new MetricsServer(fd, wake, absl::StrCat(host, ":", bound_port), std::move(registry),
                         std::move(options), std::move(tls)));
-  // std::thread reports a failed start only by throwing; the destructor then stops and joins
-  // the threads already running.
+  // std::thread reports a failed start only by throwing.
   try {
-    for (int i = 0; i < server->options_.threads; ++i) {
-      server->threads_.emplace_back([s = server.get()] { s->Loop(); });
-    }
+    server->thread_ = std::thread([s = server.get()] { s->Loop(); });
   } catch (const std::system_error& e) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot start ", server->options_.threads, " metrics threads: ", e.what()));
+        absl::StrCat("cannot start the metrics thread: ", e.what()));
   }
   return server;
 }
@@ -255,10 +277,9 @@ MetricsServer::MetricsServer(int listen_fd, int wake_fd, std::string address,
       tls_(std::move(tls)) {}
 
 MetricsServer::~MetricsServer() {
-  // The eventfd stays readable (nobody reads it), so it wakes every thread, idle or serving.
   const uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof(one));
-  for (std::thread& t : threads_) t.join();
+  if (thread_.joinable()) thread_.join();
   ::close(listen_fd_);
   ::close(wake_fd_);
 }
@@ -272,65 +293,177 @@ void MetricsServer::Loop() {
   sigemptyset(&pipe);
   sigaddset(&pipe, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+  const auto request_timeout = absl::ToChronoNanoseconds(options_.request_timeout);
+  const size_t max_connections = static_cast<size_t>(options_.max_connections);
+  std::list<std::unique_ptr<Connection>> connections;
+  std::vector<pollfd> fds;
+  bool backoff = false;  // out of descriptors: stop accepting for a moment
   while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
+    auto now = std::chrono::steady_clock::now();
+    const bool room =
+        connections.size() < max_connections ||
+        std::any_of(connections.begin(), connections.end(), [](const auto& c) { return c->idle; });
+    fds.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, static_cast<short>(room && !backoff ? POLLIN : 0), 0});
+    int timeout = backoff ? 100 : -1;
+    for (const auto& c : connections) {
+      fds.push_back({c->fd, c->events, 0});
+      const int ms = MillisecondsUntil(c->deadline, now);
+      timeout = timeout < 0 ? ms : std::min(timeout, ms);
+    }
+    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
+      spdlog::error("metrics server: poll failed: {}", strerror(errno));
       return;
     }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      // EAGAIN: another thread took it. Out of descriptors: back off instead of spinning.
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        pollfd wake{wake_fd_, POLLIN, 0};
-        ::poll(&wake, 1, 100);
-      }
-      continue;
+    if (fds[0].revents != 0) return;
+    backoff = false;
+    now = std::chrono::steady_clock::now();
+    size_t i = 2;  // the pollfds of the connections follow the list's order
+    for (auto it = connections.begin(); it != connections.end(); ++i) {
+      Connection& c = **it;
+      bool open = fds[i].revents == 0 || Advance(c, now);
+      if (open && now >= c.deadline) open = false;
+      it = open ? std::next(it) : connections.erase(it);
     }
-    Serve(fd);
-    ::close(fd);
+    if ((fds[1].revents & POLLIN) == 0) continue;
+    for (int n = 0; n < kAcceptsPerTurn; ++n) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        backoff = errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM;
+        break;
+      }
+      if (connections.size() >= max_connections) {
+        auto idle = std::find_if(connections.begin(), connections.end(),
+                                 [](const auto& c) { return c->idle; });
+        if (idle == connections.end()) {  // cannot happen: the listener is polled only with room
+          ::close(fd);
+          break;
+        }
+        connections.erase(idle);
+      }
+      std::unique_ptr<Connection> c = Accept(fd, now + request_timeout);
+      // The client may have sent its request with the handshake already.
+      if (c != nullptr && Advance(*c, now)) connections.push_back(std::move(c));
+      if (connections.size() >= max_connections) break;
+    }
   }
 }
 
-void MetricsServer::Serve(int fd) {
-  Connection c(
-      fd, wake_fd_,
-      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.connection_timeout));
-  if (tls_ != nullptr && !c.Handshake(tls_->Current().get())) return;
-  std::string request;
-  while (HeaderEnd(request) == std::string::npos) {
-    if (request.size() >= kMaxRequestBytes) {
-      if (c.Write(Response("431 Request Header Fields Too Large", "text/plain",
-                           "request too large\n"))) {
-        c.CloseAfterEarlyAnswer(kMaxRequestBytes);
+std::unique_ptr<MetricsServer::Connection> MetricsServer::Accept(int fd, TimePoint deadline) {
+  SSL* ssl = nullptr;
+  if (tls_ != nullptr) {
+    ERR_clear_error();  // SSL_get_error reads this thread's queue: nothing stale in it
+    ssl = SSL_new(tls_->Current().get());
+    if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
+      if (ssl != nullptr) SSL_free(ssl);
+      ERR_clear_error();
+      ::close(fd);
+      return nullptr;
+    }
+    SSL_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE);
+    SSL_set_accept_state(ssl);
+  }
+  return std::make_unique<Connection>(fd, ssl, deadline);
+}
+
+bool MetricsServer::Advance(Connection& c, TimePoint now) {
+  using State = Connection::State;
+  using Io = Connection::Io;
+  while (true) {
+    switch (c.state) {
+      case State::kHandshake: {
+        const int rc = SSL_do_handshake(c.ssl);
+        if (rc == 1) {
+          c.state = State::kRead;
+          break;
+        }
+        return c.SslIo(rc, "handshake") == Io::kBlocked;
       }
-      return;
+      case State::kRead: {
+        if (const size_t end = HeaderEnd(c.in); end != std::string::npos) {
+          c.out = Answer(c.in.substr(0, end), &c.keep_alive);
+          c.in.erase(0, end);
+          c.written = 0;
+          c.state = State::kWrite;
+          break;
+        }
+        if (c.in.size() >= kMaxRequestBytes) {
+          c.out = Response("431 Request Header Fields Too Large", "text/plain",
+                           "request too large\n", false);
+          c.keep_alive = false;
+          c.written = 0;
+          c.state = State::kWrite;
+          break;
+        }
+        const Io io = c.Read(kMaxRequestBytes - c.in.size());
+        if (io != Io::kProgress) return io == Io::kBlocked;
+        if (c.idle) {  // the first bytes of the next request: its own time starts now
+          c.idle = false;
+          c.deadline = now + absl::ToChronoNanoseconds(options_.request_timeout);
+        }
+        break;
+      }
+      case State::kWrite: {
+        if (c.written < c.out.size()) {
+          const Io io = c.Write();
+          if (io != Io::kProgress) return io == Io::kBlocked;
+          break;
+        }
+        c.out.clear();
+        c.events = POLLIN;
+        if (c.keep_alive) {
+          c.state = State::kRead;
+          // A pipelined request already here is answered at once, under a fresh budget.
+          c.idle = c.in.empty();
+          c.deadline = now + absl::ToChronoNanoseconds(c.idle ? options_.idle_timeout
+                                                              : options_.request_timeout);
+          break;
+        }
+        if (c.ssl != nullptr) {
+          SSL_shutdown(c.ssl);  // close_notify; the client's is not awaited
+          ERR_clear_error();
+        }
+        ::shutdown(c.fd, SHUT_WR);
+        c.in.clear();
+        c.state = State::kDrain;
+        break;
+      }
+      case State::kDrain: {
+        if (c.drained >= kMaxDrainBytes) return false;
+        const size_t before = c.in.size();
+        const Io io = c.Read(kMaxDrainBytes - c.drained);
+        c.drained += c.in.size() - before;
+        c.in.clear();
+        if (io != Io::kProgress) return io == Io::kBlocked;
+        break;
+      }
     }
-    if (!c.Read(&request, kMaxRequestBytes - request.size())) return;
   }
+}
+
+std::string MetricsServer::Answer(const std::string& request, bool* keep_alive) const {
+  *keep_alive = false;
   const std::string line = request.substr(0, request.find_first_of("\r\n"));
-  const size_t sp1 = line.find(' ');
-  const size_t sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
-  std::string response;
-  if (sp1 == std::string::npos || sp2 == std::string::npos) {
-    response = Response("400 Bad Request", "text/plain", "bad request\n");
-  } else {
-    const std::string method = line.substr(0, sp1);
-    std::string path = line.substr(sp1 + 1, sp2 - sp1 - 1);
-    path = path.substr(0, path.find('?'));
-    if (method != "GET" && method != "HEAD") {
-      response = Response("405 Method Not Allowed", "text/plain", "GET only\n");
-    } else if (path != "/metrics") {
-      response = Response("404 Not Found", "text/plain", "metrics are at /metrics\n");
-    } else {
-      const std::string body = prometheus::TextSerializer().Serialize(registry_->Collect());
-      response = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body);
-      if (method == "HEAD") response.resize(response.find("\r\n\r\n") + 4);
-    }
+  const std::vector<std::string> parts = absl::StrSplit(line, ' ');
+  if (parts.size() != 3 || !absl::StartsWith(parts[2], "HTTP/1.")) {
+    return Response("400 Bad Request", "text/plain", "bad request\n", false);
   }
-  if (c.Write(response)) c.Close();
+  const std::string& method = parts[0];
+  const std::string path = parts[1].substr(0, parts[1].find('?'));
+  if (method != "GET" && method != "HEAD") {
+    // A body may follow; the connection is not kept, so it is never taken for a request.
+    return Response("405 Method Not Allowed", "text/plain", "GET only\n", false);
+  }
+  *keep_alive = WantsKeepAlive(request, parts[2]);
+  if (path != "/metrics") {
+    return Response("404 Not Found", "text/plain", "metrics are at /metrics\n", *keep_alive);
+  }
+  const std::string body = prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::string response =
+      Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body, *keep_alive);
+  if (method == "HEAD") response.resize(response.size() - body.size());
+  return response;
 }
 
 }  // namespace tandem

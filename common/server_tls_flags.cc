@@ -20,11 +20,14 @@ ABSL_FLAG(bool, plaintext, false,
 ABSL_FLAG(bool, metrics_tls, false,
           "Serve /metrics over HTTPS with --tls_cert/--tls_key; with --tls_client_ca, scrapers "
           "(Prometheus, the gateway) must present a client certificate it signed.");
-ABSL_FLAG(int, metrics_threads, 4,
-          "Connections /metrics serves at once (1-1024); more wait in the listen backlog.");
-ABSL_FLAG(absl::Duration, metrics_connection_timeout, absl::Seconds(5),
-          "The most one /metrics connection may take, TLS handshake to last byte (100ms-10m); a "
-          "client that stalls is cut off.");
+ABSL_FLAG(int, metrics_max_connections, 64,
+          "Connections /metrics keeps open at once (1-10000); when all are taken, a new one "
+          "replaces an idle kept-alive one, or waits in the listen backlog.");
+ABSL_FLAG(absl::Duration, metrics_request_timeout, absl::Seconds(5),
+          "The most one /metrics request may take, first byte (or TLS handshake) to last byte "
+          "of the answer (100ms-10m); a client that stalls is cut off.");
+ABSL_FLAG(absl::Duration, metrics_idle_timeout, absl::Seconds(60),
+          "How long a kept-alive /metrics connection may wait for its next request (1s-24h).");
 
 namespace tandem {
 
@@ -73,14 +76,18 @@ std::string ServerTransportFromFlags() {
 
 absl::StatusOr<MetricsServerOptions> MetricsServerOptionsFromFlags() {
   MetricsServerOptions options;
-  options.threads = absl::GetFlag(FLAGS_metrics_threads);
-  options.connection_timeout = absl::GetFlag(FLAGS_metrics_connection_timeout);
-  if (options.threads < 1 || options.threads > 1024) {
-    return absl::InvalidArgumentError("--metrics_threads must be in [1, 1024]");
+  options.max_connections = absl::GetFlag(FLAGS_metrics_max_connections);
+  options.request_timeout = absl::GetFlag(FLAGS_metrics_request_timeout);
+  options.idle_timeout = absl::GetFlag(FLAGS_metrics_idle_timeout);
+  if (options.max_connections < 1 || options.max_connections > 10000) {
+    return absl::InvalidArgumentError("--metrics_max_connections must be in [1, 10000]");
   }
-  if (options.connection_timeout < absl::Milliseconds(100) ||
-      options.connection_timeout > absl::Minutes(10)) {
-    return absl::InvalidArgumentError("--metrics_connection_timeout must be between 100ms and 10m");
+  if (options.request_timeout < absl::Milliseconds(100) ||
+      options.request_timeout > absl::Minutes(10)) {
+    return absl::InvalidArgumentError("--metrics_request_timeout must be between 100ms and 10m");
+  }
+  if (options.idle_timeout < absl::Seconds(1) || options.idle_timeout > absl::Hours(24)) {
+    return absl::InvalidArgumentError("--metrics_idle_timeout must be between 1s and 24h");
   }
   if (absl::GetFlag(FLAGS_metrics_tls)) {
     if (absl::GetFlag(FLAGS_plaintext)) {

@@ -31,8 +31,9 @@ std::string ServerTransportFromFlags();
 // The /metrics port's options from the flags every Tandem server shares:
 //   --metrics_tls                  HTTPS with the gRPC port's --tls_cert/--tls_key, and with its
 //                                  --tls_client_ca, if any, client certificates required;
-//   --metrics_threads              connections served at once;
-//   --metrics_connection_timeout   the most one connection may take.
+//   --metrics_max_connections      connections open at once;
+//   --metrics_request_timeout      the most one request may take;
+//   --metrics_idle_timeout         how long a kept-alive connection may wait for the next.
 // Call after ServerCredentialsFromFlags has accepted the TLS files. An error names the flag:
 // --metrics_tls with --plaintext, or a value out of range.
 absl::StatusOr<MetricsServerOptions> MetricsServerOptionsFromFlags();

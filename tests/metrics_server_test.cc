@@ -1,13 +1,10 @@
-// The /metrics server: what it answers, that stalled clients hold only their own thread and only
-// until the connection timeout, that it stops at once, and HTTPS with client certificates and
-// rotation, checked with the gateway's own scrape client (libcurl).
+// The /metrics server: what it answers, keep-alive, that a stalled client holds only its own
+// connection and only until the request timeout, that it stops at once, and HTTPS with client
+// certificates and rotation, checked with the gateway's own scrape client (libcurl).
 #include "common/metrics_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <memory>
@@ -54,30 +51,19 @@ std::unique_ptr<MetricsServer> StartOrDie(MetricsServerOptions options = {}) {
   return server.ok() ? std::move(*server) : nullptr;
 }
 
-// A connected TCP socket to HOST:PORT on loopback; -1 on failure. Reads on it give up after 30 s,
-// so a server that never answers fails the test instead of hanging it.
-int Connect(const std::string& address) {
-  const int port = std::stoi(address.substr(address.rfind(':') + 1));
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const timeval patience{30, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
+int Connect(const std::string& address) { return testing::ConnectLoopback(address); }
+
+// Sends all of `request`.
+bool Send(int fd, const std::string& request) {
+  return ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+         static_cast<ssize_t>(request.size());
 }
 
 // Sends `request` and returns everything the server sends until it closes the connection.
 std::string Exchange(const std::string& address, const std::string& request) {
   const int fd = Connect(address);
   if (fd < 0) return "connect failed";
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
-      static_cast<ssize_t>(request.size())) {
+  if (!Send(fd, request)) {
     ::close(fd);
     return "send failed";
   }
@@ -97,15 +83,18 @@ TEST(MetricsServerTest, ServesTheRegistryAndRefusesEverythingElse) {
   ASSERT_TRUE(body.ok()) << body.status();
   EXPECT_THAT(*body, HasSubstr("tandem_test_things_total 3"));
 
-  const std::string head = Exchange(server->Address(), "HEAD /metrics HTTP/1.1\r\n\r\n");
+  const std::string head =
+      Exchange(server->Address(), "HEAD /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
   EXPECT_THAT(head, StartsWith("HTTP/1.1 200 OK\r\n"));
   EXPECT_THAT(head, HasSubstr("Content-Type: text/plain; version=0.0.4"));
   EXPECT_EQ(head.find("tandem_test_things_total"), std::string::npos) << "HEAD has no body";
-  EXPECT_THAT(Exchange(server->Address(), "GET /other HTTP/1.1\r\n\r\n"),
+  EXPECT_THAT(Exchange(server->Address(), "GET /other HTTP/1.1\r\nconnection: Close\r\n\r\n"),
               StartsWith("HTTP/1.1 404 "));
   EXPECT_THAT(Exchange(server->Address(), "POST /metrics HTTP/1.1\r\n\r\n"),
               StartsWith("HTTP/1.1 405 "));
   EXPECT_THAT(Exchange(server->Address(), "garbage\r\n\r\n"), StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(Exchange(server->Address(), "GET /metrics SPDY/3\r\n\r\n"),
+              StartsWith("HTTP/1.1 400 "));
   EXPECT_THAT(Exchange(server->Address(), "GET\r\n\r\n"), StartsWith("HTTP/1.1 400 "));
   // Lines may end in a bare LF.
   EXPECT_THAT(Exchange(server->Address(), "GET /metrics HTTP/1.0\n\n"),
@@ -117,14 +106,78 @@ TEST(MetricsServerTest, ServesTheRegistryAndRefusesEverythingElse) {
   EXPECT_TRUE(HttpGet(server->Address(), "/metrics").ok());
 }
 
-TEST(MetricsServerTest, AStalledClientHoldsOnlyItsOwnThread) {
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(MetricsServerTest, KeepAliveAnswersPipelinedRequestsOnOneConnection) {
+  auto server = StartOrDie();
+  ASSERT_NE(server, nullptr);
+  const std::string answers = Exchange(
+      server->Address(),
+      "GET /metrics HTTP/1.1\r\n\r\nHEAD /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+      "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
+  // Three answers on the one connection, then the server closes it as the last one asked.
+  EXPECT_EQ(Count(answers, "HTTP/1.1 200 OK"), 3u) << answers;
+  EXPECT_EQ(Count(answers, "Connection: keep-alive"), 2u) << answers;
+  EXPECT_EQ(Count(answers, "tandem_test_things_total 3"), 2u) << answers;
+}
+
+// A connection that has had one kept-alive request answered, so it is idle now; -1 on failure.
+int ConnectAndScrapeOnce(const std::string& address) {
+  const int fd = Connect(address);
+  if (fd < 0 || !Send(fd, "GET /metrics HTTP/1.1\r\n\r\n")) return -1;
+  std::string got;
+  char buf[4096];
+  while (got.find("tandem_test_things_total 3\n") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      ::close(fd);
+      return -1;
+    }
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return fd;
+}
+
+TEST(MetricsServerTest, AnIdleKeptAliveConnectionIsClosedAfterTheIdleTimeout) {
   MetricsServerOptions options;
-  options.threads = 2;
-  options.connection_timeout = absl::Minutes(10);
+  options.idle_timeout = absl::Milliseconds(200);
   auto server = StartOrDie(options);
   ASSERT_NE(server, nullptr);
-  // Connected first, so accepted first; it never sends a byte. A server with one thread would
-  // serve nothing else for ten minutes.
+  const int fd = ConnectAndScrapeOnce(server->Address());
+  ASSERT_GE(fd, 0);
+  const absl::Time answered = absl::Now();
+  char c;
+  EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "closed by the server";
+  EXPECT_GE(absl::Now() - answered, absl::Milliseconds(150));
+  ::close(fd);
+}
+
+TEST(MetricsServerTest, AFullServerGivesAnIdleConnectionsPlaceToANewOne) {
+  MetricsServerOptions options;
+  options.max_connections = 1;
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+  const int kept = ConnectAndScrapeOnce(server->Address());
+  ASSERT_GE(kept, 0);
+  // `kept` is idle and holds the only place; a new client gets it at once (not after the 60 s
+  // idle timeout), and `kept` is closed.
+  EXPECT_TRUE(HttpGet(server->Address(), "/metrics").ok());
+  char c;
+  EXPECT_EQ(::recv(kept, &c, 1, 0), 0);
+  ::close(kept);
+}
+
+TEST(MetricsServerTest, AStalledClientHoldsOnlyItsOwnConnection) {
+  MetricsServerOptions options;
+  options.request_timeout = absl::Minutes(10);
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+  // It never sends a byte; a server that served connections one at a time would serve nothing
+  // else for ten minutes.
   const int stalled = Connect(server->Address());
   ASSERT_GE(stalled, 0);
   for (int i = 0; i < 5; ++i) {
@@ -135,17 +188,16 @@ TEST(MetricsServerTest, AStalledClientHoldsOnlyItsOwnThread) {
   ::close(stalled);
 }
 
-TEST(MetricsServerTest, AStalledClientIsCutOffAtTheConnectionTimeout) {
+TEST(MetricsServerTest, AStalledClientIsCutOffAtTheRequestTimeout) {
+  // One place, which the stalled client holds (it is mid-request, not idle).
   MetricsServerOptions options;
-  options.threads = 1;
-  options.connection_timeout = absl::Milliseconds(200);
+  options.max_connections = 1;
+  options.request_timeout = absl::Milliseconds(200);
   auto server = StartOrDie(options);
   ASSERT_NE(server, nullptr);
   const int stalled = Connect(server->Address());
   ASSERT_GE(stalled, 0);
-  const std::string partial = "GET /metrics HTTP/1.1\r\n";
-  ASSERT_EQ(::send(stalled, partial.data(), partial.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(partial.size()));
+  ASSERT_TRUE(Send(stalled, "GET /metrics HTTP/1.1\r\n"));
   // The server closes it without an answer (the read sees the end of the stream), and not
   // before the timeout...
   const absl::Time sent = absl::Now();
@@ -153,21 +205,26 @@ TEST(MetricsServerTest, AStalledClientIsCutOffAtTheConnectionTimeout) {
   EXPECT_EQ(::recv(stalled, &c, 1, 0), 0);
   EXPECT_GE(absl::Now() - sent, absl::Milliseconds(150));
   ::close(stalled);
-  // ...and its one thread serves the next client.
+  // ...and its place goes to the next client.
   EXPECT_TRUE(HttpGet(server->Address(), "/metrics").ok());
 }
 
 TEST(MetricsServerTest, RefusesBadOptions) {
-  for (int threads : {0, -1, 1025}) {
+  for (int connections : {0, -1, 10001}) {
     MetricsServerOptions options;
-    options.threads = threads;
+    options.max_connections = connections;
     auto server = MetricsServer::Start("127.0.0.1:0", RegistryWithACounter(), options);
-    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << threads;
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << connections;
   }
   for (absl::Duration timeout : {absl::ZeroDuration(), absl::InfiniteDuration()}) {
-    MetricsServerOptions options;
-    options.connection_timeout = timeout;
-    EXPECT_EQ(MetricsServer::Start("127.0.0.1:0", RegistryWithACounter(), options).status().code(),
+    MetricsServerOptions request;
+    request.request_timeout = timeout;
+    EXPECT_EQ(MetricsServer::Start("127.0.0.1:0", RegistryWithACounter(), request).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << timeout;
+    MetricsServerOptions idle;
+    idle.idle_timeout = timeout;
+    EXPECT_EQ(MetricsServer::Start("127.0.0.1:0", RegistryWithACounter(), idle).status().code(),
               absl::StatusCode::kInvalidArgument)
         << timeout;
   }
@@ -241,8 +298,7 @@ TEST_F(MetricsTlsTest, HttpsWithClientCertificatesSignedByItsCa) {
 
 TEST_F(MetricsTlsTest, StopsAtOnceWhileAConnectionWaitsForItsRequest) {
   MetricsServerOptions options;
-  options.threads = 1;
-  options.connection_timeout = absl::Minutes(10);
+  options.request_timeout = absl::Minutes(10);
   options.tls = {server_.cert, server_.key, ""};
   auto server = StartOrDie(options);
   ASSERT_NE(server, nullptr);
@@ -252,8 +308,8 @@ TEST_F(MetricsTlsTest, StopsAtOnceWhileAConnectionWaitsForItsRequest) {
                                                         SSL_CTX_free);
   std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), SSL_free);
   ASSERT_EQ(SSL_set_fd(ssl.get(), fd), 1);
-  // A finished handshake means the server's one thread is in this connection, waiting for a
-  // request that never comes.
+  // A finished handshake means the server holds this connection, waiting for a request that
+  // never comes.
   ASSERT_EQ(SSL_connect(ssl.get()), 1);
   const absl::Time start = absl::Now();
   server.reset();  // ten minutes if a connection being served ignored the stop

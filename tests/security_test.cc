@@ -318,12 +318,15 @@ TEST_F(TlsTest, TransportMistakesAreStartupErrors) {
        {"--model=qwen", "--device=cpu", "--plaintext", "--metrics_tls"},
        "it cannot be combined with --plaintext"},
       {TANDEM_WORKER_BIN,
-       {"--model=qwen", "--device=cpu", "--plaintext", "--metrics_connection_timeout=0s"},
-       "--metrics_connection_timeout must be between 100ms and 10m"},
+       {"--model=qwen", "--device=cpu", "--plaintext", "--metrics_request_timeout=0s"},
+       "--metrics_request_timeout must be between 100ms and 10m"},
+      {TANDEM_WORKER_BIN,
+       {"--model=qwen", "--device=cpu", "--plaintext", "--metrics_idle_timeout=100ms"},
+       "--metrics_idle_timeout must be between 1s and 24h"},
       {TANDEM_GATEWAY_BIN,
        {"--workers=qwen=127.0.0.1:1", "--plaintext", "--worker_plaintext",
-        "--allow_unauthenticated", "--metrics_threads=0"},
-       "--metrics_threads must be in [1, 1024]"},
+        "--allow_unauthenticated", "--metrics_max_connections=0"},
+       "--metrics_max_connections must be in [1, 10000]"},
   };
   for (const Case& c : cases) {
     auto [code, log] = RunToExit(c.binary, c.args);

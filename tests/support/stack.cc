@@ -117,14 +117,14 @@ absl::Status WaitForHealth(const std::string& address, const std::string& servic
                    serving ? "SERVING" : "NOT_SERVING", ": ", s.error_message()));
 }
 
-absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::string& path) {
+int ConnectLoopback(const std::string& host_port) {
   const size_t colon = host_port.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(host_port.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError("bad address " + host_port);
+    return -1;
   }
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  // A server that accepts and never answers fails the caller after this, instead of hanging it.
+  if (fd < 0) return -1;
   const timeval patience{30, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
   sockaddr_in addr{};
@@ -133,8 +133,14 @@ absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::str
   inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return absl::UnavailableError("cannot connect to " + host_port);
+    return -1;
   }
+  return fd;
+}
+
+absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::string& path) {
+  const int fd = ConnectLoopback(host_port);
+  if (fd < 0) return absl::UnavailableError("cannot connect to " + host_port);
   const std::string req =
       absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host_port, "\r\nConnection: close\r\n\r\n");
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {

@@ -40,6 +40,10 @@ absl::StatusOr<Server> StartGateway(const std::vector<std::string>& worker_entri
 absl::Status WaitForHealth(const std::string& address, const std::string& service, bool serving,
                            absl::Duration timeout = absl::Seconds(20));
 
+// A TCP socket connected to 127.0.0.1 at HOST:PORT's port, whose reads give up after 30 s (a
+// server that accepts and never answers fails the caller instead of hanging it); -1 on failure.
+int ConnectLoopback(const std::string& host_port);
+
 // GET http://HOST:PORT/PATH; the body on 200.
 absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::string& path);
 
