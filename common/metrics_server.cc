@@ -49,23 +49,31 @@ size_t HeaderEnd(const std::string& request) {
   return crlf < lf ? crlf + 4 : lf + 2;
 }
 
-std::string Response(const char* status, const char* type, const std::string& body,
-                     bool keep_alive) {
-  return absl::StrCat(
-      "HTTP/1.1 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
-      keep_alive ? "\r\nConnection: keep-alive" : "\r\nConnection: close", "\r\n\r\n", body);
+// `head`: the answer to HEAD, which says the body's length but does not send it.
+std::string Response(const char* status, const char* type, const std::string& body, bool keep_alive,
+                     bool head = false) {
+  return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
+                      "\r\nContent-Length: ", body.size(),
+                      keep_alive ? "\r\nConnection: keep-alive" : "\r\nConnection: close",
+                      "\r\n\r\n", head ? "" : body);
 }
 
-// Whether the client wants the connection kept: HTTP/1.1 does unless it says "close",
-// HTTP/1.0 does not unless it says "keep-alive".
+// Whether the connection is kept after the answer: HTTP/1.1 keeps it unless the client says
+// "close", HTTP/1.0 only if it says "keep-alive". Never after a request with a body (a GET may
+// carry one): the body is not read as such, so the connection closes and drains it instead of
+// taking it for the next request.
 bool WantsKeepAlive(const std::string& request, const std::string& version) {
   bool keep = version == "HTTP/1.1";
   for (absl::string_view line : absl::StrSplit(request, '\n')) {
     const size_t colon = line.find(':');
     if (colon == absl::string_view::npos) continue;
-    if (!absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(line.substr(0, colon)), "connection")) {
-      continue;
+    const absl::string_view name = absl::StripAsciiWhitespace(line.substr(0, colon));
+    if (absl::EqualsIgnoreCase(name, "transfer-encoding")) return false;
+    if (absl::EqualsIgnoreCase(name, "content-length") &&
+        absl::StripAsciiWhitespace(line.substr(colon + 1)) != "0") {
+      return false;
     }
+    if (!absl::EqualsIgnoreCase(name, "connection")) continue;
     for (absl::string_view token : absl::StrSplit(line.substr(colon + 1), ',')) {
       token = absl::StripAsciiWhitespace(token);
       if (absl::EqualsIgnoreCase(token, "close")) return false;
@@ -183,6 +191,7 @@ struct MetricsServer::Connection {
   TimePoint deadline;     // the connection is closed when it passes
   short events = POLLIN;  // what the socket must become ready for before the next step
   bool idle = false;      // kept alive, between requests: may give its place to a new connection
+  bool ready = false;     // a request is buffered (not visible to poll): advance without waiting
   bool keep_alive = false;
   std::string in;  // received, not yet answered
   std::string out;
@@ -298,18 +307,21 @@ void MetricsServer::Loop() {
   std::list<std::unique_ptr<Connection>> connections;
   std::vector<pollfd> fds;
   bool backoff = false;  // out of descriptors: stop accepting for a moment
+  const auto room = [&] {
+    return connections.size() < max_connections ||
+           std::any_of(connections.begin(), connections.end(),
+                       [](const auto& c) { return c->idle; });
+  };
   while (true) {
     auto now = std::chrono::steady_clock::now();
-    const bool room =
-        connections.size() < max_connections ||
-        std::any_of(connections.begin(), connections.end(), [](const auto& c) { return c->idle; });
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, static_cast<short>(room && !backoff ? POLLIN : 0), 0});
+    fds.push_back({listen_fd_, static_cast<short>(room() && !backoff ? POLLIN : 0), 0});
     int timeout = backoff ? 100 : -1;
     for (const auto& c : connections) {
       fds.push_back({c->fd, c->events, 0});
-      const int ms = MillisecondsUntil(c->deadline, now);
+      // A connection with a request already buffered is advanced next turn without waiting.
+      const int ms = c->ready ? 0 : MillisecondsUntil(c->deadline, now);
       timeout = timeout < 0 ? ms : std::min(timeout, ms);
     }
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
@@ -322,11 +334,12 @@ void MetricsServer::Loop() {
     size_t i = 2;  // the pollfds of the connections follow the list's order
     for (auto it = connections.begin(); it != connections.end(); ++i) {
       Connection& c = **it;
-      bool open = fds[i].revents == 0 || Advance(c, now);
-      if (open && now >= c.deadline) open = false;
+      bool open = (fds[i].revents == 0 && !c.ready) || Advance(c);
+      if (open && std::chrono::steady_clock::now() >= c.deadline) open = false;
       it = open ? std::next(it) : connections.erase(it);
     }
-    if ((fds[1].revents & POLLIN) == 0) continue;
+    // Idle connections polled as room may have woken with a request: then new ones wait.
+    if ((fds[1].revents & POLLIN) == 0 || !room()) continue;
     for (int n = 0; n < kAcceptsPerTurn; ++n) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
@@ -334,18 +347,14 @@ void MetricsServer::Loop() {
         break;
       }
       if (connections.size() >= max_connections) {
-        auto idle = std::find_if(connections.begin(), connections.end(),
-                                 [](const auto& c) { return c->idle; });
-        if (idle == connections.end()) {  // cannot happen: the listener is polled only with room
-          ::close(fd);
-          break;
-        }
-        connections.erase(idle);
+        // room() held: one is idle.
+        connections.erase(std::find_if(connections.begin(), connections.end(),
+                                       [](const auto& c) { return c->idle; }));
       }
       std::unique_ptr<Connection> c = Accept(fd, now + request_timeout);
       // The client may have sent its request with the handshake already.
-      if (c != nullptr && Advance(*c, now)) connections.push_back(std::move(c));
-      if (connections.size() >= max_connections) break;
+      if (c != nullptr && Advance(*c)) connections.push_back(std::move(c));
+      if (!room()) break;
     }
   }
 }
@@ -367,9 +376,19 @@ std::unique_ptr<MetricsServer::Connection> MetricsServer::Accept(int fd, TimePoi
   return std::make_unique<Connection>(fd, ssl, deadline);
 }
 
-bool MetricsServer::Advance(Connection& c, TimePoint now) {
+bool MetricsServer::Advance(Connection& c) {
   using State = Connection::State;
   using Io = Connection::Io;
+  const auto deadline_in = [](absl::Duration d) {
+    return std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(d);
+  };
+  c.ready = false;
+  if (c.idle) {
+    // Woken between requests: something arrived (bytes of a request, perhaps only part of a TLS
+    // record, or the end of the stream), so the next request's own time starts now.
+    c.idle = false;
+    c.deadline = deadline_in(options_.request_timeout);
+  }
   while (true) {
     switch (c.state) {
       case State::kHandshake: {
@@ -398,10 +417,6 @@ bool MetricsServer::Advance(Connection& c, TimePoint now) {
         }
         const Io io = c.Read(kMaxRequestBytes - c.in.size());
         if (io != Io::kProgress) return io == Io::kBlocked;
-        if (c.idle) {  // the first bytes of the next request: its own time starts now
-          c.idle = false;
-          c.deadline = now + absl::ToChronoNanoseconds(options_.request_timeout);
-        }
         break;
       }
       case State::kWrite: {
@@ -414,14 +429,26 @@ bool MetricsServer::Advance(Connection& c, TimePoint now) {
         c.events = POLLIN;
         if (c.keep_alive) {
           c.state = State::kRead;
-          // A pipelined request already here is answered at once, under a fresh budget.
-          c.idle = c.in.empty();
-          c.deadline = now + absl::ToChronoNanoseconds(c.idle ? options_.idle_timeout
-                                                              : options_.request_timeout);
-          break;
+          if (HeaderEnd(c.in) != std::string::npos ||
+              (c.ssl != nullptr && SSL_has_pending(c.ssl) == 1)) {
+            // Pipelined: answered next turn, under a fresh budget, so that one client sending
+            // requests back to back takes turns with the others instead of holding the thread.
+            c.ready = true;
+            c.deadline = deadline_in(options_.request_timeout);
+            return true;
+          }
+          if (!c.in.empty()) {  // part of the next request: read on, under its own budget
+            c.deadline = deadline_in(options_.request_timeout);
+            break;
+          }
+          c.idle = true;
+          c.deadline = deadline_in(options_.idle_timeout);
+          return true;
         }
         if (c.ssl != nullptr) {
-          SSL_shutdown(c.ssl);  // close_notify; the client's is not awaited
+          // close_notify, best effort: a full socket buffer (WANT_WRITE) drops it, and the
+          // client's is not awaited. The answer's Content-Length already delimits it.
+          SSL_shutdown(c.ssl);
           ERR_clear_error();
         }
         ::shutdown(c.fd, SHUT_WR);
@@ -455,15 +482,13 @@ std::string MetricsServer::Answer(const std::string& request, bool* keep_alive) 
     // A body may follow; the connection is not kept, so it is never taken for a request.
     return Response("405 Method Not Allowed", "text/plain", "GET only\n", false);
   }
+  const bool head = method == "HEAD";
   *keep_alive = WantsKeepAlive(request, parts[2]);
   if (path != "/metrics") {
-    return Response("404 Not Found", "text/plain", "metrics are at /metrics\n", *keep_alive);
+    return Response("404 Not Found", "text/plain", "metrics are at /metrics\n", *keep_alive, head);
   }
-  const std::string body = prometheus::TextSerializer().Serialize(registry_->Collect());
-  std::string response =
-      Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body, *keep_alive);
-  if (method == "HEAD") response.resize(response.size() - body.size());
-  return response;
+  return Response("200 OK", "text/plain; version=0.0.4; charset=utf-8",
+                  prometheus::TextSerializer().Serialize(registry_->Collect()), *keep_alive, head);
 }
 
 }  // namespace tandem

@@ -66,7 +66,7 @@ class MetricsServer {
   // A connection for a socket just accepted; null when TLS cannot be set up on it.
   std::unique_ptr<Connection> Accept(int fd, TimePoint deadline);
   // Moves `c` on as far as its socket allows without blocking; false once it is finished.
-  bool Advance(Connection& c, TimePoint now);
+  bool Advance(Connection& c);
   // The whole response to one request header; `keep_alive` says whether the connection stays.
   std::string Answer(const std::string& request, bool* keep_alive) const;
 
