@@ -7,7 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -124,6 +127,78 @@ TEST(MetricsServerTest, KeepAliveAnswersPipelinedRequestsOnOneConnection) {
   EXPECT_EQ(Count(answers, "HTTP/1.1 200 OK"), 3u) << answers;
   EXPECT_EQ(Count(answers, "Connection: keep-alive"), 2u) << answers;
   EXPECT_EQ(Count(answers, "tandem_test_things_total 3"), 2u) << answers;
+}
+
+// A registry whose Nth collection (1-based) waits until the test releases it, and that says when
+// that collection has begun: it stops the server's loop at a known point.
+class GatedRegistry : public prometheus::Registry {
+ public:
+  explicit GatedRegistry(std::vector<int> gated) : gated_(std::move(gated)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::unique_lock<std::mutex> l(mu_);
+    const int n = ++calls_;
+    cv_.notify_all();
+    if (std::find(gated_.begin(), gated_.end(), n) != gated_.end()) {
+      cv_.wait(l, [&] { return released_ >= n; });
+    }
+    return Registry::Collect();
+  }
+  // Waits until collection `n` has begun.
+  void AwaitCall(int n) const {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return calls_ >= n; });
+  }
+  // Lets collections up to `n` finish.
+  void Release(int n) {
+    std::lock_guard<std::mutex> l(mu_);
+    released_ = n;
+    cv_.notify_all();
+  }
+
+ private:
+  const std::vector<int> gated_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable int calls_ = 0;  // guarded by mu_
+  int released_ = 0;       // guarded by mu_
+};
+
+TEST(MetricsServerTest, APipeliningClientTakesTurnsWithTheOthers) {
+  // Collections 1 and 4 wait for the test.
+  auto registry = std::make_shared<GatedRegistry>(std::vector<int>{1, 4});
+  auto server = MetricsServer::Start("127.0.0.1:0", registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->Address();
+  // A sends three requests at once; its first answer holds the loop in collection 1.
+  const int a = Connect(address);
+  ASSERT_GE(a, 0);
+  ASSERT_TRUE(Send(a,
+                   "GET /metrics HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n"
+                   "GET /metrics HTTP/1.1\r\n\r\n"));
+  registry->AwaitCall(1);
+  // B arrives meanwhile.
+  const int b = Connect(address);
+  ASSERT_GE(b, 0);
+  const timeval patience{5, 0};
+  setsockopt(b, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
+  ASSERT_TRUE(Send(b, "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  registry->Release(3);
+  // B is answered before A's third request (collection 4, still held). A server that answered
+  // one connection's pipelined requests all in a row would answer A's three first and hold B
+  // behind collection 4 until B's read gives up.
+  std::string b_answer;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(b, buf, sizeof(buf), 0)) > 0) b_answer.append(buf, static_cast<size_t>(n));
+  EXPECT_THAT(b_answer, StartsWith("HTTP/1.1 200 OK"));
+  registry->Release(4);
+  std::string a_answers;
+  while (Count(a_answers, "HTTP/1.1 200 OK") < 3 && (n = ::recv(a, buf, sizeof(buf), 0)) > 0) {
+    a_answers.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(Count(a_answers, "HTTP/1.1 200 OK"), 3u);
+  ::close(a);
+  ::close(b);
 }
 
 TEST(MetricsServerTest, HeadAnswersSayTheLengthButSendNoBody) {
