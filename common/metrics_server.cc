@@ -15,8 +15,8 @@
 #include <chrono>
 #include <cstring>
 #include <list>
-#include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"

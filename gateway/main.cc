@@ -162,12 +162,20 @@ int ValidatePolicy(const std::string& path) {
   return 0;
 }
 
-// The workers' transport from --worker_tls_* / --worker_plaintext; fatal when neither is given.
-std::shared_ptr<grpc::ChannelCredentials> WorkerCredentials() {
+// The gateway's files for the workers (--worker_tls_*): its gRPC channels to them and its
+// scrapes of HTTPS /metrics use the same identity and trust.
+TlsFiles WorkerTlsFiles() {
   TlsFiles files;
   files.ca = absl::GetFlag(FLAGS_worker_tls_ca);
   files.cert = absl::GetFlag(FLAGS_worker_tls_cert);
   files.key = absl::GetFlag(FLAGS_worker_tls_key);
+  files.refresh = TlsRefreshIntervalFromFlags();
+  return files;
+}
+
+// The workers' transport from --worker_tls_* / --worker_plaintext; fatal when neither is given.
+std::shared_ptr<grpc::ChannelCredentials> WorkerCredentials() {
+  const TlsFiles files = WorkerTlsFiles();
   const bool any_tls = !files.ca.empty() || !files.cert.empty() || !files.key.empty();
   if (absl::GetFlag(FLAGS_worker_plaintext)) {
     if (any_tls) Fatal("--worker_plaintext and --worker_tls_* contradict each other; choose one");
@@ -181,7 +189,6 @@ std::shared_ptr<grpc::ChannelCredentials> WorkerCredentials() {
         "workers are called over mutual TLS: give --worker_tls_ca, --worker_tls_cert and "
         "--worker_tls_key, or an explicit --worker_plaintext");
   }
-  files.refresh = TlsRefreshIntervalFromFlags();
   auto creds = MakeChannelCredentials(files, "--worker_tls_ca/--worker_tls_cert/--worker_tls_key");
   if (!creds.ok()) Fatal(std::string(creds.status().message()));
   return *creds;
@@ -332,11 +339,7 @@ int Run() {
   signal_options.scrape_timeout = absl::GetFlag(FLAGS_scrape_timeout);
   signal_options.prometheus_url = absl::GetFlag(FLAGS_prometheus_url);
   signal_options.promql_timeout = absl::GetFlag(FLAGS_promql_timeout);
-  // Workers with --metrics_tls are scraped with the same identity and trust as their gRPC port.
-  signal_options.scrape_tls.ca = absl::GetFlag(FLAGS_worker_tls_ca);
-  signal_options.scrape_tls.cert = absl::GetFlag(FLAGS_worker_tls_cert);
-  signal_options.scrape_tls.key = absl::GetFlag(FLAGS_worker_tls_key);
-  signal_options.scrape_tls.refresh = TlsRefreshIntervalFromFlags();
+  signal_options.scrape_tls = WorkerTlsFiles();  // for workers with --metrics_tls
   signal_options.scrape_tls_server_name = absl::GetFlag(FLAGS_worker_tls_server_name);
   while (!signal_options.prometheus_url.empty() && signal_options.prometheus_url.back() == '/') {
     signal_options.prometheus_url.pop_back();

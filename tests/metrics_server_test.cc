@@ -377,6 +377,22 @@ class MetricsTlsTest : public ::testing::Test {
         .Get(absl::StrCat("https://", address, "/metrics"), absl::Seconds(10));
   }
 
+  // A TLS server reading copies of server_'s files (which the test may then replace), re-read
+  // every second; `name` keeps each test's copies apart.
+  std::unique_ptr<MetricsServer> StartFromCopies(const std::string& name, std::string* cert,
+                                                 std::string* key) {
+    *cert = TempPath(name + ".crt");
+    *key = TempPath(name + ".key");
+    if (!ReplaceFileAtomically(server_.cert, *cert).ok() ||
+        !ReplaceFileAtomically(server_.key, *key).ok()) {
+      ADD_FAILURE() << "cannot copy the server's files";
+      return nullptr;
+    }
+    MetricsServerOptions options;
+    options.tls = {*cert, *key, "", absl::Seconds(1)};
+    return StartOrDie(options);
+  }
+
   TestCa ca_, other_ca_;
   TestCert server_, client_, rogue_;
 };
@@ -449,13 +465,8 @@ TEST_F(MetricsTlsTest, WithoutAClientCaAnyClientIsServed) {
 }
 
 TEST_F(MetricsTlsTest, RotatedCertificatesApplyToNewConnections) {
-  const std::string cert = TempPath("metrics-served.crt");
-  const std::string key = TempPath("metrics-served.key");
-  ASSERT_TRUE(ReplaceFileAtomically(server_.cert, cert).ok());
-  ASSERT_TRUE(ReplaceFileAtomically(server_.key, key).ok());
-  MetricsServerOptions options;
-  options.tls = {cert, key, "", absl::Seconds(1)};
-  auto server = StartOrDie(options);
+  std::string cert, key;
+  auto server = StartFromCopies("metrics-served", &cert, &key);
   ASSERT_NE(server, nullptr);
   ASSERT_TRUE(Get(server->Address(), ca_.ca_cert()).ok());
   ASSERT_FALSE(Get(server->Address(), other_ca_.ca_cert()).ok());
@@ -470,13 +481,8 @@ TEST_F(MetricsTlsTest, RotatedCertificatesApplyToNewConnections) {
 }
 
 TEST_F(MetricsTlsTest, AHalfRotatedPairKeepsServingTheOldCertificate) {
-  const std::string cert = TempPath("metrics-half.crt");
-  const std::string key = TempPath("metrics-half.key");
-  ASSERT_TRUE(ReplaceFileAtomically(server_.cert, cert).ok());
-  ASSERT_TRUE(ReplaceFileAtomically(server_.key, key).ok());
-  MetricsServerOptions options;
-  options.tls = {cert, key, "", absl::Seconds(1)};
-  auto server = StartOrDie(options);
+  std::string cert, key;
+  auto server = StartFromCopies("metrics-half", &cert, &key);
   ASSERT_NE(server, nullptr);
   auto next = other_ca_.Issue("server-half");
   ASSERT_TRUE(next.ok()) << next.status();
