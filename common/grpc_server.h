@@ -26,6 +26,8 @@ struct GrpcServerOptions {
   int64_t max_memory_bytes = 0;
   // Connection age after which clients reconnect (and re-resolve DNS); 0 disables it.
   int max_connection_age_ms = 0;
+  // After that age, how long calls in flight may still run before the connection is closed.
+  int max_connection_age_grace_ms = 60 * 1000;
 };
 
 struct GrpcServer {

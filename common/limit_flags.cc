@@ -15,6 +15,9 @@ ABSL_FLAG(int32_t, max_stop_sequences, tandem::RequestLimits{}.max_stop_sequence
           "Most stop sequences in one request.");
 ABSL_FLAG(int32_t, max_stop_sequence_bytes, tandem::RequestLimits{}.max_stop_sequence_bytes,
           "Longest stop sequence, in bytes.");
+ABSL_FLAG(double, rejected_log_per_second, tandem::RequestLimits{}.rejected_log_per_second,
+          "Log lines a second for refused requests (bursts of twice that; the next line logged "
+          "says how many were dropped); 0 logs every one.");
 
 namespace tandem {
 
@@ -26,6 +29,10 @@ absl::StatusOr<RequestLimits> RequestLimitsFromFlags() {
   l.max_image_bytes = absl::GetFlag(FLAGS_max_image_bytes);
   l.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
   l.max_stop_sequence_bytes = absl::GetFlag(FLAGS_max_stop_sequence_bytes);
+  l.rejected_log_per_second = absl::GetFlag(FLAGS_rejected_log_per_second);
+  if (!(l.rejected_log_per_second >= 0)) {
+    return absl::InvalidArgumentError("--rejected_log_per_second must be >= 0");
+  }
   const std::pair<const char*, int64_t> checks[] = {
       {"--max_messages", l.max_messages},
       {"--max_parts_per_message", l.max_parts_per_message},

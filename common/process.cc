@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "common/proto_request.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -18,6 +19,7 @@ void InitLogging(const std::string& process_name, const std::string& level) {
   logger->set_level(spdlog::level::from_str(level));
   spdlog::set_default_logger(logger);
   spdlog::flush_on(spdlog::level::info);
+  RouteProtobufLogsToSpdlog();
 }
 
 void Fatal(const std::string& message) {

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/log_text.h"
 #include "common/utf8.h"
 
 namespace tandem {
@@ -22,6 +23,36 @@ absl::Status Invalid(const std::string& field, const std::string& what) {
 
 }  // namespace
 
+absl::Status ValidateRequestId(absl::string_view request_id) {
+  if (IsPlainToken(request_id, kMaxRequestIdBytes)) return absl::OkStatus();
+  return Invalid("request_id",
+                 absl::StrFormat("%s is not 1 to %d visible ASCII characters (no spaces, control "
+                                 "or non-ASCII bytes)",
+                                 QuoteForLog(request_id), kMaxRequestIdBytes));
+}
+
+absl::Status ValidateReasoning(const tandem::v1::ReasoningOptions& reasoning,
+                               absl::string_view field) {
+  if (!tandem::v1::ReasoningMode_IsValid(reasoning.mode())) {
+    return Invalid(absl::StrCat(field, ".mode"),
+                   absl::StrFormat("%d is not a ReasoningMode (0 default, 1 on, 2 off)",
+                                   static_cast<int>(reasoning.mode())));
+  }
+  if (reasoning.thinking_budget_tokens() < 0) {
+    return Invalid(absl::StrCat(field, ".thinking_budget_tokens"),
+                   absl::StrFormat("%d; must be >= 0 (0: no separate budget)",
+                                   reasoning.thinking_budget_tokens()));
+  }
+  return absl::OkStatus();
+}
+
+bool IsSupportedImageMimeType(absl::string_view mime_type) {
+  for (const char* known : {"image/png", "image/jpeg", "image/webp", "image/gif"}) {
+    if (absl::EqualsIgnoreCase(mime_type, known)) return true;
+  }
+  return false;
+}
+
 absl::Status ValidateMessages(
     const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
     const RequestLimits& limits) {
@@ -35,14 +66,9 @@ absl::Status ValidateMessages(
     const auto& message = messages[m];
     const std::string prefix = absl::StrFormat("messages[%d]", m);
     if (!KnownRole(message.role())) {
-      // The role is echoed only when it is valid UTF-8, so the error itself stays well-formed.
       return Invalid(prefix + ".role",
-                     IsValidUtf8(message.role())
-                         ? absl::StrFormat("unknown role '%s'; expected system, user, "
-                                           "assistant or tool",
-                                           message.role())
-                         : "unknown role (not valid UTF-8); expected system, user, assistant "
-                           "or tool");
+                     absl::StrFormat("unknown role %s; expected system, user, assistant or tool",
+                                     QuoteForLog(message.role())));
     }
     if (message.content().empty()) return Invalid(prefix + ".content", "no content parts");
     if (message.content_size() > limits.max_parts_per_message) {
@@ -70,9 +96,11 @@ absl::Status ValidateMessages(
                            absl::StrFormat("%d bytes; the limit is %d", image.data().size(),
                                            limits.max_image_bytes));
           }
-          if (!absl::StartsWith(image.mime_type(), "image/")) {
+          if (!IsSupportedImageMimeType(image.mime_type())) {
             return Invalid(field + ".image.mime_type",
-                           "expected an image MIME type such as image/png");
+                           absl::StrFormat("unsupported image type %s; expected image/png, "
+                                           "image/jpeg, image/webp or image/gif",
+                                           QuoteForLog(image.mime_type())));
           }
           break;
         }
@@ -128,13 +156,9 @@ absl::Status ValidateLabels(const google::protobuf::Map<std::string, std::string
     return Invalid("labels", absl::StrFormat("%d labels; the limit is %d (--max_labels)",
                                              labels.size(), limits.max_labels));
   }
-  // The key names the field in errors: at most 64 bytes of it, cut on a character boundary so
-  // the message stays valid UTF-8. Built only for an error, not per label.
+  // The key names the field in errors, quoted and cut. Built only for an error, not per label.
   auto field = [](const std::string& key) {
-    if (!IsValidUtf8(key)) return std::string("labels[?]");
-    const std::string_view head = std::string_view(key).substr(0, 64);
-    const std::string_view shown = head.substr(0, CompleteUtf8PrefixLength(head));
-    return absl::StrCat("labels[", std::string(shown), shown.size() < key.size() ? "...]" : "]");
+    return absl::StrCat("labels[", QuoteForLog(key), "]");
   };
   for (const auto& [key, value] : labels) {
     if (key.empty()) return Invalid("labels", "empty key");

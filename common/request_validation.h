@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "google/protobuf/map.h"
 #include "google/protobuf/repeated_field.h"
 #include "tandem/v1/common.pb.h"
@@ -20,14 +21,31 @@ struct RequestLimits {
   int32_t max_stop_sequence_bytes = 256;
   int32_t max_labels = 32;
   int32_t max_label_bytes = 256;
+  // Log lines a second for refused requests (burst: twice that); 0 logs every one. Invalid
+  // requests are refused before any quota, so without this one caller could flood the log.
+  double rejected_log_per_second = 10;
 };
 
 // INVALID_ARGUMENT naming the offending field ("messages[2].content[0].text: ...") for: no
 // messages, unknown role, a message without content, empty or non-UTF-8 text, an image without
-// data or with a non-image MIME type, and counts over the limits.
+// data or with an unsupported MIME type (IsSupportedImageMimeType), and counts over the limits.
+// Caller text in a message is quoted, escaped and cut (QuoteForLog).
 absl::Status ValidateMessages(
     const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
     const RequestLimits& limits);
+
+// Request ids become gRPC metadata to the worker and a field of every log line: INVALID_ARGUMENT
+// unless 1 to kMaxRequestIdBytes bytes of visible ASCII (no space, control or non-ASCII byte).
+inline constexpr size_t kMaxRequestIdBytes = 128;
+absl::Status ValidateRequestId(absl::string_view request_id);
+
+// INVALID_ARGUMENT for a reasoning mode outside the enum or a negative thinking budget.
+absl::Status ValidateReasoning(const tandem::v1::ReasoningOptions& reasoning,
+                               absl::string_view field);
+
+// The image MIME types accepted (compared without regard to case): those every vision client
+// sends and the image decoders take.
+bool IsSupportedImageMimeType(absl::string_view mime_type);
 
 // INVALID_ARGUMENT for max_tokens <= 0 or above `max_output_tokens` (skipped when 0), temperature
 // outside [0, 2], top_p outside (0, 1], negative top_k, and bad stop sequences.

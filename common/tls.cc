@@ -21,7 +21,10 @@ namespace tandem {
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& what) {
-  auto text = ReadFileToString(path);
+  // Far above any certificate chain or CA bundle; bounded so that a path such as /dev/zero is
+  // refused rather than read without end.
+  constexpr int64_t kMaxPemBytes = int64_t{16} << 20;
+  auto text = ReadFileToString(path, kMaxPemBytes, "");
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", text.status().message()));
   }

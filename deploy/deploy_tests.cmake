@@ -25,7 +25,13 @@ add_test(NAME grafana_dashboard_queries_live
     --ctl=$<TARGET_FILE:tandemctl> --prometheus=${TANDEM_PROMETHEUS})
 set_tests_properties(grafana_dashboard_queries_live PROPERTIES LABELS integration TIMEOUT 120)
 
-# systemd: install.sh into a scratch root, then `systemd-analyze verify` every unit (the worker
+# systemd: install.sh refuses to install workers without a chosen engine (--checkpoint-dir or
+# --engine=synthetic; the binary's default is the load simulator) and writes nothing then; runs
+# with stub binaries into a scratch root, so it needs neither a build nor systemd.
+add_test(NAME systemd_install_engine_check
+  COMMAND bash ${TANDEM_DEPLOY}/systemd/install_engine_test.sh)
+set_tests_properties(systemd_install_engine_check PROPERTIES LABELS unit TIMEOUT 60)
+# install.sh into a scratch root, then `systemd-analyze verify` every unit (the worker
 # template as three GPU instances). Needs the built binaries (the units' ExecStart).
 find_program(TANDEM_SYSTEMD_ANALYZE systemd-analyze)
 if(TANDEM_SYSTEMD_ANALYZE)
@@ -36,8 +42,9 @@ else()
   message(STATUS "systemd-analyze not found: systemd_units_verify skipped")
 endif()
 
-# docker-compose: `docker-compose config` (Debian's docker-compose) plus consistency checks. No
-# container engine on the build machine: the images are not built here.
+# docker-compose: `docker-compose config` (Debian's docker-compose) plus consistency checks, among
+# them that it refuses without TANDEM_ENGINE. No container engine on the build machine: the images
+# are not built here.
 find_program(TANDEM_DOCKER_COMPOSE docker-compose)
 if(TANDEM_DOCKER_COMPOSE)
   add_test(NAME compose_config_check
@@ -48,8 +55,10 @@ else()
   message(STATUS "docker-compose not found: compose_config_check skipped (scripts/setup.sh installs it)")
 endif()
 
-# Kubernetes: render every overlay with `kubectl kustomize` and check the objects. Works with
-# kubectl 1.20 (Debian 12's kubernetes-client, kustomize v2.0.3) and later.
+# Kubernetes: render every overlay with `kubectl kustomize` and check the objects (among them the
+# gateway's headless Service, the workers' explicit engine, and ../cert-manager added to the
+# overlays: the gateway certificate names every Service DNS name in the rendered namespace).
+# Works with kubectl 1.20 (Debian 12's kubernetes-client, kustomize v2.0.3) and later.
 find_program(TANDEM_KUBECTL kubectl)
 if(TANDEM_KUBECTL)
   add_test(NAME k8s_manifests_check

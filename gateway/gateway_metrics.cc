@@ -107,6 +107,11 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                      .Help("Answers continued on another worker after their worker failed "
                            "mid-stream, by the model that failed and the one that continued.")
                      .Register(r)),
+      stalls_(BuildCounter()
+                  .Name("tandem_gateway_stream_stalls_total")
+                  .Help("Streams whose worker sent no token within the stall timeout, by the "
+                        "model of that worker; each was failed over mid-answer.")
+                  .Register(r)),
       hedges_(BuildCounter()
                   .Name("tandem_gateway_hedges_total")
                   .Help("Hedged copies sent (no first token after the rule's delay), by model "
@@ -268,6 +273,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
     for (const char* outcome : {"won", "lost"}) {
       Labelled(hedges_, {{"model_name", m}, {"outcome", outcome}});
     }
+    Labelled(stalls_, {{"model_name", m}});
     for (const std::string& to : models) {
       Labelled(failovers_, {{"from_model", m}, {"to_model", to}});
       if (to != m) Labelled(fallbacks_, {{"from_model", m}, {"to_model", to}});
@@ -413,6 +419,10 @@ void GatewayMetrics::CountRetryBudgetExhausted() { retry_budget_exhausted_.Incre
 
 void GatewayMetrics::CountFailover(const std::string& from_model, const std::string& to_model) {
   Labelled(failovers_, {{"from_model", from_model}, {"to_model", to_model}}).Increment();
+}
+
+void GatewayMetrics::CountStall(const std::string& model) {
+  Labelled(stalls_, {{"model_name", model}}).Increment();
 }
 
 void GatewayMetrics::CountHedge(const std::string& model, bool won) {

@@ -78,6 +78,7 @@ class GatewayMetrics {
   void CountRetryBudgetExhausted();
   void CountFailover(const std::string& from_model, const std::string& to_model);
   void CountHedge(const std::string& model, bool won);
+  void CountStall(const std::string& model);
   void CountShed(const std::string& request_class);
   // Admission fell back from the decided model (no usable worker) to another.
   void CountFallback(const std::string& from_model, const std::string& to_model);
@@ -134,6 +135,7 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& retries_;
   prometheus::Counter& retry_budget_exhausted_;
   prometheus::Family<prometheus::Counter>& failovers_;
+  prometheus::Family<prometheus::Counter>& stalls_;
   prometheus::Family<prometheus::Counter>& hedges_;
   prometheus::Family<prometheus::Counter>& shed_;
   prometheus::Family<prometheus::Counter>& fallbacks_;

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,8 @@
 #include "absl/time/clock.h"
 #include "common/call_metadata.h"
 #include "common/grpc_status.h"
+#include "common/log_text.h"
+#include "common/proto_request.h"
 #include "router/decision_record.h"
 #include "spdlog/spdlog.h"
 
@@ -33,17 +37,19 @@ std::string MetadataRequestId(const grpc::CallbackServerContext* context) {
   return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
 }
 
-void FillRoute(const Admission& a, tandem::v1::RouteInfo* route) {
+void FillRoute(const Admission& a, Disclosure disclosure, tandem::v1::RouteInfo* route) {
   route->set_model(a.decision.model);
   route->set_request_class(a.decision.request_class);
   route->set_rule(a.decision.rule);
-  route->set_reason(a.decision.reason);
+  // A policy's reason lists the conditions that matched, which may name other tenants.
+  route->set_reason(disclosure.explain ? a.decision.reason
+                                       : absl::StrCat("rule '", a.decision.rule, "' matched"));
   route->set_policy_version(a.decision.policy_version);
-  if (a.endpoint != nullptr) route->set_worker(a.endpoint->address());
+  if (a.endpoint != nullptr && disclosure.workers) route->set_worker(a.endpoint->address());
 }
 
 bool HasRecovery(const tandem::v1::Recovery& r) {
-  return r.retries() > 0 || r.failovers() > 0 || r.hedged();
+  return r.retries() > 0 || r.failovers() > 0 || r.hedged() || r.events_size() > 0;
 }
 
 // What Generate and GenerationStream share: intake, the worker attempts (first, retries,
@@ -56,12 +62,14 @@ bool HasRecovery(const tandem::v1::Recovery& r) {
 // dropped in OnDone, and one for each Cancel in progress on another thread.
 class GenerationCall {
  public:
+  // `bytes` is the request as received; it is parsed here, and a parse error is the call's
+  // answer once the caller is authenticated.
   GenerationCall(GatewayService* service, grpc::CallbackServerContext* context,
-                 const GenerateRequest* request, const char* rpc)
+                 const grpc::ByteBuffer* bytes, const char* rpc)
       : service_(service),
         context_(context),
         server_call_(context->c_call()),
-        request_(request),
+        parsed_(ParseRequest(*bytes, &request_)),
         rpc_(rpc),
         arrival_(SteadyClock::now()) {
     grpc_call_ref(server_call_);
@@ -98,7 +106,22 @@ class GenerationCall {
       StartRead(&in_);
       StartCall();
     }
-    void Read() { StartRead(&in_); }
+    // A read after a chunk: from here until the next chunk, the worker is the one keeping the
+    // stream waiting (the stall watch measures this; the first read waits on prefill instead).
+    void Read() {
+      reading_since_ns_.store(SteadyClock::now().time_since_epoch().count(),
+                              std::memory_order_relaxed);
+      StartRead(&in_);
+    }
+    // When the outstanding read after a chunk started; nullopt when none is outstanding.
+    std::optional<SteadyClock::time_point> reading_since() const {
+      const int64_t ns = reading_since_ns_.load(std::memory_order_relaxed);
+      if (ns == 0) return std::nullopt;
+      return SteadyClock::time_point(SteadyClock::duration(ns));
+    }
+    // Cancelled by the stall watch: its end is a worker fault, failed over like a dead worker.
+    void MarkStalled() { stalled_.store(true, std::memory_order_relaxed); }
+    bool stalled() const { return stalled_.load(std::memory_order_relaxed); }
     // An attempt may end (OnDone, then delete) on a gRPC thread at any moment, so one found in
     // live_ is cancelled only with a reference taken while holding mu_ (OnAttemptDone removes it
     // from live_ under mu_ before gRPC's reference goes): CancelAndUnref then never touches a
@@ -117,8 +140,13 @@ class GenerationCall {
     // Guarded by the owner's mu_.
     void MarkLost() { lost_ = true; }
     bool lost() const { return lost_; }
+    // Whether this copy still holds a unit of the retry budget's hedges. Guarded by the owner's
+    // mu_.
+    bool holds_hedge_unit() const { return holds_hedge_unit_; }
+    void set_holds_hedge_unit(bool holds) { holds_hedge_unit_ = holds; }
 
     void OnReadDone(bool ok) override {
+      reading_since_ns_.store(0, std::memory_order_relaxed);
       if (ok) {
         owner_->OnAttemptChunk(this);
       } else {
@@ -141,8 +169,11 @@ class GenerationCall {
     const bool hedge_;
     std::unique_ptr<grpc::ClientContext> context_;
     WorkerGenerateChunk in_;
-    std::atomic<int> refs_{1};  // gRPC's until OnDone, plus one per CancelAndUnref to come
-    bool lost_ = false;         // guarded by the owner's mu_
+    std::atomic<int> refs_{1};       // gRPC's until OnDone, plus one per CancelAndUnref to come
+    bool lost_ = false;              // guarded by the owner's mu_
+    bool holds_hedge_unit_ = false;  // guarded by the owner's mu_
+    std::atomic<int64_t> reading_since_ns_{0};  // steady clock; 0: no read after a chunk pending
+    std::atomic<bool> stalled_{false};
   };
 
  protected:
@@ -150,16 +181,22 @@ class GenerationCall {
   // attempt, or queues for a dispatch slot (the attempt then starts when one frees). An error
   // means nothing was started and the caller finishes the call with it.
   absl::Status Begin() {
+    // Named before anything can refuse the request, so every end line carries it (Admit
+    // validates it, and replaces it when invalid).
+    admission_.request_id = LoggableRequestId(request_, MetadataRequestId(context_));
     if (service_->draining()) {
+      service_->RefusedWhileDraining();
       return absl::UnavailableError("gateway is draining; retry on another replica");
     }
     absl::StatusOr<TenantRegistry::Caller> caller = service_->Authenticate(context_);
     if (!caller.ok()) return caller.status();
     caller_ = std::move(*caller);
+    disclosure_ = service_->DisclosureFor(caller_);
+    if (!parsed_.ok()) return parsed_;
     const auto admit_start = SteadyClock::now();
     absl::Status s =
-        service_->intake().Admit(*request_, MetadataRequestId(context_), context_->deadline(),
-                                 false, &admission_, caller_.spec);
+        service_->intake().Admit(request_, MetadataRequestId(context_), context_->deadline(), false,
+                                 &admission_, caller_.spec);
     service_->metrics().decision_duration().Observe(Seconds(SteadyClock::now() - admit_start));
     if (!s.ok()) {
       if (admission_.retry_after_seconds > 0) {
@@ -409,6 +446,81 @@ class GenerationCall {
     }
     for (Attempt* a : live) a->CancelAndUnref();
     CancelHedge();
+    CancelStallWatch();
+  }
+
+  // The stall watch: from the first chunk relayed, an alarm checks every stall timeout that the
+  // committed attempt's worker has not kept a read waiting longer than that. A stalled attempt
+  // is cancelled and failed over mid-answer like a dead worker (OnAttemptDone), and counts
+  // against its endpoint (CallOutcome::kStalled), so a hung worker is ejected for new requests.
+  // The timeout: --stall_timeout_multiple x this stream's mean time per token so far, at least
+  // --stall_timeout_min.
+  SteadyClock::duration StallTimeout() const {
+    const auto floor = absl::ToChronoNanoseconds(service_->options().stall_timeout_min);
+    const auto per_token =
+        std::chrono::nanoseconds(inter_token_ns_.load(std::memory_order_relaxed));
+    return std::max<SteadyClock::duration>(
+        floor, std::chrono::duration_cast<SteadyClock::duration>(
+                   per_token * service_->options().stall_timeout_multiple));
+  }
+
+  void StartStallWatch() {
+    if (service_->options().stall_timeout_min <= absl::ZeroDuration()) return;  // off
+    std::lock_guard<std::mutex> l(stall_mu_);
+    if (stall_alarm_ != nullptr || stall_cancelled_) return;
+    SetStallAlarm(StallTimeout());
+  }
+
+  // stall_mu_ held. A new alarm each time: one must not be set again from its own callback.
+  void SetStallAlarm(SteadyClock::duration after) {
+    stall_alarm_ = std::make_unique<grpc::Alarm>();
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    stall_alarm_->Set(std::chrono::system_clock::now() +
+                          std::chrono::duration_cast<std::chrono::system_clock::duration>(after),
+                      [this](bool ok) {
+                        OnStallAlarm(ok);
+                        Unref();
+                      });
+  }
+
+  void CancelStallWatch() {
+    // As CancelHedge: the callback runs with ok=false on a gRPC thread, never inside Cancel.
+    std::lock_guard<std::mutex> l(stall_mu_);
+    stall_cancelled_ = true;
+    if (stall_alarm_ != nullptr) stall_alarm_->Cancel();
+  }
+
+  void OnStallAlarm(bool ok) {
+    if (!ok) return;
+    const SteadyClock::duration timeout = StallTimeout();
+    SteadyClock::duration next = timeout;
+    Attempt* stalled = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (done_ || cancelled_) return;
+      if (committed_ != nullptr) {
+        if (const auto since = committed_->reading_since()) {
+          const SteadyClock::duration waited = SteadyClock::now() - *since;
+          if (waited >= timeout) {
+            stalled = committed_;
+            stalled->MarkStalled();
+            stalled->Ref();
+          } else {
+            next = timeout - waited;
+          }
+        }
+      }
+    }
+    if (stalled != nullptr) {
+      service_->metrics().CountStall(stalled->model());
+      spdlog::warn("request_id={} stalled: no token from {} for {:.3f}s; failing over",
+                   admission_.request_id, stalled->endpoint()->address(),
+                   std::chrono::duration<double>(timeout).count());
+      stalled->CancelAndUnref();
+    }
+    // Keeps watching: the failover's stream, once it answers, is committed in turn.
+    std::lock_guard<std::mutex> l(stall_mu_);
+    if (!stall_cancelled_) SetStallAlarm(next);
   }
 
   void CancelHedge() {
@@ -427,6 +539,12 @@ class GenerationCall {
     if (chunk.queue_seconds() > 0 && queue_seconds_ == 0) queue_seconds_ = chunk.queue_seconds();
     if (chunk.tokens() > 0) {
       if (completion_tokens_ == 0) first_token_ = now;
+      if (completion_tokens_ > 0) {
+        inter_token_ns_.store(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now - first_token_).count() /
+                (completion_tokens_ + chunk.tokens() - 1),
+            std::memory_order_relaxed);
+      }
       last_token_ = now;
       completion_tokens_ += chunk.tokens();
     }
@@ -443,15 +561,21 @@ class GenerationCall {
     }
     timings->set_total_seconds(Seconds(SteadyClock::now() - arrival_));
     std::lock_guard<std::mutex> l(mu_);
-    if (HasRecovery(recovery_)) *recovery = recovery_;
+    if (!HasRecovery(recovery_)) return;
+    *recovery = recovery_;
+    if (!disclosure_.workers) recovery->clear_final_worker();
   }
 
   // Metrics and the end log line; exactly once per call.
-  void Record(const grpc::Status& status) {
+  void Record(const grpc::Status& ended) {
+    const grpc::Status status = AsCallerSawIt(ended);
     const auto now = SteadyClock::now();
     const auto& d = admission_.decision;
-    const std::string& model = started_ ? d.model : kNone;
-    const std::string& klass = started_ || d.shed ? d.request_class : kNone;
+    // A request refused after routing (no usable worker, a tenant's models) counts under the
+    // model that was decided; one refused before, under "none".
+    const bool routed = started_ || !d.model.empty();
+    const std::string& model = routed ? d.model : kNone;
+    const std::string& klass = routed || d.shed ? d.request_class : kNone;
     service_->metrics().CountRequest(model, klass, GrpcCodeName(status.error_code()));
     if (model_metrics_ != nullptr && started_) {  // Dispatch incremented inflight
       model_metrics_->inflight->Decrement();
@@ -492,12 +616,19 @@ class GenerationCall {
         caller_.tenant->Release(reserved_tokens_ - used);
       }
     }
-    spdlog::info(
-        "request_id={} rpc={} end model={} class={} status={} prompt_tokens={} "
-        "completion_tokens={} duration_ms={:.3f}{}{}{}",
-        admission_.request_id, rpc_, model, klass, GrpcCodeName(status.error_code()),
-        prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3, recovery,
-        status.ok() ? "" : " message=", status.error_message());
+    // A request refused before dispatch (invalid, unauthenticated, over quota, draining) is
+    // logged within --rejected_log_per_second: it costs the caller nothing but the attempt.
+    int64_t suppressed = 0;
+    if (started_ || service_->rejected_log().Allow(&suppressed)) {
+      spdlog::info(
+          "request_id={} rpc={} end model={} class={} status={} prompt_tokens={} "
+          "completion_tokens={} duration_ms={:.3f}{}{}{}{}",
+          admission_.request_id, rpc_, model, klass, GrpcCodeName(status.error_code()),
+          prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3, recovery,
+          status.ok() ? "" : " message=",
+          status.ok() ? "" : QuoteForLog(status.error_message(), kMaxLoggedMessageBytes),
+          suppressed > 0 ? absl::StrCat(" (", suppressed, " refusals not logged)") : "");
+    }
     // The slot goes back now, for the next waiter; the drain's count (CallEnded) only in the
     // destructor, so a drain waiting for it never sees the queue still in use.
     if (slot_held_.load()) service_->options().queue->Release();
@@ -507,6 +638,17 @@ class GenerationCall {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 
+  // The caller's deadline passing cancels the call (OnCancel, then the attempts end CANCELLED),
+  // but the caller sees DEADLINE_EXCEEDED: metrics and the log say what the caller saw.
+  grpc::Status AsCallerSawIt(const grpc::Status& status) const {
+    if (status.error_code() == grpc::StatusCode::CANCELLED &&
+        std::chrono::system_clock::now() >= context_->deadline()) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "the caller's deadline passed (" + status.error_message() + ")");
+    }
+    return status;
+  }
+
   GatewayService* const service_;
   grpc::CallbackServerContext* const context_;
   // The caller's call, referenced for as long as this object lives: an attempt's ClientContext
@@ -514,10 +656,12 @@ class GenerationCall {
   // is created in Start, and a hedge may start on the alarm's thread just after the caller's
   // call finished (its first copy answered) and gRPC released it.
   grpc_call* const server_call_;
-  const GenerateRequest* const request_;
+  GenerateRequest request_;
+  const absl::Status parsed_;
   const char* const rpc_;
   const SteadyClock::time_point arrival_;
   Admission admission_;
+  Disclosure disclosure_;  // set once the caller is known
 
   int32_t prompt_tokens_ = 0;
   int32_t completion_tokens_ = 0;
@@ -553,10 +697,13 @@ class GenerationCall {
         if (recovery_.hedged() && !hedge_decided_) {
           // The race's first token; a failover committing later is not a hedge outcome.
           hedge_decided_ = true;
+          // The race is decided: the winner is an ordinary attempt now, and its unit of the
+          // hedge budget is free for another request's rescue.
+          for (Attempt* o : live_) ReleaseHedgeUnit(o);
           recovery_.set_hedge_won(a->hedge());
           service_->metrics().CountHedge(a->model(), a->hedge());
           recovery_.add_events(absl::StrCat(a->hedge() ? "hedge" : "first attempt",
-                                            " answered first: ", a->endpoint()->address()));
+                                            " answered first: ", Shown(a->endpoint())));
         }
       }
       const WorkerGenerateChunk& chunk = a->chunk();
@@ -564,7 +711,10 @@ class GenerationCall {
       relayed_tokens_ += chunk.tokens();
     }
     for (Attempt* o : losers) o->CancelAndUnref();
-    if (committed_now) CancelHedge();  // a first token came: no hedge needed any more
+    if (committed_now) {
+      CancelHedge();  // a first token came: no hedge needed any more
+      StartStallWatch();
+    }
     Track(a->chunk());
     Relay(a->chunk());
   }
@@ -574,22 +724,29 @@ class GenerationCall {
     a->endpoint()->AddOutstanding(-1);
     // A deadline of ours (the caller's or the default, less the offset) passing is not the
     // worker's fault.
-    a->endpoint()->RecordCall(ClassifyCall(status.error_code(), now >= worker_deadline_),
+    const bool stalled = a->stalled() && status.error_code() == grpc::StatusCode::CANCELLED;
+    a->endpoint()->RecordCall(stalled ? CallOutcome::kStalled
+                                      : ClassifyCall(status.error_code(), now >= worker_deadline_),
                               SteadyClock::now());
-    if (a->hedge()) service_->retry_budget().ReleaseHedge();
-
+    // A stalled stream is recovered as a dead worker's would be.
+    const grpc::Status ended =
+        stalled ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "stalled: no token within the stall timeout (--stall_timeout_min, "
+                               "--stall_timeout_multiple)")
+                : status;
     Attempt* next = nullptr;
     bool complete = false;
     bool by_length = false;
-    grpc::Status outcome = status;
+    grpc::Status outcome = ended;
     {
       std::lock_guard<std::mutex> l(mu_);
+      ReleaseHedgeUnit(a);
       live_.erase(std::find(live_.begin(), live_.end(), a));
       const bool was_committed = committed_ == a;
       if (was_committed) committed_ = nullptr;
       if (done_ || a->lost() || (!was_committed && committed_ != nullptr)) {
         // The call is over, or this copy lost the race: nothing to decide.
-      } else if (status.ok() && was_committed) {
+      } else if (ended.ok() && was_committed) {
         done_ = complete = true;
       } else if (std::any_of(live_.begin(), live_.end(),
                              [](const Attempt* o) { return !o->lost(); })) {
@@ -603,13 +760,14 @@ class GenerationCall {
         done_ = complete = by_length = true;
       } else {
         failed_.push_back(a->endpoint_ref());
-        next = Recover(a, status, &outcome);
+        next = Recover(a, ended, &outcome);
         if (next == nullptr) done_ = complete = true;
       }
     }
     if (next != nullptr) next->Start();
     if (complete) {
       CancelHedge();
+      CancelStallWatch();
       if (by_length) {
         WorkerGenerateChunk last;
         last.set_finish_reason(tandem::v1::FINISH_REASON_LENGTH);
@@ -634,7 +792,7 @@ class GenerationCall {
     const bool retryable = !caller_gone && (kind == CallOutcome::kWorkerFault ||
                                             code == grpc::StatusCode::RESOURCE_EXHAUSTED);
     if (!retryable) return nullptr;
-    const std::string failure = absl::StrCat(failed->endpoint()->address(), " ", GrpcCodeName(code),
+    const std::string failure = absl::StrCat(Shown(failed->endpoint()), " ", GrpcCodeName(code),
                                              ": ", status.error_message());
     if (attempts_ >= service_->options().max_attempts) {
       recovery_.add_events(absl::StrCat(failure, "; no attempts left (--max_attempts)"));
@@ -674,14 +832,14 @@ class GenerationCall {
       service_->metrics().CountFailover(failed->model(), target->pool->name());
       recovery_.add_events(absl::StrCat("failover after ", relayed_tokens_, " tokens: ", failure,
                                         " -> ", target->pool->name(), " at ",
-                                        target->endpoint->address()));
+                                        Shown(target->endpoint.get())));
     } else {
       recovery_.set_retries(recovery_.retries() + 1);
       service_->metrics().CountRetry(
           target->pool->name(),
           code == grpc::StatusCode::RESOURCE_EXHAUSTED ? "resource_exhausted" : "worker_error");
       recovery_.add_events(absl::StrCat("retry: ", failure, " -> ", target->pool->name(), " at ",
-                                        target->endpoint->address()));
+                                        Shown(target->endpoint.get())));
     }
     if (target->max_output_tokens > 0) max_tokens = std::min(max_tokens, target->max_output_tokens);
     request.mutable_sampling()->set_max_tokens(max_tokens);
@@ -692,6 +850,18 @@ class GenerationCall {
     refs_.fetch_add(1, std::memory_order_relaxed);
     ++attempts_;
     return a;
+  }
+
+  // mu_ held.
+  void ReleaseHedgeUnit(Attempt* a) {
+    if (!a->holds_hedge_unit()) return;
+    a->set_holds_hedge_unit(false);
+    service_->retry_budget().ReleaseHedge();
+  }
+
+  // An endpoint's address as the caller may see it.
+  std::string Shown(const Endpoint* e) const {
+    return disclosure_.workers ? e->address() : std::string("a worker");
   }
 
   void OnHedgeAlarm(bool ok) {
@@ -707,18 +877,29 @@ class GenerationCall {
           recovery_.set_hedged(true);
           recovery_.add_events(
               absl::StrCat("hedge: no first token after ", admission_.decision.hedge_after_seconds,
-                           "s -> ", target->pool->name(), " at ", target->endpoint->address()));
+                           "s -> ", target->pool->name(), " at ", Shown(target->endpoint.get())));
           tandem::v1::WorkerGenerateRequest request = admission_.worker_request;
           if (target->max_output_tokens > 0 &&
               request.sampling().max_tokens() > target->max_output_tokens) {
             request.mutable_sampling()->set_max_tokens(target->max_output_tokens);
           }
           hedge = new Attempt(this, std::move(*target), std::move(request), /*hedge=*/true);
+          hedge->set_holds_hedge_unit(true);
           live_.push_back(hedge);
           refs_.fetch_add(1, std::memory_order_relaxed);
           ++attempts_;
         } else if (target.ok()) {
           service_->metrics().CountRetryBudgetExhausted();
+          recovery_.set_hedge_refused(true);
+          recovery_.add_events(absl::StrCat(
+              "hedge refused: no first token after ", admission_.decision.hedge_after_seconds,
+              "s, but the retry budget's hedges are all in flight (--retry_budget_ratio)"));
+          spdlog::warn("request_id={} {}", admission_.request_id,
+                       recovery_.events(recovery_.events_size() - 1));
+        } else {
+          recovery_.add_events(absl::StrCat("hedge skipped: no first token after ",
+                                            admission_.decision.hedge_after_seconds,
+                                            "s, but no other worker can take the request"));
         }
       }
     }
@@ -747,8 +928,13 @@ class GenerationCall {
   std::chrono::system_clock::time_point worker_deadline_;
   std::mutex hedge_mu_;  // orders hedge_alarm_'s Set before any Cancel
   grpc::Alarm hedge_alarm_;
-  bool hedge_armed_ = false;      // guarded by hedge_mu_
-  bool hedge_cancelled_ = false;  // guarded by hedge_mu_
+  bool hedge_armed_ = false;                  // guarded by hedge_mu_
+  bool hedge_cancelled_ = false;              // guarded by hedge_mu_
+  std::mutex stall_mu_;                       // orders stall alarms' Set before any Cancel
+  std::unique_ptr<grpc::Alarm> stall_alarm_;  // guarded by stall_mu_; null until the first chunk
+  bool stall_cancelled_ = false;              // guarded by stall_mu_
+  // This stream's mean time per token so far (0 before its second token), for the stall watch.
+  std::atomic<int64_t> inter_token_ns_{0};
   std::atomic<int> refs_{1};
 
   mutable std::mutex mu_;
@@ -825,8 +1011,8 @@ namespace {
 class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
  public:
   UnaryCall(GatewayService* service, grpc::CallbackServerContext* context,
-            const GenerateRequest* request, tandem::v1::GenerateResponse* response)
-      : GenerationCall(service, context, request, "Generate"), response_(response) {
+            const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
+      : GenerationCall(service, context, request, "Generate"), response_bytes_(response) {
     absl::Status s = Begin();
     if (!s.ok()) {
       const grpc::Status status = ToGrpcStatus(s);
@@ -840,33 +1026,34 @@ class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
 
  private:
   void Relay(const WorkerGenerateChunk& chunk) override {
-    response_->mutable_text()->append(chunk.text());
+    response_.mutable_text()->append(chunk.text());
     if (chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
-      response_->set_finish_reason(chunk.finish_reason());
+      response_.set_finish_reason(chunk.finish_reason());
     }
     Resume();
   }
 
   void Complete(const grpc::Status& status) override {
     if (status.ok()) {
-      response_->set_request_id(admission_.request_id);
-      FillRoute(admission_, response_->mutable_route());
-      FillFinal(response_->mutable_usage(), response_->mutable_timings(),
-                response_->mutable_recovery());
-      if (response_->recovery().final_worker().empty()) response_->clear_recovery();
+      response_.set_request_id(admission_.request_id);
+      FillRoute(admission_, disclosure_, response_.mutable_route());
+      FillFinal(response_.mutable_usage(), response_.mutable_timings(),
+                response_.mutable_recovery());
+      if (!HasRecovery(response_.recovery())) response_.clear_recovery();
+      SerializeResponse(response_, response_bytes_);
     }
     Record(status);
     Finish(Detailed(status));
   }
 
-  tandem::v1::GenerateResponse* const response_;
+  tandem::v1::GenerateResponse response_;
+  grpc::ByteBuffer* const response_bytes_;
 };
 
-class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStreamChunk>,
-                         public GenerationCall {
+class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public GenerationCall {
  public:
   StreamCall(GatewayService* service, grpc::CallbackServerContext* context,
-             const GenerateRequest* request)
+             const grpc::ByteBuffer* request)
       : GenerationCall(service, context, request, "GenerateStream") {
     absl::Status s = Begin();
     if (!s.ok()) {
@@ -899,19 +1086,20 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
     if (first_) {
       first_ = false;
       out_.set_request_id(admission_.request_id);
-      FillRoute(admission_, out_.mutable_route());
+      FillRoute(admission_, disclosure_, out_.mutable_route());
     }
     out_.set_text(chunk.text());
     if (chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
       out_.set_finish_reason(chunk.finish_reason());
       FillFinal(out_.mutable_usage(), out_.mutable_timings(), out_.mutable_recovery());
-      if (out_.recovery().final_worker().empty()) out_.clear_recovery();
+      if (!HasRecovery(out_.recovery())) out_.clear_recovery();
     }
+    SerializeResponse(out_, &out_bytes_);
     {
       std::lock_guard<std::mutex> l(mu_);
       write_in_flight_ = true;
     }
-    StartWrite(&out_);
+    StartWrite(&out_bytes_);
   }
 
   void Complete(const grpc::Status& status) override {
@@ -941,6 +1129,7 @@ class StreamCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateStr
   }
 
   tandem::v1::GenerateStreamChunk out_;
+  grpc::ByteBuffer out_bytes_;  // out_ as sent; one write is in flight at a time
   bool first_ = true;
   std::mutex mu_;
   bool write_in_flight_ = false;  // guarded by mu_
@@ -958,7 +1147,8 @@ GatewayService::GatewayService(const Intake* intake, const WorkerPools* pools,
       pools_(pools),
       metrics_(metrics),
       options_(options),
-      retry_budget_(options.retry_budget_ratio, options.retry_budget_min) {}
+      retry_budget_(options.retry_budget_ratio, options.retry_budget_min),
+      rejected_log_(options.rejected_log_per_second, 2 * options.rejected_log_per_second) {}
 
 void GatewayService::StartShadow(const Admission& a, const std::string& model) {
   ModelPool* pool = pools_->Find(model);
@@ -999,13 +1189,13 @@ void GatewayService::StartDraining() {
 }
 
 grpc::ServerUnaryReactor* GatewayService::Generate(grpc::CallbackServerContext* context,
-                                                   const GenerateRequest* request,
-                                                   tandem::v1::GenerateResponse* response) {
+                                                   const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) {
   return new UnaryCall(this, context, request, response);
 }
 
-grpc::ServerWriteReactor<tandem::v1::GenerateStreamChunk>* GatewayService::GenerateStream(
-    grpc::CallbackServerContext* context, const GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::GenerateStream(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return new StreamCall(this, context, request);
 }
 
@@ -1025,6 +1215,13 @@ std::string ApiKeyFromMetadata(const std::multimap<grpc::string_ref, grpc::strin
   return "";
 }
 
+Disclosure GatewayService::DisclosureFor(const TenantRegistry::Caller& caller) const {
+  // Without a tenants file every caller is the operator's.
+  const bool full = options_.tenants == nullptr || !options_.tenants->enabled() ||
+                    (caller.spec != nullptr && caller.spec->admin);
+  return Disclosure{.explain = full, .workers = full || options_.expose_worker_addresses};
+}
+
 absl::StatusOr<TenantRegistry::Caller> GatewayService::Authenticate(
     const grpc::CallbackServerContext* context) const {
   if (options_.tenants == nullptr) return TenantRegistry::Caller{};
@@ -1032,32 +1229,42 @@ absl::StatusOr<TenantRegistry::Caller> GatewayService::Authenticate(
 }
 
 grpc::ServerUnaryReactor* GatewayService::Route(grpc::CallbackServerContext* context,
-                                                const GenerateRequest* request,
-                                                tandem::v1::RouteResponse* response) {
+                                                const grpc::ByteBuffer* request_bytes,
+                                                grpc::ByteBuffer* response_bytes) {
   auto* reactor = context->DefaultReactor();
   absl::StatusOr<TenantRegistry::Caller> caller = Authenticate(context);
   if (!caller.ok()) {
     reactor->Finish(ToGrpcStatus(caller.status()));
     return reactor;
   }
+  GenerateRequest request;
   Admission admission;
-  absl::Status s = intake_->Admit(*request, MetadataRequestId(context), context->deadline(), true,
-                                  &admission, caller->spec);
+  absl::Status s = ParseRequest(*request_bytes, &request);
+  if (s.ok()) {
+    s = intake_->Admit(request, MetadataRequestId(context), context->deadline(), true, &admission,
+                       caller->spec);
+  }
   if (!s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
-  response->set_request_id(admission.request_id);
-  FillRoute(admission, response->mutable_route());
+  const Disclosure disclosure = DisclosureFor(*caller);
+  tandem::v1::RouteResponse response;
+  response.set_request_id(admission.request_id);
+  FillRoute(admission, disclosure, response.mutable_route());
   for (auto& [name, value] : router::DescribeFeatures(admission.features)) {
-    (*response->mutable_features())[name] = value;
+    (*response.mutable_features())[name] = value;
   }
-  for (const auto& t : admission.decision.trace) {
-    auto* r = response->add_rules();
-    r->set_rule(t.rule);
-    r->set_matched(t.matched);
-    r->set_detail(t.detail);
+  // Every rule's conditions: the operator's policy, which may name other tenants.
+  if (disclosure.explain) {
+    for (const auto& t : admission.decision.trace) {
+      auto* r = response.add_rules();
+      r->set_rule(t.rule);
+      r->set_matched(t.matched);
+      r->set_detail(t.detail);
+    }
   }
+  SerializeResponse(response, response_bytes);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -1095,6 +1302,22 @@ void GatewayService::CallEnded() {
 int64_t GatewayService::inflight() const {
   std::lock_guard<std::mutex> l(mu_);
   return inflight_;
+}
+
+void GatewayService::RefusedWhileDraining() {
+  last_refused_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                         std::memory_order_relaxed);
+}
+
+void GatewayService::WaitQuiet(std::chrono::steady_clock::duration quiet,
+                               std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto last = std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(last_refused_ns_.load(std::memory_order_relaxed)));
+    const auto until = std::min(last + quiet, deadline);
+    if (std::chrono::steady_clock::now() >= until) return;
+    std::this_thread::sleep_until(until);
+  }
 }
 
 bool GatewayService::WaitIdle(std::chrono::steady_clock::time_point deadline) {

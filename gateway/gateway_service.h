@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/time/time.h"
+#include "common/log_rate_limiter.h"
 #include "gateway/decision_log.h"
 #include "gateway/fair_queue.h"
 #include "gateway/gateway_metrics.h"
@@ -47,6 +48,26 @@ struct GatewayServiceOptions {
   absl::Duration max_queue_wait = absl::Seconds(10);
   // Longest any generation (unary or stream) may run, whatever deadline the caller set.
   absl::Duration max_stream_duration = absl::Hours(1);
+  // A stream whose worker sends no token for max(stall_timeout_min, stall_timeout_multiple x
+  // its mean time per token) is failed over mid-answer, as if the worker had died; a zero
+  // stall_timeout_min turns this off.
+  absl::Duration stall_timeout_min = absl::Seconds(2);
+  double stall_timeout_multiple = 20;
+  // Worker addresses in answers (RouteInfo.worker, Recovery) for every tenant, not only admins.
+  bool expose_worker_addresses = false;
+  // Log lines a second for requests refused before dispatch (0: all).
+  double rejected_log_per_second = RequestLimits{}.rejected_log_per_second;
+};
+
+// What an answer tells its caller about the gateway's internals. Admin tenants (and every caller
+// when there are no tenants) get all of it; the others their request's decision without the
+// policy's conditions, which may name other customers, and without worker addresses unless the
+// operator sets --expose_worker_addresses.
+struct Disclosure {
+  // The policy's reason for the decision and, for Route, every rule's trace.
+  bool explain = false;
+  // Worker addresses in RouteInfo.worker and Recovery.
+  bool workers = false;
 };
 
 // The API key of a call: "authorization: Bearer KEY", else "x-api-key: KEY"; empty when none.
@@ -56,19 +77,28 @@ std::string ApiKeyFromMetadata(const std::multimap<grpc::string_ref, grpc::strin
 // reactor pair (server side to the client, client side to the worker) that relays chunk by
 // chunk, one message in flight each way, with the client's deadline, cancellation and request
 // id propagated to the worker.
-class GatewayService final : public tandem::v1::Gateway::CallbackService {
+//
+// The three methods taking a GenerateRequest receive it as bytes and parse it themselves
+// (ParseRequest): gRPC answers a request it cannot parse with UNIMPLEMENTED and no message, and
+// invalid UTF-8 in a string field is such a request. Their answers are GenerateResponse,
+// GenerateStreamChunk and RouteResponse, serialized here.
+class GatewayService final : public tandem::v1::Gateway::WithRawCallbackMethod_Generate<
+                                 tandem::v1::Gateway::WithRawCallbackMethod_GenerateStream<
+                                     tandem::v1::Gateway::WithRawCallbackMethod_Route<
+                                         tandem::v1::Gateway::WithCallbackMethod_ListModels<
+                                             tandem::v1::Gateway::Service>>>> {
  public:
   GatewayService(const Intake* intake, const WorkerPools* pools, GatewayMetrics* metrics,
                  GatewayServiceOptions options = {});
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
-                                     const tandem::v1::GenerateRequest* request,
-                                     tandem::v1::GenerateResponse* response) override;
-  grpc::ServerWriteReactor<tandem::v1::GenerateStreamChunk>* GenerateStream(
-      grpc::CallbackServerContext* context, const tandem::v1::GenerateRequest* request) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateStream(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Route(grpc::CallbackServerContext* context,
-                                  const tandem::v1::GenerateRequest* request,
-                                  tandem::v1::RouteResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const tandem::v1::ListModelsRequest* request,
                                        tandem::v1::ListModelsResponse* response) override;
@@ -80,6 +110,13 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   // Generations dispatched and not yet finished; for draining.
   int64_t inflight() const;
   bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+  // Returns once no call was refused for draining for `quiet` (or at `deadline`). gRPC 1.51
+  // answers a call that arrives as the server shuts down with CANCELLED, which clients do not
+  // retry; while the gateway still serves, such a call gets UNAVAILABLE (retry elsewhere).
+  // Waiting for a quiet moment leaves that race only to a caller that ignored it all along.
+  void WaitQuiet(std::chrono::steady_clock::duration quiet,
+                 std::chrono::steady_clock::time_point deadline);
+  void RefusedWhileDraining();
 
   // Used by the call objects.
   void CallStarted();
@@ -90,9 +127,11 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   bool log_prompt_text() const { return options_.log_prompt_text; }
   const GatewayServiceOptions& options() const { return options_; }
   RetryBudget& retry_budget() { return retry_budget_; }
+  LogRateLimiter& rejected_log() { return rejected_log_; }
   // The caller's tenant (an empty Caller without tenants); UNAUTHENTICATED as the registry says.
   absl::StatusOr<TenantRegistry::Caller> Authenticate(
       const grpc::CallbackServerContext* context) const;
+  Disclosure DisclosureFor(const TenantRegistry::Caller& caller) const;
   // Sends a copy of an admitted request to `model`, answer discarded, measured in metrics.
   void StartShadow(const Admission& admission, const std::string& model);
   void ShadowEnded(ShadowCall* call);
@@ -103,10 +142,12 @@ class GatewayService final : public tandem::v1::Gateway::CallbackService {
   GatewayMetrics* const metrics_;
   const GatewayServiceOptions options_;
   RetryBudget retry_budget_;
+  LogRateLimiter rejected_log_;
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   int64_t inflight_ = 0;  // guarded by mu_
   std::atomic<bool> draining_{false};
+  std::atomic<int64_t> last_refused_ns_{0};  // steady clock: the last call refused for draining
   std::mutex shadow_mu_;
   std::set<ShadowCall*> shadows_;  // guarded by shadow_mu_
 };

@@ -7,9 +7,36 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/call_metadata.h"
-#include "common/utf8.h"
+#include "common/log_text.h"
 
 namespace tandem::gateway {
+
+absl::Status ValidateHints(const tandem::v1::RoutingHints& hints) {
+  if (!tandem::v1::Objective_IsValid(hints.objective())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("hints.objective: %d is not an Objective (0 auto, 1 accuracy, 2 latency)",
+                        static_cast<int>(hints.objective())));
+  }
+  // A model name is a short token (as in ListModels); an unknown one is echoed in the router's
+  // error, so this also bounds that echo.
+  if (!hints.model().empty() && !IsPlainToken(hints.model(), kMaxModelNameBytes)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "hints.model: %s is not a model name (1 to %d visible ASCII characters; see ListModels)",
+        QuoteForLog(hints.model()), kMaxModelNameBytes));
+  }
+  return ValidateReasoning(hints.reasoning(), "hints.reasoning");
+}
+
+const std::string& CallerRequestId(const tandem::v1::GenerateRequest& request,
+                                   const std::string& metadata_request_id) {
+  return !request.request_id().empty() ? request.request_id() : metadata_request_id;
+}
+
+std::string LoggableRequestId(const tandem::v1::GenerateRequest& request,
+                              const std::string& metadata_request_id) {
+  const std::string& id = CallerRequestId(request, metadata_request_id);
+  return ValidateRequestId(id).ok() ? id : NewRequestId();
+}
 
 std::string NewRequestId() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -22,12 +49,13 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
                            Admission* out,
                            std::shared_ptr<const policies::TenantSpec> tenant) const {
   out->tenant = std::move(tenant);
-  out->request_id = !request.request_id().empty()  ? request.request_id()
-                    : !metadata_request_id.empty() ? metadata_request_id
-                                                   : NewRequestId();
-  if (out->request_id.size() > 128 || !IsValidUtf8(out->request_id)) {
+  out->request_id = CallerRequestId(request, metadata_request_id);
+  if (out->request_id.empty()) out->request_id = NewRequestId();
+  // Checked first: the id names the request in every log line, and goes to the worker as
+  // metadata, where gRPC aborts the process on a byte a header may not carry.
+  if (absl::Status s = ValidateRequestId(out->request_id); !s.ok()) {
     out->request_id = NewRequestId();
-    return absl::InvalidArgumentError("request_id: must be valid UTF-8 of at most 128 bytes");
+    return s;
   }
   const size_t bytes = request.ByteSizeLong();
   if (static_cast<int64_t>(bytes) > options_.max_request_bytes) {
@@ -39,6 +67,7 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   // The model's own max_tokens limit is checked once the model is known.
   if (absl::Status s = ValidateSampling(request.sampling(), 0, options_.limits); !s.ok()) return s;
   if (absl::Status s = ValidateLabels(request.labels(), options_.limits); !s.ok()) return s;
+  if (absl::Status s = ValidateHints(request.hints()); !s.ok()) return s;
   if (options_.max_tokens_limit > 0 &&
       request.sampling().max_tokens() > options_.max_tokens_limit) {
     return absl::InvalidArgumentError(

@@ -89,6 +89,20 @@ class Intake {
   const SignalEngine* const signals_;
 };
 
+// Longest hints.model accepted.
+inline constexpr size_t kMaxModelNameBytes = 64;
+
+// INVALID_ARGUMENT for an objective or reasoning mode outside its enum, a negative thinking
+// budget, or a hints.model that is not a model name.
+absl::Status ValidateHints(const tandem::v1::RoutingHints& hints);
+
+// The caller's request id: the field, else the x-request-id metadata value; empty when neither.
+const std::string& CallerRequestId(const tandem::v1::GenerateRequest& request,
+                                   const std::string& metadata_request_id);
+// The caller's request id when it is valid (ValidateRequestId), else a new one.
+std::string LoggableRequestId(const tandem::v1::GenerateRequest& request,
+                              const std::string& metadata_request_id);
+
 // 16 random hex digits.
 std::string NewRequestId();
 

@@ -31,6 +31,7 @@
 #include "gateway/signal_engine.h"
 #include "gateway/tenants.h"
 #include "gateway/worker_pool.h"
+#include "policies/limit_flags.h"
 #include "policies/policy_loader.h"
 #include "router/builtin_router.h"
 #include "spdlog/spdlog.h"
@@ -70,6 +71,20 @@ ABSL_FLAG(int64_t, max_prompt_tokens, 1 << 20,
           "Largest prompt accepted, in estimated tokens (0: only the model's context limit).");
 ABSL_FLAG(int32_t, max_tokens_limit, 0,
           "Largest sampling.max_tokens accepted (0: only the model's limit).");
+ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(10),
+          "Clients' connections are closed gracefully (GOAWAY) after this age, so they reconnect "
+          "and re-resolve: a round_robin client behind a headless Service reaches replicas added "
+          "since. Calls in flight may run on for --max_stream_duration. 0 disables it.");
+ABSL_FLAG(absl::Duration, stall_timeout_min, absl::Seconds(2),
+          "A stream whose worker sends no token for this long (or --stall_timeout_multiple times "
+          "its mean time per token, when longer) fails over mid-answer and counts against the "
+          "worker, which is ejected like one whose calls fail. 0 turns stall detection off.");
+ABSL_FLAG(double, stall_timeout_multiple, 20,
+          "See --stall_timeout_min: the stall timeout in units of the stream's mean time per "
+          "token so far.");
+ABSL_FLAG(bool, expose_worker_addresses, false,
+          "Show worker addresses (RouteInfo.worker, Recovery) to every tenant; without it only "
+          "admin tenants see them (every caller does when there are no tenants).");
 ABSL_FLAG(absl::Duration, max_stream_duration, absl::Hours(1),
           "Longest a generation (unary or stream) may run, whatever deadline the caller set.");
 ABSL_FLAG(int64_t, grpc_memory_limit, 2ll << 30,
@@ -118,6 +133,9 @@ ABSL_FLAG(std::string, endpoint_pick, "least_outstanding",
 ABSL_FLAG(int32_t, eject_after_failures, 3,
           "Consecutive failed calls (UNAVAILABLE, transport errors, worker timeouts) that eject "
           "an endpoint.");
+ABSL_FLAG(int32_t, eject_after_stalls, 2,
+          "Consecutive stalled streams (no token within the stall timeout, --stall_timeout_min) "
+          "that eject an endpoint.");
 ABSL_FLAG(int32_t, eject_after_internal_errors, 5,
           "Consecutive INTERNAL errors that eject an endpoint.");
 ABSL_FLAG(absl::Duration, base_ejection, absl::Milliseconds(200),
@@ -141,6 +159,10 @@ ABSL_FLAG(double, retry_budget_ratio, 0.2,
           "Retries over any 10 s at most this fraction of the requests started in them, and "
           "hedges in flight at most this fraction of active requests (0-1)...");
 ABSL_FLAG(int32_t, retry_budget_min, 3, "...or this many, whichever is larger.");
+ABSL_FLAG(absl::Duration, drain_quiet_period, absl::Milliseconds(200),
+          "After the drain, the gateway keeps answering new calls UNAVAILABLE until none came for "
+          "this long (within --drain_timeout), then stops; a call that arrives as it stops gets "
+          "CANCELLED from gRPC instead.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
@@ -151,8 +173,10 @@ namespace {
 constexpr char kVersion[] = "0.1.0";
 
 int ValidatePolicy(const std::string& path) {
+  auto limits = policies::PolicyLimitsFromFlags();
+  if (!limits.ok()) Fatal(std::string(limits.status().message()));
   std::vector<policies::PolicyError> errors;
-  auto policy = policies::LoadPolicyFile(path, &errors);
+  auto policy = policies::LoadPolicyFile(path, &errors, *limits);
   if (!policy.ok()) {
     std::fprintf(stderr, "%s\n", std::string(policy.status().message()).c_str());
     return 1;
@@ -212,6 +236,11 @@ int Run() {
   if (limits->max_labels < 0 || limits->max_label_bytes < 1) {
     Fatal("--max_labels must be >= 0 and --max_label_bytes >= 1");
   }
+  // What the policy and tenants files may hold (--max_policy_bytes, --max_tenants, ...).
+  auto policy_limits = policies::PolicyLimitsFromFlags();
+  if (!policy_limits.ok()) Fatal(std::string(policy_limits.status().message()));
+  auto tenants_file_limits = policies::TenantsFileLimitsFromFlags();
+  if (!tenants_file_limits.ok()) Fatal(std::string(tenants_file_limits.status().message()));
   const std::string tenants_path = absl::GetFlag(FLAGS_tenants);
   if (tenants_path.empty() && !absl::GetFlag(FLAGS_allow_unauthenticated)) {
     Fatal(
@@ -256,7 +285,7 @@ int Run() {
   std::vector<std::string> worker_entries = absl::GetFlag(FLAGS_workers);
   if (const std::string path = absl::GetFlag(FLAGS_policy); !path.empty()) {
     std::vector<policies::PolicyError> errors;
-    auto policy = policies::LoadPolicyFile(path, &errors);
+    auto policy = policies::LoadPolicyFile(path, &errors, *policy_limits);
     if (!policy.ok()) Fatal(std::string(policy.status().message()));
     for (const auto& [name, spec] : (*policy)->models) {
       for (const std::string& ep : spec.endpoints) {
@@ -292,6 +321,7 @@ int Run() {
   }
   pool_options.endpoint.failure_threshold = absl::GetFlag(FLAGS_eject_after_failures);
   pool_options.endpoint.internal_error_threshold = absl::GetFlag(FLAGS_eject_after_internal_errors);
+  pool_options.endpoint.stall_threshold = absl::GetFlag(FLAGS_eject_after_stalls);
   pool_options.endpoint.base_ejection = absl::GetFlag(FLAGS_base_ejection);
   pool_options.endpoint.max_ejection = absl::GetFlag(FLAGS_max_ejection);
   const std::string pick = absl::GetFlag(FLAGS_endpoint_pick);
@@ -305,8 +335,11 @@ int Run() {
   }
   if (pool_options.dns_interval < absl::Milliseconds(100)) Fatal("--dns_interval must be >= 100ms");
   if (pool_options.endpoint.failure_threshold < 1 ||
-      pool_options.endpoint.internal_error_threshold < 1) {
-    Fatal("--eject_after_failures and --eject_after_internal_errors must be >= 1");
+      pool_options.endpoint.internal_error_threshold < 1 ||
+      pool_options.endpoint.stall_threshold < 1) {
+    Fatal(
+        "--eject_after_failures, --eject_after_internal_errors and --eject_after_stalls must be "
+        ">= 1");
   }
   if (pool_options.endpoint.base_ejection <= absl::ZeroDuration() ||
       pool_options.endpoint.max_ejection < pool_options.endpoint.base_ejection) {
@@ -358,7 +391,8 @@ int Run() {
   SignalEngine signals(&pools, &metrics, signal_options);
   std::unique_ptr<PolicyReloader> reloader;
   if (!policy_path.empty()) {
-    reloader = std::make_unique<PolicyReloader>(policy_path, &pools, &router, &metrics, &signals);
+    reloader = std::make_unique<PolicyReloader>(policy_path, &pools, &router, &metrics, &signals,
+                                                *policy_limits);
     if (absl::Status s = reloader->Reload("start"); !s.ok()) Fatal(std::string(s.message()));
   } else {
     metrics.SetLivePolicy("builtin", "");
@@ -411,6 +445,7 @@ int Run() {
   tenant_options.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
   tenant_options.max_tenant_labels = absl::GetFlag(FLAGS_max_tenant_labels);
   tenant_options.models = router_config.models;
+  tenant_options.file_limits = *tenants_file_limits;
   if (tenant_options.max_tenant_labels < 1) Fatal("--max_tenant_labels must be >= 1");
   TenantRegistry tenants(tenant_options, &metrics);
   if (!tenants_path.empty()) {
@@ -427,6 +462,14 @@ int Run() {
   service_options.queue = queue_options.max_inflight > 0 ? &queue : nullptr;
   service_options.max_queue_wait = absl::GetFlag(FLAGS_max_queue_wait);
   service_options.max_stream_duration = absl::GetFlag(FLAGS_max_stream_duration);
+  service_options.rejected_log_per_second = limits->rejected_log_per_second;
+  service_options.expose_worker_addresses = absl::GetFlag(FLAGS_expose_worker_addresses);
+  service_options.stall_timeout_min = absl::GetFlag(FLAGS_stall_timeout_min);
+  service_options.stall_timeout_multiple = absl::GetFlag(FLAGS_stall_timeout_multiple);
+  if (service_options.stall_timeout_min < absl::ZeroDuration() ||
+      !(service_options.stall_timeout_multiple >= 1)) {
+    Fatal("--stall_timeout_min must be >= 0 and --stall_timeout_multiple >= 1");
+  }
   if (service_options.max_queue_wait <= absl::ZeroDuration() ||
       service_options.max_stream_duration <= absl::ZeroDuration()) {
     Fatal("--max_queue_wait and --max_stream_duration must be > 0");
@@ -452,6 +495,14 @@ int Run() {
   // naming the flag; only requests beyond twice the limit meet gRPC's RESOURCE_EXHAUSTED.
   server_options.max_receive_message_bytes =
       static_cast<int>(std::min<int64_t>(2 * intake_options.max_request_bytes, INT32_MAX));
+  // Clients reconnect (and re-resolve DNS) after this age, so a round_robin client spreads over
+  // replicas added since it connected; streams in flight may finish (--max_stream_duration).
+  const absl::Duration connection_age = absl::GetFlag(FLAGS_max_connection_age);
+  if (connection_age < absl::ZeroDuration()) Fatal("--max_connection_age must be >= 0");
+  server_options.max_connection_age_ms =
+      static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(connection_age), INT32_MAX));
+  server_options.max_connection_age_grace_ms = static_cast<int>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(service_options.max_stream_duration), INT32_MAX));
   auto grpc_server = StartGrpcServer(server_options);
   if (!grpc_server.ok()) Fatal(std::string(grpc_server.status().message()));
   grpc::Server* server = grpc_server->server.get();
@@ -497,6 +548,7 @@ int Run() {
   if (!service.WaitIdle(deadline)) {
     spdlog::warn("drain timed out with {} requests in flight", service.inflight());
   }
+  service.WaitQuiet(absl::ToChronoNanoseconds(absl::GetFlag(FLAGS_drain_quiet_period)), deadline);
   StopGrpcServer(server, &health, /*grace_seconds=*/5);
   // Client-side calls (cancelled shadows) must end before what they use is destroyed.
   service.WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(5));

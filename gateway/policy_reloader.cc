@@ -1,7 +1,5 @@
 #include "gateway/policy_reloader.h"
 
-#include <sys/stat.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
 #include "common/sha256.h"
@@ -11,19 +9,8 @@
 
 namespace tandem::gateway {
 
-namespace {
-
-// Size and modification time: cheap to poll, unlike hashing a model file every interval.
-std::string FileStamp(const std::string& path) {
-  struct stat st;
-  if (path.empty() || stat(path.c_str(), &st) != 0) return "";
-  return absl::StrCat(st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
-}
-
-}  // namespace
-
 absl::Status PolicyReloader::Reload(const std::string& trigger) {
-  auto text = ReadFileToString(path_);
+  auto text = ReadFileToString(path_, limits_.max_file_bytes, "--max_policy_bytes");
   if (!text.ok()) {
     metrics_->CountPolicyReload(false);
     spdlog::error("policy reload ({}): {}; the live policy stays", trigger,
@@ -38,7 +25,7 @@ absl::Status PolicyReloader::Reload(const std::string& trigger) {
 absl::Status PolicyReloader::ReloadText(const std::string& text, const std::string& trigger) {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<policies::PolicyError> errors;
-  auto policy = policies::ParsePolicy(text, path_, &errors);
+  auto policy = policies::ParsePolicy(text, path_, &errors, limits_);
   absl::Status status = policy.status();
   if (status.ok()) {
     for (const auto& [name, spec] : (*policy)->models) {
@@ -97,8 +84,30 @@ std::pair<std::string, std::string> PolicyReloader::Live() const {
 }
 
 void PolicyReloader::CheckFile() {
-  auto text = ReadFileToString(path_);
-  if (!text.ok()) return;  // mid-rename or removed: the next poll sees what comes
+  constexpr char kOverLimit[] = "over limit|";
+  {
+    // A file refused for its size is not read again until its size or time changes: a link to
+    // /dev/zero would cost --max_policy_bytes of reading at every poll.
+    std::lock_guard<std::mutex> l(mu_);
+    if (last_failed_key_ == kOverLimit + FileStamp(path_)) return;
+  }
+  auto text = ReadFileToString(path_, limits_.max_file_bytes, "--max_policy_bytes");
+  if (!text.ok()) {
+    // Mid-rename or removed: the next poll sees what comes.
+    if (!absl::IsResourceExhausted(text.status())) return;
+    // Over --max_policy_bytes (read no further): refused as an invalid file is, once per change
+    // of the file's size and time (a link to /dev/zero keeps the same).
+    const std::string key = kOverLimit + FileStamp(path_);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (key == last_failed_key_) return;
+      last_failed_key_ = key;
+    }
+    metrics_->CountPolicyReload(false);
+    spdlog::error("policy reload (file changed): {}; the live policy stays",
+                  std::string(text.status().message()));
+    return;
+  }
   std::string key;
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -11,23 +11,27 @@
 #include "gateway/router_holder.h"
 #include "gateway/signal_engine.h"
 #include "gateway/worker_pool.h"
+#include "policies/policy_loader.h"
 
 namespace tandem::gateway {
 
 // Loads the policy file, validates it (schema, and every model it names has workers), and swaps
 // it in atomically. Runs off the request path on its own thread: when the file's content
 // changes, on SIGHUP and on the admin RPC. An invalid file never replaces the live policy: its
-// errors are logged, returned and counted.
+// errors are logged, returned and counted. So is a file over `limits` (a policy path that became
+// a link to /dev/zero included): it is read no further than the limit.
 class PolicyReloader {
  public:
   // `signals` (may be null) gets every policy before it goes live.
   PolicyReloader(std::string path, const WorkerPools* pools, RouterHolder* holder,
-                 GatewayMetrics* metrics, SignalEngine* signals = nullptr)
+                 GatewayMetrics* metrics, SignalEngine* signals = nullptr,
+                 policies::PolicyLimits limits = policies::PolicyLimits())
       : path_(std::move(path)),
         pools_(pools),
         holder_(holder),
         metrics_(metrics),
         signals_(signals),
+        limits_(limits),
         loop_([this] { CheckFile(); }, [this](const std::string& t) { return Reload(t); }) {}
   ~PolicyReloader() { Stop(); }
 
@@ -45,8 +49,12 @@ class PolicyReloader {
   // The live policy's version and sha256.
   std::pair<std::string, std::string> Live() const;
 
- private:
+  // What the reload thread does every interval: re-reads the file and reloads it when it (or the
+  // classifier model's size or time) changed; a file that fails is reported once per change.
+  // Public for tests, which call it instead of waiting for the thread.
   void CheckFile();
+
+ private:
   // Parses `text` (the file's bytes as read once) and swaps it in if valid.
   absl::Status ReloadText(const std::string& text, const std::string& trigger);
 
@@ -55,6 +63,7 @@ class PolicyReloader {
   RouterHolder* const holder_;
   GatewayMetrics* const metrics_;
   SignalEngine* const signals_;
+  const policies::PolicyLimits limits_;
   std::mutex mu_;  // serialises reloads; held through file I/O and parsing
   // The live policy's YAML hash and its model file's size and mtime; and the same key of the
   // last file that failed, so it is reported once per change.

@@ -108,7 +108,7 @@ void TenantRegistry::Apply(std::shared_ptr<const policies::TenantConfig> config)
 }
 
 absl::Status TenantRegistry::Load(const std::string& path) {
-  auto config = policies::LoadTenantFile(path, options_.models);
+  auto config = policies::LoadTenantFile(path, options_.models, options_.file_limits);
   if (!config.ok()) return config.status();
   path_ = path;
   Apply(*config);
@@ -118,7 +118,7 @@ absl::Status TenantRegistry::Load(const std::string& path) {
 }
 
 absl::Status TenantRegistry::Reload(const std::string& trigger) {
-  auto text = ReadFileToString(path_);
+  auto text = ReadFileToString(path_, options_.file_limits.max_file_bytes, "--max_tenants_bytes");
   if (!text.ok()) {
     metrics_->CountTenantsReload(false);
     spdlog::error("tenants reload ({}): {}; the live configuration stays", trigger,
@@ -130,7 +130,7 @@ absl::Status TenantRegistry::Reload(const std::string& trigger) {
 
 absl::Status TenantRegistry::ReloadText(const std::string& text, const std::string& trigger) {
   std::lock_guard<std::mutex> l(reload_mu_);
-  auto config = policies::ParseTenantConfig(text, path_, options_.models);
+  auto config = policies::ParseTenantConfig(text, path_, options_.models, options_.file_limits);
   if (!config.ok()) {
     metrics_->CountTenantsReload(false);
     last_failed_sha_ = Sha256Hex(text);
@@ -147,11 +147,33 @@ absl::Status TenantRegistry::ReloadText(const std::string& text, const std::stri
 }
 
 void TenantRegistry::CheckFile() {
-  auto text = ReadFileToString(path_);
-  if (!text.ok()) return;  // mid-rename or removed: the next poll sees what comes
+  {
+    // A file refused for its size is not read again until its size or time changes: a link to
+    // /dev/zero would cost --max_tenants_bytes of reading at every poll.
+    std::lock_guard<std::mutex> l(reload_mu_);
+    if (!last_over_limit_.empty() && last_over_limit_ == FileStamp(path_)) return;
+  }
+  auto text = ReadFileToString(path_, options_.file_limits.max_file_bytes, "--max_tenants_bytes");
+  if (!text.ok()) {
+    // Mid-rename or removed: the next poll sees what comes.
+    if (!absl::IsResourceExhausted(text.status())) return;
+    // Over --max_tenants_bytes (read no further): refused as an invalid file is, once per change
+    // of the file's size and time (a link to /dev/zero keeps the same).
+    const std::string stamp = FileStamp(path_);
+    {
+      std::lock_guard<std::mutex> l(reload_mu_);
+      if (stamp == last_over_limit_) return;
+      last_over_limit_ = stamp;
+    }
+    metrics_->CountTenantsReload(false);
+    spdlog::error("tenants reload (file changed): {}; the live configuration stays",
+                  std::string(text.status().message()));
+    return;
+  }
   const std::string sha = Sha256Hex(*text);
   {
     std::lock_guard<std::mutex> l(reload_mu_);
+    last_over_limit_.clear();
     const auto live = snapshot_.load()->config;
     if ((live != nullptr && sha == live->sha256) || sha == last_failed_sha_) return;
   }

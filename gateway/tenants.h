@@ -67,12 +67,15 @@ struct TenantRegistryOptions {
   int max_tenant_labels = 64;
   // Models the gateway serves, for validating the file's `models:`.
   std::set<std::string> models;
+  // What the file may hold (--max_tenants_bytes, ...); a reload of a file over them is refused.
+  policies::TenantsFileLimits file_limits;
 };
 
 // API keys -> tenants, from the tenants file (policies/tenant_config.h), reloaded when the file
 // changes and on SIGHUP. Lookups take an immutable snapshot swapped atomically and never wait
 // for a reload. An invalid file never replaces the live configuration: its errors are logged,
-// returned and counted (tandem_gateway_tenants_reloads_total{result="error"}).
+// returned and counted (tandem_gateway_tenants_reloads_total{result="error"}); so is a file over
+// options.file_limits, read no further than the limit.
 class TenantRegistry {
  public:
   TenantRegistry(TenantRegistryOptions options, GatewayMetrics* metrics);
@@ -92,6 +95,10 @@ class TenantRegistry {
     loop_.Enqueue(std::move(trigger), std::move(done));
   }
   void Stop() { loop_.Stop(); }
+  // What the reload thread does every interval: re-reads the file and applies it when its content
+  // changed; a file that fails is reported once per change. Public for tests, which call it
+  // instead of waiting for the thread.
+  void CheckFile();
 
   struct Caller {
     std::shared_ptr<TenantState> tenant;
@@ -129,7 +136,6 @@ class TenantRegistry {
   std::shared_ptr<TenantState> StateFor(const std::string& name);  // mu_ held
   // Parses `text` (the file's bytes as read once) and applies it if valid.
   absl::Status ReloadText(const std::string& text, const std::string& trigger);
-  void CheckFile();
 
   const TenantRegistryOptions options_;
   GatewayMetrics* const metrics_;
@@ -139,6 +145,7 @@ class TenantRegistry {
   std::mutex reload_mu_;         // serialises reloads; held through file I/O and parsing
   std::string path_;             // set by Load, before the reload thread starts
   std::string last_failed_sha_;  // guarded by reload_mu_; reported once per change
+  std::string last_over_limit_;  // guarded by reload_mu_; the FileStamp of the last file over it
   ReloadLoop loop_;              // last: its thread uses the members above
 };
 

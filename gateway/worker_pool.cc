@@ -127,6 +127,7 @@ void Endpoint::RecordCall(CallOutcome outcome, TimePoint now) {
     case CallOutcome::kSuccess:
       consecutive_faults_ = 0;
       consecutive_internal_ = 0;
+      consecutive_stalls_ = 0;
       return;
     case CallOutcome::kWorkerFault:
       ++consecutive_faults_;
@@ -136,10 +137,15 @@ void Endpoint::RecordCall(CallOutcome outcome, TimePoint now) {
       ++consecutive_internal_;
       last_fault_ = "consecutive INTERNAL errors";
       break;
+    case CallOutcome::kStalled:
+      ++consecutive_stalls_;
+      last_fault_ = "consecutive stalled streams";
+      break;
   }
   if (breaker() != BreakerState::kClosed) return;
   if (consecutive_faults_ >= options_.failure_threshold ||
-      consecutive_internal_ >= options_.internal_error_threshold) {
+      consecutive_internal_ >= options_.internal_error_threshold ||
+      consecutive_stalls_ >= options_.stall_threshold) {
     Eject(now, "passive outlier detection");
   }
 }

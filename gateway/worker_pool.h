@@ -34,6 +34,7 @@ enum class CallOutcome {
   kNeutral,      // the caller's doing (bad request, cancel, its deadline, a full queue)
   kWorkerFault,  // UNAVAILABLE, transport errors, timeouts the caller did not cause
   kInternal,     // INTERNAL: a sick worker only when repeated
+  kStalled,      // a stream it sent no token on within the stall timeout: hung, or far too slow
 };
 // `caller_deadline_passed`: DEADLINE_EXCEEDED is the caller's deadline, not the worker's fault.
 CallOutcome ClassifyCall(grpc::StatusCode code, bool caller_deadline_passed);
@@ -42,6 +43,9 @@ struct EndpointOptions {
   // Consecutive worker faults (or INTERNAL errors) that eject an endpoint.
   int failure_threshold = 3;
   int internal_error_threshold = 5;
+  // Consecutive stalled streams that eject it (latency-based outlier detection): all the streams
+  // of a hung worker stall at once, while a healthy one stalls almost never.
+  int stall_threshold = 2;
   // First ejection lasts `base_ejection`; each re-ejection from half-open doubles it, up to
   // `max_ejection`. Readmission also needs a passing active probe.
   absl::Duration base_ejection = absl::Milliseconds(200);
@@ -117,6 +121,7 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   std::string not_ready_reason_ = "not probed yet";     // guarded by mu_
   int consecutive_faults_ = 0;                          // guarded by mu_
   int consecutive_internal_ = 0;                        // guarded by mu_
+  int consecutive_stalls_ = 0;                          // guarded by mu_
   int64_t ejections_ = 0;                               // guarded by mu_
   int consecutive_probe_timeouts_ = 0;                  // guarded by mu_
   absl::Duration ejection_ = absl::ZeroDuration();      // guarded by mu_

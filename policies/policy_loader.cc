@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -27,8 +28,8 @@ using router::Predicate;
 // Walks the YAML tree, building the policy and collecting every error with its location.
 class Parser : public YamlReader {
  public:
-  Parser(std::string file, std::vector<PolicyError>* errors)
-      : YamlReader(std::move(file), errors) {}
+  Parser(std::string file, std::vector<PolicyError>* errors, const PolicyLimits& limits)
+      : YamlReader(std::move(file), errors), limits_(limits) {}
 
   std::shared_ptr<const Policy> Parse(const YAML::Node& root, const std::string& text) {
     auto p = std::make_shared<Policy>();
@@ -148,7 +149,7 @@ class Parser : public YamlReader {
         (p->classifier_min_confidence < 0 || p->classifier_min_confidence > 1)) {
       Error(node["min_confidence"], "classifier.min_confidence", "must be in [0, 1]");
     }
-    auto bytes = ReadFileToString(path);
+    auto bytes = ReadFileToString(path, limits_.max_classifier_bytes, "--max_classifier_bytes");
     if (!bytes.ok()) {
       Error(node["model"], "classifier.model", std::string(bytes.status().message()));
       return;
@@ -361,6 +362,7 @@ class Parser : public YamlReader {
       Error(node, "classify", "expected a list");
       return;
     }
+    if (!WithinRuleLimit(node, "classify")) return;
     std::set<std::string> names;
     std::string catch_all;
     for (size_t i = 0; i < node.size(); ++i) {
@@ -384,6 +386,7 @@ class Parser : public YamlReader {
       Error(node, "rules", "expected a non-empty list of rules");
       return;
     }
+    if (!WithinRuleLimit(node, "rules")) return;
     std::set<std::string> names;
     std::string catch_all;
     for (size_t i = 0; i < node.size(); ++i) {
@@ -402,6 +405,28 @@ class Parser : public YamlReader {
       Error(node, "rules",
             "the last rule must have no `when` so that every request gets a decision");
     }
+  }
+
+  bool WithinRuleLimit(const YAML::Node& list, const std::string& path) {
+    if (list.size() <= static_cast<size_t>(limits_.max_rules)) return true;
+    Error(list, path,
+          absl::StrCat(list.size(), " entries, more than ", limits_.max_rules,
+                       " (--max_policy_rules)"));
+    return false;
+  }
+
+  // The tests a `when` map holds: a field's equality is one, a field's operator map one per
+  // operator, and `any` the tests of all its alternatives (each a map of fields).
+  static size_t CountConditions(const YAML::Node& fields, bool top = true) {
+    size_t n = 0;
+    for (const auto& kv : fields) {
+      if (top && kv.first.Scalar() == "any" && kv.second.IsSequence()) {
+        for (const auto& alt : kv.second) n += alt.IsMap() ? CountConditions(alt, false) : 1;
+      } else {
+        n += kv.second.IsMap() ? std::max<size_t>(kv.second.size(), 1) : 1;
+      }
+    }
+    return n;
   }
 
   void CheckModel(const YAML::Node& at, const std::string& path, const Policy* p,
@@ -525,6 +550,12 @@ class Parser : public YamlReader {
                       router::Condition* c) {
     if (!FreeMap(node, path)) return;
     if (node.size() == 0) Error(node, path, "empty `when`; remove it to match everything");
+    if (const size_t n = CountConditions(node); n > static_cast<size_t>(limits_.max_conditions)) {
+      Error(node, path,
+            absl::StrCat(n, " conditions, more than ", limits_.max_conditions,
+                         " (--max_rule_conditions)"));
+      return;
+    }
     for (const auto& kv : node) {
       const std::string field = kv.first.Scalar();
       const std::string fpath = absl::StrCat(path, ".", field);
@@ -644,17 +675,27 @@ class Parser : public YamlReader {
     }
   }
 
+  const PolicyLimits& limits_;
   std::set<std::string> classes_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const router::Policy>> ParsePolicy(
-    const std::string& text, const std::string& file, std::vector<PolicyError>* errors) {
+absl::StatusOr<std::shared_ptr<const router::Policy>> ParsePolicy(const std::string& text,
+                                                                  const std::string& file,
+                                                                  std::vector<PolicyError>* errors,
+                                                                  const PolicyLimits& limits) {
   const size_t before = errors->size();
-  const YAML::Node root = LoadYaml(text, file, errors);
+  YAML::Node root;
+  if (text.size() > static_cast<uint64_t>(std::max<int64_t>(limits.max_file_bytes, 0))) {
+    errors->push_back(
+        {file, 1, 1, "",
+         absl::StrCat("larger than ", limits.max_file_bytes, " bytes (--max_policy_bytes)")});
+  } else {
+    root = LoadYaml(text, file, errors, limits.max_yaml_nodes, "--max_policy_yaml_nodes");
+  }
   std::shared_ptr<const router::Policy> policy;
-  if (errors->size() == before) policy = Parser(file, errors).Parse(root, text);
+  if (errors->size() == before) policy = Parser(file, errors, limits).Parse(root, text);
   if (errors->size() != before || policy == nullptr) {
     std::vector<std::string> lines;
     for (size_t i = before; i < errors->size(); ++i) lines.push_back((*errors)[i].ToString());
@@ -664,10 +705,10 @@ absl::StatusOr<std::shared_ptr<const router::Policy>> ParsePolicy(
 }
 
 absl::StatusOr<std::shared_ptr<const router::Policy>> LoadPolicyFile(
-    const std::string& path, std::vector<PolicyError>* errors) {
-  auto text = ReadFileToString(path);
+    const std::string& path, std::vector<PolicyError>* errors, const PolicyLimits& limits) {
+  auto text = ReadFileToString(path, limits.max_file_bytes, "--max_policy_bytes");
   if (!text.ok()) return text.status();
-  return ParsePolicy(*text, path, errors);
+  return ParsePolicy(*text, path, errors, limits);
 }
 
 }  // namespace tandem::policies

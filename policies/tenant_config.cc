@@ -1,5 +1,6 @@
 #include "policies/tenant_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -35,14 +36,20 @@ bool ValidHash(const std::string& hex) {
 class TenantParser : public YamlReader {
  public:
   TenantParser(std::string file, std::vector<PolicyError>* errors,
-               const std::set<std::string>& known_models)
-      : YamlReader(std::move(file), errors), known_models_(known_models) {}
+               const std::set<std::string>& known_models, const TenantsFileLimits& limits)
+      : YamlReader(std::move(file), errors), known_models_(known_models), limits_(limits) {}
 
   void Parse(const YAML::Node& root, TenantConfig* config) {
     if (!Map(root, "", {"tenants"})) return;
     const YAML::Node list = root["tenants"];
     if (!list || !list.IsSequence() || list.size() == 0) {
       Error(list ? list : root, "tenants", "expected a non-empty list of tenants");
+      return;
+    }
+    if (list.size() > static_cast<size_t>(limits_.max_tenants)) {
+      Error(list, "tenants",
+            absl::StrCat(list.size(), " tenants, more than ", limits_.max_tenants,
+                         " (--max_tenants)"));
       return;
     }
     std::set<std::string> names;
@@ -153,6 +160,7 @@ class TenantParser : public YamlReader {
   }
 
   const std::set<std::string>& known_models_;
+  const TenantsFileLimits& limits_;
 };
 
 }  // namespace
@@ -165,12 +173,20 @@ const TenantSpec* TenantConfig::Anonymous() const {
 }
 
 absl::StatusOr<std::shared_ptr<const TenantConfig>> ParseTenantConfig(
-    const std::string& text, const std::string& path, const std::set<std::string>& known_models) {
+    const std::string& text, const std::string& path, const std::set<std::string>& known_models,
+    const TenantsFileLimits& limits) {
   std::vector<PolicyError> errors;
-  const YAML::Node root = LoadYaml(text, path, &errors);
+  YAML::Node root;
+  if (text.size() > static_cast<uint64_t>(std::max<int64_t>(limits.max_file_bytes, 0))) {
+    errors.push_back(
+        {path, 1, 1, "",
+         absl::StrCat("larger than ", limits.max_file_bytes, " bytes (--max_tenants_bytes)")});
+  } else {
+    root = LoadYaml(text, path, &errors, limits.max_yaml_nodes, "--max_tenants_yaml_nodes");
+  }
   auto config = std::make_shared<TenantConfig>();
   config->sha256 = Sha256Hex(text);
-  if (errors.empty()) TenantParser(path, &errors, known_models).Parse(root, config.get());
+  if (errors.empty()) TenantParser(path, &errors, known_models, limits).Parse(root, config.get());
   if (!errors.empty()) {
     std::vector<std::string> lines;
     for (const PolicyError& e : errors) lines.push_back(e.ToString());
@@ -180,10 +196,11 @@ absl::StatusOr<std::shared_ptr<const TenantConfig>> ParseTenantConfig(
 }
 
 absl::StatusOr<std::shared_ptr<const TenantConfig>> LoadTenantFile(
-    const std::string& path, const std::set<std::string>& known_models) {
-  auto text = ReadFileToString(path);
+    const std::string& path, const std::set<std::string>& known_models,
+    const TenantsFileLimits& limits) {
+  auto text = ReadFileToString(path, limits.max_file_bytes, "--max_tenants_bytes");
   if (!text.ok()) return text.status();
-  return ParseTenantConfig(*text, path, known_models);
+  return ParseTenantConfig(*text, path, known_models, limits);
 }
 
 std::string TenantKeyEntry(const std::string& api_key) {

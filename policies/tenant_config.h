@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
@@ -51,6 +52,18 @@ struct TenantConfig {
   const TenantSpec* Anonymous() const;
 };
 
+// What a tenants file may hold, so that it (or a file swapped in under its path) cannot take a
+// reload's time and memory without bound. The defaults are the gateway's and tandemctl's flags'
+// (policies/limit_flags.h), far above real use; errors name the flag.
+struct TenantsFileLimits {
+  // Bytes of the file (--max_tenants_bytes).
+  int64_t max_file_bytes = int64_t{16} << 20;
+  // YAML nodes, an alias counted again at each use (--max_tenants_yaml_nodes); see LoadYaml.
+  int64_t max_yaml_nodes = 1000000;
+  // Entries of `tenants` (--max_tenants).
+  int32_t max_tenants = 10000;
+};
+
 // Parses the YAML of a tenants file:
 //   tenants:
 //     - name: search
@@ -61,11 +74,16 @@ struct TenantConfig {
 //       limits: {requests_per_second: 50, burst_requests: 100, tokens_per_second: 20000,
 //                burst_tokens: 40000, max_concurrency: 16}
 // Every mistake is an error naming FILE:LINE: unknown keys, duplicate names or keys, bad hashes,
-// out-of-range numbers, and models not in `known_models` (when it is not empty).
+// out-of-range numbers, models not in `known_models` (when it is not empty), and a file over
+// `limits`.
 absl::StatusOr<std::shared_ptr<const TenantConfig>> ParseTenantConfig(
-    const std::string& text, const std::string& path, const std::set<std::string>& known_models);
+    const std::string& text, const std::string& path, const std::set<std::string>& known_models,
+    const TenantsFileLimits& limits = TenantsFileLimits());
+// Reads `path` (at most limits.max_file_bytes: RESOURCE_EXHAUSTED past it, common/file.h) and
+// parses it.
 absl::StatusOr<std::shared_ptr<const TenantConfig>> LoadTenantFile(
-    const std::string& path, const std::set<std::string>& known_models);
+    const std::string& path, const std::set<std::string>& known_models,
+    const TenantsFileLimits& limits = TenantsFileLimits());
 
 // An API key as a tenants file lists it: "sha256:" and the key's SHA-256 in hex.
 std::string TenantKeyEntry(const std::string& api_key);

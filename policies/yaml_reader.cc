@@ -1,6 +1,11 @@
 #include "policies/yaml_reader.h"
 
+#include <yaml-cpp/anchor.h>
+#include <yaml-cpp/eventhandler.h>
+
 #include <cmath>
+#include <map>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,10 +18,96 @@ std::string PolicyError::ToString() const {
                       message);
 }
 
+namespace {
+
+// Counts the nodes of the first document as a walk of its tree would visit them, from the
+// parser's events: no tree is built, and an alias adds the size of the node it names, known
+// once that node has ended. Throws OverLimit past the limit.
+class NodeCounter : public YAML::EventHandler {
+ public:
+  struct OverLimit {
+    YAML::Mark mark;
+    bool recursive;  // an alias inside the node it names: an endless tree
+  };
+
+  explicit NodeCounter(int64_t limit) : limit_(limit) {}
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { Leaf(mark, anchor, 1); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    auto it = sizes_.find(anchor);
+    if (it == sizes_.end()) throw OverLimit{mark, true};  // still open: it contains the alias
+    Leaf(mark, 0, it->second);
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    Leaf(mark, anchor, 1);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Open(mark, anchor);
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Open(mark, anchor);
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct Frame {
+    YAML::anchor_t anchor;
+    int64_t size;
+  };
+
+  // `n` <= limit_ (an anchored node's size was checked when it ended), so total_ never overflows.
+  void Add(const YAML::Mark& mark, int64_t n) {
+    total_ += n;
+    if (total_ > limit_) throw OverLimit{mark, false};
+  }
+  void Leaf(const YAML::Mark& mark, YAML::anchor_t anchor, int64_t n) {
+    Add(mark, n);
+    if (!open_.empty()) open_.back().size += n;
+    if (anchor != YAML::NullAnchor) sizes_[anchor] = n;
+  }
+  void Open(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    Add(mark, 1);
+    open_.push_back({anchor, 1});
+  }
+  void Close() {
+    const Frame done = open_.back();
+    open_.pop_back();
+    if (!open_.empty()) open_.back().size += done.size;
+    if (done.anchor != YAML::NullAnchor) sizes_[done.anchor] = done.size;
+  }
+
+  const int64_t limit_;
+  int64_t total_ = 0;
+  std::vector<Frame> open_;                  // the collections being read, outermost first
+  std::map<YAML::anchor_t, int64_t> sizes_;  // nodes under each ended anchor, aliases expanded
+};
+
+}  // namespace
+
 YAML::Node LoadYaml(const std::string& text, const std::string& file,
-                    std::vector<PolicyError>* errors) {
+                    std::vector<PolicyError>* errors, int64_t max_nodes,
+                    absl::string_view limit_name) {
   try {
+    // Counted first, so that YAML::Load never builds more than max_nodes nodes either.
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    NodeCounter counter(max_nodes);
+    parser.HandleNextDocument(counter);
     return YAML::Load(text);
+  } catch (const NodeCounter::OverLimit& e) {
+    errors->push_back(
+        {file, e.mark.line + 1, e.mark.column + 1, "",
+         e.recursive ? "an alias refers to a node that contains it (an endless document)"
+                     : absl::StrCat("more than ", max_nodes,
+                                    " YAML nodes, counting each alias as the nodes it names (",
+                                    limit_name, ")")});
+    return YAML::Node();
   } catch (const YAML::Exception& e) {
     errors->push_back({file, e.mark.line + 1, e.mark.column + 1, "", e.msg});
     return YAML::Node();

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 namespace tandem::policies {
 
 // One problem found in a YAML file, with where it is.
@@ -23,8 +25,16 @@ struct PolicyError {
 
 // Parses `text` as YAML. yaml-cpp reports syntax errors by throwing; this is the one place its
 // exceptions are caught: a syntax error is appended to `errors` and the result is a null node.
+//
+// `max_nodes` bounds the tree as the loaders walk it: every scalar, sequence and map (keys
+// included), and a node reached through an alias (*a) counted again at each use. yaml-cpp shares
+// an anchored node between its aliases, so a small file of nested anchors ("billion laughs")
+// stands for an exponentially larger tree; it is counted from the parser's events before any
+// tree is built, and a document over the limit (or an alias inside the node it names) is one
+// error naming `limit_name` (e.g. "--max_policy_yaml_nodes"), with a null node.
 YAML::Node LoadYaml(const std::string& text, const std::string& file,
-                    std::vector<PolicyError>* errors);
+                    std::vector<PolicyError>* errors, int64_t max_nodes,
+                    absl::string_view limit_name);
 
 // Typed reads of YAML nodes for the config loaders (policies, tenants). Each method checks the
 // node, stores the value on success and otherwise appends an error located at the node, so a

@@ -14,7 +14,10 @@
 #   - every request is accounted for: sent == sum of the status codes the clients saw ==
 #     sum of the gateway's tandem_gateway_requests_total, code by code; every OK answer has all
 #     its tokens; failures are only UNAVAILABLE / RESOURCE_EXHAUSTED and at most
-#     SOAK_MAX_FAILURE_PCT % of the requests.
+#     SOAK_MAX_FAILURE_PCT % of the requests;
+#   - every OK answer has the right text: requests are greedy, so each generator's answers
+#     (one prompt each) must all equal its answers that had no retry or failover
+#     (tandem-bench --check_text); a mid-stream failover's answer included.
 #
 #   bash scripts/soak.sh                     # 300 s at 200 req/s
 #   SOAK_SECONDS=600 bash scripts/soak.sh    # what the README reports (CI runs 150 s)
@@ -112,8 +115,8 @@ rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 # --- The stack: 2 replicas per model, then the gateway with a copy of the policy. ---
 # --synthetic_output_tokens: answers longer than max_tokens, so every OK answer has exactly
-# max_tokens tokens; the default derives the length from the prompt, and a mid-stream failover's
-# prompt (with the partial answer) may then end the continuation early with a stop.
+# max_tokens tokens (and the token check above is exact). A failover's continuation resumes the
+# same answer (the simulator continues its own partial answer word for word).
 WORKER_COMMON=(--device=cpu --synthetic_time_scale="$SOAK_TIME_SCALE"
   --synthetic_output_tokens=$((SOAK_MAX_TOKENS * 4)) --log_level=warning
   "${SECURITY_WORKER_FLAGS[@]}")
@@ -193,7 +196,7 @@ for spec in "${LOADS[@]}"; do
   IFS=: read -r gname api model <<<"$spec"
   "$BENCH_BIN" "${SECURITY_BENCH_FLAGS[@]}" --target=gateway --address="$GATEWAY_ADDR" --api="$api" --model="$model" \
     --rate="$RATE_EACH" --arrival=poisson --seed=$seed --duration="${SOAK_SECONDS}s" \
-    --warmup_requests=0 --prompt=short --max_tokens="$SOAK_MAX_TOKENS" --timeout=30s \
+    --warmup_requests=0 --prompt=short --max_tokens="$SOAK_MAX_TOKENS" --timeout=30s --check_text \
     --json="$OUT_DIR/load-$gname.json" >"$OUT_DIR/load-$gname.out" 2>"$OUT_DIR/load-$gname.log" &
   GEN_PID[$gname]=$!
   BENCH_PIDS+=($!)
@@ -293,7 +296,7 @@ RSS_DRAINED=$(rss_kb "$GATEWAY_PID")
 
 # Client side: sent (issued) and codes, from every generator's JSON.
 declare -A CLIENT_CODES
-SENT=0 TOKENS_SHORT=0
+SENT=0 TOKENS_SHORT=0 TEXT_CHECKED=0 TEXT_FAILOVERS=0 TEXT_MISMATCHES=0 TEXT_UNREFERENCED=0
 for spec in "${LOADS[@]}"; do
   gname=${spec%%:*}
   json=$OUT_DIR/load-$gname.json
@@ -306,6 +309,16 @@ for spec in "${LOADS[@]}"; do
   # Every OK answer carries exactly max_tokens tokens (the synthetic engine runs to the limit).
   short=$(($(json_num "$json" ok) * SOAK_MAX_TOKENS - $(json_num "$json" completion_tokens)))
   TOKENS_SHORT=$((TOKENS_SHORT + short))
+  # Every OK answer's text against the generator's fault-free answers (--check_text).
+  mismatches=$(json_num "$json" text_mismatches)
+  if [[ -z $mismatches ]]; then
+    ((ABORTED)) || fail "load generator $gname reported no text check (text_mismatches)"
+    continue
+  fi
+  TEXT_MISMATCHES=$((TEXT_MISMATCHES + mismatches))
+  TEXT_CHECKED=$((TEXT_CHECKED + $(json_num "$json" text_checked)))
+  TEXT_FAILOVERS=$((TEXT_FAILOVERS + $(json_num "$json" text_failovers_checked)))
+  TEXT_UNREFERENCED=$((TEXT_UNREFERENCED + $(json_num "$json" text_unreferenced)))
 done
 CLIENT_TOTAL=0
 for code in "${!CLIENT_CODES[@]}"; do CLIENT_TOTAL=$((CLIENT_TOTAL + ${CLIENT_CODES[$code]})); done
@@ -360,6 +373,11 @@ else
   [[ "$(sent_codes)" == "$GATEWAY_CODES" ]] ||
     fail "per-code counts differ: clients [$(client_codes | tr '\n' ' ')] gateway [$(tr '\n' ' ' <<<"$GATEWAY_CODES")]"
   ((TOKENS_SHORT == 0)) || fail "OK answers are $TOKENS_SHORT tokens short of max_tokens in total"
+  ((TEXT_MISMATCHES == 0)) ||
+    fail "$TEXT_MISMATCHES OK answers differ from the fault-free answer to their prompt (see 'mismatch:' in $OUT_DIR/load-*.out)"
+  ((TEXT_UNREFERENCED == 0)) ||
+    fail "$TEXT_UNREFERENCED OK answers had no fault-free answer to compare with"
+  ((TEXT_CHECKED == OK)) || fail "text check compared $TEXT_CHECKED answers of $OK OK"
   for code in "${!CLIENT_CODES[@]}"; do
     [[ $code == OK || $code == UNAVAILABLE || $code == RESOURCE_EXHAUSTED || $code == CLIENT_OVERLOAD ]] ||
       fail "${CLIENT_CODES[$code]} requests failed with $code"
@@ -388,6 +406,8 @@ mib() { awk -v k="$1" 'BEGIN{printf "%.1f", k / 1024}'; }
   echo "  by code         clients: $(client_codes | tr '\n' ' ')"
   echo "                  gateway: $(tr '\n' ' ' <<<"$GATEWAY_CODES")"
   echo "  failures        $FAILED ($FAILED_PCT%, bound $SOAK_MAX_FAILURE_PCT%); OK answers short of tokens: $TOKENS_SHORT"
+  echo "  answer text     $TEXT_CHECKED OK answers compared with their prompt's fault-free answer ($TEXT_FAILOVERS failed over mid-stream): $TEXT_MISMATCHES differ, $TEXT_UNREFERENCED without a reference"
+  grep -h '^  mismatch: ' "$OUT_DIR"/load-*.out 2>/dev/null | head -3 | cut -c1-400 | sed 's/^  /                  /' || true
   for spec in "${LOADS[@]}"; do
     gname=${spec%%:*}
     json=$OUT_DIR/load-$gname.json

@@ -1,5 +1,6 @@
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -357,6 +358,166 @@ TEST(PolicyLoaderTest, TheClassifierModelIsPartOfThePolicyIdentity) {
   EXPECT_THAT(Errors(std::string(kHeader) + "classifier: {model: /nonexistent.tcls}\nrules:\n"
                                             "  - {name: r, action: {route: qwen}}\n"),
               ::testing::Contains(HasSubstr("classifier.model: cannot read /nonexistent.tcls")));
+}
+
+// A "billion laughs" policy, valid once expanded: an `in` list of `width` values, an alternative
+// of `width` fields each testing that list, an `any` of `width` such alternatives, and `rules`
+// rules sharing that `when` through aliases. The text grows as width + rules; the tree the
+// loader walks as width^3 * rules.
+std::string Laughs(int width, int rules) {
+  std::vector<std::string> values(width, "v");
+  std::vector<std::string> fields;
+  for (int i = 0; i < width; ++i) fields.push_back(absl::StrCat("label.k", i, ": *op"));
+  fields[0] = absl::StrCat("label.k0: &op {in: [", absl::StrJoin(values, ", "), "]}");
+  std::vector<std::string> alternatives(width, "*alt");
+  alternatives[0] = absl::StrCat("&alt {", absl::StrJoin(fields, ", "), "}");
+  std::string yaml = std::string(kHeader) + "rules:\n";
+  for (int r = 0; r < rules; ++r) {
+    absl::StrAppend(
+        &yaml, "  - {name: r", r, ", when: ",
+        r == 0 ? absl::StrCat("&when {any: [", absl::StrJoin(alternatives, ", "), "]}") : "*when",
+        ", action: {route: qwen}}\n");
+  }
+  return yaml + "  - {name: rest, action: {route: nemotron}}\n";
+}
+
+TEST(PolicyLimitsTest, NestedAliasesAreCountedAsTheTreeTheyStandFor) {
+  constexpr char kNodeLimit[] =
+      "more than 100000 YAML nodes, counting each alias as the nodes it names "
+      "(--max_policy_yaml_nodes)";
+  // 20^3 * 20 = 160,000 `in` values from 2 KB of YAML: over the default 100,000 nodes. Without
+  // the limit this loads, as a policy 50 times the size of its file.
+  const std::string modest = Laughs(20, 20);
+  EXPECT_LT(modest.size(), 4000u);
+  std::vector<PolicyError> errors;
+  auto p = ParsePolicy(modest, "laughs.yaml", &errors);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_THAT(errors[0].ToString(), HasSubstr(kNodeLimit));
+
+  // 1000^3 * 100 = 10^11 values from 31 KB: refused as soon as the count passes the limit, before
+  // any tree is built or walked.
+  const std::string laughs = Laughs(1000, 100);
+  EXPECT_LT(laughs.size(), 32000u);
+  errors.clear();
+  p = ParsePolicy(laughs, "laughs.yaml", &errors);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_THAT(errors[0].ToString(), HasSubstr(kNodeLimit));
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("laughs.yaml:"));
+
+  // The limit is the flag's: a small width loads, aliases and all, and a lower limit refuses it.
+  auto small = MustParse(Laughs(2, 2));
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->rules.size(), 3u);
+  ASSERT_EQ(small->rules[1].when.any.size(), 2u);
+  EXPECT_EQ(small->rules[1].when.any[1].size(), 2u);
+  PolicyLimits tight;
+  tight.max_yaml_nodes = 40;
+  errors.clear();
+  EXPECT_FALSE(ParsePolicy(Laughs(2, 2), "laughs.yaml", &errors, tight).ok());
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_THAT(errors[0].message, HasSubstr("more than 40 YAML nodes"));
+
+  // An alias inside the node it names would be an endless tree.
+  EXPECT_THAT(Errors(std::string(kHeader) +
+                     "rules: &r\n  - {name: a, when: {any: *r}, action: {route: qwen}}\n"),
+              ElementsAre(HasSubstr("an alias refers to a node that contains it")));
+}
+
+TEST(PolicyLimitsTest, RulesAndConditionsAreCapped) {
+  auto rules = [](int n) {
+    std::string yaml = std::string(kHeader) + "rules:\n";
+    for (int i = 0; i < n - 1; ++i) {
+      absl::StrAppend(&yaml, "  - {name: r", i, ", when: {prompt_tokens: {gt: ", i,
+                      "}}, action: {route: qwen}}\n");
+    }
+    return yaml + "  - {name: rest, action: {route: nemotron}}\n";
+  };
+  auto at_limit = MustParse(rules(1000));
+  ASSERT_NE(at_limit, nullptr);
+  EXPECT_EQ(at_limit->rules.size(), 1000u);
+  EXPECT_THAT(
+      Errors(rules(1001)),
+      ElementsAre("bad.yaml:9:3: rules: 1001 entries, more than 1000 (--max_policy_rules)"));
+
+  // The classify list has the same cap.
+  PolicyLimits limits;
+  limits.max_rules = 1;
+  std::vector<PolicyError> errors;
+  EXPECT_FALSE(ParsePolicy(std::string(kHeader) + R"(classify:
+  - {name: a, when: {objective: latency}, class: latency_critical}
+  - {name: b, class: accuracy_critical}
+rules:
+  - {name: rest, action: {route: qwen}}
+)",
+                           "c.yaml", &errors, limits)
+                   .ok());
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].ToString(),
+            "c.yaml:9:3: classify: 2 entries, more than 1 (--max_policy_rules)");
+
+  // Conditions: each field, each operator of a field, and the fields of every alternative.
+  auto when = [](int labels) {
+    std::vector<std::string> fields;
+    for (int i = 0; i < labels; ++i) fields.push_back(absl::StrCat("label.k", i, ": x"));
+    const std::string alternative = absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
+    return std::string(kHeader) +
+           "rules:\n  - name: many\n    when: {prompt_tokens: {gt: 1, lt: " + "9}, any: [" +
+           alternative + ", " + alternative + "]}\n    action: {route: qwen}\n" +
+           "  - {name: rest, action: {route: nemotron}}\n";
+  };
+  auto at_conditions = MustParse(when(31));  // 2 + 2 * 31 = 64
+  ASSERT_NE(at_conditions, nullptr);
+  EXPECT_EQ(at_conditions->rules[0].when.all.size(), 2u);
+  EXPECT_THAT(Errors(when(32)),  // 66
+              ElementsAre("bad.yaml:10:11: rules[0].when: 66 conditions, more than 64 "
+                          "(--max_rule_conditions)"));
+}
+
+TEST(PolicyLimitsTest, FilesAreReadNoFurtherThanTheirLimit) {
+  // A policy path that became a link to /dev/zero: refused at the limit, not read for ever.
+  std::vector<PolicyError> errors;
+  auto zero = LoadPolicyFile("/dev/zero", &errors);
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(zero.status().message(), "/dev/zero: larger than 4194304 bytes (--max_policy_bytes)");
+
+  PolicyLimits limits;
+  limits.max_file_bytes = 100;
+  const std::string text = std::string(kHeader) + "rules:\n  - {name: r, action: {route: qwen}}\n";
+  ASSERT_GT(text.size(), 100u);
+  auto big = LoadPolicyFile(WriteTemp("big.yaml", text), &errors, limits);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(big.status().message()),
+              HasSubstr("big.yaml: larger than 100 bytes (--max_policy_bytes)"));
+  errors.clear();
+  EXPECT_FALSE(ParsePolicy(text, "big.yaml", &errors, limits).ok());
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].ToString(),
+            "big.yaml:1:1: (top): larger than 100 bytes (--max_policy_bytes)");
+
+  // The classifier model the policy names is bounded too.
+  EXPECT_THAT(Errors(std::string(kHeader) + "classifier: {model: /dev/zero}\nrules:\n"
+                                            "  - {name: r, action: {route: qwen}}\n"),
+              ElementsAre(HasSubstr("classifier.model: /dev/zero: larger than 67108864 bytes "
+                                    "(--max_classifier_bytes)")));
+}
+
+TEST(PolicyLimitsTest, TheShippedPoliciesAreFarBelowTheDefaults) {
+  // A tenth of every default still loads each shipped policy and its classifier.
+  PolicyLimits tenth;
+  tenth.max_file_bytes /= 10;
+  tenth.max_yaml_nodes /= 10;
+  tenth.max_rules /= 10;
+  tenth.max_conditions /= 10;
+  tenth.max_classifier_bytes /= 10;
+  for (const char* name :
+       {"default", "accuracy-first", "canary-latency-to-nemotron", "cost-saver"}) {
+    std::vector<PolicyError> errors;
+    auto p =
+        LoadPolicyFile(absl::StrCat(TANDEM_SOURCE_DIR "/policies/", name, ".yaml"), &errors, tenth);
+    EXPECT_TRUE(p.ok()) << name << ": " << p.status();
+  }
 }
 
 TEST(PolicyCasesTest, ReportsWrongExpectationsAndMalformedFiles) {

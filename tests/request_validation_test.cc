@@ -39,7 +39,8 @@ TEST(ValidateMessagesTest, NamesTheOffendingField) {
 
   auto bad_role_bytes = OneMessage("x");
   bad_role_bytes[0].set_role("\xFF");
-  EXPECT_THAT(ValidateMessages(bad_role_bytes, limits).message(), HasSubstr("not valid UTF-8"));
+  EXPECT_THAT(ValidateMessages(bad_role_bytes, limits).message(),
+              HasSubstr("unknown role \"\\xff\""));
 
   auto empty = OneMessage("ok");
   empty.Add()->set_role("user");
@@ -55,6 +56,71 @@ TEST(ValidateMessagesTest, NamesTheOffendingField) {
   img->set_data("x");
   img->set_mime_type("text/plain");
   EXPECT_THAT(ValidateMessages(mime, limits).message(), HasSubstr("image.mime_type"));
+}
+
+TEST(ValidateMessagesTest, ImageTypesComeFromTheSupportedList) {
+  for (const char* ok : {"image/png", "image/jpeg", "image/webp", "image/gif", "IMAGE/PNG"}) {
+    EXPECT_TRUE(IsSupportedImageMimeType(ok)) << ok;
+  }
+  for (const char* bad : {"image/../../etc/passwd", "image/", "image/png; x=1", "image/svg+xml",
+                          "text/plain", "", "image/png\n", "image/\xff"}) {
+    EXPECT_FALSE(IsSupportedImageMimeType(bad)) << bad;
+    auto m = OneMessage("ok");
+    auto* img = m[0].add_content()->mutable_image();
+    img->set_data("x");
+    img->set_mime_type(bad);
+    const absl::Status s = ValidateMessages(m, {});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(IsValidUtf8(std::string(s.message()))) << s.message();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  }
+}
+
+TEST(ValidateMessagesTest, CallerTextInErrorsIsEscapedAndBounded) {
+  auto forged = OneMessage("x");
+  forged[0].set_role("x\n[2026-01-01T00:00:00.000] [tandem-gateway] [info] forged");
+  const absl::Status s = ValidateMessages(forged, {});
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  EXPECT_THAT(s.message(), HasSubstr("x\\n[2026"));
+
+  auto huge = OneMessage("x");
+  huge[0].set_role(std::string(4 << 20, 'r'));
+  const absl::Status big = ValidateMessages(huge, {});
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(big.message().size(), 256u) << "the 4 MiB role is echoed whole";
+  EXPECT_THAT(big.message(), HasSubstr("(4194304 bytes)"));
+}
+
+TEST(ValidateRequestIdTest, OnlyVisibleAsciiFitsMetadataAndLogs) {
+  for (const char* ok : {"a", "req-123", "01J9Z3K5X7:trace/42@svc", "x=y+z_~"}) {
+    EXPECT_TRUE(ValidateRequestId(ok).ok()) << ok;
+  }
+  EXPECT_TRUE(ValidateRequestId(std::string(kMaxRequestIdBytes, 'a')).ok());
+  for (const std::string& bad :
+       {std::string("caf\xc3\xa9-1"), std::string("tab\there"), std::string("new\nline"),
+        std::string("sp ace"), std::string(""), std::string("nul\0x", 5), std::string("\x7f"),
+        std::string(kMaxRequestIdBytes + 1, 'a')}) {
+    const absl::Status s = ValidateRequestId(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("request_id"));
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+    EXPECT_TRUE(IsValidUtf8(std::string(s.message())));
+  }
+}
+
+TEST(ValidateReasoningTest, ModeAndBudgetInRange) {
+  tandem::v1::ReasoningOptions r;
+  EXPECT_TRUE(ValidateReasoning(r, "hints.reasoning").ok());
+  r.set_mode(tandem::v1::REASONING_ON);
+  r.set_thinking_budget_tokens(512);
+  EXPECT_TRUE(ValidateReasoning(r, "hints.reasoning").ok());
+  r.set_thinking_budget_tokens(-1);
+  EXPECT_THAT(ValidateReasoning(r, "hints.reasoning").message(),
+              HasSubstr("hints.reasoning.thinking_budget_tokens: -1"));
+  r.set_thinking_budget_tokens(0);
+  r.set_mode(static_cast<tandem::v1::ReasoningMode>(7));
+  EXPECT_THAT(ValidateReasoning(r, "hints.reasoning").message(),
+              HasSubstr("hints.reasoning.mode: 7 is not a ReasoningMode"));
 }
 
 TEST(ValidateMessagesTest, EnforcesCountAndSizeLimits) {
@@ -149,10 +215,9 @@ TEST(ValidateLabelsTest, LimitsAndFieldNames) {
   bad["\xFFkey"] = "x";
   const absl::Status s = ValidateLabels(bad, limits);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("labels[?]: keys and values must be valid UTF-8"));
+  EXPECT_THAT(s.message(), HasSubstr("labels[\"\\xffkey\"]: keys and values must be valid UTF-8"));
 
-  // A long key of two-byte characters: the field name shows at most 64 bytes of it, cut between
-  // characters. Byte 64 is the lead byte of the 32nd é, so a plain 64-byte cut would split it.
+  // A long key: the field name shows at most 64 bytes of it, escaped, and says how long it was.
   google::protobuf::Map<std::string, std::string> long_key;
   std::string key = "k";
   for (int i = 0; i < 40; ++i) key += "\xC3\xA9";  // é
@@ -163,9 +228,8 @@ TEST(ValidateLabelsTest, LimitsAndFieldNames) {
   const absl::Status long_status = ValidateLabels(long_key, limits);
   EXPECT_THAT(long_status.message(), HasSubstr("over 16 bytes (--max_label_bytes)"));
   EXPECT_TRUE(IsValidUtf8(std::string(long_status.message()))) << long_status.message();
-  std::string shown = "k";
-  for (int i = 0; i < 31; ++i) shown += "\xC3\xA9";  // 63 bytes: the 32nd é would end at 65
-  EXPECT_THAT(long_status.message(), HasSubstr("labels[" + shown + "...]"));
+  EXPECT_THAT(long_status.message(), HasSubstr("labels[\"k\\xc3\\xa9"));
+  EXPECT_THAT(long_status.message(), HasSubstr("...\" (81 bytes)]"));
 }
 
 }  // namespace

@@ -205,6 +205,69 @@ TEST_F(ResilienceTest, WorkerKilledMidStreamTheAnswerContinuesOnAnotherReplicaAn
             1);
 }
 
+// Reads `req` to its end, without faults: the reference text of its answer.
+std::string ReferenceAnswer(tandem::v1::Gateway::Stub* stub, const GenerateRequest& req) {
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(60));
+  auto reader = stub->GenerateStream(&ctx, req);
+  tandem::v1::GenerateStreamChunk c;
+  std::string text;
+  bool recovered = false;
+  while (reader->Read(&c)) {
+    text += c.text();
+    recovered = recovered || c.recovery().events_size() > 0;
+  }
+  const grpc::Status s = reader->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(recovered) << "the reference run needed recovery";
+  return text;
+}
+
+TEST_F(ResilienceTest, AHungWorkerMidStreamIsFailedOverAndEjected) {
+  Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
+  Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
+                       {"--policy=" + QwenOnlyPolicy(), "--stall_timeout_min=300ms",
+                        "--eject_after_stalls=1", "--max_ejection=60s", "--base_ejection=30s"}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
+  const GenerateRequest req = Prompt("tell me a long story", 60);
+
+  // The serving worker is stopped (SIGSTOP: alive, connected, silent) after the first chunk,
+  // and resumed only after the answer is whole: without stall detection the stream would wait
+  // for it until its deadline.
+  std::map<std::string, Server*> workers = {{a.grpc_address, &a}, {b.grpc_address, &b}};
+  Server* stopped = nullptr;
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  auto reader = stub_->GenerateStream(&ctx, req);
+  tandem::v1::GenerateStreamChunk c, last;
+  std::string text;
+  while (reader->Read(&c)) {
+    text += c.text();
+    if (stopped == nullptr) {
+      auto it = workers.find(c.route().worker());
+      ASSERT_NE(it, workers.end()) << c.route().worker();
+      stopped = it->second;
+      stopped->process->Signal(SIGSTOP);
+    }
+    last = c;
+  }
+  const grpc::Status status = reader->Finish();
+  const std::string stopped_address = stopped->grpc_address;
+  // Still stopped: the hung worker is ejected for new requests, not only for this stream.
+  EXPECT_FALSE(Usable(stopped_address));
+  stopped->process->Signal(SIGCONT);
+  ASSERT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+  EXPECT_EQ(last.usage().completion_tokens(), 60);
+  EXPECT_EQ(last.recovery().failovers(), 1);
+  ASSERT_GE(last.recovery().events_size(), 1);
+  EXPECT_THAT(last.recovery().events(0), HasSubstr("stalled"));
+  EXPECT_EQ(GatewayMetric("tandem_gateway_stream_stalls_total", {{"model_name", "qwen"}}), 1);
+  // The answer is the one a fault-free run gives, word for word.
+  EXPECT_EQ(text, ReferenceAnswer(stub_.get(), req));
+}
+
 TEST_F(ResilienceTest, LastReplicaKilledMidStreamTheFallbackModelContinues) {
   Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
   Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0", kLongAnswers}));

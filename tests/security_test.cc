@@ -522,6 +522,75 @@ TEST_F(TenantsTest, KeysRightsAndRateLimits) {
   EXPECT_TRUE(PromtoolCheckMetrics(*text).ok());
 }
 
+TEST_F(TenantsTest, OnlyAdminsSeeThePolicysConditionsAndWorkerAddresses) {
+  // A rule whose condition names customers: an ordinary tenant must not read it.
+  const std::string policy = WriteTempFile("p.yaml", R"(schema: 1
+version: secret-1
+models: {qwen: {}, nemotron: {}}
+classes: [accuracy_critical, latency_critical]
+default_class: latency_critical
+rules:
+  - name: premium
+    when: {label.tenant: {in: [enterprise-customer-x, research]}}
+    action: {route: qwen}
+  - name: rest
+    action: {route: nemotron}
+)");
+  ASSERT_NO_FATAL_FAILURE(Start({"--policy=" + policy}));
+  auto stub = tandem::v1::Gateway::NewStub(
+      grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+  tandem::v1::GenerateRequest req = Prompt("hi", 4);
+  (*req.mutable_labels())["tenant"] = "research";
+  const auto route = [&](const std::string& key, tandem::v1::RouteResponse* out) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    ctx.AddMetadata("x-api-key", key);
+    return stub->Route(&ctx, req, out);
+  };
+  const auto generate = [&](const std::string& key, tandem::v1::GenerateResponse* out) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    ctx.AddMetadata("x-api-key", key);
+    return stub->Generate(&ctx, req, out);
+  };
+
+  tandem::v1::RouteResponse tenant_route, admin_route;
+  ASSERT_TRUE(route("search-secret", &tenant_route).ok());
+  ASSERT_TRUE(route("ops-secret", &admin_route).ok());
+  EXPECT_EQ(tenant_route.route().model(), admin_route.route().model());
+  EXPECT_EQ(tenant_route.route().rule(), "premium");
+  EXPECT_EQ(tenant_route.rules_size(), 0);
+  EXPECT_THAT(tenant_route.ShortDebugString(), Not(HasSubstr("enterprise-customer-x")));
+  EXPECT_GE(admin_route.rules_size(), 1);
+  EXPECT_THAT(admin_route.ShortDebugString(), HasSubstr("enterprise-customer-x"));
+
+  // batch may use nemotron only; the decision is qwen, so it is refused, which says nothing of
+  // the condition either.
+  tandem::v1::GenerateResponse tenant_answer, admin_answer;
+  const grpc::Status refused = generate("batch-secret", &tenant_answer);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(refused.error_message(), Not(HasSubstr("enterprise-customer-x")));
+  (*req.mutable_labels())["tenant"] = "someone";
+  ASSERT_TRUE(generate("batch-secret", &tenant_answer).ok());
+  ASSERT_TRUE(generate("ops-secret", &admin_answer).ok());
+  EXPECT_EQ(tenant_answer.route().worker(), "") << "a worker address shown to a tenant";
+  EXPECT_EQ(admin_answer.route().worker(), nemotron_.grpc_address);
+}
+
+TEST_F(TenantsTest, WorkerAddressesAreShownToTenantsWhenTheOperatorSaysSo) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--expose_worker_addresses"}));
+  auto stub = tandem::v1::Gateway::NewStub(
+      grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  ctx.AddMetadata("x-api-key", "batch-secret");
+  tandem::v1::GenerateRequest req = Prompt("hi", 4);
+  req.mutable_hints()->set_model("nemotron");
+  tandem::v1::GenerateResponse answer;
+  ASSERT_TRUE(stub->Generate(&ctx, req, &answer).ok());
+  EXPECT_EQ(answer.route().worker(), nemotron_.grpc_address);
+}
+
 TEST_F(TenantsTest, TenantsFileReloadsWithoutRestart) {
   Start();
   EXPECT_EQ(Call("new-secret").error_code(), grpc::StatusCode::UNAUTHENTICATED);

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/sha256.h"
 #include "gateway/fair_queue.h"
 #include "gateway/gateway_metrics.h"
@@ -14,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "policies/tenant_config.h"
 #include "prometheus/registry.h"
+#include "tests/support/temp_path.h"
 
 namespace tandem::gateway {
 namespace {
@@ -94,6 +97,42 @@ TEST(TenantConfigTest, EveryMistakeIsReportedWithItsLine) {
   EXPECT_THAT(reserved.status().message(), HasSubstr("no key could reach this tenant"));
   EXPECT_FALSE(policies::ParseTenantConfig("tenants: [", "t.yaml", {}).ok());
   EXPECT_FALSE(policies::ParseTenantConfig("tenants: []", "t.yaml", {}).ok());
+}
+
+TEST(TenantConfigTest, TheFileIsBoundedInBytesNodesAndTenants) {
+  auto tenants = [](int n) {
+    std::string yaml = "tenants:\n";
+    for (int i = 0; i < n; ++i) {
+      absl::StrAppend(&yaml, "  - {name: t", i, ", keys: [", Key(absl::StrCat(i)), "]}\n");
+    }
+    return yaml;
+  };
+  policies::TenantsFileLimits limits;
+  limits.max_tenants = 3;
+  EXPECT_TRUE(policies::ParseTenantConfig(tenants(3), "t.yaml", {}, limits).ok());
+  auto over = policies::ParseTenantConfig(tenants(4), "t.yaml", {}, limits);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(over.status().message(), "t.yaml:2:3: tenants: 4 tenants, more than 3 (--max_tenants)");
+
+  // Aliases count as the nodes they name: a list of aliases to one big tenant is refused.
+  std::vector<std::string> models(100, "qwen");
+  std::string laughs = "tenants:\n  - &t {name: a, keys: [" + Key("a") + "], models: [" +
+                       absl::StrJoin(models, ", ") + "]}\n";
+  for (int i = 0; i < 20000; ++i) laughs += "  - *t\n";
+  auto aliased = policies::ParseTenantConfig(laughs, "t.yaml", {});
+  EXPECT_EQ(aliased.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(aliased.status().message(),
+              HasSubstr("more than 1000000 YAML nodes, counting each alias as the nodes it names "
+                        "(--max_tenants_yaml_nodes)"));
+
+  limits = policies::TenantsFileLimits();
+  limits.max_file_bytes = 64;
+  const std::string path = tandem::testing::WriteTempFile("tenants.yaml", tenants(2));
+  auto big = policies::LoadTenantFile(path, {}, limits);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(big.status().message(), path + ": larger than 64 bytes (--max_tenants_bytes)");
+  auto zero = policies::LoadTenantFile("/dev/zero", {});
+  EXPECT_EQ(zero.status().message(), "/dev/zero: larger than 16777216 bytes (--max_tenants_bytes)");
 }
 
 TEST(TokenBucketTest, RefillsAtItsRateUpToItsBurst) {

@@ -36,6 +36,7 @@
 #include "common/file.h"
 #include "common/grpc_status.h"
 #include "google/protobuf/util/json_util.h"
+#include "policies/limit_flags.h"
 #include "policies/policy_cases.h"
 #include "policies/policy_loader.h"
 #include "policies/policy_replay.h"
@@ -197,10 +198,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> words(positional.begin() + 2, positional.end());
 
   if (command == "policy") {
+    // The gateway's limits (--max_policy_bytes, ...): lint judges a file as the gateway will.
+    auto limits = tandem::policies::PolicyLimitsFromFlags();
+    if (!limits.ok()) return Usage(std::string(limits.status().message()));
     // Offline: needs no gateway.
     if (words.size() == 3 && words[0] == "test") {
       std::vector<tandem::policies::PolicyError> errors;
-      auto policy = tandem::policies::LoadPolicyFile(words[1], &errors);
+      auto policy = tandem::policies::LoadPolicyFile(words[1], &errors, *limits);
       if (!policy.ok()) {
         std::cerr << policy.status().message() << "\n";
         return 1;
@@ -225,8 +229,8 @@ int main(int argc, char** argv) {
         return Usage("usage: tandemctl policy replay --log=FILE --old=A.yaml --new=B.yaml");
       }
       std::vector<tandem::policies::PolicyError> errors;
-      auto a = tandem::policies::LoadPolicyFile(absl::GetFlag(FLAGS_old), &errors);
-      auto b = tandem::policies::LoadPolicyFile(absl::GetFlag(FLAGS_new), &errors);
+      auto a = tandem::policies::LoadPolicyFile(absl::GetFlag(FLAGS_old), &errors, *limits);
+      auto b = tandem::policies::LoadPolicyFile(absl::GetFlag(FLAGS_new), &errors, *limits);
       for (const auto* p : {&a, &b}) {
         if (!p->ok()) {
           std::cerr << p->status().message() << "\n";
@@ -261,7 +265,7 @@ int main(int argc, char** argv) {
     int bad = 0;
     for (size_t i = 1; i < words.size(); ++i) {
       std::vector<tandem::policies::PolicyError> errors;
-      auto policy = tandem::policies::LoadPolicyFile(words[i], &errors);
+      auto policy = tandem::policies::LoadPolicyFile(words[i], &errors, *limits);
       if (!policy.ok()) {
         std::cerr << policy.status().message() << "\n";
         ++bad;
@@ -313,8 +317,11 @@ int main(int argc, char** argv) {
     if (words.size() != 2 || words[0] != "lint") {
       return Usage("usage: tandemctl tenants lint FILE | reload | show");
     }
+    auto limits = tandem::policies::TenantsFileLimitsFromFlags();
+    if (!limits.ok()) return Usage(std::string(limits.status().message()));
     const std::vector<std::string> models = absl::GetFlag(FLAGS_models);
-    auto config = tandem::policies::LoadTenantFile(words[1], {models.begin(), models.end()});
+    auto config =
+        tandem::policies::LoadTenantFile(words[1], {models.begin(), models.end()}, *limits);
     if (!config.ok()) {
       std::cerr << config.status().message() << "\n";
       return 1;

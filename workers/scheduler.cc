@@ -152,7 +152,7 @@ void Scheduler::Admit(std::unique_ptr<Sequence> seq) {
     return;
   }
   seq->admitted = true;
-  seq->decoder = engine_->GetTokenizer().NewStreamDecoder();
+  seq->decoder = engine_->GetTokenizer().NewStreamDecoderAfter(seq->request.prompt);
   seq->stop = StopMatcher(seq->request.stop);
   const double queue_seconds = Seconds(now - seq->request.arrival);
   metrics_->queue_time.Observe(queue_seconds);

@@ -38,10 +38,15 @@ absl::Status SyntheticEngine::AddSequence(const SequenceSpec& spec) {
   if (sequences_.contains(spec.id)) {
     return absl::AlreadyExistsError(absl::StrCat("sequence ", spec.id, " already exists"));
   }
+  // A continuation of the simulator's own partial answer hashes the prompt a fresh request
+  // gets and resumes after the partial answer's words, so it goes on exactly as the fresh
+  // answer would.
+  const SyntheticTokenizer::Continuation c = SyntheticTokenizer::ParseContinuation(spec.prompt);
   uint64_t h = 0x5EED;
-  for (int32_t t : spec.prompt) h = Mix(h ^ static_cast<uint64_t>(t));
+  for (size_t i = 0; i < c.stream_prefix; ++i) h = Mix(h ^ static_cast<uint64_t>(spec.prompt[i]));
   Sequence seq;
   seq.prompt_tokens = static_cast<int64_t>(spec.prompt.size());
+  seq.resume_at = c.resume_at;
   seq.length =
       options_.output_tokens > 0 ? options_.output_tokens : 16 + static_cast<int32_t>(h % 496);
   // Greedy decoding ignores the seed, as a real model's would.
@@ -73,10 +78,11 @@ absl::Status SyntheticEngine::Step(absl::Span<const uint64_t> ids, std::vector<S
     seq.prefilled = true;
     StepOutput o;
     o.id = id;
-    if (seq.generated >= seq.length) {
+    const int32_t index = seq.resume_at + seq.generated;  // in the whole answer
+    if (index >= seq.length) {
       o.end_of_sequence = true;
     } else {
-      o.token = static_cast<int32_t>(Mix(seq.stream_hash + static_cast<uint64_t>(seq.generated)) %
+      o.token = static_cast<int32_t>(Mix(seq.stream_hash + static_cast<uint64_t>(index)) %
                                      static_cast<uint64_t>(SyntheticTokenizer::VocabularySize()));
       ++seq.generated;
     }

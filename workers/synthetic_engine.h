@@ -20,7 +20,9 @@ struct SyntheticEngineOptions {
 
 // LOAD SIMULATOR, not a model: streams deterministic filler tokens with the timing of the real
 // model on an H200 (see SyntheticProfile). Output depends only on the prompt, and on the seed
-// when temperature > 0. Used to test and benchmark everything around the engine.
+// when temperature > 0; a continuation of a partial answer (continue_final) goes on exactly as
+// the uncut answer did (see SyntheticTokenizer). Used to test and benchmark everything around
+// the engine.
 class SyntheticEngine final : public Engine {
  public:
   SyntheticEngine(SyntheticProfile profile, SyntheticEngineOptions options, Clock* clock);
@@ -38,7 +40,10 @@ class SyntheticEngine final : public Engine {
   struct Sequence {
     uint64_t stream_hash = 0;
     int64_t prompt_tokens = 0;
+    // Words of the answer before this sequence's first (a continuation's partial answer).
+    int32_t resume_at = 0;
     int32_t generated = 0;
+    // Of the whole answer, resume_at included.
     int32_t length = 0;
     bool prefilled = false;
   };

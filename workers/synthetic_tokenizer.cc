@@ -2,7 +2,9 @@
 
 #include <array>
 #include <cctype>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/utf8.h"
@@ -23,6 +25,10 @@ constexpr int32_t kPromptIdBase = 1000;
 constexpr int32_t kPromptIdRange = 100000;
 constexpr int32_t kImageToken = 900;
 constexpr int32_t kTemplateToken = 901;
+// Continuations (see the class comment). After kResumeToken come only word ids (< 48), which no
+// other prompt token is; kAfterWordToken ends an open message of other text that ends in a word.
+constexpr int32_t kResumeToken = 902;
+constexpr int32_t kAfterWordToken = 903;
 
 uint32_t Fnv1a(std::string_view s) {
   uint32_t h = 2166136261u;
@@ -41,8 +47,30 @@ CharKind KindOf(unsigned char c) {
   return CharKind::kOther;
 }
 
+// "<|im_start|>assistant\n<think>\n", plus "\n</think>\n\n" when reasoning is off.
+void AppendGenerationPrompt(const tandem::v1::ReasoningOptions& reasoning,
+                            std::vector<int32_t>* ids) {
+  ids->insert(ids->end(), reasoning.mode() == tandem::v1::REASONING_OFF ? 7 : 4, kTemplateToken);
+}
+
+// The word ids of `text` when it is the simulator's words joined by single spaces (as its decoder
+// writes them; "" is no words); false for any other text.
+bool SimulatorWords(std::string_view text, std::vector<int32_t>* ids) {
+  if (text.empty()) return true;
+  while (true) {
+    const size_t space = text.find(' ');
+    const int32_t id = SyntheticTokenizer::WordId(text.substr(0, space));
+    if (id < 0) return false;
+    ids->push_back(id);
+    if (space == std::string_view::npos) return true;
+    text.remove_prefix(space + 1);
+  }
+}
+
 class SyntheticStreamDecoder final : public StreamDecoder {
  public:
+  // `leading_space`: the text continues one that ends in a word.
+  explicit SyntheticStreamDecoder(bool leading_space) : first_(!leading_space) {}
   std::string Next(int32_t token) override {
     if (token < 0 || token >= SyntheticTokenizer::VocabularySize()) return "";
     if (!first_) held_ += ' ';
@@ -56,7 +84,7 @@ class SyntheticStreamDecoder final : public StreamDecoder {
   std::string Flush() override { return std::exchange(held_, std::string()); }
 
  private:
-  bool first_ = true;
+  bool first_;
   std::string held_;
 };
 
@@ -65,6 +93,29 @@ class SyntheticStreamDecoder final : public StreamDecoder {
 int32_t SyntheticTokenizer::VocabularySize() { return static_cast<int32_t>(kWords.size()); }
 
 std::string_view SyntheticTokenizer::Word(int32_t id) { return kWords[id]; }
+
+int32_t SyntheticTokenizer::WordId(std::string_view word) {
+  for (size_t i = 0; i < kWords.size(); ++i) {
+    if (kWords[i] == word) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+SyntheticTokenizer::Continuation SyntheticTokenizer::ParseContinuation(
+    absl::Span<const int32_t> prompt) {
+  size_t i = prompt.size();
+  while (i > 0 && prompt[i - 1] >= 0 && prompt[i - 1] < VocabularySize()) --i;
+  Continuation c;
+  if (i > 0 && prompt[i - 1] == kResumeToken) {
+    c.stream_prefix = i - 1;
+    c.resume_at = static_cast<int32_t>(prompt.size() - i);
+    c.leading_space = c.resume_at > 0;
+  } else {
+    c.stream_prefix = prompt.size();
+    c.leading_space = !prompt.empty() && prompt.back() == kAfterWordToken;
+  }
+  return c;
+}
 
 void SyntheticTokenizer::EncodeText(std::string_view text, std::vector<int32_t>* out) const {
   // Pieces: a run of alphanumerics (with one leading space, as byte-level BPE does), a run of
@@ -99,6 +150,23 @@ absl::StatusOr<std::vector<int32_t>> SyntheticTokenizer::EncodeChat(
   std::vector<int32_t> ids;
   for (int m = 0; m < messages.size(); ++m) {
     const auto& message = messages[m];
+    const bool open = continue_final && m + 1 == messages.size();
+    if (open) {
+      // The simulator's own partial answer: the fresh prompt, then where the answer resumes.
+      std::string partial;
+      bool text_only = true;
+      for (const auto& part : message.content()) {
+        if (part.has_image()) text_only = false;
+        partial += part.text();
+      }
+      std::vector<int32_t> words;
+      if (text_only && SimulatorWords(partial, &words)) {
+        AppendGenerationPrompt(reasoning, &ids);
+        ids.push_back(kResumeToken);
+        ids.insert(ids.end(), words.begin(), words.end());
+        return ids;
+      }
+    }
     // "<|im_start|>", role, "\n" ... "<|im_end|>", "\n"
     ids.insert(ids.end(), {kTemplateToken, kTemplateToken, kTemplateToken});
     for (int p = 0; p < message.content_size(); ++p) {
@@ -113,16 +181,29 @@ absl::StatusOr<std::vector<int32_t>> SyntheticTokenizer::EncodeChat(
         EncodeText(part.text(), &ids);
       }
     }
-    if (continue_final && m + 1 == messages.size()) return ids;  // left open
+    if (open) {  // left open
+      if (message.content_size() > 0) {
+        const auto& last = message.content(message.content_size() - 1);
+        if (!last.has_image() && !last.text().empty() &&
+            KindOf(last.text().back()) != CharKind::kSpace) {
+          ids.push_back(kAfterWordToken);
+        }
+      }
+      return ids;
+    }
     ids.insert(ids.end(), {kTemplateToken, kTemplateToken});
   }
-  // Generation prompt: "<|im_start|>assistant\n<think>\n" plus "\n</think>\n\n" when off.
-  ids.insert(ids.end(), reasoning.mode() == tandem::v1::REASONING_OFF ? 7 : 4, kTemplateToken);
+  AppendGenerationPrompt(reasoning, &ids);
   return ids;
 }
 
 std::unique_ptr<StreamDecoder> SyntheticTokenizer::NewStreamDecoder() const {
-  return std::make_unique<SyntheticStreamDecoder>();
+  return std::make_unique<SyntheticStreamDecoder>(/*leading_space=*/false);
+}
+
+std::unique_ptr<StreamDecoder> SyntheticTokenizer::NewStreamDecoderAfter(
+    absl::Span<const int32_t> prompt) const {
+  return std::make_unique<SyntheticStreamDecoder>(ParseContinuation(prompt).leading_space);
 }
 
 }  // namespace tandem::workers

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "tandem/v1/common.pb.h"
 
 namespace tandem::workers {
@@ -31,6 +32,15 @@ class Tokenizer {
       const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
       const tandem::v1::ReasoningOptions& reasoning, bool continue_final = false) const = 0;
   virtual std::unique_ptr<StreamDecoder> NewStreamDecoder() const = 0;
+  // A decoder for the tokens generated after `prompt` (as EncodeChat made it). A continuation
+  // (`continue_final`) may need one that joins its text to the partial answer's, e.g. with a
+  // space; by default the same as NewStreamDecoder(), which suits tokenizers whose tokens carry
+  // their own spacing (byte-level BPE).
+  virtual std::unique_ptr<StreamDecoder> NewStreamDecoderAfter(
+      absl::Span<const int32_t> prompt) const {
+    (void)prompt;
+    return NewStreamDecoder();
+  }
   // The id of a special token such as "<think>" or "</think>"; -1 when the vocabulary has none.
   virtual int32_t SpecialTokenId(std::string_view text) const {
     (void)text;

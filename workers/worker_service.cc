@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/call_metadata.h"
 #include "common/grpc_status.h"
+#include "common/log_text.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::workers {
@@ -28,11 +29,16 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
  public:
   // `state` is the worker's: only READY workers accept work.
   GenerateCall(const Engine* engine, Scheduler* scheduler, WorkerMetrics* metrics,
-               const RequestLimits& limits, tandem::v1::WorkerInfo::State state,
-               grpc::CallbackServerContext* context,
+               const RequestLimits& limits, LogRateLimiter* rejected_log,
+               tandem::v1::WorkerInfo::State state, grpc::CallbackServerContext* context,
                const tandem::v1::WorkerGenerateRequest* request)
       : bridge_(std::make_shared<Bridge>(this)),
-        request_id_(request->request_id()),
+        rejected_log_(rejected_log),
+        // Only a valid id is logged as it is (the request is refused otherwise).
+        request_id_(request->request_id().empty() ||
+                            IsPlainToken(request->request_id(), kMaxRequestIdBytes)
+                        ? request->request_id()
+                        : QuoteForLog(request->request_id())),
         start_(std::chrono::steady_clock::now()),
         deadline_(WorkerDeadline(*context, std::chrono::system_clock::now())) {
     const EngineInfo& info = engine->Info();
@@ -46,7 +52,10 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
                        " and accepts no new requests")));
       return;
     }
-    absl::Status status = ValidateMessages(request->messages(), limits);
+    absl::Status status =
+        request->request_id().empty() ? absl::OkStatus() : ValidateRequestId(request->request_id());
+    if (status.ok()) status = ValidateReasoning(request->reasoning(), "reasoning");
+    if (status.ok()) status = ValidateMessages(request->messages(), limits);
     if (status.ok()) status = ValidateSampling(request->sampling(), info.max_output_tokens, limits);
     absl::StatusOr<std::vector<int32_t>> prompt =
         status.ok() ? engine->GetTokenizer().EncodeChat(request->messages(), request->reasoning(),
@@ -202,9 +211,13 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   };
 
   void Reject(const absl::Status& status) {
-    spdlog::info("request_id={} rejected status={} message=\"{}\"", request_id_,
-                 GrpcCodeName(static_cast<grpc::StatusCode>(status.code())),
-                 std::string(status.message()));
+    int64_t suppressed = 0;
+    if (rejected_log_->Allow(&suppressed)) {
+      spdlog::info("request_id={} rejected status={} message={}{}", request_id_,
+                   GrpcCodeName(static_cast<grpc::StatusCode>(status.code())),
+                   QuoteForLog(status.message(), kMaxLoggedMessageBytes),
+                   suppressed > 0 ? absl::StrCat(" (", suppressed, " refusals not logged)") : "");
+    }
     Finish(ToGrpcStatus(status));
   }
 
@@ -216,6 +229,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   }
 
   std::shared_ptr<Bridge> bridge_;
+  LogRateLimiter* const rejected_log_;
   std::shared_ptr<Cancellation> cancellation_;
   WorkerGenerateChunk out_;  // touched only while a write is not in flight
   const std::string request_id_;
@@ -233,13 +247,15 @@ WorkerService::WorkerService(const Engine* engine, Scheduler* scheduler, WorkerM
       scheduler_(scheduler),
       metrics_(metrics),
       limits_(limits),
+      rejected_log_(limits.rejected_log_per_second, 2 * limits.rejected_log_per_second),
       device_(std::move(device)) {
   RefreshDevice();
 }
 
 grpc::ServerWriteReactor<WorkerGenerateChunk>* WorkerService::Generate(
     grpc::CallbackServerContext* context, const tandem::v1::WorkerGenerateRequest* request) {
-  return new GenerateCall(engine_, scheduler_, metrics_, limits_, state_.load(), context, request);
+  return new GenerateCall(engine_, scheduler_, metrics_, limits_, &rejected_log_, state_.load(),
+                          context, request);
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* context,

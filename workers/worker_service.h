@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "common/log_rate_limiter.h"
 #include "common/request_validation.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "workers/device.h"
@@ -42,6 +43,7 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
   Scheduler* const scheduler_;
   WorkerMetrics* const metrics_;
   const RequestLimits limits_;
+  LogRateLimiter rejected_log_;
   std::atomic<tandem::v1::WorkerInfo::State> state_{tandem::v1::WorkerInfo::LOADING};
   std::atomic<int> metrics_port_{0};
   std::atomic<bool> metrics_tls_{false};

@@ -6,6 +6,9 @@ every gRPC port is TLS (no --plaintext / --worker_plaintext), the workers requir
 the gateway presents one, and every TLS file is under a mounted volume; ports agree between the workers' flags, `expose`, the gateway's --workers and
 prometheus.yml; every build target exists in the Dockerfile, whose stages are all Debian 12; the
 compose prometheus.yml passes `promtool check config` with the shipped rules.
+The engine must be chosen: without TANDEM_ENGINE `docker-compose config` fails and names it (the
+worker's own default is the load simulator); with TANDEM_ENGINE=native each worker runs
+--engine=native on --checkpoint=/models/MODEL, inside its mounted models volume.
 No container engine runs here, so the images are not built (see docs/operations.md).
 
 usage: check_compose.py DOCKER_COMPOSE PROMTOOL
@@ -60,14 +63,49 @@ def flag(cmd, name):
     return None
 
 
+def compose_config(compose, **env):
+    """`docker-compose config` with ENV over this process's environment minus every TANDEM_*
+    variable, and an empty env file (no stray .env decides)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".env") as env_file:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_")}
+        return subprocess.run([compose, "--env-file", env_file.name,
+                               "-f", os.path.join(HERE, "docker-compose.yml"), "config"],
+                              capture_output=True, text=True, env=dict(base, **env))
+
+
+def engine_checks(compose, errors):
+    """No engine chosen: refused, naming TANDEM_ENGINE. native: the checkpoints from /models."""
+    r = compose_config(compose)
+    if r.returncode == 0:
+        errors.append("docker-compose config succeeds without TANDEM_ENGINE: the workers would run "
+                      "the load simulator unasked")
+    elif "TANDEM_ENGINE" not in r.stdout + r.stderr:
+        errors.append(f"without TANDEM_ENGINE, docker-compose config fails without naming it: {r.stderr}")
+    r = compose_config(compose, TANDEM_ENGINE="native")
+    if r.returncode != 0:
+        errors.append(f"TANDEM_ENGINE=native: docker-compose config failed: {r.stderr}")
+        return
+    for name, s in yaml.safe_load(r.stdout)["services"].items():
+        if not name.endswith("-worker"):
+            continue
+        cmd = s.get("command", [])
+        model, engine, ckpt = flag(cmd, "model"), flag(cmd, "engine"), flag(cmd, "checkpoint")
+        mounts = [v["target"] if isinstance(v, dict) else v.split(":")[1] for v in s.get("volumes", [])]
+        if engine != "native" or ckpt != f"/models/{model}":
+            errors.append(f"{name}: TANDEM_ENGINE=native gives --engine={engine} --checkpoint={ckpt}, "
+                          f"want native and /models/{model}")
+        elif "/models" not in mounts:
+            errors.append(f"{name}: --checkpoint={ckpt} but /models is not mounted ({mounts})")
+
+
 def main():
     compose, promtool = sys.argv[1], sys.argv[2]
     errors = []
-    r = subprocess.run([compose, "-f", os.path.join(HERE, "docker-compose.yml"), "config"],
-                       capture_output=True, text=True, env=dict(os.environ, TANDEM_ENGINE="synthetic"))
+    r = compose_config(compose, TANDEM_ENGINE="synthetic")
     if r.returncode != 0:
         print(r.stdout, r.stderr)
         return 1
+    engine_checks(compose, errors)
     cfg = yaml.safe_load(r.stdout)
     services = cfg["services"]
     dockerfile = open(os.path.join(HERE, "Dockerfile")).read()

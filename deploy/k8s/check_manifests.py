@@ -4,7 +4,12 @@
   - every object has apiVersion, kind, metadata.name and the overlay's namespace;
   - the gateway Deployment has >= 2 replicas, a PodDisruptionBudget and an HPA (min >= 2) that
     select it; its --workers name each model's headless Service and gRPC port;
+  - a headless Service tandem-gateway-headless (clusterIP: None) selects the gateway pods and
+    maps the gRPC port, for clients balancing with round_robin over dns:///;
   - one StatefulSet per model, `nvidia.com/gpu: 1` in limits and --device=0 (dev: CPU, no GPU);
+  - no worker runs the load simulator by default: each names --engine; outside dev it is native
+    with --checkpoint in a mounted PersistentVolumeClaim (dev says --engine=synthetic), and so
+    is the base rendered alone;
   - startup, readiness and liveness probes exist; native gRPC ones (on the --listen port) only
     where that port is plaintext, since kubelet's gRPC probes cannot speak TLS; the others probe
     the --listen port by TCP or the --metrics_listen port (httpGet, or exec on 127.0.0.1:PORT);
@@ -14,7 +19,10 @@
     certs (--tls_client_ca); the gateway presents one to them, checks --worker_tls_server_name
     (the name ../cert-manager puts in the workers' cert) and reads --tenants from a mounted
     ConfigMap or Secret that holds it; the gateway and the workers agree on plaintext or TLS;
-  - ../cert-manager renders and issues exactly the Secrets the pods mount;
+  - ../cert-manager, added to each TLS overlay (and to base + models under another namespace),
+    issues exactly the Secrets the pods mount, and the gateway's certificate names every
+    Service in front of the gateway pods as clients dial it (NAME, NAME.NS, NAME.NS.svc,
+    NAME.NS.svc.cluster.local) in the rendered namespace; rendered without a namespace it fails;
   - selectors match the pod template labels; every Service selects pods and maps its ports onto
     container ports, which equal the ports in the --listen / --metrics_listen flags;
   - every flag in args is one the binary defines (ABSL_FLAG in gateway/main.cc, workers/main.cc);
@@ -29,8 +37,10 @@ usage: check_manifests.py KUBECTL
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
@@ -39,6 +49,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 OVERLAYS = {"dev": "tandem-dev", "single-node": "tandem", "production": "tandem"}
 MODELS = ("qwen", "nemotron")
 CLUSTER_SCOPED = {"Namespace"}
+GATEWAY_HEADLESS = "tandem-gateway-headless"   # the name docs/operations.md tells clients to dial
 
 
 def flags_of(path):
@@ -154,6 +165,29 @@ class Checker:
         self.err(f"{what}: {path} is in volume {mounts[0]['name']}, not a {' or '.join(kinds)}")
         return None
 
+    def engine_checks(self, what, pod, c, dev):
+        """The engine is named, never left to the binary's default (synthetic, the load
+        simulator); only dev runs the simulator, the others the native engine on a checkpoint
+        from the models volume."""
+        args = c.get("args", [])
+        engine = flag(args, "engine")
+        if engine is None:
+            self.err(f"{what}: no --engine: the worker would run the load simulator (the default)")
+        elif dev:
+            if engine != "synthetic":
+                self.err(f"{what}: dev runs --engine=synthetic, has {engine}")
+        elif engine != "native":
+            self.err(f"{what}: --engine={engine}: outside dev the workers run the native engine")
+        else:
+            ckpt = flag(args, "checkpoint")
+            mounts = [m for m in c.get("volumeMounts", [])
+                      if ckpt and (ckpt + "/").startswith(m["mountPath"].rstrip("/") + "/")]
+            vols = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+            if not ckpt:
+                self.err(f"{what}: --engine=native without --checkpoint")
+            elif not mounts or "persistentVolumeClaim" not in vols.get(mounts[0]["name"], {}):
+                self.err(f"{what}: --checkpoint={ckpt} is not on a mounted PersistentVolumeClaim")
+
     def tls_checks(self, what, pod, c, file_flags):
         """Each TLS file flag set and in a mounted Secret under a cert-manager key name;
         returns the Secret names."""
@@ -250,6 +284,16 @@ class Checker:
             self.err("no Service tandem-gateway")
         else:
             self.service_checks(gsvc, tl, gports)
+        # gRPC clients balance per call only over a name that resolves to every pod.
+        hsvc = self.get("Service", GATEWAY_HEADLESS)
+        if hsvc is None or hsvc["spec"].get("clusterIP") != "None":
+            self.err(f"no headless Service {GATEWAY_HEADLESS} (clusterIP: None) for round_robin clients")
+        else:
+            self.service_checks(hsvc, tl, gports)
+            if "grpc" not in {p["name"] for p in hsvc["spec"]["ports"]}:
+                self.err(f"Service {GATEWAY_HEADLESS} has no grpc port")
+            if hsvc["spec"].get("publishNotReadyAddresses"):
+                self.err(f"Service {GATEWAY_HEADLESS} publishes pods that are not ready")
         workers = {}
         for entry in (flag(args, "workers") or "").split(","):
             m = re.fullmatch(r"(\w+)=dns:///([\w-]+)\.\$\(POD_NAMESPACE\)\.svc\.cluster\.local:(\d+)", entry)
@@ -279,6 +323,7 @@ class Checker:
             args = c.get("args", [])
             if flag(args, "model") != model:
                 self.err(f"{name}: --model={flag(args, 'model')}, labelled {model}")
+            self.engine_checks(name, s["spec"]["template"], c, self.overlay == "dev")
             if on(args, "plaintext") != gw_worker_plaintext:
                 self.err(f"{name}: --plaintext is {on(args, 'plaintext')}, the gateway's "
                          f"--worker_plaintext {gw_worker_plaintext}")
@@ -338,25 +383,90 @@ class Checker:
         return self.errors
 
 
-def check_cert_manager(kubectl, secrets, worker_server_name):
-    """../cert-manager renders, and its Certificates issue exactly the Secrets the base mounts,
-    the workers' carrying the name the gateway checks."""
-    r = subprocess.run([kubectl, "kustomize", os.path.join(HERE, "cert-manager")],
-                       capture_output=True, text=True)
+def kustomize(kubectl, path):
+    """(objects, error) of `kubectl kustomize PATH`."""
+    r = subprocess.run([kubectl, "kustomize", path], capture_output=True, text=True)
     if r.returncode != 0:
-        return [f"cert-manager: kubectl kustomize failed: {r.stderr}"]
+        return None, r.stderr.strip()
+    return [o for o in yaml.safe_load_all(r.stdout) if o], None
+
+
+def with_cert_manager(kubectl, namespace, bases):
+    """Renders BASES (directories under deploy/k8s) plus ../cert-manager in a scratch overlay
+    that sets NAMESPACE, as an operator adding cert-manager to an overlay's bases would."""
+    tmp = tempfile.mkdtemp(prefix="tandem-k8s-")
+    try:
+        with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
+            yaml.safe_dump({"namespace": namespace,
+                            "bases": [os.path.relpath(os.path.join(HERE, b), tmp)
+                                      for b in bases + ["cert-manager"]]}, f)
+        return kustomize(kubectl, tmp)
+    finally:
+        shutil.rmtree(tmp)
+
+
+def check_cert_manager(kubectl, secrets, worker_server_name):
+    """../cert-manager, added to each TLS overlay (and to base + models under another
+    namespace), issues exactly the Secrets the base mounts, the workers' carrying the name the
+    gateway checks, the gateway's every name a client dials in the rendered namespace."""
     errors = []
-    certs = {o["spec"]["secretName"]: o for o in yaml.safe_load_all(r.stdout)
-             if o and o["kind"] == "Certificate" and not o["spec"].get("isCA")}
-    if set(certs) != secrets:
-        errors.append(f"cert-manager: Certificates issue {sorted(certs)}, the pods mount {sorted(secrets)}")
-    worker = certs.get("tandem-worker-tls", {}).get("spec", {})
-    if worker_server_name not in worker.get("dnsNames", []):
-        errors.append(f"cert-manager: tandem-worker-tls lacks {worker_server_name} (--worker_tls_server_name)")
-    if "client auth" not in certs.get("tandem-gateway-client-tls", {}).get("spec", {}).get("usages", []):
-        errors.append("cert-manager: tandem-gateway-client-tls is not a client certificate")
-    print(f"cert-manager: {len(certs)} certificates, {'FAILED' if errors else 'OK'}")
+    cases = [(OVERLAYS[o], [f"overlays/{o}"]) for o in OVERLAYS if o != "dev"]
+    cases.append(("team-a", ["base", "models"]))         # any namespace, not just the overlays'
+    cases.append(("team-b", ["overlays/production"]))    # an overlay's overlay moving it again
+    for ns, bases in cases:
+        what = f"cert-manager in {'+'.join(bases)} (namespace {ns})"
+        objs, err = with_cert_manager(kubectl, ns, bases)
+        if err:
+            errors.append(f"{what}: kubectl kustomize failed: {err}")
+            continue
+        certs = {o["spec"]["secretName"]: o for o in objs
+                 if o["kind"] == "Certificate" and not o["spec"].get("isCA")}
+        if set(certs) != secrets:
+            errors.append(f"{what}: Certificates issue {sorted(certs)}, the pods mount {sorted(secrets)}")
+        for c in certs.values():
+            if c["metadata"].get("namespace") != ns:
+                errors.append(f"{what}: Certificate {c['metadata']['name']} in namespace {c['metadata'].get('namespace')}")
+        worker = certs.get("tandem-worker-tls", {}).get("spec", {})
+        if worker_server_name not in worker.get("dnsNames", []):
+            errors.append(f"{what}: tandem-worker-tls lacks {worker_server_name} (--worker_tls_server_name)")
+        if "client auth" not in certs.get("tandem-gateway-client-tls", {}).get("spec", {}).get("usages", []):
+            errors.append(f"{what}: tandem-gateway-client-tls is not a client certificate")
+        # Every Service in front of the gateway's gRPC port, by each name a client may dial.
+        gw = [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "tandem-gateway"]
+        labels = gw[0]["spec"]["template"]["metadata"]["labels"] if gw else {}
+        svcs = [o for o in objs if o["kind"] == "Service" and selects(o["spec"].get("selector"), labels)
+                and any(p["name"] == "grpc" for p in o["spec"]["ports"])]
+        if len(svcs) < 2:
+            errors.append(f"{what}: want the gateway's Service and headless Service, have {[o['metadata']['name'] for o in svcs]}")
+        want = {f"{o['metadata']['name']}{suffix}" for o in svcs
+                for suffix in ("", f".{ns}", f".{ns}.svc", f".{ns}.svc.cluster.local")}
+        names = set(certs.get("tandem-gateway-tls", {}).get("spec", {}).get("dnsNames", []))
+        if not want <= names:
+            errors.append(f"{what}: tandem-gateway-tls lacks {sorted(want - names)} (has {sorted(names)})")
+        if any("$(" in n for n in names):
+            errors.append(f"{what}: tandem-gateway-tls has unresolved names {sorted(names)}")
+        print(f"{what}: {len(certs)} certificates, gateway names {len(names)}")
+    # Alone it has no namespace to name: refusing beats issuing names nobody dials.
+    objs, err = kustomize(kubectl, os.path.join(HERE, "cert-manager"))
+    if err is None:
+        errors.append("cert-manager rendered without a namespace; it must need the overlay's")
+    print(f"cert-manager: {'FAILED' if errors else 'OK'}")
     return errors
+
+
+def check_base_engine(kubectl):
+    """The base alone (what an overlay of one's own starts from) runs no load simulator."""
+    objs, err = kustomize(kubectl, os.path.join(HERE, "base"))
+    if err:
+        return [f"base: kubectl kustomize failed: {err}"]
+    checker = Checker("base", objs)
+    for s in checker.of("StatefulSet"):
+        pod = s["spec"]["template"]
+        checker.engine_checks(s["metadata"]["name"], pod, pod["spec"]["containers"][0], dev=False)
+    if len(checker.of("StatefulSet")) != len(MODELS):
+        checker.err(f"{len(checker.of('StatefulSet'))} StatefulSets, want {len(MODELS)}")
+    print(f"base: workers' engine {'FAILED' if checker.errors else 'OK'}")
+    return checker.errors
 
 
 def main():
@@ -386,6 +496,7 @@ def main():
         errors.append("no TLS overlay to check ../cert-manager against")
     else:
         errors += check_cert_manager(kubectl, *tls)
+    errors += check_base_engine(kubectl)
     for e in errors:
         print("error:", e)
     return 1 if errors else 0

@@ -2,9 +2,16 @@
 # Installs Tandem on one GPU box as systemd services: one tandem-worker@N per GPU (pinned with
 # CUDA_VISIBLE_DEVICES=N), the gateway, and a Prometheus with Tandem's rules.
 #
-#   bash deploy/systemd/install.sh [--build-dir=build] [--models=qwen,nemotron] [--no-start]
+#   bash deploy/systemd/install.sh --checkpoint-dir=DIR | --engine=synthetic
+#                                  [--build-dir=build] [--models=qwen,nemotron] [--no-start]
 #                                  [--dev-certs] [--destdir=DIR]
 #
+# The engine must be chosen (the worker's own default is the load simulator, which would serve
+# made-up answers): --checkpoint-dir=DIR runs the native engine on DIR/MODEL (DIR/qwen,
+# DIR/nemotron, each a model directory with config.json; not under /home or /root, which the
+# units cannot see), checked before anything is installed; --engine=synthetic runs the load
+# simulator on purpose (tests, benchmarks; not a real model). Neither: the install refuses.
+# Both are needed only for the worker-N.env files it writes: kept ones must name an engine.
 # --models lists the model of each GPU in order (GPU 0 first): the default gives GPU 0 to qwen and
 # GPU 1 to nemotron; `--models=qwen,qwen,nemotron,nemotron` makes two replicas of each on four
 # GPUs. Worker N listens on 7101+N (gRPC) and 9101+N (metrics); the gateway on 7000 and 9100;
@@ -16,13 +23,16 @@
 # let nobody in: edit it). --dev-certs fills /etc/tandem/tls with throwaway certificates from
 # scripts/make_dev_certs.sh (a development CA; not for production) when it is empty.
 # --destdir writes everything under DIR and touches nothing else (no user, no systemctl): used
-# by ctest (systemd_units_verify) and for packaging.
+# by ctest (systemd_units_verify, systemd_install_engine_check) and for packaging; the
+# checkpoints are still looked for at --checkpoint-dir on this machine.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BUILD="$ROOT/build"
 MODELS="qwen,nemotron"
+ENGINE=""
+CHECKPOINTS=""
 DESTDIR=""
 START=1
 DEV_CERTS=0
@@ -30,10 +40,12 @@ for arg in "$@"; do
   case "$arg" in
     --build-dir=*) BUILD="${arg#*=}" ;;
     --models=*) MODELS="${arg#*=}" ;;
+    --engine=*) ENGINE="${arg#*=}" ;;
+    --checkpoint-dir=*) CHECKPOINTS="${arg#*=}" ;;
     --destdir=*) DESTDIR="${arg#*=}"; START=0 ;;
     --no-start) START=0 ;;
     --dev-certs) DEV_CERTS=1 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -41,13 +53,57 @@ IFS=, read -r -a GPU_MODELS <<<"$MODELS"
 for m in "${GPU_MODELS[@]}"; do
   [[ "$m" == qwen || "$m" == nemotron ]] || { echo "install.sh: unknown model '$m'" >&2; exit 2; }
 done
+
+# The engine, checked before anything is written.
+D="$DESTDIR"
+ETC="$D/etc/tandem"
+if [[ -n "$CHECKPOINTS" ]]; then
+  [[ -z "$ENGINE" || "$ENGINE" == native ]] || {
+    echo "install.sh: --checkpoint-dir is for --engine=native, not --engine=$ENGINE" >&2; exit 2; }
+  ENGINE=native
+  CHECKPOINTS=${CHECKPOINTS%/}
+  [[ "$CHECKPOINTS" == /* ]] || { echo "install.sh: --checkpoint-dir must be absolute" >&2; exit 2; }
+  case "$CHECKPOINTS/" in /home/*|/root/*|/run/user/*)
+    echo "install.sh: --checkpoint-dir=$CHECKPOINTS: the units run with ProtectHome=yes and" \
+      "cannot read it; put the checkpoints elsewhere (e.g. /var/lib/tandem/models)" >&2; exit 1 ;;
+  esac
+fi
+case "$ENGINE" in
+  native) [[ -n "$CHECKPOINTS" ]] || {
+    echo "install.sh: --engine=native needs --checkpoint-dir=DIR (DIR/qwen, DIR/nemotron)" >&2; exit 2; } ;;
+  synthetic|"") ;;
+  *) echo "install.sh: --engine=$ENGINE: expected native (with --checkpoint-dir) or synthetic" >&2; exit 2 ;;
+esac
+need_engine=0
+for i in "${!GPU_MODELS[@]}"; do
+  env_file="$ETC/worker-$i.env"
+  if [[ -e "$env_file" ]]; then
+    # Kept as it is: it must name the engine (TANDEM_ENGINE, or --engine in the extra flags as
+    # older installs wrote them), or the worker would refuse to start.
+    grep -Eq '^TANDEM_ENGINE="?(native|synthetic)"?$|^TANDEM_WORKER_ARGS=.*--engine=(native|synthetic)' \
+      "$env_file" || {
+      echo "install.sh: $env_file names no engine: add TANDEM_ENGINE=native and" \
+        "TANDEM_CHECKPOINT=DIR (or TANDEM_ENGINE=synthetic for the load simulator), or remove" \
+        "the file to have it written anew" >&2; exit 1; }
+  else
+    need_engine=1
+    if [[ "$ENGINE" == native && ! -f "$CHECKPOINTS/${GPU_MODELS[$i]}/config.json" ]]; then
+      echo "install.sh: no checkpoint for ${GPU_MODELS[$i]} (GPU $i): $CHECKPOINTS/${GPU_MODELS[$i]}/config.json" \
+        "missing; copy the model directory there first" >&2; exit 1
+    fi
+  fi
+done
+if ((need_engine)) && [[ -z "$ENGINE" ]]; then
+  echo "install.sh: no engine chosen. Give --checkpoint-dir=DIR for the real models (native" \
+    "engine on DIR/qwen and DIR/nemotron), or --engine=synthetic for the load simulator (not a" \
+    "real model: made-up answers, for tests and benchmarks)." >&2
+  exit 2
+fi
 for bin in workers/tandem-worker gateway/tandem-gateway tools/tandemctl; do
   [[ -x "$BUILD/$bin" ]] || { echo "install.sh: $BUILD/$bin missing: build first" >&2; exit 1; }
 done
 if [[ -z "$DESTDIR" && $(id -u) -ne 0 ]]; then echo "install.sh: run as root" >&2; exit 1; fi
 
-D="$DESTDIR"
-ETC="$D/etc/tandem"
 install -d "$D/usr/local/bin" "$D/etc/systemd/system" "$ETC/policies" \
   "$ETC/router/classifier" "$ETC/prometheus/rules" "$D/usr/local/share/doc/tandem"
 install -d -m 750 "$ETC/tls" "$ETC/tls/gateway" "$ETC/tls/gateway-client" "$ETC/tls/worker"
@@ -76,12 +132,18 @@ done
 workers="" worker_targets=""
 for i in "${!GPU_MODELS[@]}"; do
   m=${GPU_MODELS[$i]}
+  checkpoint=""
+  if [[ "$ENGINE" == native ]]; then checkpoint="$CHECKPOINTS/$m"; fi
   keep "$ETC/worker-$i.env" <<ENV
 # tandem-worker@$i: GPU $i (CUDA_VISIBLE_DEVICES=$i in the unit).
 TANDEM_MODEL=$m
 TANDEM_LISTEN=0.0.0.0:$((7101 + i))
 TANDEM_METRICS_LISTEN=0.0.0.0:$((9101 + i))
-# e.g. --engine=native --checkpoint=/var/lib/tandem/$m --max_batch_size=64
+# Engine (required; the worker refuses to start without one): native runs the model directory
+# TANDEM_CHECKPOINT; synthetic is the load simulator (made-up answers, not a real model).
+TANDEM_ENGINE=$ENGINE
+TANDEM_CHECKPOINT=$checkpoint
+# More flags, e.g. --max_batch_size=64 --gpu_memory_fraction=0.85
 TANDEM_WORKER_ARGS=
 ENV
   workers+="${workers:+,}$m=127.0.0.1:$((7101 + i))"
@@ -100,6 +162,11 @@ install -m 644 "$ROOT"/deploy/prometheus/rules/*.yml "$ETC/prometheus/rules/"
 sed -e "s|- targets: \['127.0.0.1:9101', '127.0.0.1:9102'\]|- targets: [$worker_targets]|" \
   "$ROOT/deploy/prometheus/prometheus.yml" | keep "$ETC/prometheus/prometheus.yml"
 
+if [[ "$ENGINE" == synthetic ]]; then
+  echo "[install] WARNING: --engine=synthetic: the workers run the LOAD SIMULATOR, not a real" \
+    "model (made-up answers); reinstall with --checkpoint-dir=DIR after removing" \
+    "$ETC/worker-*.env, or edit TANDEM_ENGINE and TANDEM_CHECKPOINT there"
+fi
 if [[ -z "$DESTDIR" ]]; then
   id tandem >/dev/null 2>&1 || useradd --system --home-dir /var/lib/tandem --shell /usr/sbin/nologin tandem
   # Keys readable by the services' group only; the dev CA's key (if any) by root only.

@@ -7,7 +7,10 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=$1
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-bash "$HERE/install.sh" --build-dir="$BUILD" --models=qwen,nemotron,qwen --dev-certs --destdir="$TMP/root"
+# Checkpoint directories as install.sh wants them (it checks for config.json; nothing loads them).
+for m in qwen nemotron; do mkdir -p "$TMP/models/$m"; echo '{}' >"$TMP/models/$m/config.json"; done
+bash "$HERE/install.sh" --build-dir="$BUILD" --models=qwen,nemotron,qwen --checkpoint-dir="$TMP/models" \
+  --dev-certs --destdir="$TMP/root"
 # Verify copies whose ExecStart points at the installed binaries (systemd-analyze checks they are
 # executable; --root would need a whole systemd tree there); /usr/bin/prometheus is Debian's.
 V="$TMP/verify"
@@ -24,6 +27,16 @@ if grep -E 'tandem' <<<"$out"; then echo "systemd-analyze verify printed warning
 # What install.sh wrote must match the units' expectations.
 grep -qx 'TANDEM_WORKERS=qwen=127.0.0.1:7101,nemotron=127.0.0.1:7102,qwen=127.0.0.1:7103' "$TMP/root/etc/tandem/gateway.env"
 grep -qx 'TANDEM_MODEL=nemotron' "$TMP/root/etc/tandem/worker-1.env"
+grep -qx 'TANDEM_ENGINE=native' "$TMP/root/etc/tandem/worker-1.env"
+grep -qx "TANDEM_CHECKPOINT=$TMP/models/nemotron" "$TMP/root/etc/tandem/worker-1.env"
+# The unit names the engine from the env file, with no default of its own, and the worker refuses
+# the empty --engine= a file without TANDEM_ENGINE gives it (no silent load simulator).
+grep -qF -- "--engine=\${TANDEM_ENGINE} " "$V/tandem-worker@.service"
+grep -qx 'Environment=TANDEM_ENGINE=' "$V/tandem-worker@.service"
+if timeout 10 "$TMP/root/usr/local/bin/tandem-worker" --model=qwen --device=cpu --engine= >"$TMP/empty-engine.log" 2>&1; then
+  echo "tandem-worker started with an empty --engine"; exit 1
+fi
+grep -q 'unknown engine' "$TMP/empty-engine.log"
 grep -q "targets: \['127.0.0.1:9101', '127.0.0.1:9102', '127.0.0.1:9103'\]" "$TMP/root/etc/tandem/prometheus/prometheus.yml"
 promtool check config "$TMP/root/etc/tandem/prometheus/prometheus.yml" >/dev/null
 "$TMP/root/usr/local/bin/tandem-gateway" --validate_policy="$TMP/root/etc/tandem/policies/default.yaml" >/dev/null

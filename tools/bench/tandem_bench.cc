@@ -11,6 +11,11 @@
 // Open loop (--rate, fixed or Poisson arrivals): latency counts from each request's scheduled
 // start, so a client that falls behind shows up as latency instead of lowering the load.
 // Closed loop (--concurrency): N calls in flight, each completion starts the next.
+//
+// --check_text (plain runs): requests are greedy (temperature 0), and the text of every OK answer
+// is compared with a fault-free reference for the same request: the text of an OK answer the
+// gateway neither retried nor failed over (Recovery). Against a deterministic engine (the
+// synthetic one), a failed-over answer must read exactly as an uninterrupted one.
 
 #include <grpcpp/grpcpp.h>
 #include <sys/prctl.h>
@@ -76,6 +81,11 @@ ABSL_FLAG(int, max_inflight, 20000,
 ABSL_FLAG(int, channels, 1, "gRPC channels (TCP connections) to spread calls over");
 ABSL_FLAG(uint64_t, seed, 1, "seed of Poisson arrivals");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
+ABSL_FLAG(bool, check_text, false,
+          "plain runs: send greedy requests (sampling.temperature 0) and compare the text of "
+          "every OK answer with a fault-free reference for the same request (an OK answer with "
+          "no retry or failover in its Recovery); mismatches are counted in the output and in "
+          "--json (text_check). For deterministic engines such as the synthetic one");
 ABSL_FLAG(std::string, svg, "", "write a plot of latency percentiles against load to this file");
 ABSL_FLAG(absl::Duration, ready_timeout, absl::Seconds(20),
           "wait this long for the target to be ready");
@@ -263,6 +273,102 @@ class Recorder {
       tpot_ ABSL_GUARDED_BY(mu_), gaps_ ABSL_GUARDED_BY(mu_);
 };
 
+// Text of OK answers against a fault-free reference, per request (--check_text). Answers are
+// kept as distinct texts with counts, and compared when the runs are over: a reference may come
+// after the answers it judges.
+class TextCheck {
+ public:
+  struct Summary {
+    int64_t answers = 0;     // OK answers seen
+    int64_t checked = 0;     // of them, compared with a reference
+    int64_t failovers = 0;   // compared answers that were failed over mid-stream
+    int64_t retries = 0;     // compared answers that were retried (and not failed over)
+    int64_t mismatches = 0;  // compared answers whose text differs from the reference
+    int64_t failover_mismatches = 0;
+    int64_t unreferenced = 0;           // answers to a request that never had a fault-free answer
+    std::vector<std::string> examples;  // a few mismatches, described
+  };
+
+  static TextCheck& Get() {
+    static auto* check = new TextCheck;
+    return *check;
+  }
+
+  // An OK answer to the request named `key`.
+  void Add(const std::string& key, const std::string& text, const tandem::v1::Recovery& r) {
+    absl::MutexLock lock(&mu_);
+    Texts& t = texts_[key][text];
+    if (r.failovers() > 0) {
+      ++t.failovers;
+    } else if (r.retries() > 0) {
+      ++t.retries;
+    } else {
+      ++t.clean;
+    }
+    if (t.events.empty() && r.events_size() > 0) t.events = absl::StrJoin(r.events(), "; ");
+  }
+
+  Summary Summarize() const {
+    absl::MutexLock lock(&mu_);
+    Summary s;
+    for (const auto& [key, texts] : texts_) {
+      // The reference: the text most fault-free answers had.
+      const std::string* reference = nullptr;
+      int64_t best = 0;
+      for (const auto& [text, t] : texts) {
+        s.answers += t.clean + t.failovers + t.retries;
+        if (t.clean > best) {
+          best = t.clean;
+          reference = &text;
+        }
+      }
+      for (const auto& [text, t] : texts) {
+        const int64_t n = t.clean + t.failovers + t.retries;
+        if (reference == nullptr) {
+          s.unreferenced += n;
+          continue;
+        }
+        s.checked += n;
+        s.failovers += t.failovers;
+        s.retries += t.retries;
+        if (text == *reference) continue;
+        s.mismatches += n;
+        s.failover_mismatches += t.failovers;
+        if (s.examples.size() < 3) s.examples.push_back(Describe(key, *reference, text, t));
+      }
+    }
+    return s;
+  }
+
+ private:
+  struct Texts {
+    int64_t clean = 0, failovers = 0, retries = 0;
+    std::string events;  // the first recovered answer's Recovery.events
+  };
+
+  // Where two texts part, with some context on both sides (whole UTF-8 characters).
+  static std::string Describe(const std::string& key, const std::string& want,
+                              const std::string& got, const Texts& t) {
+    size_t at = 0;
+    while (at < want.size() && at < got.size() && want[at] == got[at]) ++at;
+    const auto window = [at](const std::string& s) {
+      size_t begin = at > 40 ? at - 40 : 0;
+      size_t end = std::min(s.size(), at + 40);
+      while (begin > 0 && (static_cast<unsigned char>(s[begin]) & 0xC0) == 0x80) --begin;
+      while (end < s.size() && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) ++end;
+      return absl::StrCat(begin > 0 ? "..." : "", s.substr(begin, end - begin),
+                          end < s.size() ? "..." : "");
+    };
+    return absl::StrCat(key, ": ", t.clean + t.failovers + t.retries, " answers (", t.failovers,
+                        " failed over, ", t.retries, " retried) differ at byte ", at, ": want \"",
+                        window(want), "\", got \"", window(got), "\"",
+                        t.events.empty() ? "" : absl::StrCat("; recovery: ", t.events));
+  }
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::map<std::string, Texts>> texts_ ABSL_GUARDED_BY(mu_);
+};
+
 // ---------------------------------------------------------------------------------------------
 // Calls. Each object owns its context and deletes itself when gRPC reports the end.
 
@@ -273,6 +379,10 @@ int ChunkTokens(const WorkerGenerateChunk& c) { return c.tokens(); }
 int ChunkTokens(const GenerateStreamChunk&) { return 0; }
 int FinalTokens(const WorkerGenerateChunk& c) { return c.completion_tokens(); }
 int FinalTokens(const GenerateStreamChunk& c) { return c.usage().completion_tokens(); }
+const tandem::v1::Recovery* ChunkRecovery(const WorkerGenerateChunk&) { return nullptr; }
+const tandem::v1::Recovery* ChunkRecovery(const GenerateStreamChunk& c) {
+  return c.has_recovery() ? &c.recovery() : nullptr;
+}
 
 class Driver {
  public:
@@ -289,6 +399,13 @@ class Driver {
     m->add_content()->set_text(PromptText(words));
     gateway_request_.mutable_sampling()->set_max_tokens(spec.max_tokens);
     if (!spec.model.empty()) gateway_request_.mutable_hints()->set_model(spec.model);
+    if (absl::GetFlag(FLAGS_check_text)) {
+      gateway_request_.mutable_sampling()->set_temperature(0);
+      // Names the request: the prompt follows from its size, and nothing else varies.
+      text_key_ =
+          absl::StrCat(TargetName(spec.target), ", ", spec.prompt, " prompt, max_tokens ",
+                       spec.max_tokens, spec.model.empty() ? ", routed" : ", model ", spec.model);
+    }
     *worker_request_.mutable_messages() = gateway_request_.messages();
     *worker_request_.mutable_sampling() = gateway_request_.sampling();
   }
@@ -353,6 +470,8 @@ class Driver {
   Worker::Stub* worker_stub(size_t i) { return worker_stubs_[i % worker_stubs_.size()].get(); }
   const GenerateRequest& gateway_request() const { return gateway_request_; }
   const WorkerGenerateRequest& worker_request() const { return worker_request_; }
+  // --check_text: the request's name for TextCheck; empty when not checking.
+  const std::string& text_key() const { return text_key_; }
 
  private:
   void RunOpenLoop(Clock::time_point start, Clock::time_point end);
@@ -366,6 +485,7 @@ class Driver {
   std::vector<std::unique_ptr<Worker::Stub>> worker_stubs_;
   GenerateRequest gateway_request_;
   WorkerGenerateRequest worker_request_;
+  std::string text_key_;
   Recorder recorder_;
   Clock::time_point end_;
 
@@ -408,10 +528,17 @@ class StreamCall final : public grpc::ClientReadReactor<Chunk> {
     }
     tokens_ += ChunkTokens(chunk_);
     if (FinalTokens(chunk_) > 0) final_tokens_ = FinalTokens(chunk_);
+    if (!driver_->text_key().empty()) {
+      text_ += chunk_.text();
+      if (const tandem::v1::Recovery* r = ChunkRecovery(chunk_)) recovery_ = *r;
+    }
     this->StartRead(&chunk_);
   }
   void OnDone(const grpc::Status& status) override {
     const int tokens = final_tokens_ > 0 ? final_tokens_ : tokens_;
+    if (status.ok() && !driver_->text_key().empty()) {
+      TextCheck::Get().Add(driver_->text_key(), text_, recovery_);
+    }
     driver_->Done(status, scheduled_, first_, Clock::now(), tokens, &gaps_);
     delete this;
   }
@@ -424,6 +551,8 @@ class StreamCall final : public grpc::ClientReadReactor<Chunk> {
   Clock::time_point first_{}, last_text_{};
   int tokens_ = 0, final_tokens_ = 0;
   std::vector<double> gaps_;
+  std::string text_;  // --check_text only
+  tandem::v1::Recovery recovery_;
 };
 
 // Gateway.Generate.
@@ -437,6 +566,9 @@ class UnaryCall {
   void Start(size_t n) {
     driver_->gateway_stub(n)->async()->Generate(
         &context_, &driver_->gateway_request(), &response_, [this](grpc::Status status) {
+          if (status.ok() && !driver_->text_key().empty()) {
+            TextCheck::Get().Add(driver_->text_key(), response_.text(), response_.recovery());
+          }
           std::vector<double> none;
           driver_->Done(status, scheduled_, Clock::time_point{}, Clock::now(),
                         response_.usage().completion_tokens(), &none);
@@ -976,7 +1108,31 @@ absl::Status RunPlain() {
     std::cerr << "done " << s.label << " " << LoadText(s) << ": " << results.back().ok << " ok, "
               << CodesText(results.back()) << "\n";
   }
-  return Emit(results, "", absl::StrCat("tandem-bench: ", base.label, " ", base.prompt, " prompt"));
+  std::string extra;
+  std::string text_report;
+  if (absl::GetFlag(FLAGS_check_text)) {
+    const TextCheck::Summary t = TextCheck::Get().Summarize();
+    std::vector<std::string> examples;
+    for (const auto& e : t.examples) examples.push_back(JsonString(e));
+    extra =
+        absl::StrCat(",\n\"text_check\":{\"text_answers\":", t.answers,
+                     ",\"text_checked\":", t.checked, ",\"text_failovers_checked\":", t.failovers,
+                     ",\"text_retries_checked\":", t.retries, ",\"text_mismatches\":", t.mismatches,
+                     ",\"text_failover_mismatches\":", t.failover_mismatches,
+                     ",\"text_unreferenced\":", t.unreferenced, ",\"text_mismatch_examples\":[",
+                     absl::StrJoin(examples, ","), "]}");
+    text_report = absl::StrCat("text check: ", t.checked, " of ", t.answers,
+                               " OK answers compared with a fault-free reference (", t.failovers,
+                               " failed over, ", t.retries, " retried): ", t.mismatches,
+                               " mismatches (", t.failover_mismatches, " failed over); ",
+                               t.unreferenced, " without a reference\n");
+    for (const auto& e : t.examples) absl::StrAppend(&text_report, "  mismatch: ", e, "\n");
+  }
+  RETURN_IF_ERROR(Emit(results, extra,
+                       absl::StrCat("tandem-bench: ", base.label, " ", base.prompt, " prompt")));
+  std::cout << text_report << std::flush;
+  if (!text_report.empty()) std::cerr << text_report;
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1321,6 +1477,9 @@ absl::Status RunOverhead() {
 absl::Status Main() {
   const std::string preset = absl::GetFlag(FLAGS_preset);
   if (preset.empty()) return RunPlain();
+  if (absl::GetFlag(FLAGS_check_text)) {
+    return absl::InvalidArgumentError("--check_text is for plain runs (no --preset)");
+  }
   if (preset == "seeds") return RunSeeds();
   if (preset == "overhead") return RunOverhead();
   return absl::InvalidArgumentError(absl::StrCat("--preset=", preset, ": seeds or overhead"));
