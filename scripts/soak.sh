@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bounded soak test: steady mixed load through the gateway for SOAK_SECONDS while one worker
-# replica is SIGKILLed and restarted on its port every SOAK_KILL_EVERY seconds and the policy file
+# replica is SIGKILLed and restarted on its port every SOAK_KILL_EVERY seconds, one is hung
+# (SIGSTOP, then SIGCONT after SOAK_HANG_SECONDS) every SOAK_HANG_EVERY seconds, and the policy file
 # is rewritten (new version) every SOAK_RELOAD_EVERY seconds. Checks, and exits 1 if any fails:
 #   - nothing crashed: the gateway, every worker not being restarted and every load generator
 #     stay alive; the gateway exits 0 on SIGTERM at the end;
@@ -40,6 +41,8 @@ SOAK_SECONDS=${SOAK_SECONDS:-300}
 SOAK_RATE=${SOAK_RATE:-200}                 # requests per second, all four generators together
 SOAK_KILL_EVERY=${SOAK_KILL_EVERY:-20}      # seconds between worker kills
 SOAK_RELOAD_EVERY=${SOAK_RELOAD_EVERY:-15}  # seconds between policy rewrites
+SOAK_HANG_EVERY=${SOAK_HANG_EVERY:-25}      # seconds between worker hangs (SIGSTOP ... SIGCONT)
+SOAK_HANG_SECONDS=${SOAK_HANG_SECONDS:-5}   # how long a hung worker stays stopped
 SOAK_WARMUP_SECONDS=${SOAK_WARMUP_SECONDS:-$(((_w = SOAK_SECONDS / 5) < 60 ? (SOAK_SECONDS / 2 < 60 ? SOAK_SECONDS / 2 : 60) : _w))}
 SOAK_RSS_BOUND_MIB=${SOAK_RSS_BOUND_MIB:-16}
 SOAK_MAX_FAILURE_PCT=${SOAK_MAX_FAILURE_PCT:-1}
@@ -48,7 +51,7 @@ SOAK_TIME_SCALE=${SOAK_TIME_SCALE:-1}       # synthetic step times (1: the model
 SOAK_CHECK_TIMEOUT=${SOAK_CHECK_TIMEOUT:-10}
 SOAK_POLICY=${SOAK_POLICY:-policies/default.yaml}
 
-for v in SOAK_SECONDS SOAK_RATE SOAK_KILL_EVERY SOAK_RELOAD_EVERY SOAK_WARMUP_SECONDS \
+for v in SOAK_SECONDS SOAK_RATE SOAK_KILL_EVERY SOAK_RELOAD_EVERY SOAK_HANG_EVERY SOAK_HANG_SECONDS SOAK_WARMUP_SECONDS \
   SOAK_RSS_BOUND_MIB SOAK_MAX_TOKENS SOAK_CHECK_TIMEOUT; do
   [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || { echo "soak: $v=${!v}: a positive integer" >&2; exit 2; }
 done
@@ -209,6 +212,8 @@ END_MS=$((T0 + SOAK_SECONDS * 1000))
 WARM_MS=$((T0 + SOAK_WARMUP_SECONDS * 1000))
 NEXT_KILL=$((T0 + SOAK_KILL_EVERY * 1000))
 NEXT_RELOAD=$((T0 + SOAK_RELOAD_EVERY * 1000))
+NEXT_HANG=$((T0 + SOAK_HANG_EVERY * 1000))
+HUNG="" HANG_END=0 HANGS=0 HANG_VICTIM=1
 RSS_FILE=$OUT_DIR/rss.tsv
 echo -e "seconds\trss_kb" >"$RSS_FILE"
 RSS_START=$(rss_kb "$GATEWAY_PID")
@@ -233,7 +238,29 @@ while (($(now_ms) < END_MS)); do
     fi
   done
   ((${#FAILURES[@]} > 0)) && break
-  if ((t >= NEXT_KILL)); then
+  # A hang: one replica stopped (alive, connected, silent) for SOAK_HANG_SECONDS. The gateway
+  # must fail its streams over (stall detection) and eject it; every answer must still be whole
+  # and equal to its fault-free text.
+  if [[ -n $HUNG ]] && ((t >= HANG_END)); then
+    kill -CONT "${WPID[$HUNG]}"
+    log "resumed $HUNG (${WADDR[$HUNG]}) with SIGCONT after ${SOAK_HANG_SECONDS}s stopped"
+    HUNG=""
+  elif [[ -z $HUNG ]] && ((t >= NEXT_HANG)); then
+    NEXT_HANG=$((NEXT_HANG + SOAK_HANG_EVERY * 1000))
+    name=${REPLICAS[$((HANG_VICTIM % ${#REPLICAS[@]}))]}
+    HANG_VICTIM=$((HANG_VICTIM + 1))
+    sibling_ready=1
+    for other in "${REPLICAS[@]}"; do
+      if [[ $other != "$name" && ${WMODEL[$other]} == "${WMODEL[$name]}" ]] &&
+        ! endpoint_ready "${WADDR[$other]}"; then sibling_ready=0; fi
+    done
+    if ((sibling_ready)); then
+      kill -STOP "${WPID[$name]}"
+      HUNG=$name HANG_END=$((t + SOAK_HANG_SECONDS * 1000)) HANGS=$((HANGS + 1))
+      log "stopped $name (${WADDR[$name]}) with SIGSTOP for ${SOAK_HANG_SECONDS}s"
+    fi
+  fi
+  if ((t >= NEXT_KILL)) && [[ -z $HUNG ]]; then
     NEXT_KILL=$((NEXT_KILL + SOAK_KILL_EVERY * 1000))
     name=${REPLICAS[$((VICTIM % ${#REPLICAS[@]}))]}
     VICTIM=$((VICTIM + 1))
@@ -241,7 +268,7 @@ while (($(now_ms) < END_MS)); do
     # The other replica of the model must be ready, or the kill would fail the model, not test it.
     for other in "${REPLICAS[@]}"; do
       if [[ $other != "$name" && ${WMODEL[$other]} == "${WMODEL[$name]}" ]] &&
-        ! endpoint_ready "${WADDR[$other]}"; then
+        ! wait_for "$SOAK_CHECK_TIMEOUT" endpoint_ready "${WADDR[$other]}"; then
         fail "before killing $name: its sibling $other is not ready in the gateway"
       fi
     done
@@ -283,6 +310,7 @@ while (($(now_ms) < END_MS)); do
   left=$((next - $(now_ms)))
   ((left > 0)) && sleep "$(awk -v l="$left" 'BEGIN{print l / 1000}')"
 done
+[[ -n $HUNG ]] && kill -CONT "${WPID[$HUNG]}" 2>/dev/null
 RSS_WARM=${RSS_WARM:-$RSS_END}
 ABORTED=$((${#FAILURES[@]} > 0))
 
@@ -342,7 +370,7 @@ GATEWAY_CODES=$(counted_codes)
 GATEWAY_TOTAL=$(awk '{s += $2} END {print s + 0}' <<<"$GATEWAY_CODES")
 
 # Failovers and retries the gateway did (from the final chunks' recovery, on /metrics if any).
-RECOVERY=$(metrics | grep -E '^tandem_gateway_(retries|retry_budget_exhausted|midstream_failovers|hedges|fallbacks|shed_requests|endpoint_ejections)_total(\{| )' |
+RECOVERY=$(metrics | grep -E '^tandem_gateway_(retries|retry_budget_exhausted|midstream_failovers|stream_stalls|hedges|fallbacks|shed_requests|endpoint_ejections)_total(\{| )' |
   awk '{n = $1; sub(/\{.*/, "", n); s[n] += $NF} END {for (k in s) printf "%s=%.0f ", k, s[k]}' || true)
 
 # --- Stop: the gateway must drain and exit 0. ---
@@ -391,6 +419,8 @@ else
   EXPECT_RELOADS=$(((SOAK_SECONDS - 1) / SOAK_RELOAD_EVERY))
   ((RESTARTS >= EXPECT_RESTARTS - 1)) || fail "only $RESTARTS worker restarts (want $EXPECT_RESTARTS)"
   ((RELOADS >= EXPECT_RELOADS - 1)) || fail "only $RELOADS policy reloads (want $EXPECT_RELOADS)"
+  ((SOAK_SECONDS < SOAK_HANG_EVERY + SOAK_HANG_SECONDS || HANGS >= 1)) ||
+    fail "no worker was hung (SIGSTOP) during the run"
 fi
 # RSS trend after warm-up, least squares over the samples (MiB per minute): informational.
 SLOPE=$(awk -v w="$SOAK_WARMUP_SECONDS" 'NR > 1 && $1 >= w {
@@ -417,6 +447,7 @@ mib() { awk -v k="$1" 'BEGIN{printf "%.1f", k / 1024}'; }
       "$(json_ms "$json" e2e_ms p50)" "$(json_ms "$json" e2e_ms p99)" "$(json_ms "$json" e2e_ms max)"
   done
   echo "  recovery        ${RECOVERY:-none on /metrics}"
+  echo "  hangs           $HANGS worker SIGSTOPs of ${SOAK_HANG_SECONDS} s, then SIGCONT (every ${SOAK_HANG_EVERY} s)"
   echo "  restarts        $RESTARTS worker SIGKILLs + restarts on the same port (every ${SOAK_KILL_EVERY} s), slowest back in the gateway ${RESTART_MS_MAX} ms"
   echo "  reloads         $RELOADS policy rewrites (every ${SOAK_RELOAD_EVERY} s), slowest live ${RELOAD_MS_MAX} ms"
   echo "  gateway RSS     start $(mib "$RSS_START") MiB, after warm-up (${SOAK_WARMUP_SECONDS} s) $(mib "$RSS_WARM") MiB, peak $(mib "$RSS_PEAK") MiB, end $(mib "$RSS_END") MiB, after the drain $(mib "$RSS_DRAINED") MiB"

@@ -607,6 +607,59 @@ TEST_F(ResilienceTest, ASlowFirstTokenIsHedgedAndTheFasterCopyWins) {
 // streams, a third of them cancelled before their first read and a third after it, must never
 // touch an attempt that has ended (the gateway crashed this way under TSan, about 1 run in 10 of
 // the hedge test above). Under ASan/TSan a report in the gateway fails this test.
+TEST_F(ResilienceTest, AHedgeTheBudgetRefusesIsSaidOnTheAnswer) {
+  // A budget of no hedges at all: the hedge that falls due is refused, and the answer says so.
+  HedgedStack stack;
+  ASSERT_NO_FATAL_FAILURE(StartHedgedStack(
+      "200", "0", "100ms", {"--retry_budget_min=0", "--retry_budget_ratio=0"}, &stack));
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  tandem::v1::GenerateResponse resp;
+  const grpc::Status s = stub_->Generate(&ctx, Latency("quick!", 2), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(resp.recovery().hedged());
+  EXPECT_TRUE(resp.recovery().hedge_refused());
+  ASSERT_GE(resp.recovery().events_size(), 1);
+  EXPECT_THAT(resp.recovery().events(0), HasSubstr("hedge refused"));
+  EXPECT_EQ(GatewayMetric("tandem_gateway_retry_budget_exhausted_total", {}), 1);
+  EXPECT_THAT(gateway_.process->ReadLog(), HasSubstr("hedge refused"));
+}
+
+TEST_F(ResilienceTest, RefusalsAreCountedAsTheCallerSawThem) {
+  Server slow = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=200", kLongAnswers}));
+  Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0"}));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
+      {"qwen=" + slow.grpc_address, "nemotron=" + nemotron.grpc_address}, {}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1 && UsableCount("nemotron") == 1; }));
+  // The caller's deadline passes mid-answer: it sees DEADLINE_EXCEEDED, and so do the metrics.
+  GenerateRequest pinned = Prompt("take your time", 50);
+  pinned.mutable_hints()->set_model("qwen");
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::milliseconds(300));
+    tandem::v1::GenerateResponse resp;
+    EXPECT_EQ(stub_->Generate(&ctx, pinned, &resp).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  ASSERT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_requests_total",
+                            {{"model_name", "qwen"}, {"code", "DEADLINE_EXCEEDED"}}, 3)
+                  .ok());
+  EXPECT_LE(GatewayMetric("tandem_gateway_requests_total",
+                          {{"model_name", "qwen"}, {"code", "CANCELLED"}}),
+            0);
+  // A pinned model without a usable worker: refused under that model's name, not "none".
+  slow.process->Signal(SIGKILL);
+  slow.process->Wait(absl::Seconds(10));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 0; }));
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::GenerateResponse resp;
+  EXPECT_EQ(stub_->Generate(&ctx, pinned, &resp).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(GatewayMetric("tandem_gateway_requests_total",
+                          {{"model_name", "qwen"}, {"code", "UNAVAILABLE"}}),
+            1);
+}
+
 TEST_F(ResilienceTest, CancellingRacingHedgesNeverTouchesAnEndedAttempt) {
   // Both replicas take about 2 ms to a token, so hedges after 1 ms race their first attempts.
   HedgedStack stack;
