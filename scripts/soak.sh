@@ -41,7 +41,7 @@ SOAK_SECONDS=${SOAK_SECONDS:-300}
 SOAK_RATE=${SOAK_RATE:-200}                 # requests per second, all four generators together
 SOAK_KILL_EVERY=${SOAK_KILL_EVERY:-20}      # seconds between worker kills
 SOAK_RELOAD_EVERY=${SOAK_RELOAD_EVERY:-15}  # seconds between policy rewrites
-SOAK_HANG_EVERY=${SOAK_HANG_EVERY:-25}      # seconds between worker hangs (SIGSTOP ... SIGCONT)
+SOAK_HANG_EVERY=${SOAK_HANG_EVERY:-40}      # seconds between worker hangs (SIGSTOP ... SIGCONT)
 SOAK_HANG_SECONDS=${SOAK_HANG_SECONDS:-5}   # how long a hung worker stays stopped
 SOAK_WARMUP_SECONDS=${SOAK_WARMUP_SECONDS:-$(((_w = SOAK_SECONDS / 5) < 60 ? (SOAK_SECONDS / 2 < 60 ? SOAK_SECONDS / 2 : 60) : _w))}
 SOAK_RSS_BOUND_MIB=${SOAK_RSS_BOUND_MIB:-16}
