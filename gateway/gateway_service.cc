@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -24,6 +25,8 @@
 
 namespace tandem::gateway {
 namespace {
+
+constexpr char kShadowSuffix[] = "-shadow";
 
 using SteadyClock = std::chrono::steady_clock;
 using tandem::v1::GenerateRequest;
@@ -209,7 +212,7 @@ class GenerationCall {
       if (s.code() == absl::StatusCode::kPermissionDenied) {
         service_->metrics().CountAuthFailure("model_denied");
       }
-      return s;
+      return ForCaller(s);
     }
     const auto& d = admission_.decision;
     if (!admission_.fell_back_from.empty()) {
@@ -350,7 +353,7 @@ class GenerationCall {
     if (waited) {
       absl::StatusOr<Target> target = service_->intake().PickTarget(admission_, {});
       if (!target.ok()) {
-        Complete(ToGrpcStatus(target.status()));
+        Complete(ToGrpcStatus(ForCaller(target.status())));
         return;
       }
       if (target->pool != admission_.pool) {
@@ -498,7 +501,7 @@ class GenerationCall {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (done_ || cancelled_) return;
-      if (committed_ != nullptr) {
+      if (committed_ != nullptr && !committed_->stalled()) {
         if (const auto since = committed_->reading_since()) {
           const SteadyClock::duration waited = SteadyClock::now() - *since;
           if (waited >= timeout) {
@@ -727,7 +730,10 @@ class GenerationCall {
     a->endpoint()->AddOutstanding(-1);
     // A deadline of ours (the caller's or the default, less the offset) passing is not the
     // worker's fault.
-    const bool stalled = a->stalled() && status.error_code() == grpc::StatusCode::CANCELLED;
+    // Stalled only when the caller did not go away meanwhile: its cancel or deadline is not the
+    // worker's fault.
+    const bool stalled = a->stalled() && status.error_code() == grpc::StatusCode::CANCELLED &&
+                         !context_->IsCancelled() && !CallerCancelled();
     a->endpoint()->RecordCall(stalled ? CallOutcome::kStalled
                                       : ClassifyCall(status.error_code(), now >= worker_deadline_),
                               SteadyClock::now());
@@ -796,11 +802,11 @@ class GenerationCall {
                                             code == grpc::StatusCode::RESOURCE_EXHAUSTED);
     if (!retryable) return nullptr;
     const std::string failure = absl::StrCat(Shown(failed->endpoint()), " ", GrpcCodeName(code),
-                                             ": ", status.error_message());
+                                             ": ", WorkerError(status));
     if (attempts_ >= service_->options().max_attempts) {
       recovery_.add_events(absl::StrCat(failure, "; no attempts left (--max_attempts)"));
       *outcome = grpc::Status(
-          code, absl::StrCat(status.error_message(), " (after ", attempts_, " attempts)"));
+          code, absl::StrCat(WorkerError(status), " (after ", attempts_, " attempts)"));
       return nullptr;
     }
     std::vector<const Endpoint*> exclude;
@@ -808,8 +814,8 @@ class GenerationCall {
     absl::StatusOr<Target> target = service_->intake().PickTarget(admission_, exclude);
     if (!target.ok()) {
       recovery_.add_events(absl::StrCat(failure, "; nowhere else to go"));
-      *outcome = grpc::Status(code, absl::StrCat(status.error_message(),
-                                                 "; no other worker: ", target.status().message()));
+      *outcome = grpc::Status(code, absl::StrCat(WorkerError(status), "; no other worker: ",
+                                                 ForCaller(target.status()).message()));
       return nullptr;
     }
     // A mid-stream failover is not budgeted: its attempt continues only what is left of the
@@ -847,7 +853,7 @@ class GenerationCall {
     if (target->max_output_tokens > 0) max_tokens = std::min(max_tokens, target->max_output_tokens);
     request.mutable_sampling()->set_max_tokens(max_tokens);
     spdlog::warn("request_id={} {}", admission_.request_id,
-                 recovery_.events(recovery_.events_size() - 1));
+                 QuoteForLog(recovery_.events(recovery_.events_size() - 1), kMaxLoggedMessageBytes));
     Attempt* a = new Attempt(this, std::move(*target), std::move(request), /*hedge=*/false);
     live_.push_back(a);
     refs_.fetch_add(1, std::memory_order_relaxed);
@@ -860,6 +866,21 @@ class GenerationCall {
     if (!a->holds_hedge_unit()) return;
     a->set_holds_hedge_unit(false);
     service_->retry_budget().ReleaseHedge();
+  }
+
+  // A worker's error message as the caller may see it: transport errors name the peer's address.
+  std::string WorkerError(const grpc::Status& status) const {
+    return disclosure_.workers ? status.error_message() : "the worker failed";
+  }
+  // An endpoint choice's error as the caller may see it: Pick lists every endpoint and why.
+  absl::Status ForCaller(const absl::Status& status) const {
+    if (disclosure_.workers || status.code() != absl::StatusCode::kUnavailable) return status;
+    return absl::UnavailableError(absl::StrCat("model '", admission_.decision.model,
+                                               "' has no usable worker; retry later"));
+  }
+  bool CallerCancelled() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return cancelled_;
   }
 
   // An endpoint's address as the caller may see it.
@@ -898,7 +919,8 @@ class GenerationCall {
               "hedge refused: no first token after ", admission_.decision.hedge_after_seconds,
               "s, but the retry budget's hedges are all in flight (--retry_budget_ratio)"));
           spdlog::warn("request_id={} {}", admission_.request_id,
-                       recovery_.events(recovery_.events_size() - 1));
+                       QuoteForLog(recovery_.events(recovery_.events_size() - 1),
+                                   kMaxLoggedMessageBytes));
         } else {
           recovery_.add_events(absl::StrCat("hedge skipped: no first token after ",
                                             admission_.decision.hedge_after_seconds,
@@ -967,7 +989,10 @@ class ShadowCall final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
         request_class_(admission.decision.request_class),
         request_(admission.worker_request),
         start_(SteadyClock::now()) {
-    request_.set_request_id(admission.request_id + "-shadow");
+    // Cut so that the suffixed id still passes the worker's check (at most kMaxRequestIdBytes).
+    request_.set_request_id(absl::StrCat(
+        admission.request_id.substr(0, kMaxRequestIdBytes - std::strlen(kShadowSuffix)),
+        kShadowSuffix));
     context_.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
     context_.AddMetadata("x-request-id", request_.request_id());
     endpoint_->AddOutstanding(1);

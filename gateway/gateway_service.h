@@ -51,7 +51,7 @@ struct GatewayServiceOptions {
   // A stream whose worker sends no token for max(stall_timeout_min, stall_timeout_multiple x
   // its mean time per token) is failed over mid-answer, as if the worker had died; a zero
   // stall_timeout_min turns this off.
-  absl::Duration stall_timeout_min = absl::Seconds(2);
+  absl::Duration stall_timeout_min = absl::Seconds(5);
   double stall_timeout_multiple = 20;
   // Worker addresses in answers (RouteInfo.worker, Recovery) for every tenant, not only admins.
   bool expose_worker_addresses = false;

@@ -75,10 +75,12 @@ ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(10),
           "Clients' connections are closed gracefully (GOAWAY) after this age, so they reconnect "
           "and re-resolve: a round_robin client behind a headless Service reaches replicas added "
           "since. Calls in flight may run on for --max_stream_duration. 0 disables it.");
-ABSL_FLAG(absl::Duration, stall_timeout_min, absl::Seconds(2),
+ABSL_FLAG(absl::Duration, stall_timeout_min, absl::Seconds(5),
           "A stream whose worker sends no token for this long (or --stall_timeout_multiple times "
           "its mean time per token, when longer) fails over mid-answer and counts against the "
-          "worker, which is ejected like one whose calls fail. 0 turns stall detection off.");
+          "worker, which is ejected like one whose calls fail. Keep it above the longest pause a "
+          "healthy worker makes (a long prompt's prefill runs between decode steps). 0 turns "
+          "stall detection off.");
 ABSL_FLAG(double, stall_timeout_multiple, 20,
           "See --stall_timeout_min: the stall timeout in units of the stream's mean time per "
           "token so far.");

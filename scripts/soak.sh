@@ -43,6 +43,9 @@ SOAK_KILL_EVERY=${SOAK_KILL_EVERY:-20}      # seconds between worker kills
 SOAK_RELOAD_EVERY=${SOAK_RELOAD_EVERY:-15}  # seconds between policy rewrites
 SOAK_HANG_EVERY=${SOAK_HANG_EVERY:-40}      # seconds between worker hangs (SIGSTOP ... SIGCONT)
 SOAK_HANG_SECONDS=${SOAK_HANG_SECONDS:-5}   # how long a hung worker stays stopped
+# The gateway's --stall_timeout_min: the simulator has no long prefills that pause a batch, so
+# the soak can detect a hang sooner than the default that real GPUs need.
+SOAK_STALL_TIMEOUT=${SOAK_STALL_TIMEOUT:-2s}
 SOAK_WARMUP_SECONDS=${SOAK_WARMUP_SECONDS:-$(((_w = SOAK_SECONDS / 5) < 60 ? (SOAK_SECONDS / 2 < 60 ? SOAK_SECONDS / 2 : 60) : _w))}
 SOAK_RSS_BOUND_MIB=${SOAK_RSS_BOUND_MIB:-16}
 SOAK_MAX_FAILURE_PCT=${SOAK_MAX_FAILURE_PCT:-1}
@@ -157,7 +160,7 @@ WORKERS_FLAG=$(IFS=,; echo "${ENTRIES[*]}")
 : >"$OUT_DIR/gateway.out"
 bench_start gateway "$OUT_DIR" "$GATEWAY_BIN" --workers="$WORKERS_FLAG" \
   --policy="$POLICY_FILE" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
-  --log_level=warning "${SECURITY_GATEWAY_FLAGS[@]}"
+  --stall_timeout_min="$SOAK_STALL_TIMEOUT" --log_level=warning "${SECURITY_GATEWAY_FLAGS[@]}"
 GATEWAY_ADDR=$BENCH_ADDR
 GATEWAY_PID=$BENCH_PID
 GATEWAY_METRICS=$(sed -n 's/.*listening grpc=[^ ]* metrics=\([^ ]*\).*/\1/p' "$OUT_DIR/gateway.out" | head -1)
