@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 namespace tandem::gateway {
 
 FairQueue::Result FairQueue::Acquire(Waiter* waiter, int priority) {
   std::lock_guard<std::mutex> l(mu_);
-  if (options_.max_inflight <= 0 || (inflight_ < options_.max_inflight && queued_ == 0)) {
+  if (capacity_ <= 0 || (inflight_ < capacity_ && queued_ == 0)) {
     ++inflight_;
     return Result::kRun;
   }
@@ -42,26 +43,46 @@ bool FairQueue::Cancel(Waiter* waiter) {
   return true;
 }
 
+FairQueue::Waiter* FairQueue::PopNextLocked() {
+  if (queued_ == 0 || (capacity_ > 0 && inflight_ >= capacity_)) return nullptr;
+  auto best = queues_.end();
+  for (auto it = queues_.begin(); it != queues_.end(); ++it) {
+    if (best == queues_.end() || it->second.vtime < best->second.vtime) best = it;
+  }
+  TenantQueue& q = best->second;
+  Waiter* next = q.waiting.front();
+  q.waiting.pop_front();
+  --queued_;
+  ++inflight_;
+  last_vtime_ = q.vtime;
+  q.vtime += 1.0 / q.priority;
+  if (q.waiting.empty()) queues_.erase(best);
+  return next;
+}
+
 void FairQueue::Release() {
   Waiter* next = nullptr;
   {
     std::lock_guard<std::mutex> l(mu_);
     --inflight_;
-    if (queued_ == 0 || inflight_ >= options_.max_inflight) return;
-    auto best = queues_.end();
-    for (auto it = queues_.begin(); it != queues_.end(); ++it) {
-      if (best == queues_.end() || it->second.vtime < best->second.vtime) best = it;
-    }
-    TenantQueue& q = best->second;
-    next = q.waiting.front();
-    q.waiting.pop_front();
-    --queued_;
-    ++inflight_;
-    last_vtime_ = q.vtime;
-    q.vtime += 1.0 / q.priority;
-    if (q.waiting.empty()) queues_.erase(best);
+    next = PopNextLocked();
   }
-  next->grant();
+  if (next != nullptr) next->grant();
+}
+
+void FairQueue::SetCapacity(int capacity) {
+  std::vector<Waiter*> granted;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    capacity_ = std::max(1, capacity);
+    while (Waiter* next = PopNextLocked()) granted.push_back(next);
+  }
+  for (Waiter* w : granted) w->grant();
+}
+
+int FairQueue::capacity() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return capacity_;
 }
 
 int FairQueue::inflight() const {

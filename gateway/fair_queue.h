@@ -9,7 +9,7 @@
 
 namespace tandem::gateway {
 
-// The gateway's dispatch slots: at most `max_inflight` requests go to workers at once; the rest
+// Dispatch slots of one model: at most `capacity` requests go to its workers at once; the rest
 // wait in one FIFO per tenant and are let through by weighted fair queueing, so a tenant that
 // floods the gateway waits behind its own requests, not in front of everyone else's.
 //
@@ -22,12 +22,12 @@ namespace tandem::gateway {
 class FairQueue {
  public:
   struct Options {
-    // Requests dispatched at once; 0 means no limit (nothing ever waits).
+    // Requests dispatched at once, until SetCapacity; 0 means no limit (nothing ever waits).
     int max_inflight = 0;
     // Requests waiting per tenant; beyond it Acquire answers kFull.
     int max_queued_per_tenant = 0;
   };
-  explicit FairQueue(Options options) : options_(options) {}
+  explicit FairQueue(Options options) : options_(options), capacity_(options.max_inflight) {}
 
   // A waiting request. `grant` runs once when it gets its slot (unless cancelled first).
   struct Waiter {
@@ -43,6 +43,10 @@ class FairQueue {
   bool Cancel(Waiter* waiter);
   // A dispatched request ended: its slot goes to the next waiter, if any.
   void Release();
+  // Changes how many requests may be dispatched at once (>= 1); more room grants waiters now.
+  // The gateway sets it to what the model's usable workers can run.
+  void SetCapacity(int capacity);
+  int capacity() const;
 
   int inflight() const;
   int queued() const;
@@ -54,8 +58,12 @@ class FairQueue {
     int priority = 1;
   };
 
+  // The waiter to grant next, taken off its queue; null when none may be granted. mu_ held.
+  Waiter* PopNextLocked();
+
   const Options options_;
   mutable std::mutex mu_;
+  int capacity_;                               // guarded by mu_
   int inflight_ = 0;                           // guarded by mu_
   int queued_ = 0;                             // guarded by mu_
   std::map<std::string, TenantQueue> queues_;  // guarded by mu_; only tenants with waiters

@@ -245,7 +245,9 @@ class GenerationCall {
     service_->CallStarted();
     counted_ = true;
 
-    FairQueue* queue = service_->options().queue;
+    // The decided model's slots: fairness between tenants holds where that model's workers are
+    // full, not only at the gateway's own limit.
+    FairQueue* queue = queue_ = service_->QueueFor(admission_.pool->name());
     const std::string label = caller_.tenant != nullptr ? caller_.tenant->name() : "anonymous";
     if (queue == nullptr) {
       Dispatch(false);
@@ -313,7 +315,7 @@ class GenerationCall {
 
   // Leaves the dispatch queue: true when this call was waiting there (and now is not).
   bool LeaveQueue() {
-    FairQueue* queue = service_->options().queue;
+    FairQueue* queue = queue_;
     if (queue == nullptr || !queue->Cancel(&waiter_)) return false;
     QueueWaitEnded();
     return true;
@@ -634,7 +636,7 @@ class GenerationCall {
     }
     // The slot goes back now, for the next waiter; the drain's count (CallEnded) only in the
     // destructor, so a drain waiting for it never sees the queue still in use.
-    if (slot_held_.load()) service_->options().queue->Release();
+    if (slot_held_.load()) queue_->Release();
   }
 
   void Unref() {
@@ -647,8 +649,7 @@ class GenerationCall {
   // the deadline a cancel is the deadline (as the worker decides).
   grpc::Status AsCallerSawIt(const grpc::Status& status) const {
     if (status.error_code() == grpc::StatusCode::CANCELLED &&
-        std::chrono::system_clock::now() + std::chrono::milliseconds(100) >=
-            context_->deadline()) {
+        std::chrono::system_clock::now() + std::chrono::milliseconds(100) >= context_->deadline()) {
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                           "the caller's deadline passed (" + status.error_message() + ")");
     }
@@ -801,8 +802,8 @@ class GenerationCall {
     const bool retryable = !caller_gone && (kind == CallOutcome::kWorkerFault ||
                                             code == grpc::StatusCode::RESOURCE_EXHAUSTED);
     if (!retryable) return nullptr;
-    const std::string failure = absl::StrCat(Shown(failed->endpoint()), " ", GrpcCodeName(code),
-                                             ": ", WorkerError(status));
+    const std::string failure =
+        absl::StrCat(Shown(failed->endpoint()), " ", GrpcCodeName(code), ": ", WorkerError(status));
     if (attempts_ >= service_->options().max_attempts) {
       recovery_.add_events(absl::StrCat(failure, "; no attempts left (--max_attempts)"));
       *outcome = grpc::Status(
@@ -852,8 +853,9 @@ class GenerationCall {
     }
     if (target->max_output_tokens > 0) max_tokens = std::min(max_tokens, target->max_output_tokens);
     request.mutable_sampling()->set_max_tokens(max_tokens);
-    spdlog::warn("request_id={} {}", admission_.request_id,
-                 QuoteForLog(recovery_.events(recovery_.events_size() - 1), kMaxLoggedMessageBytes));
+    spdlog::warn(
+        "request_id={} {}", admission_.request_id,
+        QuoteForLog(recovery_.events(recovery_.events_size() - 1), kMaxLoggedMessageBytes));
     Attempt* a = new Attempt(this, std::move(*target), std::move(request), /*hedge=*/false);
     live_.push_back(a);
     refs_.fetch_add(1, std::memory_order_relaxed);
@@ -875,8 +877,8 @@ class GenerationCall {
   // An endpoint choice's error as the caller may see it: Pick lists every endpoint and why.
   absl::Status ForCaller(const absl::Status& status) const {
     if (disclosure_.workers || status.code() != absl::StatusCode::kUnavailable) return status;
-    return absl::UnavailableError(absl::StrCat("model '", admission_.decision.model,
-                                               "' has no usable worker; retry later"));
+    return absl::UnavailableError(
+        absl::StrCat("model '", admission_.decision.model, "' has no usable worker; retry later"));
   }
   bool CallerCancelled() const {
     std::lock_guard<std::mutex> l(mu_);
@@ -918,9 +920,9 @@ class GenerationCall {
           recovery_.add_events(absl::StrCat(
               "hedge refused: no first token after ", admission_.decision.hedge_after_seconds,
               "s, but the retry budget's hedges are all in flight (--retry_budget_ratio)"));
-          spdlog::warn("request_id={} {}", admission_.request_id,
-                       QuoteForLog(recovery_.events(recovery_.events_size() - 1),
-                                   kMaxLoggedMessageBytes));
+          spdlog::warn(
+              "request_id={} {}", admission_.request_id,
+              QuoteForLog(recovery_.events(recovery_.events_size() - 1), kMaxLoggedMessageBytes));
         } else {
           recovery_.add_events(absl::StrCat("hedge skipped: no first token after ",
                                             admission_.decision.hedge_after_seconds,
@@ -942,6 +944,7 @@ class GenerationCall {
   // Holds a FairQueue slot (set on the thread that granted it).
   std::atomic<bool> slot_held_{false};
   FairQueue::Waiter waiter_;
+  FairQueue* queue_ = nullptr;  // the decided model's; set in Begin before any wait
   SteadyClock::time_point queued_at_;
   grpc::Alarm queue_alarm_;
   grpc::Alarm grant_alarm_;     // runs OnGranted (waiter_.grant)
@@ -1241,6 +1244,12 @@ std::string ApiKeyFromMetadata(const std::multimap<grpc::string_ref, grpc::strin
     return std::string(it->second.data(), it->second.size());
   }
   return "";
+}
+
+FairQueue* GatewayService::QueueFor(const std::string& model) const {
+  if (options_.queues == nullptr) return nullptr;
+  auto it = options_.queues->find(model);
+  return it == options_.queues->end() ? nullptr : it->second.get();
 }
 
 Disclosure GatewayService::DisclosureFor(const TenantRegistry::Caller& caller) const {

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 
@@ -42,8 +44,9 @@ struct GatewayServiceOptions {
   int retry_budget_min = 3;
   // API keys -> tenants and their quotas; null serves everyone as one unlimited tenant.
   const TenantRegistry* tenants = nullptr;
-  // Dispatch slots shared fairly between tenants; null: no gateway-side queueing.
-  FairQueue* queue = nullptr;
+  // Each model's dispatch slots, shared fairly between tenants; null (or a model missing):
+  // no gateway-side queueing.
+  const std::map<std::string, std::unique_ptr<FairQueue>>* queues = nullptr;
   // Longest wait for a dispatch slot before RESOURCE_EXHAUSTED.
   absl::Duration max_queue_wait = absl::Seconds(10);
   // Longest any generation (unary or stream) may run, whatever deadline the caller set.
@@ -132,6 +135,7 @@ class GatewayService final : public tandem::v1::Gateway::WithRawCallbackMethod_G
   absl::StatusOr<TenantRegistry::Caller> Authenticate(
       const grpc::CallbackServerContext* context) const;
   Disclosure DisclosureFor(const TenantRegistry::Caller& caller) const;
+  FairQueue* QueueFor(const std::string& model) const;
   // Sends a copy of an admitted request to `model`, answer discarded, measured in metrics.
   void StartShadow(const Admission& admission, const std::string& model);
   void ShadowEnded(ShadowCall* call);

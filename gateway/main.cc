@@ -114,8 +114,15 @@ ABSL_FLAG(int32_t, max_label_bytes, tandem::RequestLimits{}.max_label_bytes,
 ABSL_FLAG(int32_t, max_tenant_labels, 64,
           "Distinct tenant label values on metrics; further tenants share 'other'.");
 ABSL_FLAG(int32_t, max_inflight, 1024,
-          "Generations dispatched to workers at once; the rest wait, shared fairly by tenant "
-          "priority (0: no limit, no queue).");
+          "Generations dispatched to one model's workers at once, at most (lowered to what its "
+          "usable workers take, see --dispatch_headroom); the rest wait, shared fairly by "
+          "tenant priority (0: no limit, no queue).");
+ABSL_FLAG(int32_t, dispatch_headroom, -1,
+          "Requests dispatched to a worker beyond its batch (max_batch_size, from GetInfo): the "
+          "rest wait in the gateway's fair queue, where tenants take turns. -1: the worker's own "
+          "max_queue (its admission queue is never overrun; tenants take turns for it). A small "
+          "value makes fairness hold at the batch, but then the worker queue-depth signals that "
+          "policies spill and shed on stay low while the gateway's queue absorbs the load.");
 ABSL_FLAG(int32_t, max_queued, 256, "Requests one tenant may have waiting for a dispatch slot.");
 ABSL_FLAG(absl::Duration, max_queue_wait, absl::Seconds(10),
           "Longest wait for a dispatch slot before RESOURCE_EXHAUSTED.");
@@ -268,10 +275,19 @@ int Run() {
   HealthService* health_server = nullptr;  // guarded by health_mu; null until serving, and draining
   std::unique_ptr<WorkerPools> pools_holder;
   GatewayMetrics* metrics_ptr = nullptr;
-  // Readiness changes update per-model health ("model/NAME") and the ready-worker gauges.
+  // Each model's dispatch slots (filled before the pools start).
+  std::map<std::string, std::unique_ptr<FairQueue>> queues;
+  const int max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  const int headroom = absl::GetFlag(FLAGS_dispatch_headroom);
+  // Readiness changes update per-model health ("model/NAME"), the ready-worker gauges and the
+  // model's dispatch slots: what its usable workers take at once, at most --max_inflight.
   auto on_change = [&] {
     std::lock_guard<std::mutex> l(health_mu);
     for (const auto& [name, pool] : pools_holder->pools()) {
+      if (auto it = queues.find(name); it != queues.end()) {
+        const int capacity = pool->DispatchCapacity(headroom);
+        it->second->SetCapacity(capacity > 0 ? std::min(capacity, max_inflight) : max_inflight);
+      }
       const int ready = pool->ReadyCount();
       if (health_server != nullptr) {
         health_server->SetServingStatus("model/" + name, ready > 0);
@@ -454,14 +470,18 @@ int Run() {
     if (absl::Status s = tenants.Load(tenants_path); !s.ok()) Fatal(std::string(s.message()));
   }
   FairQueue::Options queue_options;
-  queue_options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  queue_options.max_inflight = max_inflight;
   queue_options.max_queued_per_tenant = absl::GetFlag(FLAGS_max_queued);
   if (queue_options.max_inflight < 0 || queue_options.max_queued_per_tenant < 0) {
     Fatal("--max_inflight and --max_queued must be >= 0");
   }
-  FairQueue queue(queue_options);
+  if (max_inflight > 0) {
+    for (const auto& [name, pool] : pools.pools()) {
+      queues.emplace(name, std::make_unique<FairQueue>(queue_options));
+    }
+  }
   service_options.tenants = &tenants;
-  service_options.queue = queue_options.max_inflight > 0 ? &queue : nullptr;
+  service_options.queues = &queues;
   service_options.max_queue_wait = absl::GetFlag(FLAGS_max_queue_wait);
   service_options.max_stream_duration = absl::GetFlag(FLAGS_max_stream_duration);
   service_options.rejected_log_per_second = limits->rejected_log_per_second;

@@ -353,6 +353,17 @@ absl::StatusOr<std::shared_ptr<Endpoint>> ModelPool::Pick(
                                              absl::StrJoin(reasons, "; "), ")"));
 }
 
+int ModelPool::DispatchCapacity(int headroom) const {
+  int64_t total = 0;
+  for (const auto& e : *endpoints_.load()) {
+    if (!e->usable()) continue;
+    const tandem::v1::WorkerInfo info = e->info();
+    const int batch = info.load().max_batch_size();
+    if (batch > 0) total += batch + (headroom >= 0 ? headroom : info.load().max_queue());
+  }
+  return static_cast<int>(std::min<int64_t>(total, INT32_MAX));
+}
+
 int ModelPool::ReadyCount() const {
   int n = 0;
   for (const auto& e : *endpoints_.load()) n += e->usable() ? 1 : 0;

@@ -167,6 +167,10 @@ class ModelPool {
   int ReadyCount() const;
   // Model facts from the most recently seen worker info (empty before any probe succeeded).
   tandem::v1::ModelStatus Status() const;
+  // How many requests the usable endpoints take at once: each one's max_batch_size (from
+  // GetInfo) plus `headroom` (its own max_queue when negative); 0 when none is usable or none
+  // has reported its batch size.
+  int DispatchCapacity(int headroom) const;
 
  private:
   const std::string name_;

@@ -375,10 +375,11 @@ class TenantsTest : public ::testing::Test {
         "    admin: true\n");
   }
 
-  void Start(const std::vector<std::string>& extra = {}) {
+  void Start(const std::vector<std::string>& extra = {},
+             const std::vector<std::string>& nemotron_flags = {}) {
     auto qwen = StartWorker("qwen");
     ASSERT_TRUE(qwen.ok()) << qwen.status();
-    auto nemotron = StartWorker("nemotron");
+    auto nemotron = StartWorker("nemotron", nemotron_flags);
     ASSERT_TRUE(nemotron.ok()) << nemotron.status();
     tenants_path_ = WriteTempFile("tenants.yaml", TenantsYaml());
     std::vector<std::string> args = {"--tenants=" + tenants_path_, "--policy_watch_interval=100ms"};
@@ -668,7 +669,7 @@ TEST_F(TenantsTest, AdminShowsAndReloadsTheLiveTenants) {
 }
 
 TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
-  // One dispatch slot: everything else waits in the gateway's queue.
+  // One dispatch slot per model: everything else waits in the gateway's queue.
   Start({"--max_inflight=1", "--max_queued=5"});
   std::mutex mu;
   std::vector<std::string> finished;
@@ -689,6 +690,7 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
   // The flooder's queue is full: a seventh is refused at once, with retry information.
   std::multimap<std::string, std::string> trailers;
   tandem::v1::GenerateRequest seventh = Prompt("one more", 4);
+  seventh.mutable_hints()->set_model("nemotron");  // each model has its own slots
   grpc::Status full = Call("ops-secret", seventh, &trailers);
   EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << full.error_message();
   EXPECT_EQ(trailers.count("retry-after-ms"), 1u);
@@ -706,6 +708,36 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
   other.join();
   ASSERT_EQ(finished.size(), 7u);
   // batch joined behind five queued ops requests yet is served next.
+  const auto pos = std::find(finished.begin(), finished.end(), "batch") - finished.begin();
+  EXPECT_LE(pos, 2) << "finish order: " << absl::StrJoin(finished, ",");
+  EXPECT_EQ(std::count(finished.begin(), finished.end(), "ops"), 6);
+}
+
+TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
+  // The gateway's own limit is far away (--max_inflight 1024): the worker runs one request at a
+  // time and would queue 64. With no headroom the gateway dispatches only what the worker runs,
+  // so a flooding tenant's backlog waits in the fair queue, not in the worker's FIFO, and
+  // another tenant's request is served next, not after the flood.
+  ASSERT_NO_FATAL_FAILURE(Start({"--dispatch_headroom=0", "--max_queued=16"},
+                                {"--max_batch_size=1", "--max_queue=64"}));
+  std::mutex mu;
+  std::vector<std::string> finished;
+  auto request = [&](const std::string& who, const std::string& key) {
+    tandem::v1::GenerateRequest req = Prompt("tell me a long story about " + who, 24);
+    req.mutable_hints()->set_model("nemotron");
+    grpc::Status s = Call(key, req);
+    std::lock_guard<std::mutex> l(mu);
+    finished.push_back(s.ok() ? who : who + ":" + std::to_string(s.error_code()));
+  };
+  std::vector<std::thread> flood;
+  for (int i = 0; i < 6; ++i) flood.emplace_back(request, "ops", "ops-secret");
+  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
+                            {{"tenant", "ops"}}, 5)
+                  .ok());
+  std::thread other(request, "batch", "batch-secret");
+  for (auto& t : flood) t.join();
+  other.join();
+  ASSERT_EQ(finished.size(), 7u);
   const auto pos = std::find(finished.begin(), finished.end(), "batch") - finished.begin();
   EXPECT_LE(pos, 2) << "finish order: " << absl::StrJoin(finished, ",");
   EXPECT_EQ(std::count(finished.begin(), finished.end(), "ops"), 6);

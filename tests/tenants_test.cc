@@ -374,6 +374,30 @@ TEST_F(FairQueueTest, ALateTenantIsNotStuckBehindAFloodersBacklog) {
   EXPECT_EQ(std::count(after.begin(), after.end(), "late"), 3) << ::testing::PrintToString(after);
 }
 
+TEST_F(FairQueueTest, CapacityFollowsTheWorkersAndMoreRoomGrantsWaiters) {
+  FairQueue q({1024, 1000});
+  q.SetCapacity(2);  // the model's workers take two at once
+  FairQueue::Waiter a{nullptr, "flood"}, b{nullptr, "flood"};
+  ASSERT_EQ(q.Acquire(&a, 1), FairQueue::Result::kRun);
+  ASSERT_EQ(q.Acquire(&b, 1), FairQueue::Result::kRun);
+  Enqueue(q, "flood", 1, 10);
+  Enqueue(q, "late", 1, 1);
+  EXPECT_TRUE(granted_.empty());
+  // A worker joins: its room goes to the waiters at once, the late tenant among the first.
+  q.SetCapacity(4);
+  ASSERT_EQ(granted_.size(), 2u);
+  EXPECT_EQ(std::count(granted_.begin(), granted_.end(), "late"), 1)
+      << ::testing::PrintToString(granted_);
+  EXPECT_EQ(q.inflight(), 4);
+  // A worker leaves: nothing is taken back, but no slot is given until inflight is below it.
+  q.SetCapacity(1);
+  for (int i = 0; i < 3; ++i) q.Release();
+  EXPECT_EQ(granted_.size(), 2u);
+  q.Release();
+  EXPECT_EQ(granted_.size(), 3u);
+  EXPECT_EQ(q.capacity(), 1);
+}
+
 TEST_F(FairQueueTest, PriorityIsAShareOfTheSlots) {
   FairQueue q({1, 1000});
   FairQueue::Waiter running{nullptr, "x"};

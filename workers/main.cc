@@ -84,7 +84,7 @@ int Run() {
                        ": unknown engine; expected native (the model from --checkpoint) or "
                        "synthetic (the load simulator)"));
   }
-  if (absl::GetFlag(FLAGS_max_batch_size) < 1) Fatal("--max_batch-size must be >= 1");
+  if (absl::GetFlag(FLAGS_max_batch_size) < 1) Fatal("--max_batch_size must be >= 1");
   if (absl::GetFlag(FLAGS_max_queue) < 0) Fatal("--max_queue must be >= 0");
   if (absl::GetFlag(FLAGS_synthetic_time_scale) < 0) Fatal("--synthetic_time_scale must be >= 0");
 
