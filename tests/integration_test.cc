@@ -1194,7 +1194,9 @@ TEST_F(SlowStackTest, GatewayDrainsOnSigtermWithoutLosingTheStream) {
     grpc::ClientContext late_ctx;
     Deadline(&late_ctx, std::chrono::seconds(5));
     tandem::v1::GenerateResponse late;
-    grpc::Status s = stub_->Generate(&late_ctx, Prompt("too late", 2), &late);
+    GenerateRequest too_late = Prompt("too late", 2);
+    too_late.set_request_id("refused-while-draining-1");
+    grpc::Status s = stub_->Generate(&late_ctx, too_late, &late);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
     EXPECT_THAT(s.error_message(), HasSubstr("draining"));
   }
@@ -1206,6 +1208,9 @@ TEST_F(SlowStackTest, GatewayDrainsOnSigtermWithoutLosingTheStream) {
   ASSERT_NE(status, -1);
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+  // The refusal is logged under the caller's request id, like every other end line.
+  EXPECT_THAT(gateway_.process->ReadLog(),
+              HasSubstr("request_id=refused-while-draining-1 rpc=Generate end"));
 }
 
 }  // namespace

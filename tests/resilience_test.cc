@@ -625,6 +625,35 @@ TEST_F(ResilienceTest, AHedgeTheBudgetRefusesIsSaidOnTheAnswer) {
   EXPECT_THAT(gateway_.process->ReadLog(), HasSubstr("hedge refused"));
 }
 
+TEST_F(ResilienceTest, AWonHedgeRaceFreesItsBudgetUnitForTheNextRescue) {
+  // Budget: one hedge in flight at most. The first request's hedge wins and keeps streaming
+  // (~70 ms a token); while it does, a second request's hedge must still be sent: the first's
+  // race is decided, so its unit is free.
+  HedgedStack stack;
+  ASSERT_NO_FATAL_FAILURE(StartHedgedStack(
+      "200", "10", "100ms", {"--retry_budget_min=1", "--retry_budget_ratio=0"}, &stack));
+  grpc::ClientContext ctx1;
+  Deadline(&ctx1, std::chrono::seconds(60));
+  auto first = stub_->GenerateStream(&ctx1, Latency("a long rescued answer", 60));
+  tandem::v1::GenerateStreamChunk chunk;
+  ASSERT_TRUE(first->Read(&chunk));
+  // The losing copy has ended on the slow worker: that worker is the least loaded again.
+  ASSERT_TRUE(WaitForMetric(stack.first.metrics_address, "tandem_worker_requests_total",
+                            {{"finish_reason", "cancelled"}}, 1)
+                  .ok());
+  grpc::ClientContext ctx2;
+  Deadline(&ctx2, std::chrono::seconds(30));
+  tandem::v1::GenerateResponse second;
+  const grpc::Status s = stub_->Generate(&ctx2, Latency("another one", 2), &second);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(second.recovery().hedged()) << second.recovery().ShortDebugString();
+  EXPECT_FALSE(second.recovery().hedge_refused());
+  bool first_still_streaming = false;
+  while (first->Read(&chunk)) first_still_streaming = true;
+  EXPECT_TRUE(first->Finish().ok());
+  EXPECT_TRUE(first_still_streaming) << "the first answer ended before the second request";
+}
+
 TEST_F(ResilienceTest, RefusalsAreCountedAsTheCallerSawThem) {
   Server slow = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=200", kLongAnswers}));
   Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0"}));
