@@ -1109,7 +1109,9 @@ TEST_F(SlowStackTest, WorkerTimeoutHeaderBoundsTheWorkAndBadValuesAreIgnored) {
 }
 
 TEST_F(SlowStackTest, FullAdmissionQueueIsResourceExhaustedAtOnce) {
-  ASSERT_NO_FATAL_FAILURE(StartStack({"--max_batch_size=1", "--max_queue=1"}));
+  // Without the gateway's dispatch queue (--max_inflight=0) every request reaches the worker.
+  ASSERT_NO_FATAL_FAILURE(
+      StartStack({"--max_batch_size=1", "--max_queue=1"}, {"--max_inflight=0"}));
   grpc::ClientContext running_ctx;
   auto running = stub_->GenerateStream(&running_ctx, Prompt("first", 30000));
   tandem::v1::GenerateStreamChunk chunk;
@@ -1140,6 +1142,41 @@ TEST_F(SlowStackTest, FullAdmissionQueueIsResourceExhaustedAtOnce) {
   }
   EXPECT_EQ(running->Finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_EQ(waiting->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(SlowStackTest, TheGatewayNeverOverrunsAWorkersAdmissionQueue) {
+  // The worker takes two (batch 1 + queue 1): a third waits in the gateway's fair queue, where
+  // tenants take turns, and is refused from there when its wait runs out.
+  ASSERT_NO_FATAL_FAILURE(StartStack({"--max_batch_size=1", "--max_queue=1"},
+                                     {"--max_queue_wait=300ms"}));
+  grpc::ClientContext running_ctx, waiting_ctx;
+  auto running = stub_->GenerateStream(&running_ctx, Prompt("first", 30000));
+  tandem::v1::GenerateStreamChunk chunk;
+  ASSERT_TRUE(running->Read(&chunk));
+  auto waiting = stub_->GenerateStream(&waiting_ctx, Prompt("second", 30000));
+  ASSERT_EQ(WaitForMetric(worker_.metrics_address, "tandem_worker_num_requests_waiting", {}, 1)
+                .value_or(-1),
+            1);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::GenerateResponse resp;
+  grpc::Status s = stub_->Generate(&ctx, Prompt("third", 10), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("dispatch slot"));
+  auto metrics = HttpGet(worker_.metrics_address, "/metrics");
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ(
+      MetricValue(*metrics, "tandem_worker_rejected_requests_total", {{"reason", "queue_full"}})
+          .value_or(-1),
+      0);
+  running_ctx.TryCancel();
+  waiting_ctx.TryCancel();
+  while (running->Read(&chunk)) {
+  }
+  while (waiting->Read(&chunk)) {
+  }
+  running->Finish();
+  waiting->Finish();
 }
 
 TEST_F(SlowStackTest, WorkerDrainsOnSigterm) {
