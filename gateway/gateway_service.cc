@@ -139,6 +139,9 @@ class GenerationCall {
     const std::shared_ptr<Endpoint>& endpoint_ref() const { return target_.endpoint; }
     const std::string& model() const { return target_.pool->name(); }
     bool hedge() const { return hedge_; }
+    // A mid-stream failover's attempt: it continues the answer relayed so far.
+    bool continuation() const { return request_.continue_final_message(); }
+    SteadyClock::time_point created() const { return created_; }
     // Cancelled because another copy committed first; its chunks and its end decide nothing.
     // Guarded by the owner's mu_.
     void MarkLost() { lost_ = true; }
@@ -170,6 +173,7 @@ class GenerationCall {
     const Target target_;
     const tandem::v1::WorkerGenerateRequest request_;
     const bool hedge_;
+    const SteadyClock::time_point created_ = SteadyClock::now();
     std::unique_ptr<grpc::ClientContext> context_;
     WorkerGenerateChunk in_;
     std::atomic<int> refs_{1};       // gRPC's until OnDone, plus one per CancelAndUnref to come
@@ -460,6 +464,14 @@ class GenerationCall {
   // against its endpoint (CallOutcome::kStalled), so a hung worker is ejected for new requests.
   // The timeout: --stall_timeout_multiple x this stream's mean time per token so far, at least
   // --stall_timeout_min.
+  SteadyClock::duration FirstTokenTimeout() const {
+    const auto floor = absl::ToChronoNanoseconds(service_->options().stall_timeout_min);
+    const auto ttft = std::chrono::nanoseconds(first_token_ns_.load(std::memory_order_relaxed));
+    return std::max<SteadyClock::duration>(
+        floor, std::chrono::duration_cast<SteadyClock::duration>(
+                   ttft * service_->options().stall_timeout_multiple));
+  }
+
   SteadyClock::duration StallTimeout() const {
     const auto floor = absl::ToChronoNanoseconds(service_->options().stall_timeout_min);
     const auto per_token =
@@ -508,19 +520,35 @@ class GenerationCall {
           const SteadyClock::duration waited = SteadyClock::now() - *since;
           if (waited >= timeout) {
             stalled = committed_;
-            stalled->MarkStalled();
-            stalled->Ref();
           } else {
             next = timeout - waited;
           }
         }
+      } else if (committed_ == nullptr) {
+        // Between a failover and its first token: the new worker re-prefills what the first
+        // one did, so it gets the stall multiple of the answer's first-token time (at least the
+        // floor); a worker that hangs before answering must not hold the stream to its deadline.
+        const SteadyClock::duration first = FirstTokenTimeout();
+        for (Attempt* a : live_) {
+          if (a->lost() || a->stalled() || !a->continuation()) continue;
+          const SteadyClock::duration waited = SteadyClock::now() - a->created();
+          if (waited >= first) {
+            stalled = a;
+            break;
+          }
+          next = std::min(next, first - waited);
+        }
+      }
+      if (stalled != nullptr) {
+        stalled->MarkStalled();
+        stalled->Ref();
       }
     }
     if (stalled != nullptr) {
       service_->metrics().CountStall(stalled->model());
-      spdlog::warn("request_id={} stalled: no token from {} for {:.3f}s; failing over",
-                   admission_.request_id, stalled->endpoint()->address(),
-                   std::chrono::duration<double>(timeout).count());
+      spdlog::warn("request_id={} stalled: no token from {} within the stall timeout; failing "
+                   "over",
+                   admission_.request_id, stalled->endpoint()->address());
       stalled->CancelAndUnref();
     }
     // Keeps watching: the failover's stream, once it answers, is committed in turn.
@@ -543,7 +571,12 @@ class GenerationCall {
     if (chunk.prompt_tokens() > 0 && prompt_tokens_ == 0) prompt_tokens_ = chunk.prompt_tokens();
     if (chunk.queue_seconds() > 0 && queue_seconds_ == 0) queue_seconds_ = chunk.queue_seconds();
     if (chunk.tokens() > 0) {
-      if (completion_tokens_ == 0) first_token_ = now;
+      if (completion_tokens_ == 0) {
+        first_token_ = now;
+        first_token_ns_.store(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now - arrival_).count(),
+            std::memory_order_relaxed);
+      }
       if (completion_tokens_ > 0) {
         inter_token_ns_.store(
             std::chrono::duration_cast<std::chrono::nanoseconds>(now - first_token_).count() /
@@ -963,6 +996,8 @@ class GenerationCall {
   bool stall_cancelled_ = false;              // guarded by stall_mu_
   // This stream's mean time per token so far (0 before its second token), for the stall watch.
   std::atomic<int64_t> inter_token_ns_{0};
+  // The answer's time to first token (0 before it), for a failover's first-token timeout.
+  std::atomic<int64_t> first_token_ns_{0};
   std::atomic<int> refs_{1};
 
   mutable std::mutex mu_;

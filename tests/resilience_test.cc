@@ -268,6 +268,39 @@ TEST_F(ResilienceTest, AHungWorkerMidStreamIsFailedOverAndEjected) {
   EXPECT_EQ(text, ReferenceAnswer(stub_.get(), req));
 }
 
+TEST_F(ResilienceTest, AFailoverToAHungWorkerDoesNotWaitForTheDeadline) {
+  Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
+  Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
+                                           {"--policy=" + QwenOnlyPolicy(),
+                                            "--stall_timeout_min=300ms"}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
+  // After the first chunk the other replica hangs (SIGSTOP) and the serving one dies: the
+  // failover goes to the hung one, which never sends a first token. It must be given up at its
+  // first-token timeout (the stream then fails: there is nowhere else to go), not held to the
+  // caller's 30 s deadline.
+  std::map<std::string, Server*> workers = {{a.grpc_address, &a}, {b.grpc_address, &b}};
+  Server* hung = nullptr;
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  auto reader = stub_->GenerateStream(&ctx, Prompt("tell me a long story", 60));
+  tandem::v1::GenerateStreamChunk c;
+  while (reader->Read(&c)) {
+    if (hung != nullptr) continue;
+    auto it = workers.find(c.route().worker());
+    ASSERT_NE(it, workers.end()) << c.route().worker();
+    Server* serving = it->second;
+    hung = serving == &a ? &b : &a;
+    hung->process->Signal(SIGSTOP);
+    serving->process->Signal(SIGKILL);
+    serving->process->Wait(absl::Seconds(10));
+  }
+  const grpc::Status status = reader->Finish();
+  hung->process->Signal(SIGCONT);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_GE(GatewayMetric("tandem_gateway_stream_stalls_total", {{"model_name", "qwen"}}), 1);
+}
+
 TEST_F(ResilienceTest, LastReplicaKilledMidStreamTheFallbackModelContinues) {
   Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
   Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0", kLongAnswers}));
