@@ -467,9 +467,9 @@ class GenerationCall {
   SteadyClock::duration FirstTokenTimeout() const {
     const auto floor = absl::ToChronoNanoseconds(service_->options().stall_timeout_min);
     const auto ttft = std::chrono::nanoseconds(first_token_ns_.load(std::memory_order_relaxed));
-    return std::max<SteadyClock::duration>(
-        floor, std::chrono::duration_cast<SteadyClock::duration>(
-                   ttft * service_->options().stall_timeout_multiple));
+    return std::max<SteadyClock::duration>(floor,
+                                           std::chrono::duration_cast<SteadyClock::duration>(
+                                               ttft * service_->options().stall_timeout_multiple));
   }
 
   SteadyClock::duration StallTimeout() const {
@@ -546,9 +546,10 @@ class GenerationCall {
     }
     if (stalled != nullptr) {
       service_->metrics().CountStall(stalled->model());
-      spdlog::warn("request_id={} stalled: no token from {} within the stall timeout; failing "
-                   "over",
-                   admission_.request_id, stalled->endpoint()->address());
+      spdlog::warn(
+          "request_id={} stalled: no token from {} within the stall timeout; failing "
+          "over",
+          admission_.request_id, stalled->endpoint()->address());
       stalled->CancelAndUnref();
     }
     // Keeps watching: the failover's stream, once it answers, is committed in turn.

@@ -105,9 +105,9 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
     out->retry_after_seconds = out->decision.retry_after_seconds;
     // The rule's name only: its reason lists the conditions, which may name other tenants
     // (Route explains them to admins).
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "shed by rule '%s' of policy %s; retry after %gs", out->decision.rule,
-        out->decision.policy_version, out->decision.retry_after_seconds));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("shed by rule '%s' of policy %s; retry after %gs", out->decision.rule,
+                        out->decision.policy_version, out->decision.retry_after_seconds));
   }
   if (out->tenant != nullptr && !out->tenant->models.empty() &&
       !out->tenant->models.contains(out->decision.model)) {

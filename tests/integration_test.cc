@@ -1147,8 +1147,8 @@ TEST_F(SlowStackTest, FullAdmissionQueueIsResourceExhaustedAtOnce) {
 TEST_F(SlowStackTest, TheGatewayNeverOverrunsAWorkersAdmissionQueue) {
   // The worker takes two (batch 1 + queue 1): a third waits in the gateway's fair queue, where
   // tenants take turns, and is refused from there when its wait runs out.
-  ASSERT_NO_FATAL_FAILURE(StartStack({"--max_batch_size=1", "--max_queue=1"},
-                                     {"--max_queue_wait=300ms"}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartStack({"--max_batch_size=1", "--max_queue=1"}, {"--max_queue_wait=300ms"}));
   grpc::ClientContext running_ctx, waiting_ctx;
   auto running = stub_->GenerateStream(&running_ctx, Prompt("first", 30000));
   tandem::v1::GenerateStreamChunk chunk;

@@ -271,9 +271,9 @@ TEST_F(ResilienceTest, AHungWorkerMidStreamIsFailedOverAndEjected) {
 TEST_F(ResilienceTest, AFailoverToAHungWorkerDoesNotWaitForTheDeadline) {
   Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
   Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
-  ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
-                                           {"--policy=" + QwenOnlyPolicy(),
-                                            "--stall_timeout_min=300ms"}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
+                       {"--policy=" + QwenOnlyPolicy(), "--stall_timeout_min=300ms"}));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
   // After the first chunk the other replica hangs (SIGSTOP) and the serving one dies: the
   // failover goes to the hung one, which never sends a first token. It must be given up at its
@@ -690,8 +690,8 @@ TEST_F(ResilienceTest, AWonHedgeRaceFreesItsBudgetUnitForTheNextRescue) {
 TEST_F(ResilienceTest, RefusalsAreCountedAsTheCallerSawThem) {
   Server slow = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=200", kLongAnswers}));
   Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0"}));
-  ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
-      {"qwen=" + slow.grpc_address, "nemotron=" + nemotron.grpc_address}, {}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"qwen=" + slow.grpc_address, "nemotron=" + nemotron.grpc_address}, {}));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1 && UsableCount("nemotron") == 1; }));
   // The caller's deadline passes mid-answer: it sees DEADLINE_EXCEEDED, and so do the metrics.
   GenerateRequest pinned = Prompt("take your time", 50);
