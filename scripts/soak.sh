@@ -42,7 +42,7 @@ SOAK_RATE=${SOAK_RATE:-200}                 # requests per second, all four gene
 SOAK_KILL_EVERY=${SOAK_KILL_EVERY:-20}      # seconds between worker kills
 SOAK_RELOAD_EVERY=${SOAK_RELOAD_EVERY:-15}  # seconds between policy rewrites
 SOAK_HANG_EVERY=${SOAK_HANG_EVERY:-40}      # seconds between worker hangs (SIGSTOP ... SIGCONT)
-SOAK_HANG_SECONDS=${SOAK_HANG_SECONDS:-5}   # how long a hung worker stays stopped
+SOAK_HANG_SECONDS=${SOAK_HANG_SECONDS:-3}   # how long a hung worker stays stopped
 # The gateway's --stall_timeout_min: the simulator has no long prefills that pause a batch, so
 # the soak can detect a hang sooner than the default that real GPUs need.
 SOAK_STALL_TIMEOUT=${SOAK_STALL_TIMEOUT:-2s}
