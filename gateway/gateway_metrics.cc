@@ -220,6 +220,12 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                        .Name("tandem_gateway_inflight_requests")
                        .Help("Requests dispatched to a worker and not yet finished.")
                        .Register(r);
+  auto& queued = BuildGauge()
+                     .Name("tandem_gateway_queued_requests")
+                     .Help(
+                         "Requests waiting in the gateway for one of the model's dispatch "
+                         "slots (--max_inflight, --dispatch_headroom).")
+                     .Register(r);
   auto& prompt = BuildCounter()
                      .Name("tandem_gateway_prompt_tokens_total")
                      .Help("Prompt tokens of served requests, as counted by the workers.")
@@ -257,6 +263,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                        &ttft.Add(l, kTtftBuckets),
                        &tpot.Add(l, kTpotBuckets),
                        &inflight.Add(l),
+                       &queued.Add(l),
                        &prompt.Add(l),
                        &completion.Add(l),
                        &ready.Add(l),

@@ -25,6 +25,7 @@ class GatewayMetrics {
     prometheus::Histogram* time_to_first_token;
     prometheus::Histogram* time_per_output_token;
     prometheus::Gauge* inflight;
+    prometheus::Gauge* queued;  // waiting for a dispatch slot
     prometheus::Counter* prompt_tokens;
     prometheus::Counter* completion_tokens;
     prometheus::Gauge* ready_workers;

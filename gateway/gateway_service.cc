@@ -294,6 +294,7 @@ class GenerationCall {
     }
     queued_at_ = SteadyClock::now();
     if (caller_.tenant != nullptr) caller_.tenant->metrics().queued->Increment();
+    if (auto* m = service_->metrics().ForModel(admission_.pool->name())) m->queued->Increment();
     refs_.fetch_add(1, std::memory_order_relaxed);
     queue_alarm_.Set(std::chrono::system_clock::now() +
                          absl::ToChronoMilliseconds(service_->options().max_queue_wait),
@@ -328,6 +329,7 @@ class GenerationCall {
   void QueueWaitEnded() {
     service_->metrics().queue_wait().Observe(Seconds(SteadyClock::now() - queued_at_));
     if (caller_.tenant != nullptr) caller_.tenant->metrics().queued->Decrement();
+    if (auto* m = service_->metrics().ForModel(admission_.pool->name())) m->queued->Decrement();
   }
 
   void OnGranted() {
@@ -405,6 +407,7 @@ class GenerationCall {
       ++attempts_;
     }
     a->Start();
+    StartStallWatch();
     if (d.hedge_after_seconds > 0) {
       // The first attempt already runs: its first token (or its end) may call CancelHedge on
       // another thread now, and a grpc::Alarm must not be cancelled while it is being set. A
@@ -458,8 +461,9 @@ class GenerationCall {
     CancelStallWatch();
   }
 
-  // The stall watch: from the first chunk relayed, an alarm checks every stall timeout that the
-  // committed attempt's worker has not kept a read waiting longer than that. A stalled attempt
+  // The stall watch: from dispatch, an alarm checks every stall timeout that the committed
+  // attempt's worker has not kept a read waiting longer than that (before the first token: that
+  // the attempts' workers have not gone silent). A stalled attempt
   // is cancelled and failed over mid-answer like a dead worker (OnAttemptDone), and counts
   // against its endpoint (CallOutcome::kStalled), so a hung worker is ejected for new requests.
   // The timeout: --stall_timeout_multiple x this stream's mean time per token so far, at least
@@ -530,7 +534,18 @@ class GenerationCall {
         // floor); a worker that hangs before answering must not hold the stream to its deadline.
         const SteadyClock::duration first = FirstTokenTimeout();
         for (Attempt* a : live_) {
-          if (a->lost() || a->stalled() || !a->continuation()) continue;
+          if (a->lost() || a->stalled()) continue;
+          if (!a->continuation()) {
+            // Before the answer's first token a long prefill is no stall: only a worker known
+            // to be silent (probes timing out, streams stalling) is given up, and the request
+            // retried elsewhere, instead of waiting for it until the deadline.
+            if (a->endpoint()->unresponsive()) {
+              stalled = a;
+              break;
+            }
+            next = std::min(next, absl::ToChronoNanoseconds(service_->options().stall_timeout_min));
+            continue;
+          }
           const SteadyClock::duration waited = SteadyClock::now() - a->created();
           if (waited >= first) {
             stalled = a;

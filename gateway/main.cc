@@ -117,12 +117,12 @@ ABSL_FLAG(int32_t, max_inflight, 1024,
           "Generations dispatched to one model's workers at once, at most (lowered to what its "
           "usable workers take, see --dispatch_headroom); the rest wait, shared fairly by "
           "tenant priority (0: no limit, no queue).");
-ABSL_FLAG(int32_t, dispatch_headroom, -1,
+ABSL_FLAG(int32_t, dispatch_headroom, 2,
           "Requests dispatched to a worker beyond its batch (max_batch_size, from GetInfo): the "
-          "rest wait in the gateway's fair queue, where tenants take turns. -1: the worker's own "
-          "max_queue (its admission queue is never overrun; tenants take turns for it). A small "
-          "value makes fairness hold at the batch, but then the worker queue-depth signals that "
-          "policies spill and shed on stay low while the gateway's queue absorbs the load.");
+          "rest wait in the gateway's fair queue, where tenants take turns, so a flooding tenant's "
+          "backlog never sits in a worker's FIFO in front of other tenants. -1: the worker's own "
+          "max_queue (tenants take turns only once the worker's queue is full). Policies see "
+          "the gateway's queue as `gateway` signals (policies/README.md).");
 ABSL_FLAG(int32_t, max_queued, 256, "Requests one tenant may have waiting for a dispatch slot.");
 ABSL_FLAG(absl::Duration, max_queue_wait, absl::Seconds(10),
           "Longest wait for a dispatch slot before RESOURCE_EXHAUSTED.");
@@ -406,6 +406,17 @@ int Run() {
       watch < absl::Milliseconds(10) || watch > absl::Hours(24)) {
     Fatal("--policy_watch_interval must be between 10ms and 24h");
   }
+  signal_options.local_load = [&](const std::string& model) -> std::optional<ModelLoad> {
+    const ModelPool* pool = pools.Find(model);
+    if (pool == nullptr) return std::nullopt;
+    ModelLoad load;
+    for (const auto& e : *pool->endpoints()) {
+      load.inflight += e->outstanding();
+      load.usable_workers += e->usable() ? 1 : 0;
+    }
+    if (auto q = queues.find(model); q != queues.end()) load.queued = q->second->queued();
+    return load;
+  };
   SignalEngine signals(&pools, &metrics, signal_options);
   std::unique_ptr<PolicyReloader> reloader;
   if (!policy_path.empty()) {

@@ -53,6 +53,10 @@ const char* SourceName(router::SignalSource s) {
       return "scrape";
     case router::SignalSource::kPromQL:
       return "promql";
+    case router::SignalSource::kGateway:
+      return "gateway";
+    case router::SignalSource::kSum:
+      return "sum";
   }
   return "?";
 }
@@ -60,7 +64,8 @@ const char* SourceName(router::SignalSource s) {
 bool SameSource(const router::SignalSpec& a, const router::SignalSpec& b) {
   return a.source == b.source && a.model == b.model && a.metric == b.metric &&
          a.labels == b.labels && a.aggregate == b.aggregate && a.quantile == b.quantile &&
-         a.window_seconds == b.window_seconds && a.query == b.query;
+         a.window_seconds == b.window_seconds && a.query == b.query &&
+         a.gateway_metric == b.gateway_metric && a.terms == b.terms;
 }
 
 }  // namespace
@@ -113,8 +118,10 @@ absl::Status SignalEngine::Validate(const router::Policy& policy) const {
                                       ": a PromQL signal, but the gateway was started without "
                                       "--prometheus_url"));
     }
-    if (spec.source == router::SignalSource::kScrape && pools_->Find(spec.model) == nullptr) {
-      problems.push_back(absl::StrCat("signals.", name, ": scrapes model '", spec.model,
+    if ((spec.source == router::SignalSource::kScrape ||
+         spec.source == router::SignalSource::kGateway) &&
+        pools_->Find(spec.model) == nullptr) {
+      problems.push_back(absl::StrCat("signals.", name, ": reads model '", spec.model,
                                       "', which has no workers configured"));
     }
   }
@@ -318,6 +325,24 @@ std::optional<double> SignalEngine::Evaluate(const router::SignalSpec& spec, Tim
   return out;
 }
 
+std::optional<double> SignalEngine::EvaluateLocal(const router::SignalSpec& spec,
+                                                  std::string* error) const {
+  std::optional<ModelLoad> load;
+  if (options_.local_load) load = options_.local_load(spec.model);
+  if (!load) {
+    *error = absl::StrCat("this gateway does not serve model '", spec.model, "'");
+    return std::nullopt;
+  }
+  const double total =
+      spec.gateway_metric == router::GatewayMetric::kQueued ? load->queued : load->inflight;
+  if (spec.aggregate != router::Aggregate::kAvg) return total;
+  if (load->usable_workers == 0) {
+    *error = absl::StrCat("model '", spec.model, "' has no usable worker");
+    return std::nullopt;
+  }
+  return total / load->usable_workers;
+}
+
 void SignalEngine::QueryDue(HttpClient& http, bool force) {
   struct Due {
     std::string name;
@@ -370,13 +395,26 @@ void SignalEngine::Publish() {
   auto snap = std::make_shared<router::SignalSnapshot>();
   std::lock_guard<std::mutex> l(mu_);
   const TimePoint now = clock_->Now();
+  for (auto& [name, s] : signals_) {
+    if (s.spec.source != router::SignalSource::kGateway) continue;
+    std::string error;
+    std::optional<double> v = EvaluateLocal(s.spec, &error);
+    if (error.empty()) {
+      s.value = v;
+      s.refreshed = now;
+      s.error.clear();
+    } else {
+      // Refreshed at every snapshot (20/s or more): count a failure when it starts, not per try.
+      if (s.error != error && metrics_ != nullptr) metrics_->ForSignal(name).errors->Increment();
+      s.error = error;
+    }
+  }
   struct View {
     bool expired = false;
     std::optional<double> value;
   };
   std::map<std::string, View> views;
-  for (auto& [name, s] : signals_) {
-    if (s.spec.source == router::SignalSource::kStatic) continue;
+  auto publish = [&](const std::string& name, const SignalState& s) {
     const double age = Seconds(now - s.refreshed);
     const double stale_after = StaleAfter(s);
     View v;
@@ -390,6 +428,34 @@ void SignalEngine::Publish() {
       m.stale->Set(age > stale_after ? 1 : 0);
       m.age->Set(age);
     }
+  };
+  for (auto& [name, s] : signals_) {
+    if (s.spec.source == router::SignalSource::kStatic ||
+        s.spec.source == router::SignalSource::kSum) {
+      continue;
+    }
+    publish(name, s);
+  }
+  // Sums last: they add the values just published (a static term adds its constant).
+  for (auto& [name, s] : signals_) {
+    if (s.spec.source != router::SignalSource::kSum) continue;
+    std::optional<double> sum;
+    for (const std::string& term : s.spec.terms) {
+      auto t = signals_.find(term);
+      if (t != signals_.end() && t->second.spec.source == router::SignalSource::kStatic) {
+        sum = sum.value_or(0) + t->second.spec.static_value;
+      } else if (auto v = views.find(term); v != views.end() && v->second.value) {
+        sum = sum.value_or(0) + *v->second.value;
+      }
+    }
+    if (sum) {
+      s.value = sum;
+      s.refreshed = now;
+      s.error.clear();
+    } else {
+      s.error = "none of its terms has a value";
+    }
+    publish(name, s);
   }
   for (auto& [name, t] : triggers_) {
     const router::TriggerSpec& spec = t->spec();

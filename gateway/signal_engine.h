@@ -26,6 +26,13 @@
 
 namespace tandem::gateway {
 
+// This gateway's own dispatch state of one model, read by gateway signals.
+struct ModelLoad {
+  int queued = 0;          // requests waiting for one of the model's dispatch slots
+  int inflight = 0;        // requests dispatched to its workers, not yet finished
+  int usable_workers = 0;  // endpoints a request may be sent to now
+};
+
 struct SignalEngineOptions {
   // How often every worker's /metrics is scraped (also the refresh interval of scrape signals).
   absl::Duration scrape_interval = absl::Milliseconds(250);
@@ -38,11 +45,15 @@ struct SignalEngineOptions {
   // Base URL of the Prometheus server PromQL signals query, e.g. http://prometheus:9090.
   std::string prometheus_url;
   absl::Duration promql_timeout = absl::Seconds(1);
+  // The source of gateway signals; nullopt for a model this gateway does not serve. Called with
+  // the engine's lock held, at every snapshot: it must be cheap and must not call the engine.
+  std::function<std::optional<ModelLoad>(const std::string& model)> local_load;
 };
 
-// Turns live metrics into the policy's signals and triggers. Two sources: the gateway's own
+// Turns live metrics into the policy's signals and triggers. Three sources: the gateway's own
 // scrape of every worker's /metrics (gauges, counter rates and histogram quantiles from deltas
-// between scrapes), and PromQL instant queries against a Prometheus server. Each round publishes
+// between scrapes), PromQL instant queries against a Prometheus server, and the gateway's own
+// dispatch state (options.local_load); sum signals add others. Each round publishes
 // an immutable SignalSnapshot that intake reads without locking. HTTP happens only on the
 // engine's own two threads (scrapes, queries); nothing here runs on a gRPC reactor.
 class SignalEngine {
@@ -91,6 +102,8 @@ class SignalEngine {
   // Value of a scrape signal from the endpoint data; nullopt for no data. `error` says why.
   std::optional<double> Evaluate(const router::SignalSpec& spec, TimePoint now,
                                  std::string* error) const;
+  // Value of a gateway signal now; nullopt (with `error`) when the model has no usable worker.
+  std::optional<double> EvaluateLocal(const router::SignalSpec& spec, std::string* error) const;
   double StaleAfter(const SignalState& s) const;
   void ScrapeLoop();
   void QueryLoop();

@@ -146,6 +146,9 @@ void Endpoint::RecordCall(CallOutcome outcome, TimePoint now) {
   if (consecutive_faults_ >= options_.failure_threshold ||
       consecutive_internal_ >= options_.internal_error_threshold ||
       consecutive_stalls_ >= options_.stall_threshold) {
+    if (consecutive_stalls_ >= options_.stall_threshold) {
+      stall_ejected_.store(true, std::memory_order_release);
+    }
     Eject(now, "passive outlier detection");
   }
 }
@@ -232,6 +235,7 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::string& health_f
       probe_cv_.notify_all();
       return;
     }
+    probes_timed_out_.store(timed_out, std::memory_order_release);
     const bool was_usable = usable();
     if (health_failure.empty() && status.ok()) {
       info_ = probe_response_;
@@ -248,7 +252,9 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::string& health_f
         breaker_.store(BreakerState::kClosed, std::memory_order_release);
         consecutive_faults_ = 0;
         consecutive_internal_ = 0;
+        consecutive_stalls_ = 0;
         ejection_ = absl::ZeroDuration();
+        stall_ejected_.store(false, std::memory_order_release);
         readmitted = true;
       } else {
         Eject(std::chrono::steady_clock::now(), "half-open probe failed");
@@ -359,7 +365,9 @@ int ModelPool::DispatchCapacity(int headroom) const {
     if (!e->usable()) continue;
     const tandem::v1::WorkerInfo info = e->info();
     const int batch = info.load().max_batch_size();
-    if (batch > 0) total += batch + (headroom >= 0 ? headroom : info.load().max_queue());
+    // Never beyond the worker's own admission queue: what it would refuse stays here.
+    const int queue = info.load().max_queue();
+    if (batch > 0) total += batch + (headroom >= 0 ? std::min(headroom, queue) : queue);
   }
   return static_cast<int>(std::min<int64_t>(total, INT32_MAX));
 }

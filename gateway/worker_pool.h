@@ -70,6 +70,13 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   bool ready() const { return ready_.load(std::memory_order_acquire); }
   // Ready and not ejected: may take traffic.
   bool usable() const { return ready() && breaker() != BreakerState::kOpen; }
+  // Silent rather than failing: its probes timed out until it was taken out of service, or its
+  // streams stalled until it was ejected. Calls on it still waiting for a first token are given
+  // up and retried elsewhere; a worker that only drains or refuses is not unresponsive.
+  bool unresponsive() const {
+    return probes_timed_out_.load(std::memory_order_acquire) ||
+           stall_ejected_.load(std::memory_order_acquire);
+  }
   BreakerState breaker() const { return breaker_.load(std::memory_order_acquire); }
   int outstanding() const { return outstanding_.load(std::memory_order_relaxed); }
   void AddOutstanding(int delta) { outstanding_.fetch_add(delta, std::memory_order_relaxed); }
@@ -114,6 +121,8 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   std::atomic<int> outstanding_{0};
   std::atomic<int64_t> scraped_load_{-1};
   std::atomic<int> probe_timeouts_allowed_{3};
+  std::atomic<bool> probes_timed_out_{false};  // until a probe is answered
+  std::atomic<bool> stall_ejected_{false};     // until readmitted
 
   mutable std::mutex mu_;
   std::condition_variable probe_cv_;
@@ -168,8 +177,8 @@ class ModelPool {
   // Model facts from the most recently seen worker info (empty before any probe succeeded).
   tandem::v1::ModelStatus Status() const;
   // How many requests the usable endpoints take at once: each one's max_batch_size (from
-  // GetInfo) plus `headroom` (its own max_queue when negative); 0 when none is usable or none
-  // has reported its batch size.
+  // GetInfo) plus `headroom`, at most its own max_queue (all of it when negative); 0 when none
+  // is usable or none has reported its batch size.
   int DispatchCapacity(int headroom) const;
 
  private:

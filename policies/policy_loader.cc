@@ -172,7 +172,8 @@ class Parser : public YamlReader {
     p->sha256 = Sha256Hex(p->sha256 + Sha256Hex(*bytes));
   }
 
-  // signals: NAME: NUMBER (static) or NAME: {scrape: {...} | promql: EXPR, interval, stale}.
+  // signals: NAME: NUMBER (static) or NAME: {scrape: {...} | promql: EXPR | gateway: {...} |
+  // sum: [NAME, ...], interval, stale}.
   void ParseSignals(const YAML::Node& node, Policy* p) {
     if (!FreeMap(node, "signals")) return;
     for (const auto& kv : node) {
@@ -184,18 +185,27 @@ class Parser : public YamlReader {
         if (Number(n, path, &sig.static_value)) p->signals[sig.name] = sig;
         continue;
       }
-      if (!Map(n, path, {"scrape", "promql", "interval", "stale"})) continue;
-      if ((n["scrape"] ? 1 : 0) + (n["promql"] ? 1 : 0) != 1) {
-        Error(n, path, "expected a number, or exactly one of scrape or promql");
+      if (!Map(n, path, {"scrape", "promql", "gateway", "sum", "interval", "stale"})) continue;
+      int sources = 0;
+      for (const char* key : {"scrape", "promql", "gateway", "sum"}) sources += n[key] ? 1 : 0;
+      if (sources != 1) {
+        Error(n, path, "expected a number, or exactly one of scrape, promql, gateway or sum");
         continue;
+      }
+      if (n["interval"] && !n["promql"]) {
+        Error(n["interval"], path + ".interval",
+              "only PromQL signals have an interval (scrapes refresh at the gateway's "
+              "--scrape_interval, gateway and sum signals at every snapshot)");
       }
       if (const YAML::Node& sc = n["scrape"]) {
         sig.source = router::SignalSource::kScrape;
         ParseScrape(sc, path + ".scrape", p, &sig);
-        if (n["interval"]) {
-          Error(n["interval"], path + ".interval",
-                "scrape signals refresh at the gateway's --scrape_interval");
-        }
+      } else if (const YAML::Node& g = n["gateway"]) {
+        sig.source = router::SignalSource::kGateway;
+        ParseGatewaySignal(g, path + ".gateway", p, &sig);
+      } else if (const YAML::Node& terms = n["sum"]) {
+        sig.source = router::SignalSource::kSum;
+        ParseSumTerms(terms, path + ".sum", &sig);
       } else {
         sig.source = router::SignalSource::kPromQL;
         String(n["promql"], path + ".promql", &sig.query);
@@ -222,6 +232,69 @@ class Parser : public YamlReader {
         }
       }
       p->signals[sig.name] = sig;
+    }
+    CheckSumTerms(node, *p);
+  }
+
+  // sum: [NAME, ...]
+  void ParseSumTerms(const YAML::Node& n, const std::string& path, router::SignalSpec* sig) {
+    if (!n.IsSequence() || n.size() == 0) {
+      Error(n, path, "expected a non-empty list of signal names");
+      return;
+    }
+    for (size_t i = 0; i < n.size(); ++i) {
+      std::string term;
+      if (String(n[i], absl::StrCat(path, "[", i, "]"), &term)) sig->terms.push_back(term);
+    }
+  }
+
+  // Each term of a sum is a declared signal that is not itself a sum (so sums never loop).
+  void CheckSumTerms(const YAML::Node& node, const Policy& p) {
+    for (const auto& [name, sig] : p.signals) {
+      for (size_t i = 0; i < sig.terms.size(); ++i) {
+        const std::string path = absl::StrCat("signals.", name, ".sum[", i, "]");
+        const YAML::Node at = node[name]["sum"][i];
+        auto term = p.signals.find(sig.terms[i]);
+        if (term == p.signals.end()) {
+          Error(at, path, absl::StrCat("signal '", sig.terms[i], "' is not declared in `signals`"));
+        } else if (term->second.source == router::SignalSource::kSum) {
+          Error(at, path,
+                absl::StrCat("signal '", sig.terms[i],
+                             "' is a sum; sums add other "
+                             "signals"));
+        }
+      }
+    }
+  }
+
+  // gateway: {model, metric: queued|inflight, aggregate: sum|avg}
+  void ParseGatewaySignal(const YAML::Node& n, const std::string& path, const Policy* p,
+                          router::SignalSpec* sig) {
+    if (!Map(n, path, {"model", "metric", "aggregate"})) return;
+    for (const char* required : {"model", "metric"}) {
+      if (!n[required]) Error(n, absl::StrCat(path, ".", required), "required key is missing");
+    }
+    if (n["model"] && String(n["model"], path + ".model", &sig->model)) {
+      CheckModel(n["model"], path + ".model", p, sig->model);
+    }
+    if (n["metric"] && String(n["metric"], path + ".metric", &sig->metric)) {
+      if (sig->metric == "queued") {
+        sig->gateway_metric = router::GatewayMetric::kQueued;
+      } else if (sig->metric == "inflight") {
+        sig->gateway_metric = router::GatewayMetric::kInflight;
+      } else {
+        Error(n["metric"], path + ".metric", "expected queued or inflight");
+      }
+    }
+    if (const YAML::Node& a = n["aggregate"]) {
+      std::string name;
+      if (String(a, path + ".aggregate", &name)) {
+        if (name == "avg") {
+          sig->aggregate = router::Aggregate::kAvg;
+        } else if (name != "sum") {
+          Error(a, path + ".aggregate", "expected sum (the total) or avg (per usable worker)");
+        }
+      }
     }
   }
 

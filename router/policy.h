@@ -94,9 +94,17 @@ struct Rule {
 
 // Where a signal's value comes from.
 enum class SignalSource {
-  kStatic,  // a constant from the policy
-  kScrape,  // the gateway's own scrape of the model's workers' /metrics
-  kPromQL,  // an instant query against a Prometheus server's HTTP API
+  kStatic,   // a constant from the policy
+  kScrape,   // the gateway's own scrape of the model's workers' /metrics
+  kPromQL,   // an instant query against a Prometheus server's HTTP API
+  kGateway,  // this gateway's own dispatch state for a model (its fair queue)
+  kSum,      // the sum of other signals' current values
+};
+
+// What a kGateway signal reads, per model.
+enum class GatewayMetric {
+  kQueued,    // requests waiting in this gateway for a dispatch slot of the model
+  kInflight,  // requests this gateway has dispatched to the model's workers, not yet finished
 };
 
 // How scraped samples of one model's workers become one number.
@@ -122,6 +130,11 @@ struct SignalSpec {
   Aggregate aggregate = Aggregate::kSum;
   double quantile = 0.95;
   double window_seconds = 30;
+  // Gateway: `model` and what is read; aggregate kSum (the total) or kAvg (per usable worker).
+  GatewayMetric gateway_metric = GatewayMetric::kQueued;
+  // Sum: the signals added (none of them a sum). Terms without a value count as 0; the sum has
+  // no value when none of them has one.
+  std::vector<std::string> terms;
   // PromQL: the expression (must yield one series or a scalar) and how often it is evaluated.
   std::string query;
   double interval_seconds = 1;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -1242,10 +1243,36 @@ TEST_F(SlowStackTest, GatewayDrainsOnSigtermWithoutLosingTheStream) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
     EXPECT_THAT(s.error_message(), HasSubstr("draining"));
   }
+  // Callers keep arriving through the end of the drain and stop 100 ms after it, as clients do
+  // once refused (they retry elsewhere). Each is refused UNAVAILABLE, which clients retry; none
+  // is cut off CANCELLED by a server that stops while it arrives (--drain_quiet_period).
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::map<grpc::StatusCode, int> late_codes;
+  std::vector<std::thread> late_callers;
+  for (int t = 0; t < 2; ++t) {
+    late_callers.emplace_back([&] {
+      while (!stop.load()) {
+        grpc::ClientContext c;
+        Deadline(&c, std::chrono::seconds(5));
+        tandem::v1::GenerateResponse r;
+        const grpc::StatusCode code = stub_->Generate(&c, Prompt("too late", 2), &r).error_code();
+        std::lock_guard<std::mutex> l(mu);
+        ++late_codes[code];
+      }
+    });
+  }
   int32_t completion_tokens = 0;
   while (stream->Read(&chunk)) completion_tokens = chunk.usage().completion_tokens();
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_EQ(completion_tokens, 60);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // how long they keep coming
+  stop = true;
+  for (auto& t : late_callers) t.join();
+  EXPECT_EQ(late_codes.count(grpc::StatusCode::CANCELLED), 0u);
+  for (const auto& [code, n] : late_codes) {
+    EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE) << n << " calls";
+  }
   const int status = gateway_.process->Wait(absl::Seconds(20));
   ASSERT_NE(status, -1);
   EXPECT_TRUE(WIFEXITED(status));

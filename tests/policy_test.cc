@@ -260,6 +260,10 @@ TEST(PolicyLoaderTest, ParsesLiveSignalsTriggersShedAndHedge) {
     interval: 2s
   ttft:
     scrape: {model: nemotron, metric: ttft, aggregate: quantile, quantile: 0.9, window: 1m}
+  g:
+    gateway: {model: nemotron, metric: inflight, aggregate: avg}
+  backlog:
+    sum: [q, g]
 triggers:
   busy: {signal: q, enter: {ge: 8}, exit: {le: 2}, min_dwell: 1.5}
 rules:
@@ -278,6 +282,13 @@ rules:
   EXPECT_DOUBLE_EQ(q.hold_seconds, 3);
   EXPECT_TRUE(q.fail_closed);
   EXPECT_EQ(p->signals.at("p95").source, router::SignalSource::kPromQL);
+  const auto& g = p->signals.at("g");
+  EXPECT_EQ(g.source, router::SignalSource::kGateway);
+  EXPECT_EQ(g.model, "nemotron");
+  EXPECT_EQ(g.gateway_metric, router::GatewayMetric::kInflight);
+  EXPECT_EQ(g.aggregate, router::Aggregate::kAvg);
+  EXPECT_EQ(p->signals.at("backlog").source, router::SignalSource::kSum);
+  EXPECT_THAT(p->signals.at("backlog").terms, ElementsAre("q", "g"));
   EXPECT_DOUBLE_EQ(p->signals.at("p95").interval_seconds, 2);
   EXPECT_DOUBLE_EQ(p->signals.at("ttft").window_seconds, 60);
   EXPECT_DOUBLE_EQ(p->triggers.at("busy").min_dwell_seconds, 1.5);
@@ -306,6 +317,11 @@ TEST(PolicyLoaderTest, SignalAndTriggerMistakesAreReported) {
   fast: {promql: 'up', interval: 10ms}
   q: {scrape: {model: llama, metric: m, quantile: 0.5}}
   s: {scrape: {model: qwen, metric: m}, stale: {then: explode}}
+  g: {gateway: {model: qwen, metric: backlog, aggregate: max}, interval: 1s}
+  g2: {gateway: {model: llama, metric: queued}}
+  total: {sum: [s, g, missing, nested]}
+  nested: {sum: [s]}
+  empty: {sum: []}
 triggers:
   t1: {signal: nope, enter: {gt: 1}, exit: {lt: 0}}
   t2: {signal: q, enter: {gt: 5}, exit: {gt: 1}}
@@ -318,7 +334,15 @@ rules:
     action: {route: qwen}
 )");
   const std::string all = absl::StrJoin(errors, "\n");
-  for (const char* want : {"signals.both: expected a number, or exactly one of scrape or promql",
+  for (const char* want : {"signals.both: expected a number, or exactly one of scrape, promql, "
+                           "gateway or sum",
+                           "signals.g.gateway.metric: expected queued or inflight",
+                           "signals.g.gateway.aggregate: expected sum (the total) or avg",
+                           "signals.g.interval: only PromQL signals have an interval",
+                           "signals.g2.gateway.model: unknown model 'llama'",
+                           "signals.total.sum[2]: signal 'missing' is not declared",
+                           "signals.total.sum[3]: signal 'nested' is a sum",
+                           "signals.empty.sum: expected a non-empty list of signal names",
                            "signals.fast.interval: must be at least 100ms",
                            "signals.q.scrape.model: unknown model 'llama'",
                            "signals.q.scrape.quantile: only with aggregate: quantile",

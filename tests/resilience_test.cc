@@ -301,6 +301,45 @@ TEST_F(ResilienceTest, AFailoverToAHungWorkerDoesNotWaitForTheDeadline) {
   EXPECT_GE(GatewayMetric("tandem_gateway_stream_stalls_total", {{"model_name", "qwen"}}), 1);
 }
 
+TEST_F(ResilienceTest, RequestsWaitingOnAWorkerThatGoesSilentAreRetriedElsewhere) {
+  Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5"}));
+  Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5"}));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
+      {"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
+      {"--policy=" + QwenOnlyPolicy(), "--stall_timeout_min=300ms", "--worker_probe_timeout=200ms",
+       "--base_ejection=30s", "--max_ejection=60s"}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
+  // `a` hangs (SIGSTOP: alive, connected, silent) before requests arrive, and stays hung until
+  // they are answered: the gateway spreads them over both replicas, and those sent to `a` never
+  // get a first token. Once `a` is known to be silent (its probes time out) they are retried on
+  // `b`, within their 10 s deadline, not when the transport's keepalive gives up on `a` (after
+  // 10 + 5 s).
+  a.process->Signal(SIGSTOP);
+  constexpr int kRequests = 4;
+  std::vector<grpc::Status> statuses(kRequests);
+  std::vector<tandem::v1::GenerateResponse> answers(kRequests);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kRequests; ++i) {
+    callers.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      Deadline(&ctx, std::chrono::seconds(10));
+      statuses[i] = stub_->Generate(&ctx, Prompt("a short answer please", 12), &answers[i]);
+    });
+  }
+  for (auto& t : callers) t.join();
+  const bool a_usable = Usable(a.grpc_address);
+  a.process->Signal(SIGCONT);
+  EXPECT_FALSE(a_usable);
+  int retried = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << statuses[i].error_code() << " " << statuses[i].error_message();
+    const std::string& final_worker = answers[i].recovery().final_worker();
+    EXPECT_EQ(final_worker.empty() ? answers[i].route().worker() : final_worker, b.grpc_address);
+    retried += answers[i].recovery().retries();
+  }
+  EXPECT_GE(retried, 1);
+}
+
 TEST_F(ResilienceTest, LastReplicaKilledMidStreamTheFallbackModelContinues) {
   Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
   Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0", kLongAnswers}));

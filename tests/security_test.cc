@@ -715,11 +715,15 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
 
 TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
   // The gateway's own limit is far away (--max_inflight 1024): the worker runs one request at a
-  // time and would queue 64. With no headroom the gateway dispatches only what the worker runs,
-  // so a flooding tenant's backlog waits in the fair queue, not in the worker's FIFO, and
-  // another tenant's request is served next, not after the flood.
-  ASSERT_NO_FATAL_FAILURE(Start({"--dispatch_headroom=0", "--max_queued=16"},
-                                {"--max_batch_size=1", "--max_queue=64"}));
+  // time and would queue 64. By default the gateway dispatches only the worker's batch plus a
+  // small headroom (--dispatch_headroom), so a flooding tenant's backlog waits in the fair queue,
+  // not in the worker's FIFO, and another tenant's request is served within that many, not
+  // after the flood.
+  constexpr int kBatch = 1;
+  constexpr int kDefaultHeadroom = 2;
+  constexpr int kFlood = 8;
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--max_queued=16"}, {absl::StrCat("--max_batch_size=", kBatch), "--max_queue=64"}));
   std::mutex mu;
   std::vector<std::string> finished;
   auto request = [&](const std::string& who, const std::string& key) {
@@ -730,17 +734,17 @@ TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
     finished.push_back(s.ok() ? who : who + ":" + std::to_string(s.error_code()));
   };
   std::vector<std::thread> flood;
-  for (int i = 0; i < 6; ++i) flood.emplace_back(request, "ops", "ops-secret");
-  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
-                            {{"tenant", "ops"}}, 5)
+  for (int i = 0; i < kFlood; ++i) flood.emplace_back(request, "ops", "ops-secret");
+  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_queued_requests",
+                            {{"model_name", "nemotron"}}, kFlood - kBatch - kDefaultHeadroom)
                   .ok());
   std::thread other(request, "batch", "batch-secret");
   for (auto& t : flood) t.join();
   other.join();
-  ASSERT_EQ(finished.size(), 7u);
+  ASSERT_EQ(finished.size(), kFlood + 1u);
   const auto pos = std::find(finished.begin(), finished.end(), "batch") - finished.begin();
-  EXPECT_LE(pos, 2) << "finish order: " << absl::StrJoin(finished, ",");
-  EXPECT_EQ(std::count(finished.begin(), finished.end(), "ops"), 6);
+  EXPECT_LE(pos, kBatch + kDefaultHeadroom) << "finish order: " << absl::StrJoin(finished, ",");
+  EXPECT_EQ(std::count(finished.begin(), finished.end(), "ops"), kFlood);
 }
 
 TEST(LimitsTest, EveryLimitIsEnforcedBeforeWork) {

@@ -334,6 +334,86 @@ triggers:
   EXPECT_THAT(engine_.Describe().signals(0).error(), HasSubstr("connection refused"));
 }
 
+// Where a backlog waits (the gateway's fair queue or the workers' queues) does not change what
+// a trigger on the sum sees; a sum keeps a value while any term has one.
+TEST_F(SignalEngineTest, GatewaySignalsReadDispatchStateAndSumsAddSignals) {
+  ModelLoad load{.queued = 30, .inflight = 12, .usable_workers = 2};
+  SignalEngineOptions options = options_;
+  options.local_load = [&](const std::string& model) -> std::optional<ModelLoad> {
+    if (model != "nemotron") return std::nullopt;
+    return load;
+  };
+  SignalEngine engine(&pools_, nullptr, options, &clock_);
+  auto policy = Policy(R"(signals:
+  worker_q:
+    scrape: {model: nemotron, metric: tandem_worker_num_requests_waiting, aggregate: avg}
+  gateway_q:
+    gateway: {model: nemotron, metric: queued, aggregate: avg}
+  gateway_inflight:
+    gateway: {model: nemotron, metric: inflight}
+  offset: 1
+  backlog:
+    sum: [worker_q, gateway_q]
+  backlog_plus_one:
+    sum: [backlog_q_none, offset]
+  backlog_q_none:
+    scrape: {model: nemotron, metric: absent_metric}
+triggers:
+  saturated: {signal: backlog, enter: {gt: 8}, exit: {lt: 2}}
+)");
+  ASSERT_NE(policy, nullptr);
+  ASSERT_TRUE(engine.Validate(*policy).ok());
+  engine.SetPolicy(policy);
+  auto value = [&](const std::string& name) -> std::optional<double> {
+    auto s = engine.Current();
+    auto it = s->values.find(name);
+    return it == s->values.end() ? std::nullopt : std::optional<double>(it->second);
+  };
+  http_.bodies["http://10.0.0.1:9001/metrics"] = "tandem_worker_num_requests_waiting 1\n";
+  http_.bodies["http://10.0.0.2:9001/metrics"] = "tandem_worker_num_requests_waiting 1\n";
+  engine.ScrapeOnce(http_);
+  engine.Publish();
+  EXPECT_DOUBLE_EQ(value("gateway_q").value_or(-1), 15);  // 30 queued over 2 usable workers
+  EXPECT_DOUBLE_EQ(value("gateway_inflight").value_or(-1), 12);
+  EXPECT_DOUBLE_EQ(value("backlog").value_or(-1), 16);
+  EXPECT_DOUBLE_EQ(value("backlog_plus_one").value_or(-1), 1);  // the term without data is 0
+  EXPECT_TRUE(engine.Current()->triggers.at("saturated"));
+
+  // The backlog moves into the workers' queues: the sum, and the trigger, stay where they were.
+  load.queued = 0;
+  http_.bodies["http://10.0.0.1:9001/metrics"] = "tandem_worker_num_requests_waiting 16\n";
+  http_.bodies["http://10.0.0.2:9001/metrics"] = "tandem_worker_num_requests_waiting 16\n";
+  clock_.Advance(0.25);
+  engine.ScrapeOnce(http_);
+  engine.Publish();
+  EXPECT_DOUBLE_EQ(value("gateway_q").value_or(-1), 0);
+  EXPECT_DOUBLE_EQ(value("backlog").value_or(-1), 16);
+  EXPECT_TRUE(engine.Current()->triggers.at("saturated"));
+
+  // No usable worker: a per-worker average has no value once its last one is stale (and says
+  // why); the sum, with no term left, has none either and its trigger fails open.
+  load.usable_workers = 0;
+  clock_.Advance(0.25);
+  engine.ScrapeOnce(http_);
+  engine.Publish();
+  EXPECT_DOUBLE_EQ(value("backlog").value_or(-1), 16);
+  clock_.Advance(1);
+  engine.Publish();
+  EXPECT_FALSE(value("gateway_q").has_value());
+  EXPECT_DOUBLE_EQ(value("gateway_inflight").value_or(-1), 12);
+  bool described = false;
+  const tandem::v1::SignalsStatus status = engine.Describe();
+  for (const auto& s : status.signals()) {
+    if (s.name() != "gateway_q") continue;
+    described = true;
+    EXPECT_EQ(s.source(), "gateway");
+    EXPECT_THAT(s.error(), HasSubstr("no usable worker"));
+  }
+  EXPECT_TRUE(described);
+  EXPECT_FALSE(value("backlog").has_value());
+  EXPECT_FALSE(engine.Current()->triggers.at("saturated"));  // fail open
+}
+
 TEST_F(SignalEngineTest, ValidateRefusesPromQLWithoutAServer) {
   SignalEngine no_prom(&pools_, nullptr, SignalEngineOptions{}, &clock_);
   auto p = Policy(R"(signals:
@@ -343,7 +423,7 @@ TEST_F(SignalEngineTest, ValidateRefusesPromQLWithoutAServer) {
   const absl::Status s = no_prom.Validate(*p);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("without --prometheus_url"));
-  EXPECT_THAT(std::string(s.message()), HasSubstr("scrapes model 'qwen', which has no workers"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("reads model 'qwen', which has no workers"));
 }
 
 }  // namespace

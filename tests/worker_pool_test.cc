@@ -1,5 +1,9 @@
 #include "gateway/worker_pool.h"
 
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/fake_worker_client.h"
@@ -101,15 +105,60 @@ TEST(ModelPoolTest, SlowProbesDoNotEjectButARefusedConnectionDoes) {
   ProbeAll(pool, &changes);
   ProbeAll(pool, &changes);
   EXPECT_TRUE(e.ready());
+  EXPECT_FALSE(e.unresponsive());
   ProbeAll(pool, &changes);
   EXPECT_FALSE(e.ready());
-  // Back, then gone for real: a refused connection is not ready at once.
+  // Silent, not failing: calls on it still waiting for a first token are given up.
+  EXPECT_TRUE(e.unresponsive());
+  // Back, then gone for real: a refused connection is not ready at once (and fails its calls
+  // by itself: nothing to give up).
   state->status = grpc::Status::OK;
   ProbeAll(pool, &changes);
   ASSERT_TRUE(e.ready());
+  EXPECT_FALSE(e.unresponsive());
   state->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused");
   ProbeAll(pool, &changes);
   EXPECT_FALSE(e.ready());
+  EXPECT_FALSE(e.unresponsive());
+}
+
+TEST(ModelPoolTest, StalledStreamsMakeAnEndpointUnresponsiveUntilReadmitted) {
+  EndpointOptions options;
+  options.stall_threshold = 2;
+  ModelPool pool("qwen", options);
+  pool.AddEndpoint(std::make_unique<FakeWorkerClient>("a:1", grpc::Status::OK,
+                                                      Info("qwen", tandem::v1::WorkerInfo::READY)));
+  Endpoint& e = *(*pool.endpoints())[0];
+  int changes = 0;
+  ProbeAll(pool, &changes);
+  const auto now = std::chrono::steady_clock::now();
+  e.RecordCall(CallOutcome::kStalled, now);
+  EXPECT_FALSE(e.unresponsive());  // one stall may be the network
+  e.RecordCall(CallOutcome::kStalled, now);
+  EXPECT_FALSE(e.usable());
+  EXPECT_TRUE(e.unresponsive());
+  // Its ejection ends and a probe is answered: readmitted, trusted again.
+  e.Tick(now + std::chrono::seconds(10));
+  ProbeAll(pool, &changes);
+  EXPECT_TRUE(e.usable());
+  EXPECT_FALSE(e.unresponsive());
+}
+
+TEST(ModelPoolTest, DispatchCapacityIsTheBatchPlusHeadroomWithinTheWorkersQueue) {
+  ModelPool pool("qwen");
+  for (const auto& [address, batch, queue] :
+       std::vector<std::tuple<std::string, int, int>>{{"a:1", 4, 1}, {"b:1", 8, 16}}) {
+    tandem::v1::WorkerInfo info = Info("qwen", tandem::v1::WorkerInfo::READY);
+    info.mutable_load()->set_max_batch_size(batch);
+    info.mutable_load()->set_max_queue(queue);
+    pool.AddEndpoint(std::make_unique<FakeWorkerClient>(address, grpc::Status::OK, info));
+  }
+  EXPECT_EQ(pool.DispatchCapacity(2), 0);  // nothing probed yet: no batch size known
+  int changes = 0;
+  ProbeAll(pool, &changes);
+  EXPECT_EQ(pool.DispatchCapacity(0), 4 + 8);
+  EXPECT_EQ(pool.DispatchCapacity(2), (4 + 1) + (8 + 2));  // a's queue holds only one
+  EXPECT_EQ(pool.DispatchCapacity(-1), (4 + 1) + (8 + 16));
 }
 
 TEST(CallOutcomeTest, BadRequestsNeverCountAgainstAWorker) {

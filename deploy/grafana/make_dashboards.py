@@ -149,8 +149,9 @@ def overview():
              f"{{{{model_name}}}} p{int(round(float(q) * 100))}") for q in ("0.5", "0.95", "0.99")],
             unit=unit)
     d.row("Load and capacity")
-    d.panel("Inflight by model", [(
-        f"sum by (model_name) (tandem_gateway_inflight_requests{{{NSM}}})", "{{model_name}}")])
+    d.panel("Inflight / queued in the gateway by model", [
+        (f"sum by (model_name) (tandem_gateway_inflight_requests{{{NSM}}})", "{{model_name}} inflight"),
+        (f"sum by (model_name) (tandem_gateway_queued_requests{{{NSM}}})", "{{model_name}} queued")])
     d.panel("Ready / configured workers", [
         (f"sum by (model_name) (tandem_gateway_ready_workers{{{NSM}}})", "{{model_name}} ready"),
         (f"sum by (model_name) (tandem_gateway_workers{{{NSM}}})", "{{model_name}} configured")])
@@ -341,8 +342,10 @@ def signals():
     for sig, model in (("qwen_queue", "qwen"), ("nemotron_queue", "nemotron")):
         d.panel(f"{sig} (enter > 8, exit < 2)", [
             (f"max by (signal) (tandem_gateway_signal_value{{{NS}, signal=\"{sig}\"}})", "gateway: {{signal}}"),
+            (f"namespace_model_name:tandem_requests_waiting_per_worker:avg{{{NS}, model_name=\"{model}\"}}",
+             "prometheus: waiting per worker (gateways + workers)"),
             (f"namespace_model_name:tandem_worker_num_requests_waiting:avg{{{NS}, model_name=\"{model}\"}}",
-             "prometheus: avg waiting"),
+             "prometheus: avg waiting in workers"),
             ("8 + 0 * sum(tandem_gateway_info{%s})" % NS, "enter (gt 8)"),
             ("2 + 0 * sum(tandem_gateway_info{%s})" % NS, "exit (lt 2)"),
             (f"max(tandem_gateway_trigger_active{{{NS}, trigger=\"{model}_saturated\"}})",

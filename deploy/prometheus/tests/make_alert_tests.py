@@ -95,15 +95,25 @@ for sli, metric, le in (('TTFT', 'tandem_gateway_time_to_first_token_seconds', '
                 'exp_samples': [{'labels': f'{{namespace="prod",model_name="nemotron"}}', 'value': 0.5},
                                 {'labels': f'{{namespace="prod",model_name="qwen"}}', 'value': 0.05}]}])
 WK = lambda i, m: 'job="tandem-worker",instance="10.0.0.%d:910%d",namespace="prod",model_name="%s"' % (i, i, m)
-case('nemotron workers stay saturated; qwen does not', [
+case('nemotron backs up in its workers\' queues, qwen in the gateway\'s; qwen clears', [
     ('tandem_worker_num_requests_waiting{%s}' % WK(1, 'nemotron'), '12x10'),
     ('tandem_worker_num_requests_waiting{%s}' % WK(2, 'nemotron'), '10x10'),
-    ('tandem_worker_num_requests_waiting{%s}' % WK(3, 'qwen'), '3x10')], [
+    ('tandem_worker_num_requests_waiting{%s}' % WK(3, 'qwen'), '1x10'),
+    ('tandem_gateway_queued_requests{%s,model_name="qwen"}' % G, '8x4 0x6')], [
     ('3m', 'TandemQueueSaturated', []),
     ('6m', 'TandemQueueSaturated', [exp('TandemQueueSaturated', {'namespace': 'prod', 'model_name': 'nemotron'}, '11.0')]),
-], promql=[{'expr': 'namespace_model_name:tandem_worker_num_requests_waiting:avg', 'eval_time': '1m',
+], promql=[{'expr': 'namespace_model_name:tandem_requests_waiting_per_worker:avg', 'eval_time': '1m',
+            'exp_samples': [{'labels': 'namespace_model_name:tandem_requests_waiting_per_worker:avg{namespace="prod",model_name="nemotron"}', 'value': 11},
+                            {'labels': 'namespace_model_name:tandem_requests_waiting_per_worker:avg{namespace="prod",model_name="qwen"}', 'value': 9}]},
+           {'expr': 'namespace_model_name:tandem_worker_num_requests_waiting:avg', 'eval_time': '1m',
             'exp_samples': [{'labels': 'namespace_model_name:tandem_worker_num_requests_waiting:avg{namespace="prod",model_name="nemotron"}', 'value': 11},
-                            {'labels': 'namespace_model_name:tandem_worker_num_requests_waiting:avg{namespace="prod",model_name="qwen"}', 'value': 3}]}])
+                            {'labels': 'namespace_model_name:tandem_worker_num_requests_waiting:avg{namespace="prod",model_name="qwen"}', 'value': 1}]}])
+case('qwen backs up in the gateway for 5m', [
+    ('tandem_worker_num_requests_waiting{%s}' % WK(3, 'qwen'), '0x10'),
+    ('tandem_worker_num_requests_waiting{%s}' % WK(4, 'qwen'), '2x10'),
+    ('tandem_gateway_queued_requests{%s,model_name="qwen"}' % G, '20x10')], [
+    ('6m', 'TandemQueueSaturated', [exp('TandemQueueSaturated', {'namespace': 'prod', 'model_name': 'qwen'}, '11.0')]),
+])
 case('qwen workers refuse requests with a full queue', [
     ('tandem_worker_rejected_requests_total{%s,reason="queue_full"}' % WK(1, 'qwen'), '0+60x10'),
     ('tandem_worker_rejected_requests_total{%s,reason="draining"}' % WK(2, 'nemotron'), '0+60x10')], [
