@@ -11,7 +11,7 @@
 namespace tandem {
 
 // Limits applied to every request before any work is done. Each is a flag of both servers;
-// defaults are documented in the README.
+// defaults are documented in docs/configuration.md.
 struct RequestLimits {
   int32_t max_messages = 1024;
   int32_t max_parts_per_message = 64;

@@ -136,6 +136,7 @@ class GenerationCall {
     }
     const WorkerGenerateChunk& chunk() const { return in_; }
     Endpoint* endpoint() const { return target_.endpoint.get(); }
+    const ModelPool& pool() const { return *target_.pool; }
     const std::shared_ptr<Endpoint>& endpoint_ref() const { return target_.endpoint; }
     const std::string& model() const { return target_.pool->name(); }
     bool hedge() const { return hedge_; }
@@ -485,6 +486,14 @@ class GenerationCall {
                    per_token * service_->options().stall_timeout_multiple));
   }
 
+  // Whether a worker of the attempt's model other than its own may take a request now.
+  static bool AnotherUsable(const Attempt& a) {
+    for (const auto& e : *a.pool().endpoints()) {
+      if (e.get() != a.endpoint() && e->usable()) return true;
+    }
+    return false;
+  }
+
   void StartStallWatch() {
     if (service_->options().stall_timeout_min <= absl::ZeroDuration()) return;  // off
     std::lock_guard<std::mutex> l(stall_mu_);
@@ -537,9 +546,10 @@ class GenerationCall {
           if (a->lost() || a->stalled()) continue;
           if (!a->continuation()) {
             // Before the answer's first token a long prefill is no stall: only a worker known
-            // to be silent (probes timing out, streams stalling) is given up, and the request
-            // retried elsewhere, instead of waiting for it until the deadline.
-            if (a->endpoint()->unresponsive()) {
+            // to be silent (probes timing out, streams stalling) is given up, and only while
+            // another worker of the model can take the request, instead of waiting for it until
+            // the deadline. With none, waiting is the better bet: a worker that resumes answers.
+            if (a->endpoint()->unresponsive() && AnotherUsable(*a)) {
               stalled = a;
               break;
             }

@@ -220,10 +220,18 @@ void SignalEngine::ScrapeOnce(HttpClient& http) {
   }
   endpoints_ = std::move(kept);
 
+  // Gateway signals refresh with the scrapes: at the same rate, so a sum of the two compares
+  // like with like, and a momentary burst in the gateway's queue is not sampled 20 times a second.
   for (auto& [name, s] : signals_) {
-    if (s.spec.source != router::SignalSource::kScrape) continue;
     std::string error;
-    std::optional<double> v = Evaluate(s.spec, now, &error);
+    std::optional<double> v;
+    if (s.spec.source == router::SignalSource::kScrape) {
+      v = Evaluate(s.spec, now, &error);
+    } else if (s.spec.source == router::SignalSource::kGateway) {
+      v = EvaluateLocal(s.spec, &error);
+    } else {
+      continue;
+    }
     if (error.empty()) {
       s.value = v;
       s.refreshed = now;
@@ -395,20 +403,6 @@ void SignalEngine::Publish() {
   auto snap = std::make_shared<router::SignalSnapshot>();
   std::lock_guard<std::mutex> l(mu_);
   const TimePoint now = clock_->Now();
-  for (auto& [name, s] : signals_) {
-    if (s.spec.source != router::SignalSource::kGateway) continue;
-    std::string error;
-    std::optional<double> v = EvaluateLocal(s.spec, &error);
-    if (error.empty()) {
-      s.value = v;
-      s.refreshed = now;
-      s.error.clear();
-    } else {
-      // Refreshed at every snapshot (20/s or more): count a failure when it starts, not per try.
-      if (s.error != error && metrics_ != nullptr) metrics_->ForSignal(name).errors->Increment();
-      s.error = error;
-    }
-  }
   struct View {
     bool expired = false;
     std::optional<double> value;

@@ -46,7 +46,7 @@ struct SignalEngineOptions {
   std::string prometheus_url;
   absl::Duration promql_timeout = absl::Seconds(1);
   // The source of gateway signals; nullopt for a model this gateway does not serve. Called with
-  // the engine's lock held, at every snapshot: it must be cheap and must not call the engine.
+  // the engine's lock held, every scrape round: it must be cheap and must not call the engine.
   std::function<std::optional<ModelLoad>(const std::string& model)> local_load;
 };
 

@@ -195,7 +195,7 @@ class Parser : public YamlReader {
       if (n["interval"] && !n["promql"]) {
         Error(n["interval"], path + ".interval",
               "only PromQL signals have an interval (scrapes refresh at the gateway's "
-              "--scrape_interval, gateway and sum signals at every snapshot)");
+              "--scrape_interval, as do gateway signals; sums at every snapshot)");
       }
       if (const YAML::Node& sc = n["scrape"]) {
         sig.source = router::SignalSource::kScrape;

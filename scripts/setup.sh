@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcurl4-openssl-dev nlohmann-json3-dev   # gateway: worker scrapes and PromQL queries
   libopenblas-dev libopenblas0-pthread   # native engine: matrix products on the CPU
+  libblas-dev libgfortran-12-dev         # GPU kit: static reference BLAS (scripts/gpu_kit.sh)
   libssl-dev openssl  # TLS: certificate checks at start-up; tests make their own certificates
   libicu-dev          # tokenizer: Unicode categories and NFC
   prometheus          # promtool, used by the metrics lint tests
@@ -17,12 +18,15 @@ PACKAGES=(
   clang               # libFuzzer targets (scripts/fuzz.sh)
   python3             # builds the classifier's labelled data (router/classifier)
   python3-yaml        # deploy/ checks (compose, Kubernetes manifests)
+  python3-grpcio python3-protobuf   # examples/python, run by tests/clients_test
   docker-compose      # deploy/compose: `docker-compose config` in ctest
   systemd             # deploy/systemd: `systemd-analyze verify` in ctest
 )
 # deploy/k8s: `kubectl kustomize` in ctest. Debian 12 ships kubectl as kubernetes-client; keep a
 # kubectl that is already installed (another package providing it would conflict).
 if ! command -v kubectl >/dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
+# examples/node (tests/clients_test): keep a node that is already installed.
+if ! command -v node >/dev/null 2>&1; then PACKAGES+=(nodejs npm); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -40,4 +44,11 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   echo "[setup] all packages present"
+fi
+
+# The Node client example's packages (@grpc/grpc-js), pinned by its package-lock.json, from npm.
+EXAMPLE_NODE="$(dirname "$0")/../examples/node"
+if [[ ! -d "$EXAMPLE_NODE/node_modules/@grpc/grpc-js" ]]; then
+  echo "[setup] npm ci in examples/node"
+  (cd "$EXAMPLE_NODE" && npm ci --no-audit --no-fund --loglevel=error)
 fi

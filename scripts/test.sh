@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+# The GPU kit (docs/gpu-kit.md), for ctest's gpu_kit_check; the kit is the CUDA build.
+if [[ -x ${CUDACXX:-/usr/local/cuda/bin/nvcc} ]]; then bash scripts/gpu_kit.sh; fi
 BUILD_DIR=${TANDEM_BUILD_DIR:-build}
 cd "$BUILD_DIR"
 ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@"

@@ -1,6 +1,6 @@
 // The CUDA engine end to end on the golden checkpoints (label gpu; skips without a device):
 // greedy continuations against the golden ones, CUDA graphs against direct launches, and a
-// batch against each sequence decoded alone.
+// batch against each sequence decoded alone; the thinking budget enforced on the device path.
 #include "workers/cuda/cuda_engine.h"
 
 #include <cuda_runtime.h>
@@ -27,7 +27,8 @@ nlohmann::json Cases(const std::string& arch) {
   return nlohmann::json::parse(ss.str(), nullptr, false);
 }
 
-std::unique_ptr<CudaEngine> Engine(const std::string& arch, bool graphs) {
+std::unique_ptr<CudaEngine> Engine(const std::string& arch, bool graphs,
+                                   std::unique_ptr<Tokenizer> tokenizer = nullptr) {
   auto ckpt = native::Checkpoint::Open(std::string(TANDEM_SOURCE_DIR "/tests/golden/") + arch);
   EXPECT_TRUE(ckpt.ok()) << ckpt.status();
   auto model = LoadCudaModel(**ckpt);
@@ -37,7 +38,8 @@ std::unique_ptr<CudaEngine> Engine(const std::string& arch, bool graphs) {
   o.max_sequences = 8;
   o.memory_fraction = 0.2;
   o.cuda_graphs = graphs;
-  auto e = CudaEngine::Create(std::move(*model), std::make_unique<SyntheticTokenizer>(0), {}, o);
+  if (tokenizer == nullptr) tokenizer = std::make_unique<SyntheticTokenizer>(0);
+  auto e = CudaEngine::Create(std::move(*model), std::move(tokenizer), {}, o);
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;
 }
@@ -104,6 +106,67 @@ TEST_P(CudaEngineTest, GreedyMatchesGoldenAndBatchingAndGraphsChangeNothing) {
 
 INSTANTIATE_TEST_SUITE_P(BothArchitectures, CudaEngineTest,
                          ::testing::Values("qwen3_5_moe", "nemotron_h"));
+
+// The synthetic tokenizer with chosen "<think>" and "</think>" ids.
+class ThinkTokenizer final : public Tokenizer {
+ public:
+  ThinkTokenizer(int32_t start, int32_t end) : start_(start), end_(end) {}
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(
+      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& m,
+      const tandem::v1::ReasoningOptions& r, bool c) const override {
+    return inner_.EncodeChat(m, r, c);
+  }
+  std::unique_ptr<StreamDecoder> NewStreamDecoder() const override {
+    return inner_.NewStreamDecoder();
+  }
+  int32_t SpecialTokenId(std::string_view text) const override {
+    return text == "<think>" ? start_ : text == "</think>" ? end_ : -1;
+  }
+
+ private:
+  const int32_t start_;
+  const int32_t end_;
+  SyntheticTokenizer inner_{0};
+};
+
+TEST(CudaEngineThinkingTest, TheBudgetForcesTheEndOfThinkingOnTheDevicePathToo) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const nlohmann::json cases = Cases("qwen3_5_moe");
+  ASSERT_FALSE(cases.is_discarded());
+  auto plain = Engine("qwen3_5_moe", /*graphs=*/true);
+  ASSERT_TRUE(plain);
+  const std::vector<int32_t> free = Generate(*plain, cases, {0}, 4)[0];
+  // The prompt's last token plays "<think>", so generation starts inside a block; "</think>" is
+  // a token the model would not write third. A budget of 2 keeps the prefill's token and one
+  // decode token, then forces the end instead of the third.
+  const std::vector<int32_t> prompt = cases["cases"][0]["prompt_ids"].get<std::vector<int32_t>>();
+  const int32_t start = prompt.back();
+  int32_t end = 0;
+  while (end == free[0] || end == free[1] || end == free[2]) ++end;
+  ASSERT_NE(free[0], start);
+  ASSERT_NE(free[1], start);
+  for (const bool graphs : {true, false}) {
+    auto engine = Engine("qwen3_5_moe", graphs, std::make_unique<ThinkTokenizer>(start, end));
+    ASSERT_TRUE(engine);
+    SequenceSpec spec;
+    spec.id = 1;
+    spec.prompt = prompt;
+    spec.sampling.temperature = 0;
+    spec.max_tokens = 4;
+    spec.thinking_budget = 2;
+    ASSERT_TRUE(engine->AddSequence(spec).ok());
+    std::vector<int32_t> tokens;
+    for (int s = 0; s < 4; ++s) {
+      std::vector<StepOutput> step;
+      ASSERT_TRUE(engine->Step({1}, &step).ok());
+      tokens.push_back(step[0].token);
+    }
+    EXPECT_EQ(tokens[0], free[0]) << "graphs " << graphs;
+    EXPECT_EQ(tokens[1], free[1]) << "graphs " << graphs;
+    EXPECT_EQ(tokens[2], end) << "graphs " << graphs;
+    engine->RemoveSequence(1);
+  }
+}
 
 }  // namespace
 }  // namespace tandem::workers::cuda

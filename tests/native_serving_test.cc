@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -115,6 +117,85 @@ TEST_F(NativeServingTest, BothNativeModelsStreamThroughTheGateway) {
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_EQ(MetricValue(*metrics, "tandem_worker_sequence_memory_budget_bytes").value_or(0),
             268435456);
+}
+
+// --random_weights: the worker builds the model from config.json alone, with the weights
+// tandem-make-checkpoint writes for the same seed, so both answer alike; and says so everywhere.
+std::string GreedyText(const std::string& address) {
+  auto stub =
+      tandem::v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  tandem::v1::WorkerGenerateRequest req;
+  req.set_request_id("r");
+  auto* m = req.add_messages();
+  m->set_role("user");
+  m->add_content()->set_text("Write a haiku about queues.");
+  req.mutable_sampling()->set_max_tokens(12);
+  req.mutable_sampling()->set_temperature(0);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(60));
+  auto reader = stub->Generate(&ctx, req);
+  tandem::v1::WorkerGenerateChunk chunk;
+  std::string text;
+  int32_t tokens = 0;
+  while (reader->Read(&chunk)) {
+    text += chunk.text();
+    tokens += chunk.tokens();
+  }
+  const grpc::Status s = reader->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GT(tokens, 0);
+  return text;
+}
+
+TEST(RandomWeightsServingTest, GeneratedWeightsAnswerAsTheWrittenCheckpointAndSaySo) {
+  const std::string dir = MakeCheckpoint("qwen3_5_moe");  // seed 7
+  auto written = StartWorker("qwen", {"--engine=native", "--checkpoint=" + dir,
+                                      "--memory_budget=268435456", "--native_threads=1"});
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto generated = StartWorker(
+      "qwen", {"--engine=native", "--random_weights", "--model_config=" + dir + "/config.json",
+               "--random_weights_seed=7", "--model_id=Qwen/Qwen3.5-35B-A3B",
+               "--memory_budget=268435456", "--native_threads=1"});
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  ASSERT_TRUE(WaitForHealth(written->grpc_address, "", true).ok());
+  ASSERT_TRUE(WaitForHealth(generated->grpc_address, "", true).ok());
+  EXPECT_EQ(GreedyText(generated->grpc_address), GreedyText(written->grpc_address));
+
+  auto worker = tandem::v1::Worker::NewStub(
+      grpc::CreateChannel(generated->grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::WorkerInfo info;
+  ASSERT_TRUE(worker->GetInfo(&ctx, {}, &info).ok());
+  // A given id still says the weights are random.
+  EXPECT_EQ(info.model_id(), "random-weights/Qwen/Qwen3.5-35B-A3B");
+  EXPECT_EQ(info.engine(), "native");
+  for (const Server* w : {&*written, &*generated}) {
+    auto metrics = HttpGet(w->metrics_address, "/metrics");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    EXPECT_EQ(MetricValue(*metrics, "tandem_worker_info", {{"weights", "random"}}).value_or(0), 1);
+  }
+}
+
+TEST(RandomWeightsServingTest, FlagsAreCheckedBeforeLoading) {
+  const std::string config =
+      std::string(TANDEM_SOURCE_DIR) + "/workers/models/qwen3_5_moe/config.json";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--engine=native", "--random_weights"}, "--random_weights needs --model_config=PATH"},
+      {{"--random_weights", "--model_config=" + config}, "--random_weights needs --engine=native"},
+      {{"--engine=native", "--model_config=" + config}, "--model_config is for --random_weights"},
+      {{"--engine=native", "--random_weights", "--model_config=" + config, "--checkpoint=/tmp"},
+       "drop --checkpoint"},
+      // The released config has no tokenizer beside it; refused before any weight is built.
+      {{"--engine=native", "--random_weights", "--model_config=" + config}, "--tokenizer=PATH"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"--model=qwen", "--device=cpu", "--plaintext"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto [code, log] = RunToExit(TANDEM_WORKER_BIN, args);
+    EXPECT_EQ(code, 2) << log;
+    EXPECT_THAT(log, HasSubstr(message));
+  }
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ TEST(EstimateTokensTest, AsciiAtFourBytesAndOnePerNonAsciiCodePoint) {
 
 // The estimate against Qwen3's real tokenizer (counts from tests/tokens/count_tokens.js, see
 // scripts/measure_token_estimate.sh). Prints the error; fails if it grows past the bounds
-// documented in the README.
+// documented in docs/policies.md.
 TEST(EstimateTokensTest, ErrorAgainstQwen3Tokenizer) {
   std::ifstream in(TANDEM_SOURCE_DIR "/tests/tokens/qwen3_token_counts.jsonl");
   ASSERT_TRUE(in) << "missing tests/tokens/qwen3_token_counts.jsonl";

@@ -400,7 +400,7 @@ triggers:
   clock_.Advance(1);
   engine.Publish();
   EXPECT_FALSE(value("gateway_q").has_value());
-  EXPECT_DOUBLE_EQ(value("gateway_inflight").value_or(-1), 12);
+  EXPECT_FALSE(value("gateway_inflight").has_value());  // gateway signals refresh with scrapes
   bool described = false;
   const tandem::v1::SignalsStatus status = engine.Describe();
   for (const auto& s : status.signals()) {

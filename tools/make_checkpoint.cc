@@ -1,13 +1,16 @@
 // tandem-make-checkpoint: writes a random-weight checkpoint of either architecture, at any size,
 // in the released checkpoints' layout (config.json + safetensors, optionally sharded), for tests,
-// demos and benchmarks. Its answers are meaningless.
+// demos and benchmarks. Its answers are meaningless. The weights are those the worker's
+// --random_weights generates in memory for the same config.json and seed (random_weights.h).
 //
 //   tandem-make-checkpoint --arch=qwen3_5_moe --out=/tmp/qwen-small --hidden=256 --layers=4
 //   tandem-make-checkpoint --arch=nemotron_h --out=/tmp/nemo --tokenizer=tokenizer.json
+//   tandem-make-checkpoint --model_config=/tmp/qwen-small/config.json --seed=2 --out=/tmp/q2
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -15,6 +18,9 @@
 #include "workers/native/random_checkpoint.h"
 
 ABSL_FLAG(std::string, arch, "qwen3_5_moe", "qwen3_5_moe or nemotron_h.");
+ABSL_FLAG(std::string, model_config, "",
+          "A config.json to write random weights for (its architecture and sizes; the size flags "
+          "below are then unused). Written tensor by tensor: disk, not memory, bounds the size.");
 ABSL_FLAG(std::string, out, "", "Directory to write (created if missing).");
 ABSL_FLAG(std::string, tokenizer, "",
           "A tokenizer.json to copy into the checkpoint; its vocabulary sets --vocab.");
@@ -91,14 +97,37 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--dtype must be bf16 or f32\n");
     return 2;
   }
-  if (absl::Status s = tandem::workers::native::WriteRandomCheckpoint(o, out); !s.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-    return 1;
+  std::string what;
+  if (const std::string path = absl::GetFlag(FLAGS_model_config); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto config = nlohmann::json::parse(text.str(), nullptr, false);
+    if (!in || config.is_discarded()) {
+      std::fprintf(stderr, "%s: not a readable config.json\n", path.c_str());
+      return 1;
+    }
+    if (absl::Status s = tandem::workers::native::WriteRandomWeights(config, o.seed, o.dtype,
+                                                                     o.shard_bytes, out);
+        !s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", path.c_str(), std::string(s.message()).c_str());
+      return 1;
+    }
+    what = "the model of " + path;
+  } else {
+    if (absl::Status s = tandem::workers::native::WriteRandomCheckpoint(o, out); !s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    what = o.architecture + " (vocab " + std::to_string(o.vocab_size) + ", hidden " +
+           std::to_string(o.hidden_size) + ", " + std::to_string(o.num_layers) + " layers)";
   }
   if (!tokenizer_text.empty()) {
     std::ofstream(out + "/tokenizer.json", std::ios::binary) << tokenizer_text;
   }
-  std::printf("wrote a random-weight %s checkpoint (vocab %d, hidden %d, %d layers) to %s\n",
-              o.architecture.c_str(), o.vocab_size, o.hidden_size, o.num_layers, out.c_str());
+  std::printf(
+      "wrote random weights (seed %llu) of %s to %s; router weights random: expert load is "
+      "about uniform\n",
+      static_cast<unsigned long long>(o.seed), what.c_str(), out.c_str());
   return 0;
 }

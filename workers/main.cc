@@ -28,6 +28,7 @@
 #endif
 #include "workers/scheduler.h"
 #include "workers/synthetic_engine.h"
+#include "workers/weights_source.h"
 #include "workers/worker_metrics.h"
 #include "workers/worker_service.h"
 
@@ -35,6 +36,22 @@ ABSL_FLAG(std::string, model, "", "Model to serve: qwen or nemotron.");
 ABSL_FLAG(std::string, checkpoint, "",
           "Native engine: model directory (config.json, *.safetensors, tokenizer.json).");
 ABSL_FLAG(std::string, model_id, "", "Upstream model id reported in WorkerInfo (native engine).");
+ABSL_FLAG(bool, random_weights, false,
+          "Native engine: instead of --checkpoint, build the model --model_config describes at its "
+          "full size with every tensor RANDOM, generated from --random_weights_seed (on a GPU, "
+          "filled in device memory). A measuring tool, like the synthetic engine: the answers are "
+          "meaningless, and with random router weights expert load is about uniform. Shown in "
+          "WorkerInfo's model_id (random-weights/...), the start-up log and tandem_worker_info's "
+          "weights=\"random\" label.");
+ABSL_FLAG(std::string, model_config, "",
+          "--random_weights: the config.json to build (e.g. "
+          "workers/models/qwen3_5_moe/config.json).");
+ABSL_FLAG(uint64_t, random_weights_seed, 1,
+          "--random_weights: the seed. tandem-make-checkpoint --model_config=... --seed=N writes "
+          "the same weights to disk.");
+ABSL_FLAG(std::string, tokenizer, "",
+          "Native engine: tokenizer.json to use (default: the checkpoint's, or with "
+          "--random_weights the one next to --model_config).");
 ABSL_FLAG(int64_t, memory_budget, 4ll << 30,
           "Native engine: bytes of KV cache and recurrent state for all sequences together; "
           "admission waits when it is full.");
@@ -73,6 +90,24 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
 namespace tandem::workers {
 namespace {
 
+// Random weights are never silent: one warning at start, besides WorkerInfo's model_id and the
+// info metric's weights label.
+void WarnRandomWeights(const WeightsSource& weights, const std::string& model_id) {
+  if (weights.random_weights) {
+    spdlog::warn(
+        "RANDOM WEIGHTS (--random_weights, seed {}): {} built at its full size from {} with every "
+        "tensor generated; a measuring tool, the answers are meaningless; router weights random: "
+        "expert load is about uniform",
+        weights.seed, model_id, weights.model_config);
+  } else {
+    spdlog::warn(
+        "RANDOM WEIGHTS: {} was written by tandem-make-checkpoint ({}); the answers are "
+        "meaningless random-weight output (point --checkpoint at real weights); router weights "
+        "random: expert load is about uniform",
+        weights.checkpoint, model_id);
+  }
+}
+
 int Run() {
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) Fatal("--model is required (qwen or nemotron)");
@@ -100,10 +135,36 @@ int Run() {
   auto device = OpenDevice(device_flag);
   if (!device.ok()) Fatal(std::string(device.status().message()));
 
+  // The native engine's weights: a checkpoint, or generated ones (--random_weights).
+  WeightsSource weights;
+  weights.checkpoint = absl::GetFlag(FLAGS_checkpoint);
+  weights.random_weights = absl::GetFlag(FLAGS_random_weights);
+  weights.model_config = absl::GetFlag(FLAGS_model_config);
+  weights.seed = absl::GetFlag(FLAGS_random_weights_seed);
+  weights.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  const std::string checkpoint = weights.random_weights ? weights.model_config : weights.checkpoint;
+  if (weights.random_weights) {
+    if (engine_name != "native") Fatal("--random_weights needs --engine=native");
+    if (!weights.checkpoint.empty()) {
+      Fatal("--random_weights builds the model from --model_config; drop --checkpoint");
+    }
+    if (weights.model_config.empty()) {
+      Fatal(
+          "--random_weights needs --model_config=PATH (a config.json, e.g. "
+          "workers/models/qwen3_5_moe/config.json)");
+    }
+  } else if (!weights.model_config.empty()) {
+    Fatal("--model_config is for --random_weights (a checkpoint brings its own config.json)");
+  }
+
   std::unique_ptr<Engine> engine_holder;
+  bool random_weights = false;
   if (engine_name == "native") {
-    const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint);
-    if (checkpoint.empty()) Fatal("--engine=native needs --checkpoint=DIR (a model directory)");
+    if (checkpoint.empty()) {
+      Fatal(
+          "--engine=native needs --checkpoint=DIR (a model directory), or --random_weights "
+          "--model_config=PATH");
+    }
     if (device->id != "cpu") {
 #ifdef TANDEM_HAVE_CUDA_ENGINE
       cuda::CudaEngineOptions options;
@@ -115,20 +176,14 @@ int Run() {
       options.max_output_tokens = absl::GetFlag(FLAGS_max_output_tokens);
       options.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
       options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
-      bool random_weights = false;
       const auto start = std::chrono::steady_clock::now();
-      auto engine = cuda::LoadCudaEngine(checkpoint, options, &random_weights);
+      auto engine = cuda::LoadCudaEngine(weights, options, &random_weights);
       if (!engine.ok()) Fatal(std::string(engine.status().message()));
       spdlog::info("loaded {} onto {} in {:.2f}s; sequence memory budget {} bytes", checkpoint,
                    device->id,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                    (*engine)->MemoryBudgetBytes());
-      if (random_weights) {
-        spdlog::warn(
-            "RANDOM WEIGHTS: {} was written by tandem-make-checkpoint; the answers are "
-            "meaningless random-weight output",
-            checkpoint);
-      }
+      if (random_weights) WarnRandomWeights(weights, (*engine)->Info().model_id);
       engine_holder = std::move(*engine);
 #else
       Fatal(absl::StrCat("--engine=native --device=", device_flag,
@@ -137,7 +192,6 @@ int Run() {
     }
   }
   if (engine_name == "native" && engine_holder == nullptr) {
-    const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint);
     if (absl::GetFlag(FLAGS_memory_budget) < 1) Fatal("--memory_budget must be >= 1 byte");
     NativeEngineOptions options;
     options.model_name = model;
@@ -146,21 +200,15 @@ int Run() {
     options.max_output_tokens = absl::GetFlag(FLAGS_max_output_tokens);
     options.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
     native::SetKernelThreads(absl::GetFlag(FLAGS_native_threads));
-    bool random_weights = false;
     const auto start = std::chrono::steady_clock::now();
-    auto native = LoadNativeEngine(checkpoint, options, &random_weights);
+    auto native = LoadNativeEngine(weights, options, &random_weights);
     if (!native.ok()) Fatal(std::string(native.status().message()));
     spdlog::info("loaded {} from {} in {:.2f}s (KV {} bytes/token, state {} bytes/sequence)",
                  (*native)->model().shape().architecture, checkpoint,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                  (*native)->model().shape().kv_bytes_per_token,
                  (*native)->model().shape().state_bytes);
-    if (random_weights) {
-      spdlog::warn(
-          "RANDOM WEIGHTS: {} was written by tandem-make-checkpoint; the answers are "
-          "meaningless random-weight output (point --checkpoint at real weights)",
-          checkpoint);
-    }
+    if (random_weights) WarnRandomWeights(weights, (*native)->Info().model_id);
     engine_holder = std::move(*native);
   } else if (engine_holder == nullptr) {
     auto profile = SyntheticProfileFor(model);
@@ -181,7 +229,10 @@ int Run() {
 
   auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics metrics(*registry,
-                        {info.model_name, info.model_id, info.engine, device->id, device->name});
+                        {info.model_name, info.model_id, info.engine, device->id, device->name,
+                         engine_name != "native" ? "none"
+                         : random_weights        ? "random"
+                                                 : "checkpoint"});
 
   metrics.sequence_memory_budget.Set(static_cast<double>(engine.MemoryBudgetBytes()));
   Scheduler scheduler(&engine, &metrics, Clock::Real(),
@@ -231,9 +282,13 @@ int Run() {
       "serving model={} ({}) engine={}{} device={} ({}) grpc={} transport={} metrics={} "
       "metrics_transport={}",
       info.model_name, info.model_id, info.engine,
-      info.engine == "synthetic" ? " [LOAD SIMULATOR: not a real model]" : "", device->id,
-      device->name, grpc_address, ServerTransportFromFlags(), (*metrics_server)->Address(),
-      MetricsTransportFromFlags());
+      info.engine == "synthetic" ? " [LOAD SIMULATOR: not a real model]"
+      : random_weights
+          ? " [RANDOM WEIGHTS: a measuring tool, meaningless answers; router weights random: "
+            "expert load is about uniform]"
+          : "",
+      device->id, device->name, grpc_address, ServerTransportFromFlags(),
+      (*metrics_server)->Address(), MetricsTransportFromFlags());
 
   std::atomic<bool> done{false};
   std::mutex refresh_mu;

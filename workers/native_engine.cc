@@ -1,7 +1,10 @@
 #include "workers/native_engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "workers/native/chat_template.h"
@@ -16,8 +19,7 @@ NativeEngine::NativeEngine(std::unique_ptr<native::NativeModel> model,
       tokenizer_(std::move(tokenizer)),
       stop_ids_(std::move(stop_ids)),
       options_(std::move(options)),
-      think_start_(tokenizer_->SpecialTokenId("<think>")),
-      think_end_(tokenizer_->SpecialTokenId("</think>")) {
+      thinking_markers_(ThinkingMarkers::Of(*tokenizer_)) {
   info_ = NativeEngineInfo(model_->shape(), options_.model_name, options_.model_id,
                            options_.max_context_tokens, options_.max_output_tokens);
 }
@@ -59,13 +61,7 @@ absl::Status NativeEngine::AddSequence(const SequenceSpec& spec) {
   seq.sampling = spec.sampling;
   seq.rng.seed(spec.sampling.seed);
   seq.reserved = need;
-  seq.thinking_budget = spec.thinking_budget;
-  // The prompt leaves a thinking block open when its last <think> has no </think> after it (the
-  // generation prompt "<|im_start|>assistant\n<think>\n" does).
-  for (const int32_t t : spec.prompt) {
-    if (t == think_start_ && think_start_ >= 0) seq.thinking = true;
-    if (t == think_end_ && think_end_ >= 0) seq.thinking = false;
-  }
+  seq.thinking = ThinkingBudget(thinking_markers_, spec.thinking_budget, spec.prompt);
   reserved_.fetch_add(need);
   sequences_[spec.id] = std::move(seq);
   return absl::OkStatus();
@@ -96,20 +92,9 @@ absl::Status NativeEngine::Step(absl::Span<const uint64_t> ids, std::vector<Step
       s = model_->Forward(seq.state.get(), absl::MakeConstSpan(&token, 1), false, &logits_);
     }
     if (!s.ok()) return s;
-    int32_t next = sampler_.Sample(logits_.data(), vocab, seq.sampling, seq.rng);
     // Thinking budget: once spent, the end of thinking is forced, and the answer follows.
-    if (seq.thinking && seq.thinking_budget > 0 && think_end_ >= 0 &&
-        seq.thinking_tokens >= seq.thinking_budget) {
-      next = think_end_;
-    }
-    if (next == think_start_ && think_start_ >= 0) {
-      seq.thinking = true;
-      seq.thinking_tokens = 0;
-    } else if (next == think_end_ && think_end_ >= 0) {
-      seq.thinking = false;
-    } else if (seq.thinking) {
-      ++seq.thinking_tokens;
-    }
+    const int32_t next =
+        seq.thinking.Next(sampler_.Sample(logits_.data(), vocab, seq.sampling, seq.rng));
     seq.last_token = next;
     StepOutput o;
     o.id = id;
@@ -120,14 +105,14 @@ absl::Status NativeEngine::Step(absl::Span<const uint64_t> ids, std::vector<Step
   return absl::OkStatus();
 }
 
-absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& dir,
+absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& tokenizer_json,
                                                             const native::ModelShape& shape) {
-  auto bpe = native::BpeTokenizer::Load(dir + "/tokenizer.json");
+  auto bpe = native::BpeTokenizer::Load(tokenizer_json);
   if (!bpe.ok()) return bpe.status();
   if ((*bpe)->VocabSize() > shape.vocab_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir, ": tokenizer.json has ", (*bpe)->VocabSize(),
-                     " tokens but the model's vocabulary is ", shape.vocab_size));
+    return absl::InvalidArgumentError(absl::StrCat(tokenizer_json, " has ", (*bpe)->VocabSize(),
+                                                   " tokens but the model's vocabulary is ",
+                                                   shape.vocab_size));
   }
   auto tokenizer = native::NativeTokenizer::Create(
       std::shared_ptr<const native::BpeTokenizer>(std::move(*bpe)),
@@ -160,24 +145,41 @@ absl::Status CheckModelName(const std::string& dir, const std::string& model_nam
   if (model_id->empty()) {
     *model_id = *random_weights ? absl::StrCat("random-weights/", shape.architecture)
                                 : absl::StrCat("local/", shape.architecture);
+  } else if (*random_weights && !absl::StartsWith(*model_id, "random-weights/")) {
+    *model_id = absl::StrCat("random-weights/", *model_id);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<NativeEngine>> LoadNativeEngine(const std::string& dir,
+absl::StatusOr<std::unique_ptr<NativeEngine>> LoadNativeEngine(const WeightsSource& source,
                                                                NativeEngineOptions options,
                                                                bool* random_weights) {
-  auto checkpoint = native::Checkpoint::Open(dir);
-  if (!checkpoint.ok()) return checkpoint.status();
-  auto model = native::LoadNativeModel(**checkpoint);
+  auto weights = OpenWeights(source);
+  if (!weights.ok()) return weights.status();
+  const native::Checkpoint& checkpoint = *weights->checkpoint;
+  // The CPU reference widens every weight to fp32: refuse at once what this machine's memory
+  // cannot hold (a full-size model needs ~140 GB) rather than be killed part way.
+  uint64_t fp32_bytes = 0;
+  for (const auto& [name, t] : checkpoint.tensors()) {
+    fp32_bytes += static_cast<uint64_t>(t->elements()) * 4;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_bytes > 0 &&
+      fp32_bytes > static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(checkpoint.dir(), ": the CPU engine needs ", fp32_bytes,
+                     " bytes for the weights in fp32, more than this machine's ",
+                     static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes),
+                     " bytes of memory (use a GPU, --device=N, or a smaller model)"));
+  }
+  auto model = native::LoadNativeModel(checkpoint);
   if (!model.ok()) return model.status();
-  if (absl::Status s =
-          CheckModelName(dir, options.model_name, (*model)->shape(), (*checkpoint)->config_json(),
-                         &options.model_id, random_weights);
+  if (absl::Status s = CheckModelName(checkpoint.dir(), options.model_name, (*model)->shape(),
+                                      checkpoint.config_json(), &options.model_id, random_weights);
       !s.ok()) {
     return s;
   }
-  auto tokenizer = LoadCheckpointTokenizer(dir, (*model)->shape());
+  auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, (*model)->shape());
   if (!tokenizer.ok()) return tokenizer.status();
   return std::make_unique<NativeEngine>(std::move(*model), std::move(tokenizer->tokenizer),
                                         std::move(tokenizer->stop_ids), std::move(options));

@@ -11,6 +11,8 @@
 #include "workers/engine.h"
 #include "workers/native/native_model.h"
 #include "workers/sampler.h"
+#include "workers/thinking_budget.h"
+#include "workers/weights_source.h"
 
 namespace tandem::workers {
 
@@ -54,18 +56,15 @@ class NativeEngine final : public Engine {
     std::mt19937_64 rng;
     int32_t last_token = -1;
     int64_t reserved = 0;
-    int32_t thinking_budget = 0;
-    bool thinking = false;  // inside <think> ... </think>
-    int32_t thinking_tokens = 0;
+    ThinkingBudget thinking;
   };
 
   const std::unique_ptr<native::NativeModel> model_;
   const std::unique_ptr<Tokenizer> tokenizer_;
   const std::vector<int32_t> stop_ids_;
   const NativeEngineOptions options_;
-  // "<think>" and "</think>" ids (-1 when the vocabulary lacks them).
-  const int32_t think_start_;
-  const int32_t think_end_;
+  // "<think>" and "</think>" of the vocabulary, for every sequence's ThinkingBudget.
+  const ThinkingMarkers thinking_markers_;
   EngineInfo info_;
   std::unordered_map<uint64_t, Sequence> sequences_;
   std::atomic<int64_t> reserved_{0};
@@ -79,27 +78,29 @@ EngineInfo NativeEngineInfo(const native::ModelShape& shape, const std::string& 
                             const std::string& model_id, int32_t max_context_tokens,
                             int32_t max_output_tokens);
 
-// The tokenizer of a checkpoint directory (its tokenizer.json, the chat template of its
-// architecture) and the ids that end a sequence (the model's EOS and the template's
-// end-of-turn tokens). Checks that the model's vocabulary covers the tokenizer's.
+// The tokenizer of a checkpoint (its tokenizer.json, the chat template of its architecture)
+// and the ids that end a sequence (the model's EOS and the template's end-of-turn tokens).
+// Checks that the model's vocabulary covers the tokenizer's.
 struct CheckpointTokenizer {
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<int32_t> stop_ids;
 };
-absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& dir,
+absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& tokenizer_json,
                                                             const native::ModelShape& shape);
 
 // Checks --model against the checkpoint's architecture (qwen: qwen3_5_moe, nemotron:
-// nemotron_h) and fills a default model id; `random_weights` from config.json.
+// nemotron_h) and fills a default model id; `random_weights` from config.json. Random weights
+// always show in the id: "random-weights/" comes before any id given.
 absl::Status CheckModelName(const std::string& dir, const std::string& model_name,
                             const native::ModelShape& shape, const std::string& config_json,
                             std::string* model_id, bool* random_weights);
 
-// A native engine from a checkpoint directory: config.json, safetensors (single or sharded) and
-// tokenizer.json. The model's routing name must fit its architecture (qwen: qwen3_5_moe,
-// nemotron: nemotron_h). `random_weights` is set when config.json says the weights are random
-// (tandem-make-checkpoint), so the worker can say loudly that its answers are meaningless.
-absl::StatusOr<std::unique_ptr<NativeEngine>> LoadNativeEngine(const std::string& dir,
+// A native engine from a checkpoint directory (config.json, safetensors (single or sharded) and
+// tokenizer.json) or from generated weights (--random_weights). The model's routing name must
+// fit its architecture (qwen: qwen3_5_moe, nemotron: nemotron_h). `random_weights` is set when
+// the weights are random (generated, or config.json says tandem-make-checkpoint wrote them), so
+// the worker can say loudly that its answers are meaningless.
+absl::StatusOr<std::unique_ptr<NativeEngine>> LoadNativeEngine(const WeightsSource& source,
                                                                NativeEngineOptions options,
                                                                bool* random_weights);
 

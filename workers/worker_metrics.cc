@@ -160,7 +160,8 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const Labels& l)
                      {"model_id", l.model_id},
                      {"engine", l.engine},
                      {"device", l.device},
-                     {"device_name", l.device_name}})) {
+                     {"device_name", l.device_name},
+                     {"weights", l.weights}})) {
   info.Set(1);
 }
 

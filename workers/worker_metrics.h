@@ -19,6 +19,9 @@ struct WorkerMetrics {
     std::string engine;
     std::string device;
     std::string device_name;
+    // Where the weights come from: "checkpoint", "random" (generated or written by
+    // tandem-make-checkpoint: a measuring tool, meaningless answers) or "none" (synthetic).
+    std::string weights = "none";
   };
   WorkerMetrics(prometheus::Registry& registry, const Labels& labels);
 

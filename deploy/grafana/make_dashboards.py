@@ -4,7 +4,7 @@
     python3 deploy/grafana/make_dashboards.py            # rewrite dashboards/*.json
     python3 deploy/grafana/make_dashboards.py --check    # exit 1 if they are out of date
 
-Every query uses the metric names of README "Metrics" and the recording rules of
+Every query uses the metric names of docs/operations.md "Metrics" and the recording rules of
 deploy/prometheus/rules; `$namespace` and `$model` filter every panel. Checked by
 check_dashboards.py (structure) and tests/ops/dashboard_queries_test.py (every query against a
 real Prometheus that scraped a live stack).

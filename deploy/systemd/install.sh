@@ -111,7 +111,7 @@ install -m 755 "$BUILD/workers/tandem-worker" "$BUILD/gateway/tandem-gateway" \
   "$BUILD/tools/tandemctl" "$D/usr/local/bin/"
 install -m 644 "$HERE"/tandem-worker@.service "$HERE"/tandem-gateway.service \
   "$HERE"/tandem-prometheus.service "$HERE"/tandem.target "$D/etc/systemd/system/"
-install -m 644 "$ROOT/README.md" "$D/usr/local/share/doc/tandem/"
+install -m 644 "$ROOT/README.md" "$ROOT"/docs/*.md "$D/usr/local/share/doc/tandem/"
 
 keep() {  # keep() DEST: write stdin to DEST unless it exists (operators' edits survive)
   if [[ -e "$1" ]]; then echo "[install] keeping $1"; cat >/dev/null; else cat >"$1"; fi

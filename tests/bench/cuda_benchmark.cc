@@ -1,10 +1,13 @@
 // CUDA engine speed, reported as fractions of the memory-bandwidth bound so runs compare across
 // GPUs. For a checkpoint with the real models' layer shapes and fewer layers (make one with
-// tandem-make-checkpoint, see the README), measures decode time per token at batch 1, decode
+// tandem-make-checkpoint, see docs/engines.md), measures decode time per token at batch 1, decode
 // throughput at batch 64 and prefill throughput for an 8K-token prompt, and extrapolates per
-// layer to the full models (40 layers for Qwen3.5, 52 for Nemotron-H). Needs a GPU.
+// layer to the full models (40 layers for Qwen3.5, 52 for Nemotron-H). Or, with
+// --model_config, the full model itself on random weights generated on the device (no
+// checkpoint at all; router weights random: expert load is about uniform). Needs a GPU.
 //
 //   cuda_benchmark --checkpoint=DIR [--layers_full=40] [--peak_gbps=4800] [--json=FILE]
+//   cuda_benchmark --model_config=workers/models/qwen3_5_moe/config.json [--seed=1]
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -13,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,9 +24,14 @@
 #include "absl/flags/parse.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/kernels.h"
+#include "workers/native/random_checkpoint.h"
 #include "workers/native/safetensors.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint directory (real layer shapes, few layers).");
+ABSL_FLAG(std::string, model_config, "",
+          "Instead of --checkpoint: a config.json whose model is built at full size with random "
+          "weights generated on the device (workers/models/*/config.json).");
+ABSL_FLAG(uint64_t, seed, 1, "--model_config: the random weights' seed.");
 ABSL_FLAG(int32_t, layers_full, 0, "Layers of the full model for the extrapolation (0: skip).");
 ABSL_FLAG(double, peak_gbps, 0, "Peak memory bandwidth in GB/s (0: from the device).");
 ABSL_FLAG(int32_t, prefill_tokens, 8192, "Prompt length of the prefill measurement.");
@@ -44,9 +53,22 @@ int Run() {
     return 0;
   }
   const std::string dir = absl::GetFlag(FLAGS_checkpoint);
-  if (dir.empty()) return Fail("--checkpoint is required");
-  auto ckpt = native::Checkpoint::Open(dir);
+  const std::string config = absl::GetFlag(FLAGS_model_config);
+  if (dir.empty() == config.empty()) return Fail("give --checkpoint or --model_config");
+  absl::StatusOr<std::unique_ptr<native::Checkpoint>> ckpt;
+  if (!config.empty()) {
+    std::ifstream in(config, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return Fail("cannot read " + config);
+    ckpt = native::RandomWeightsCheckpoint(text.str(), absl::GetFlag(FLAGS_seed),
+                                           "random weights of " + config);
+  } else {
+    ckpt = native::Checkpoint::Open(dir);
+  }
   if (!ckpt.ok()) return Fail(std::string(ckpt.status().message()));
+  const bool random =
+      (*ckpt)->config_json().find("\"tandem_random_weights\": true") != std::string::npos;
   auto model = LoadCudaModel(**ckpt);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   CudaModel& m = **model;
@@ -171,6 +193,10 @@ int Run() {
   const int full = absl::GetFlag(FLAGS_layers_full);
   std::printf("device %s, %.0f GB/s peak, weights %.2f GB, %d layers\n", prop.name, peak,
               weights / 1e9, m.shape().num_layers);
+  if (random) {
+    std::printf("RANDOM WEIGHTS (%s): router weights random: expert load is about uniform\n",
+                (*ckpt)->dir().c_str());
+  }
   std::printf("prefill %lld tokens: %.3f s, %.0f tokens/s\n", static_cast<long long>(prefill),
               prefill_s, prefill / prefill_s);
   for (const Result& r : results) {
@@ -188,8 +214,10 @@ int Run() {
   }
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream out(path);
-    out << "{\"device\":\"" << prop.name << "\",\"peak_gbps\":" << peak
-        << ",\"weight_bytes\":" << weights << ",\"layers\":" << m.shape().num_layers
+    out << "{\"device\":\"" << prop.name << "\",\"random_weights\":" << (random ? "true" : "false")
+        << (random ? ",\"note\":\"router weights random: expert load is about uniform\"" : "")
+        << ",\"peak_gbps\":" << peak << ",\"weight_bytes\":" << weights
+        << ",\"layers\":" << m.shape().num_layers
         << ",\"prefill_tokens_per_s\":" << prefill / prefill_s << ",\"decode\":[";
     for (size_t i = 0; i < results.size(); ++i) {
       out << (i ? "," : "") << "{\"batch\":" << results[i].batch

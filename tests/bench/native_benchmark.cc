@@ -1,6 +1,6 @@
 // Native engine speed on the CPU: prefill and decode tokens/s for a small configuration of each
 // architecture (hidden 512, 8 layers, 16 experts, 32K vocabulary), random weights written in the
-// released layout. Run by hand for numbers (README); CI runs it once as a smoke test.
+// released layout. Run by hand for numbers (docs/performance.md); CI runs it once as a smoke test.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 

@@ -4,24 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "workers/cuda/cuda_status.h"
 #include "workers/cuda/kernels.h"
 #include "workers/native_engine.h"
 
 namespace tandem::workers::cuda {
 namespace {
-
-absl::Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
-}
-
-#define TANDEM_CUDA_RETURN(expr, what)                          \
-  do {                                                          \
-    if (absl::Status s_ = CudaStatus((expr), what); !s_.ok()) { \
-      return s_;                                                \
-    }                                                           \
-  } while (0)
 
 constexpr int64_t kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 constexpr int64_t kMaxBatch = 256;
@@ -43,7 +31,8 @@ CudaEngine::CudaEngine(std::unique_ptr<CudaModel> model, std::unique_ptr<Tokeniz
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       stop_ids_(std::move(stop_ids)),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      thinking_markers_(ThinkingMarkers::Of(*tokenizer_)) {
   info_ = NativeEngineInfo(model_->shape(), options_.model_name, options_.model_id,
                            options_.max_context_tokens, options_.max_output_tokens);
 }
@@ -78,7 +67,8 @@ int64_t CudaEngine::SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) con
 }
 
 absl::Status CudaEngine::Init() {
-  TANDEM_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  TANDEM_CUDA_RETURN(cudaSetDevice(options_.device),
+                     absl::StrCat("cudaSetDevice(", options_.device, ")"));
   TANDEM_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                      "cudaStreamCreate");
   size_t free_bytes = 0, total_bytes = 0;
@@ -108,35 +98,47 @@ absl::Status CudaEngine::Init() {
   blocks_ = block_bytes > 0 ? for_blocks / block_bytes : 1;
   budget_bytes_ = (slots_ - 1) * slot_bytes + (blocks_ - 1) * block_bytes;
   if (slot_bytes > 0) {
-    TANDEM_CUDA_RETURN(cudaMalloc(&state_pool_, static_cast<size_t>(slots_ * slot_bytes)),
-                       "cudaMalloc(state slots)");
+    if (absl::Status s = DeviceAlloc(&state_pool_, static_cast<size_t>(slots_ * slot_bytes),
+                                     "recurrent-state slots");
+        !s.ok()) {
+      return s;
+    }
   }
   if (block_bytes > 0) {
-    TANDEM_CUDA_RETURN(cudaMalloc(&kv_pool_, static_cast<size_t>(blocks_ * block_bytes)),
-                       "cudaMalloc(KV blocks)");
+    if (absl::Status s =
+            DeviceAlloc(&kv_pool_, static_cast<size_t>(blocks_ * block_bytes), "KV blocks");
+        !s.ok()) {
+      return s;
+    }
   }
   if (absl::Status s = model_->BindMemory(state_pool_, slots_, kv_pool_, blocks_); !s.ok()) {
     return s;
   }
-  TANDEM_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&block_tables_),
-                                static_cast<size_t>(slots_ * max_blocks_per_sequence_ * 4)),
-                     "cudaMalloc(block tables)");
+  if (absl::Status s =
+          DeviceAlloc(reinterpret_cast<void**>(&block_tables_),
+                      static_cast<size_t>(slots_ * max_blocks_per_sequence_ * 4), "block tables");
+      !s.ok()) {
+    return s;
+  }
   TANDEM_CUDA_RETURN(
       cudaMemsetAsync(block_tables_, 0, static_cast<size_t>(slots_ * max_blocks_per_sequence_ * 4),
                       stream_),
       "cudaMemset(block tables)");
   // Pinned staging: tokens, positions, slots, top_k, sampled ids (5 x kMaxBatch ints), then
   // temperature, top_p (floats), seeds, steps (64-bit) for kMaxBatch rows.
-  TANDEM_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&host_ints_),
-                                    static_cast<size_t>(kMaxBatch * 5 * 4 + kMaxBatch * 24)),
-                     "cudaMallocHost");
+  if (absl::Status s = PinnedHostAlloc(reinterpret_cast<void**>(&host_ints_),
+                                       static_cast<size_t>(kMaxBatch * 5 * 4 + kMaxBatch * 24),
+                                       "step inputs and sampled tokens");
+      !s.ok()) {
+    return s;
+  }
   host_sampled_ = host_ints_ + 4 * kMaxBatch;
   for (int32_t s = static_cast<int32_t>(slots_) - 1; s >= 1; --s) free_slots_.push_back(s);
   for (int32_t b = static_cast<int32_t>(blocks_) - 1; b >= 1; --b) free_blocks_.push_back(b);
   return CudaStatus(cudaStreamSynchronize(stream_), "engine set-up");
 }
 
-CudaEngine::Bucket* CudaEngine::BucketFor(int64_t batch) {
+absl::StatusOr<CudaEngine::Bucket*> CudaEngine::BucketFor(int64_t batch) {
   int64_t size = kMaxBatch;
   for (int64_t b : kBuckets) {
     if (b >= batch) {
@@ -144,30 +146,38 @@ CudaEngine::Bucket* CudaEngine::BucketFor(int64_t batch) {
       break;
     }
   }
-  Bucket& b = buckets_[size];
-  if (b.size == 0) {
-    b.size = size;
-    const int64_t vocab = model_->shape().vocab_size;
-    const size_t n = static_cast<size_t>(size);
-    bool ok = cudaMalloc(reinterpret_cast<void**>(&b.tokens), n * 4) == cudaSuccess &&
-              cudaMalloc(reinterpret_cast<void**>(&b.positions), n * 4) == cudaSuccess &&
-              cudaMalloc(reinterpret_cast<void**>(&b.slots), n * 4) == cudaSuccess &&
-              cudaMalloc(reinterpret_cast<void**>(&b.block_tables),
-                         n * static_cast<size_t>(max_blocks_per_sequence_) * 4) == cudaSuccess &&
-              cudaMalloc(reinterpret_cast<void**>(&b.logits), n * static_cast<size_t>(vocab) * 4) ==
-                  cudaSuccess &&
-              cudaMalloc(reinterpret_cast<void**>(&b.temperature), n * 4) == cudaSuccess &&
-              cudaMalloc(reinterpret_cast<void**>(&b.top_k), n * 4) == cudaSuccess &&
-              cudaMalloc(reinterpret_cast<void**>(&b.top_p), n * 4) == cudaSuccess &&
-              cudaMalloc(reinterpret_cast<void**>(&b.seeds), n * 8) == cudaSuccess &&
-              cudaMalloc(reinterpret_cast<void**>(&b.steps), n * 8) == cudaSuccess &&
-              cudaMalloc(reinterpret_cast<void**>(&b.sampled), n * 4) == cudaSuccess;
-    if (!ok) {
-      buckets_.erase(size);
-      return nullptr;
+  if (auto it = buckets_.find(size); it != buckets_.end()) return &it->second;
+  Bucket b;
+  b.size = size;
+  const int64_t vocab = model_->shape().vocab_size;
+  const size_t n = static_cast<size_t>(size);
+  const struct {
+    void** ptr;
+    size_t bytes;
+    const char* what;
+  } arrays[] = {
+      {reinterpret_cast<void**>(&b.tokens), n * 4, "decode tokens"},
+      {reinterpret_cast<void**>(&b.positions), n * 4, "decode positions"},
+      {reinterpret_cast<void**>(&b.slots), n * 4, "decode state slots"},
+      {reinterpret_cast<void**>(&b.block_tables),
+       n * static_cast<size_t>(max_blocks_per_sequence_) * 4, "decode block tables"},
+      {reinterpret_cast<void**>(&b.logits), n * static_cast<size_t>(vocab) * 4, "decode logits"},
+      {reinterpret_cast<void**>(&b.temperature), n * 4, "sampling temperatures"},
+      {reinterpret_cast<void**>(&b.top_k), n * 4, "sampling top_k"},
+      {reinterpret_cast<void**>(&b.top_p), n * 4, "sampling top_p"},
+      {reinterpret_cast<void**>(&b.seeds), n * 8, "sampling seeds"},
+      {reinterpret_cast<void**>(&b.steps), n * 8, "sampling steps"},
+      {reinterpret_cast<void**>(&b.sampled), n * 4, "sampled tokens"},
+  };
+  for (const auto& a : arrays) {
+    if (absl::Status s = DeviceAlloc(a.ptr, a.bytes, a.what); !s.ok()) {
+      // Nothing half-made stays behind: the next step of this size tries again from scratch.
+      for (const auto& done : arrays) cudaFree(*done.ptr);
+      (void)cudaGetLastError();
+      return absl::Status(s.code(), absl::StrCat("batch bucket of ", size, ": ", s.message()));
     }
   }
-  return &b;
+  return &buckets_.emplace(size, b).first->second;
 }
 
 absl::Status CudaEngine::AddSequence(const SequenceSpec& spec) {
@@ -197,6 +207,7 @@ absl::Status CudaEngine::AddSequence(const SequenceSpec& spec) {
   if (absl::Status s = model_->ResetSlot(seq.slot.state_slot, stream_); !s.ok()) return s;
   seq.prompt = spec.prompt;
   seq.sampling = spec.sampling;
+  seq.thinking = ThinkingBudget(thinking_markers_, spec.thinking_budget, spec.prompt);
   seq.reserved = SequenceBytes(static_cast<int64_t>(spec.prompt.size()), spec.max_tokens);
   reserved_bytes_.fetch_add(seq.reserved);
   sequences_[spec.id] = std::move(seq);
@@ -214,8 +225,9 @@ void CudaEngine::RemoveSequence(uint64_t id) {
 }
 
 absl::Status CudaEngine::SampleOne(Sequence& seq, const float* logits, int32_t* token) {
-  Bucket* b = BucketFor(1);
-  if (b == nullptr) return absl::ResourceExhaustedError("device memory for sampling buffers");
+  absl::StatusOr<Bucket*> bucket = BucketFor(1);
+  if (!bucket.ok()) return bucket.status();
+  Bucket* b = *bucket;
   const float temperature = seq.sampling.temperature;
   const int32_t top_k = seq.sampling.top_k;
   const float top_p = seq.sampling.top_p;
@@ -245,8 +257,9 @@ absl::Status CudaEngine::SampleOne(Sequence& seq, const float* logits, int32_t* 
 absl::Status CudaEngine::RunDecode(const std::vector<Sequence*>& seqs,
                                    std::vector<int32_t>* tokens) {
   const int64_t n = static_cast<int64_t>(seqs.size());
-  Bucket* b = BucketFor(n);
-  if (b == nullptr) return absl::ResourceExhaustedError("device memory for a decode bucket");
+  absl::StatusOr<Bucket*> bucket = BucketFor(n);
+  if (!bucket.ok()) return bucket.status();
+  Bucket* b = *bucket;
   const int64_t size = b->size;
   // Inputs for every row of the bucket, staged in pinned memory allocated once (no per-step
   // host allocation); padding rows use scratch slot 0 and block 0.
@@ -339,8 +352,9 @@ absl::Status CudaEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOu
   std::vector<Sequence*> decode;
   std::vector<size_t> decode_index;
   std::vector<StepOutput> results(ids.size());
-  Bucket* prefill_logits = BucketFor(1);
-  if (prefill_logits == nullptr) return absl::ResourceExhaustedError("device buffers");
+  absl::StatusOr<Bucket*> prefill_bucket = BucketFor(1);
+  if (!prefill_bucket.ok()) return prefill_bucket.status();
+  Bucket* prefill_logits = *prefill_bucket;
   for (size_t i = 0; i < ids.size(); ++i) {
     auto it = sequences_.find(ids[i]);
     if (it == sequences_.end()) {
@@ -363,6 +377,7 @@ absl::Status CudaEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOu
     seq.prompt.clear();
     int32_t token = 0;
     if (absl::Status s = SampleOne(seq, prefill_logits->logits, &token); !s.ok()) return s;
+    token = seq.thinking.Next(token);
     seq.last_token = token;
     ++seq.steps;
     results[i].token = token;
@@ -374,12 +389,15 @@ absl::Status CudaEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOu
     std::vector<int32_t> tokens;
     if (absl::Status s = RunDecode(chunk, &tokens); !s.ok()) return s;
     for (size_t j = 0; j < chunk.size(); ++j) {
+      tokens[j] = chunk[j]->thinking.Next(tokens[j]);
       chunk[j]->position += 1;
       chunk[j]->last_token = tokens[j];
       ++chunk[j]->steps;
       results[decode_index[start + j]].token = tokens[j];
     }
   }
+  // A launch whose error was dropped on the way still fails the step, naming its kernel.
+  if (absl::Status s = TakeLaunchFailureStatus(); !s.ok()) return s;
   for (StepOutput& r : results) {
     r.end_of_sequence = std::find(stop_ids_.begin(), stop_ids_.end(), r.token) != stop_ids_.end();
     out->push_back(r);
@@ -387,21 +405,23 @@ absl::Status CudaEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOu
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const std::string& dir,
+absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const WeightsSource& source,
                                                            CudaEngineOptions options,
                                                            bool* random_weights) {
-  TANDEM_CUDA_RETURN(cudaSetDevice(options.device), "cudaSetDevice");
-  auto checkpoint = native::Checkpoint::Open(dir);
-  if (!checkpoint.ok()) return checkpoint.status();
-  auto model = LoadCudaModel(**checkpoint);
+  TANDEM_CUDA_RETURN(cudaSetDevice(options.device),
+                     absl::StrCat("cudaSetDevice(", options.device, ")"));
+  auto weights = OpenWeights(source);
+  if (!weights.ok()) return weights.status();
+  const native::Checkpoint& checkpoint = *weights->checkpoint;
+  // Generated weights are filled on the device here, never staged in host memory.
+  auto model = LoadCudaModel(checkpoint);
   if (!model.ok()) return model.status();
-  if (absl::Status s =
-          CheckModelName(dir, options.model_name, (*model)->shape(), (*checkpoint)->config_json(),
-                         &options.model_id, random_weights);
+  if (absl::Status s = CheckModelName(checkpoint.dir(), options.model_name, (*model)->shape(),
+                                      checkpoint.config_json(), &options.model_id, random_weights);
       !s.ok()) {
     return s;
   }
-  auto tokenizer = LoadCheckpointTokenizer(dir, (*model)->shape());
+  auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, (*model)->shape());
   if (!tokenizer.ok()) return tokenizer.status();
   return CudaEngine::Create(std::move(*model), std::move(tokenizer->tokenizer),
                             std::move(tokenizer->stop_ids), std::move(options));

@@ -13,6 +13,8 @@
 #include "absl/status/statusor.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/engine.h"
+#include "workers/thinking_budget.h"
+#include "workers/weights_source.h"
 
 namespace tandem::workers::cuda {
 
@@ -63,6 +65,9 @@ class CudaEngine final : public Engine {
     int32_t last_token = -1;
     int64_t steps = 0;  // tokens sampled so far (the RNG counter)
     int64_t reserved = 0;
+    // Replaces a sampled token with the end of thinking once the budget is spent; the host
+    // copy of the token is what the next step feeds, so the forced one is what the model sees.
+    ThinkingBudget thinking;
   };
   // Device arrays of one bucket, fixed for the graph that reads them.
   struct Bucket {
@@ -85,7 +90,7 @@ class CudaEngine final : public Engine {
              std::vector<int32_t> stop_ids, CudaEngineOptions options);
   absl::Status Init();
   int64_t BlocksFor(int64_t tokens) const;
-  Bucket* BucketFor(int64_t batch);
+  absl::StatusOr<Bucket*> BucketFor(int64_t batch);
   absl::Status RunDecode(const std::vector<Sequence*>& seqs, std::vector<int32_t>* tokens);
   absl::Status SampleOne(Sequence& seq, const float* logits, int32_t* token);
 
@@ -93,6 +98,7 @@ class CudaEngine final : public Engine {
   const std::unique_ptr<Tokenizer> tokenizer_;
   const std::vector<int32_t> stop_ids_;
   const CudaEngineOptions options_;
+  const ThinkingMarkers thinking_markers_;
   EngineInfo info_;
   cudaStream_t stream_ = nullptr;
   void* state_pool_ = nullptr;
@@ -113,8 +119,10 @@ class CudaEngine final : public Engine {
   int32_t* host_sampled_ = nullptr;
 };
 
-// A CUDA engine from a checkpoint directory, on options.device (the process's device).
-absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const std::string& dir,
+// A CUDA engine from a checkpoint directory or from generated weights (--random_weights:
+// every tensor at the config's full size, filled on the device), on options.device (the
+// process's device). `random_weights` as LoadNativeEngine's.
+absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const WeightsSource& source,
                                                            CudaEngineOptions options,
                                                            bool* random_weights);
 

@@ -1,9 +1,11 @@
 #include "workers/cuda/gemm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "workers/cuda/random_fill.h"
 #include "workers/native/checkpoint_writer.h"
 
 namespace tandem::workers::cuda {
@@ -19,19 +21,15 @@ int64_t RowElements(const native::TensorView& v) {
 }
 int64_t RowCount(const native::TensorView& v) { return v.shape.empty() ? 1 : v.shape[0]; }
 
-}  // namespace
-
-absl::Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": CUDA error ", cudaGetErrorName(err), " (",
-                                          cudaGetErrorString(err), ")"));
-}
-
-absl::Status CublasStatus(cublasStatus_t err, const char* what) {
+// A failed GEMM names its shape: a bad dimension or an unsupported type pair reads as such.
+absl::Status GemmStatus(cublasStatus_t err, const char* kind, int64_t n, int64_t cols,
+                        int64_t rows) {
   if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(err), " (",
-                                          cublasGetStatusString(err), ")"));
+  return CublasStatus(err, absl::StrCat("cublasGemmEx (", kind, " linear: ", n, " x ", cols,
+                                        " input, ", rows, " x ", cols, " weight)"));
 }
+
+}  // namespace
 
 absl::Status LinearBf16(cublasHandle_t handle, const bf16* x, int64_t n, int64_t cols,
                         const bf16* w, int64_t rows, float* out) {
@@ -39,12 +37,12 @@ absl::Status LinearBf16(cublasHandle_t handle, const bf16* x, int64_t n, int64_t
   // Row-major out[n][rows] is column-major out^T [rows][n] = W (col-major view [cols][rows],
   // transposed) times x^T (col-major [cols][n]).
   const float alpha = 1.0f, beta = 0.0f;
-  return CublasStatus(
+  return GemmStatus(
       cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
                    static_cast<int>(cols), &alpha, w, CUDA_R_16BF, static_cast<int>(cols), x,
                    CUDA_R_16BF, static_cast<int>(cols), &beta, out, CUDA_R_32F,
                    static_cast<int>(rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-      "cublasGemmEx (bf16 linear)");
+      "bf16", n, cols, rows);
 }
 
 absl::Status Linear(cublasHandle_t handle, const float* x, int64_t n, int64_t cols, const bf16* w,
@@ -61,12 +59,12 @@ absl::Status LinearF32(cublasHandle_t handle, const float* x, int64_t n, int64_t
                        const float* w, int64_t rows, float* out) {
   if (n <= 0) return absl::OkStatus();
   const float alpha = 1.0f, beta = 0.0f;
-  return CublasStatus(
+  return GemmStatus(
       cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
                    static_cast<int>(cols), &alpha, w, CUDA_R_32F, static_cast<int>(cols), x,
                    CUDA_R_32F, static_cast<int>(cols), &beta, out, CUDA_R_32F,
                    static_cast<int>(rows), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
-      "cublasGemmEx (fp32 linear)");
+      "fp32", n, cols, rows);
 }
 
 DeviceWeights::Rows DeviceWeights::All(const native::TensorView* view) {
@@ -100,16 +98,38 @@ int DeviceWeights::AddF32(std::vector<Rows> parts, std::function<float(float)> t
 
 absl::Status DeviceWeights::Upload() {
   if (base_ != nullptr) return absl::FailedPreconditionError("DeviceWeights: uploaded twice");
-  if (absl::Status s = CudaStatus(cudaMalloc(&base_, total_bytes_ > 0 ? total_bytes_ : kAlign),
-                                  "cudaMalloc (model weights)");
+  void* base = nullptr;
+  if (absl::Status s =
+          DeviceAlloc(&base, static_cast<size_t>(total_bytes_ > 0 ? total_bytes_ : kAlign),
+                      "the model weights");
       !s.ok()) {
-    base_ = nullptr;
-    return absl::ResourceExhaustedError(
-        absl::StrCat(s.message(), "; the weights need ", total_bytes_, " bytes"));
+    return s;
   }
+  base_ = static_cast<uint8_t*>(base);
   // One host staging buffer per piece (bounded by the largest tensor), copied synchronously.
   std::vector<uint8_t> staging;
+  bool filled = false;
   for (const Piece& p : pieces_) {
+    // Generated weights (--random_weights) are filled on the device, never staged on the host;
+    // only a piece with a host transform (Nemotron's A = -exp(A_log), [heads]) is staged.
+    if (p.transform == nullptr && std::all_of(p.parts.begin(), p.parts.end(), [](const Rows& r) {
+          return r.view->random.has_value();
+        })) {
+      int64_t at = 0;  // elements written
+      for (const Rows& r : p.parts) {
+        const int64_t row = RowElements(*r.view);
+        const int64_t first = r.row_begin * row, count = r.rows * row;
+        const cudaError_t err =
+            p.is_bf16 ? FillRandomBf16(*r.view->random, first, count,
+                                       reinterpret_cast<bf16*>(base_ + p.offset) + at, nullptr)
+                      : FillRandomF32(*r.view->random, first, count,
+                                      reinterpret_cast<float*>(base_ + p.offset) + at, nullptr);
+        if (absl::Status s = CudaStatus(err, "FillRandom (generated weights)"); !s.ok()) return s;
+        at += count;
+      }
+      filled = true;
+      continue;
+    }
     const int64_t elem_bytes = p.is_bf16 ? 2 : 4;
     staging.resize(static_cast<size_t>(p.elements * elem_bytes));
     int64_t at = 0;  // elements written
@@ -117,7 +137,7 @@ absl::Status DeviceWeights::Upload() {
       const native::TensorView& v = *r.view;
       const int64_t row = RowElements(v);
       const int64_t first = r.row_begin * row, count = r.rows * row;
-      if (p.is_bf16 && v.dtype == native::DType::kBF16) {
+      if (p.is_bf16 && v.dtype == native::DType::kBF16 && v.data != nullptr) {
         std::memcpy(staging.data() + at * 2, v.data + first * 2, static_cast<size_t>(count * 2));
       } else if (p.is_bf16) {
         bf16* out = reinterpret_cast<bf16*>(staging.data()) + at;
@@ -138,6 +158,8 @@ absl::Status DeviceWeights::Upload() {
       return s;
     }
   }
+  // The fills ran on the legacy default stream; the models' streams are non-blocking.
+  if (filled) return CudaStatus(cudaDeviceSynchronize(), "FillRandom (generated weights)");
   return absl::OkStatus();
 }
 
@@ -159,12 +181,9 @@ absl::Status DeviceBuffer::Allocate(int64_t bytes, const std::string& what) {
     ptr_ = nullptr;
   }
   const int64_t size = AlignUp(bytes > 0 ? bytes : kAlign);
-  if (cudaError_t err = cudaMalloc(&ptr_, size); err != cudaSuccess) {
-    ptr_ = nullptr;
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cudaMalloc of ", size, " bytes for ", what, ": ", cudaGetErrorString(err)));
-  }
-  return CudaStatus(cudaMemset(ptr_, 0, size), "cudaMemset (scratch)");
+  if (absl::Status s = DeviceAlloc(&ptr_, static_cast<size_t>(size), what); !s.ok()) return s;
+  return CudaStatus(cudaMemset(ptr_, 0, static_cast<size_t>(size)),
+                    absl::StrCat("cudaMemset of ", size, " bytes for ", what));
 }
 
 }  // namespace tandem::workers::cuda

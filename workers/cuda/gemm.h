@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "workers/cuda/cuda_status.h"
 #include "workers/cuda/kernels.h"
 #include "workers/native/safetensors.h"
 
@@ -91,9 +92,5 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
 };
-
-// Maps a CUDA / cuBLAS error to a Status naming `what`.
-absl::Status CudaStatus(cudaError_t err, const char* what);
-absl::Status CublasStatus(cublasStatus_t err, const char* what);
 
 }  // namespace tandem::workers::cuda

@@ -4,8 +4,9 @@
 // code that sequences them compiles with the host compiler; the kernels live in kernels_*.cu.
 // Conventions: row-major; activations fp32; weights BF16 (stored as uint16_t bit patterns:
 // bfloat16 is the top half of an fp32); fp32 accumulation; recurrent state fp32. Every launcher
-// enqueues on `stream`, never synchronizes or allocates, and returns the launch error. They are
-// safe inside CUDA graph capture.
+// enqueues on `stream`, never synchronizes or allocates, and returns the launch error; a failed
+// launch is also recorded with its kernel name and shape (launch_check.h), which CudaStatus puts
+// in the Status. They are safe inside CUDA graph capture.
 
 #include <cuda_runtime.h>
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "workers/cuda/kernels.h"
+#include "workers/cuda/launch_check.h"
 
 namespace tandem::workers::cuda {
 namespace {
@@ -428,20 +429,24 @@ cudaError_t LaunchAttention(const float* q, int64_t batch, int64_t tokens, int64
                   static_cast<unsigned>(batch));
   const size_t smem = sizeof(float) * (kAttnRows + kAttnTile) * head_dim;
   const dim3 block(kAttnWarps * 32);
+  const char* name = nullptr;
   if (head_dim <= 64) {
+    name = "AttentionKernel<2>";
     AttentionKernel<2><<<grid, block, smem, stream>>>(q, tokens, start, heads, kv_heads, head_dim,
                                                       scale, context_lens, block_tables, max_blocks,
                                                       kv_blocks, out);
   } else if (head_dim <= 128) {
+    name = "AttentionKernel<4>";
     AttentionKernel<4><<<grid, block, smem, stream>>>(q, tokens, start, heads, kv_heads, head_dim,
                                                       scale, context_lens, block_tables, max_blocks,
                                                       kv_blocks, out);
   } else {
+    name = "AttentionKernel<8>";
     AttentionKernel<8><<<grid, block, smem, stream>>>(q, tokens, start, heads, kv_heads, head_dim,
                                                       scale, context_lens, block_tables, max_blocks,
                                                       kv_blocks, out);
   }
-  return cudaGetLastError();
+  return CheckLaunch(name, grid, block, smem);
 }
 
 // ---- Sampling ----
@@ -606,23 +611,25 @@ cudaError_t EmbeddingGather(const bf16* table, const int32_t* ids, int64_t n, in
                             float* out, cudaStream_t stream) {
   if (n == 0 || dim == 0) return cudaSuccess;
   if (n > 0x7fffffff) return cudaErrorInvalidValue;
-  EmbeddingGatherKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(table, ids, dim, out);
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>(n));
+  EmbeddingGatherKernel<<<grid, kThreads, 0, stream>>>(table, ids, dim, out);
+  return CheckLaunch("EmbeddingGatherKernel", grid, kThreads, 0);
 }
 
 cudaError_t CastToBf16(const float* in, int64_t count, bf16* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  CastToBf16Kernel<<<FlatBlocks(count), kThreads, 0, stream>>>(in, count, out);
-  return cudaGetLastError();
+  const dim3 grid(FlatBlocks(count));
+  CastToBf16Kernel<<<grid, kThreads, 0, stream>>>(in, count, out);
+  return CheckLaunch("CastToBf16Kernel", grid, kThreads, 0);
 }
 
 cudaError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const bf16* weight, float eps,
                     bool one_plus_weight, float* out, cudaStream_t stream) {
   if (rows == 0 || dim == 0) return cudaSuccess;
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, dim, weight, eps,
-                                                                      one_plus_weight, out);
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>(rows));
+  RmsNormKernel<<<grid, kThreads, 0, stream>>>(x, dim, weight, eps, one_plus_weight, out);
+  return CheckLaunch("RmsNormKernel", grid, kThreads, 0);
 }
 
 cudaError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
@@ -630,8 +637,9 @@ cudaError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t d
   if (rows == 0 || dim == 0) return cudaSuccess;
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;
   // Rows are short (a head, 128) in the models: 128 threads.
-  GatedRmsNormKernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(x, z, dim, weight, eps, out);
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>(rows));
+  GatedRmsNormKernel<<<grid, 128, 0, stream>>>(x, z, dim, weight, eps, out);
+  return CheckLaunch("GatedRmsNormKernel", grid, 128, 0);
 }
 
 cudaError_t GroupedGatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
@@ -641,9 +649,9 @@ cudaError_t GroupedGatedRmsNorm(const float* x, const float* z, int64_t rows, in
   if (groups <= 0 || dim % groups != 0 || rows * groups > 0x7fffffff) {
     return cudaErrorInvalidValue;
   }
-  GroupedGatedRmsNormKernel<<<static_cast<unsigned>(rows * groups), kThreads, 0, stream>>>(
-      x, z, dim, groups, weight, eps, out);
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>(rows * groups));
+  GroupedGatedRmsNormKernel<<<grid, kThreads, 0, stream>>>(x, z, dim, groups, weight, eps, out);
+  return CheckLaunch("GroupedGatedRmsNormKernel", grid, kThreads, 0);
 }
 
 cudaError_t RotaryEmbedding(float* x, const int32_t* positions, int64_t tokens, int64_t heads,
@@ -652,27 +660,31 @@ cudaError_t RotaryEmbedding(float* x, const int32_t* positions, int64_t tokens, 
   if (rotary_dim % 2 != 0 || rotary_dim > head_dim || rotary_dim < 0) return cudaErrorInvalidValue;
   const int64_t count = tokens * heads * (rotary_dim / 2);
   if (count == 0) return cudaSuccess;
-  RotaryKernel<<<FlatBlocks(count), kThreads, 0, stream>>>(x, positions, tokens, heads, head_dim,
-                                                           rotary_dim, theta);
-  return cudaGetLastError();
+  const dim3 grid(FlatBlocks(count));
+  RotaryKernel<<<grid, kThreads, 0, stream>>>(x, positions, tokens, heads, head_dim, rotary_dim,
+                                              theta);
+  return CheckLaunch("RotaryKernel", grid, kThreads, 0);
 }
 
 cudaError_t Add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  AddKernel<<<FlatBlocks(count), kThreads, 0, stream>>>(a, b, count, out);
-  return cudaGetLastError();
+  const dim3 grid(FlatBlocks(count));
+  AddKernel<<<grid, kThreads, 0, stream>>>(a, b, count, out);
+  return CheckLaunch("AddKernel", grid, kThreads, 0);
 }
 
 cudaError_t SiluGate(const float* in, int64_t rows, int64_t cols, float* out, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
-  SiluGateKernel<<<FlatBlocks(rows * cols), kThreads, 0, stream>>>(in, rows, cols, out);
-  return cudaGetLastError();
+  const dim3 grid(FlatBlocks(rows * cols));
+  SiluGateKernel<<<grid, kThreads, 0, stream>>>(in, rows, cols, out);
+  return CheckLaunch("SiluGateKernel", grid, kThreads, 0);
 }
 
 cudaError_t Relu2(const float* in, int64_t count, float* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  Relu2Kernel<<<FlatBlocks(count), kThreads, 0, stream>>>(in, count, out);
-  return cudaGetLastError();
+  const dim3 grid(FlatBlocks(count));
+  Relu2Kernel<<<grid, kThreads, 0, stream>>>(in, count, out);
+  return CheckLaunch("Relu2Kernel", grid, kThreads, 0);
 }
 
 cudaError_t CausalConv1d(const float* x, int64_t tokens, int64_t channels, int64_t kernel,
@@ -686,7 +698,7 @@ cudaError_t CausalConv1d(const float* x, int64_t tokens, int64_t channels, int64
                   static_cast<unsigned>(chunks));
   CausalConv1dKernel<<<grid, kThreads, 0, stream>>>(x, tokens, channels, kernel, weight, bias,
                                                     state, silu, out);
-  return cudaGetLastError();
+  return CheckLaunch("CausalConv1dKernel", grid, kThreads, 0);
 }
 
 cudaError_t CausalConv1dStep(const float* x, int64_t batch, int64_t channels, int64_t kernel,
@@ -695,9 +707,10 @@ cudaError_t CausalConv1dStep(const float* x, int64_t batch, int64_t channels, in
   if (kernel < 1) return cudaErrorInvalidValue;
   const int64_t count = batch * channels;
   if (count == 0) return cudaSuccess;
-  CausalConv1dStepKernel<<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0,
-                           stream>>>(x, batch, channels, kernel, weight, bias, states, silu, out);
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>((count + kThreads - 1) / kThreads));
+  CausalConv1dStepKernel<<<grid, kThreads, 0, stream>>>(x, batch, channels, kernel, weight, bias,
+                                                        states, silu, out);
+  return CheckLaunch("CausalConv1dStepKernel", grid, kThreads, 0);
 }
 
 cudaError_t KvCacheWrite(const float* k, const float* v, int64_t tokens, int64_t start,
@@ -705,9 +718,10 @@ cudaError_t KvCacheWrite(const float* k, const float* v, int64_t tokens, int64_t
                          float* kv_blocks, cudaStream_t stream) {
   const int64_t count = tokens * kv_heads * head_dim;
   if (count == 0) return cudaSuccess;
-  KvCacheWriteKernel<<<FlatBlocks(count), kThreads, 0, stream>>>(k, v, tokens, start, kv_heads,
-                                                                 head_dim, block_table, kv_blocks);
-  return cudaGetLastError();
+  const dim3 grid(FlatBlocks(count));
+  KvCacheWriteKernel<<<grid, kThreads, 0, stream>>>(k, v, tokens, start, kv_heads, head_dim,
+                                                    block_table, kv_blocks);
+  return CheckLaunch("KvCacheWriteKernel", grid, kThreads, 0);
 }
 
 cudaError_t AttentionPrefill(const float* q, int64_t tokens, int64_t start, int64_t heads,
@@ -731,9 +745,10 @@ cudaError_t Sample(const float* logits, int64_t batch, int64_t vocab, const floa
                    const int64_t* steps, int32_t* out, cudaStream_t stream) {
   if (batch == 0) return cudaSuccess;
   if (vocab <= 0 || vocab > 0x7fffffff || batch > 0x7fffffff) return cudaErrorInvalidValue;
-  SampleKernel<<<static_cast<unsigned>(batch), kSampleThreads, 0, stream>>>(
-      logits, vocab, temperature, top_k, top_p, seeds, steps, out);
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>(batch));
+  SampleKernel<<<grid, kSampleThreads, 0, stream>>>(logits, vocab, temperature, top_k, top_p, seeds,
+                                                    steps, out);
+  return CheckLaunch("SampleKernel", grid, kSampleThreads, 0);
 }
 
 }  // namespace tandem::workers::cuda

@@ -2,6 +2,7 @@
 // gather kernels: one thread per output element, grid-stride loops so any size fits one launch.
 
 #include "workers/cuda/kernels_model.h"
+#include "workers/cuda/launch_check.h"
 
 namespace tandem::workers::cuda {
 namespace {
@@ -121,10 +122,11 @@ cudaError_t BuildDecodeIndex(const int32_t* state_slots, const int32_t* position
                              cudaStream_t stream) {
   if (batch <= 0) return cudaSuccess;
   const int64_t total = batch * (recurrent_layers > 0 ? recurrent_layers : 1);
-  BuildDecodeIndexKernel<<<Blocks(total), kThreads, 0, stream>>>(
+  const dim3 grid(Blocks(total));
+  BuildDecodeIndexKernel<<<grid, kThreads, 0, stream>>>(
       state_slots, positions, batch, base, slot_floats, layer_floats, conv_floats, recurrent_layers,
       ptr_stride, conv_ptrs, ssm_ptrs, context_lens);
-  return cudaGetLastError();
+  return CheckLaunch("BuildDecodeIndexKernel", grid, kThreads, 0);
 }
 
 cudaError_t KvCacheWriteBatch(const float* k, const float* v, int64_t batch,
@@ -133,53 +135,57 @@ cudaError_t KvCacheWriteBatch(const float* k, const float* v, int64_t batch,
                               cudaStream_t stream) {
   const int64_t row = kv_heads * head_dim;
   if (batch <= 0 || row <= 0) return cudaSuccess;
-  KvCacheWriteBatchKernel<<<Blocks(batch * row), kThreads, 0, stream>>>(
-      k, v, batch, positions, row, block_tables, max_blocks, kv_blocks);
-  return cudaGetLastError();
+  const dim3 grid(Blocks(batch * row));
+  KvCacheWriteBatchKernel<<<grid, kThreads, 0, stream>>>(k, v, batch, positions, row, block_tables,
+                                                         max_blocks, kv_blocks);
+  return CheckLaunch("KvCacheWriteBatchKernel", grid, kThreads, 0);
 }
 
 cudaError_t CopyColumns(const float* src, int64_t rows, int64_t src_stride, int64_t cols,
                         float* dst, int64_t dst_stride, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  CopyColumnsKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(src, rows, src_stride, cols, dst,
-                                                                  dst_stride);
-  return cudaGetLastError();
+  const dim3 grid(Blocks(rows * cols));
+  CopyColumnsKernel<<<grid, kThreads, 0, stream>>>(src, rows, src_stride, cols, dst, dst_stride);
+  return CheckLaunch("CopyColumnsKernel", grid, kThreads, 0);
 }
 
 cudaError_t FillPositions(int32_t* out, int64_t count, int64_t start, cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
-  FillPositionsKernel<<<Blocks(count), kThreads, 0, stream>>>(out, count, start);
-  return cudaGetLastError();
+  const dim3 grid(Blocks(count));
+  FillPositionsKernel<<<grid, kThreads, 0, stream>>>(out, count, start);
+  return CheckLaunch("FillPositionsKernel", grid, kThreads, 0);
 }
 
 cudaError_t GdnGates(const float* a, const float* b, int64_t rows, int64_t heads,
                      const float* a_log, const float* dt_bias, float* g, float* beta,
                      cudaStream_t stream) {
   if (rows <= 0 || heads <= 0) return cudaSuccess;
-  GdnGatesKernel<<<Blocks(rows * heads), kThreads, 0, stream>>>(a, b, rows, heads, a_log, dt_bias,
-                                                                g, beta);
-  return cudaGetLastError();
+  const dim3 grid(Blocks(rows * heads));
+  GdnGatesKernel<<<grid, kThreads, 0, stream>>>(a, b, rows, heads, a_log, dt_bias, g, beta);
+  return CheckLaunch("GdnGatesKernel", grid, kThreads, 0);
 }
 
 cudaError_t MambaDt(const float* dt_raw, int64_t rows, int64_t heads, const float* dt_bias,
                     float dt_min, float dt_max, float* dt, cudaStream_t stream) {
   if (rows <= 0 || heads <= 0) return cudaSuccess;
-  MambaDtKernel<<<Blocks(rows * heads), kThreads, 0, stream>>>(dt_raw, rows, heads, dt_bias, dt_min,
-                                                               dt_max, dt);
-  return cudaGetLastError();
+  const dim3 grid(Blocks(rows * heads));
+  MambaDtKernel<<<grid, kThreads, 0, stream>>>(dt_raw, rows, heads, dt_bias, dt_min, dt_max, dt);
+  return CheckLaunch("MambaDtKernel", grid, kThreads, 0);
 }
 
 cudaError_t SigmoidMul(float* x, const float* gate, int64_t count, cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
-  SigmoidMulKernel<<<Blocks(count), kThreads, 0, stream>>>(x, gate, count);
-  return cudaGetLastError();
+  const dim3 grid(Blocks(count));
+  SigmoidMulKernel<<<grid, kThreads, 0, stream>>>(x, gate, count);
+  return CheckLaunch("SigmoidMulKernel", grid, kThreads, 0);
 }
 
 cudaError_t SigmoidScaleRows(const float* in, const float* logit, int64_t rows, int64_t cols,
                              float* out, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  SigmoidScaleRowsKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(in, logit, rows, cols, out);
-  return cudaGetLastError();
+  const dim3 grid(Blocks(rows * cols));
+  SigmoidScaleRowsKernel<<<grid, kThreads, 0, stream>>>(in, logit, rows, cols, out);
+  return CheckLaunch("SigmoidScaleRowsKernel", grid, kThreads, 0);
 }
 
 }  // namespace tandem::workers::cuda

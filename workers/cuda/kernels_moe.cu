@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "workers/cuda/kernels.h"
+#include "workers/cuda/launch_check.h"
 
 namespace tandem::workers::cuda {
 namespace {
@@ -241,9 +242,10 @@ cudaError_t RouteSoftmaxTopK(const float* logits, int64_t tokens, int64_t expert
   }
   if (tokens == 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(experts) * (sizeof(float) + 1);
-  RouteSoftmaxKernel<<<static_cast<unsigned>(tokens), kWarp, smem, stream>>>(
-      logits, static_cast<int>(experts), static_cast<int>(k), expert_ids, weights);
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>(tokens));
+  RouteSoftmaxKernel<<<grid, kWarp, smem, stream>>>(logits, static_cast<int>(experts),
+                                                    static_cast<int>(k), expert_ids, weights);
+  return CheckLaunch("RouteSoftmaxKernel", grid, kWarp, smem);
 }
 
 cudaError_t RouteSigmoidTopK(const float* logits, const float* bias, int64_t tokens,
@@ -254,9 +256,10 @@ cudaError_t RouteSigmoidTopK(const float* logits, const float* bias, int64_t tok
   }
   if (tokens == 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(experts) * (2 * sizeof(float) + 1);
-  RouteSigmoidKernel<<<static_cast<unsigned>(tokens), kWarp, smem, stream>>>(
+  const dim3 grid(static_cast<unsigned>(tokens));
+  RouteSigmoidKernel<<<grid, kWarp, smem, stream>>>(
       logits, bias, static_cast<int>(experts), static_cast<int>(k), scaling, expert_ids, weights);
-  return cudaGetLastError();
+  return CheckLaunch("RouteSigmoidKernel", grid, kWarp, smem);
 }
 
 cudaError_t MoeExperts(const float* x, int64_t tokens, int64_t hidden, const int32_t* expert_ids,
@@ -271,16 +274,16 @@ cudaError_t MoeExperts(const float* x, int64_t tokens, int64_t hidden, const int
   const bool up_vec = hidden % 8 == 0 && Aligned16(x) && Aligned16(up);
   const dim3 up_grid(static_cast<unsigned>(tokens * k),
                      static_cast<unsigned>((inter + kMoeWarps - 1) / kMoeWarps));
-  MoeUpKernel<<<up_grid, kMoeWarps * kWarp, 0, stream>>>(x, hidden, expert_ids, static_cast<int>(k),
-                                                         up, inter, swiglu, up_vec, scratch);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return e;
+  const dim3 block(kMoeWarps * kWarp);
+  MoeUpKernel<<<up_grid, block, 0, stream>>>(x, hidden, expert_ids, static_cast<int>(k), up, inter,
+                                             swiglu, up_vec, scratch);
+  if (cudaError_t e = CheckLaunch("MoeUpKernel", up_grid, block, 0); e != cudaSuccess) return e;
   const bool down_vec = inter % 8 == 0 && Aligned16(scratch) && Aligned16(down);
   const dim3 down_grid(static_cast<unsigned>(tokens),
                        static_cast<unsigned>((hidden + kMoeWarps - 1) / kMoeWarps));
-  MoeDownKernel<<<down_grid, kMoeWarps * kWarp, 0, stream>>>(
-      hidden, expert_ids, weights, static_cast<int>(k), down, inter, down_vec, scratch, out);
-  return cudaGetLastError();
+  MoeDownKernel<<<down_grid, block, 0, stream>>>(hidden, expert_ids, weights, static_cast<int>(k),
+                                                 down, inter, down_vec, scratch, out);
+  return CheckLaunch("MoeDownKernel", down_grid, block, 0);
 }
 
 }  // namespace tandem::workers::cuda

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "workers/cuda/kernels.h"
+#include "workers/cuda/launch_check.h"
 
 namespace tandem::workers::cuda {
 namespace {
@@ -155,20 +156,25 @@ cudaError_t LaunchGdn(const float* q, const float* k, const float* v, const floa
   const int t = static_cast<int>(tokens), kh = static_cast<int>(key_heads),
             vh = static_cast<int>(value_heads), ik = static_cast<int>(dk),
             iv = static_cast<int>(dv);
+  const char* name = nullptr;
   if (dk <= kWarp) {
+    name = "GdnKernel<1>";
     GdnKernel<1>
         <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
   } else if (dk <= 2 * kWarp) {
+    name = "GdnKernel<2>";
     GdnKernel<2>
         <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
   } else if (dk <= 4 * kWarp) {
+    name = "GdnKernel<4>";
     GdnKernel<4>
         <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
   } else {
+    name = "GdnKernel<8>";
     GdnKernel<8>
         <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
   }
-  return cudaGetLastError();
+  return CheckLaunch(name, grid, block, 0);
 }
 
 // ---- L2 norm ----
@@ -298,20 +304,25 @@ cudaError_t LaunchSsd(const float* x, const float* dt, const float* A, const flo
   const int t = static_cast<int>(tokens), nh = static_cast<int>(heads),
             hp = static_cast<int>(head_dim), ng = static_cast<int>(groups),
             ns = static_cast<int>(state_size);
+  const char* name = nullptr;
   if (state_size <= kWarp) {
+    name = "SsdKernel<1>";
     SsdKernel<1>
         <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
   } else if (state_size <= 2 * kWarp) {
+    name = "SsdKernel<2>";
     SsdKernel<2>
         <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
   } else if (state_size <= 4 * kWarp) {
+    name = "SsdKernel<4>";
     SsdKernel<4>
         <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
   } else {
+    name = "SsdKernel<8>";
     SsdKernel<8>
         <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
   }
-  return cudaGetLastError();
+  return CheckLaunch(name, grid, block, 0);
 }
 
 }  // namespace
@@ -340,9 +351,10 @@ cudaError_t L2NormScale(float* x, int64_t rows, int64_t dim, float eps, float sc
   constexpr int kWarpsPerBlock = 8;
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > INT32_MAX) return cudaErrorInvalidValue;
-  L2NormScaleKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(
-      x, rows, static_cast<int>(dim), eps, scale);
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>(blocks));
+  const dim3 block(kWarpsPerBlock * kWarp);
+  L2NormScaleKernel<<<grid, block, 0, stream>>>(x, rows, static_cast<int>(dim), eps, scale);
+  return CheckLaunch("L2NormScaleKernel", grid, block, 0);
 }
 
 cudaError_t MambaSsd(const float* x, const float* dt, const float* A, const float* B,

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "workers/cuda/cuda_model.h"
+#include "workers/cuda/cuda_status.h"
 #include "workers/cuda/gemm.h"
 #include "workers/native/safetensors.h"
 
@@ -75,12 +76,3 @@ absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaNemotronH(const native::Check
                                                              const nlohmann::json& config);
 
 }  // namespace tandem::workers::cuda
-
-// Returns a Status naming the launch when a cudaError_t expression fails.
-#define TANDEM_CUDA_RETURN(expr)                                                                 \
-  do {                                                                                           \
-    if (::absl::Status tandem_cuda_status_ = ::tandem::workers::cuda::CudaStatus((expr), #expr); \
-        !tandem_cuda_status_.ok()) {                                                             \
-      return tandem_cuda_status_;                                                                \
-    }                                                                                            \
-  } while (0)

@@ -20,13 +20,21 @@ uint16_t FloatToBf16(float f) {
 
 namespace {
 
+// Elements of a tensor to write: its values, or its shape's when generated.
+uint64_t Count(const TensorData& t) {
+  if (!t.random.has_value()) return t.values.size();
+  uint64_t n = 1;
+  for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
 absl::Status WriteFile(const std::string& path, const std::vector<const TensorData*>& tensors,
                        DType dtype) {
   nlohmann::json header = nlohmann::json::object();
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (const TensorData* t : tensors) {
-    const uint64_t bytes = t->values.size() * DTypeBytes(dtype);
+    const uint64_t bytes = Count(*t) * DTypeBytes(dtype);
     header[t->name] = {{"dtype", DTypeName(dtype)},
                        {"shape", t->shape},
                        {"data_offsets", {offset, offset + bytes}}};
@@ -40,8 +48,27 @@ absl::Status WriteFile(const std::string& path, const std::vector<const TensorDa
   out.write(reinterpret_cast<const char*>(&len), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   std::vector<uint16_t> half;
+  std::vector<float> chunk;
   for (const TensorData* t : tensors) {
-    if (dtype == DType::kF32) {
+    if (t->random.has_value()) {
+      // Generated in chunks of 1M elements (4 MiB).
+      const uint64_t n = Count(*t);
+      for (uint64_t at = 0; at < n; at += chunk.size()) {
+        chunk.resize(std::min<uint64_t>(n - at, uint64_t{1} << 20));
+        for (size_t i = 0; i < chunk.size(); ++i) {
+          chunk[i] = RandomWeight(*t->random, static_cast<int64_t>(at + i));
+        }
+        if (dtype == DType::kF32) {
+          out.write(reinterpret_cast<const char*>(chunk.data()),
+                    static_cast<std::streamsize>(chunk.size() * 4));
+        } else {
+          half.resize(chunk.size());
+          for (size_t i = 0; i < half.size(); ++i) half[i] = FloatToBf16(chunk[i]);
+          out.write(reinterpret_cast<const char*>(half.data()),
+                    static_cast<std::streamsize>(half.size() * 2));
+        }
+      }
+    } else if (dtype == DType::kF32) {
       out.write(reinterpret_cast<const char*>(t->values.data()),
                 static_cast<std::streamsize>(t->values.size() * 4));
     } else {
@@ -65,7 +92,7 @@ absl::Status WriteSafetensors(const std::string& dir, std::vector<TensorData> te
   std::vector<std::vector<const TensorData*>> shards(1);
   uint64_t in_shard = 0;
   for (const TensorData& t : tensors) {
-    const uint64_t bytes = t.values.size() * DTypeBytes(dtype);
+    const uint64_t bytes = Count(t) * DTypeBytes(dtype);
     if (shard_bytes > 0 && in_shard > 0 && in_shard + bytes > shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
@@ -82,7 +109,7 @@ absl::Status WriteSafetensors(const std::string& dir, std::vector<TensorData> te
     if (absl::Status s = WriteFile(dir + "/" + name, shards[i], dtype); !s.ok()) return s;
     for (const TensorData* t : shards[i]) {
       index["weight_map"][t->name] = name;
-      total += t->values.size() * DTypeBytes(dtype);
+      total += Count(*t) * DTypeBytes(dtype);
     }
   }
   index["metadata"] = {{"total_size", total}};

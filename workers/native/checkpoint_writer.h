@@ -1,10 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "workers/native/random_weights.h"
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers::native {
@@ -14,6 +16,9 @@ struct TensorData {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<float> values;
+  // Instead of `values`: element i is RandomWeight(*random, i), generated while it is written,
+  // so a random checkpoint of any size is written in bounded memory.
+  std::optional<RandomFill> random = std::nullopt;
 };
 
 // Writes tensors in the safetensors format (8-byte header length, JSON header padded to 8

@@ -3,231 +3,263 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
-#include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "workers/native/checkpoint_writer.h"
+#include "workers/native/nemotron_h_config.h"
+#include "workers/native/qwen35_moe_config.h"
 
 namespace tandem::workers::native {
 namespace {
 
-// Draws tensors with the spreads the golden fixtures use (tests/golden/MANIFEST.md), scaled so
-// activations stay bounded at larger widths.
-class Weights {
- public:
-  Weights(uint64_t seed, int32_t hidden)
-      : rng_(seed), scale_(std::sqrt(64.0f / static_cast<float>(hidden))) {}
+using Json = nlohmann::json;
 
-  void Normal(const std::string& name, std::vector<int64_t> shape, float std, float mean = 0) {
-    TensorData t{name, std::move(shape), {}};
-    t.values.resize(Count(t.shape));
-    std::normal_distribution<float> d(mean, std);
-    for (float& v : t.values) v = d(rng_);
-    tensors_.push_back(std::move(t));
+// The spread of each kind of tensor. Projections use 1/sqrt(fan_in), so a unit-RMS input gives
+// an output of RMS 1/sqrt(3) at any width; the state-space parameters are uniform draws in
+// ranges like the golden fixtures' (tests/golden/MANIFEST.md).
+struct Spread {
+  float center;
+  float half_width;
+};
+Spread Projection(int64_t fan_in) {
+  return {0.0f, static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in)))};
+}
+constexpr Spread kEmbedding{0.0f, 1.0f};
+// Plain RMSNorm weights (y = w * norm(x)) at 1, and Qwen's zero-centred ones (y = (1 + w) *
+// norm(x)) at 0: both scale by about 1.
+constexpr Spread kNorm{1.0f, 0.1f};
+constexpr Spread kNormOnePlus{0.0f, 0.1f};
+
+// Collects the tensors of one model with their generators for one seed.
+class SpecList {
+ public:
+  explicit SpecList(uint64_t seed) : seed_(seed) {}
+  void Add(const std::string& name, std::vector<int64_t> shape, Spread spread) {
+    specs_.push_back(RandomTensorSpec{
+        name, std::move(shape),
+        RandomFill{RandomTensorKey(seed_, name), spread.center, spread.half_width}});
   }
-  void Uniform(const std::string& name, std::vector<int64_t> shape, float lo, float hi,
-               bool log = false) {
-    TensorData t{name, std::move(shape), {}};
-    t.values.resize(Count(t.shape));
-    std::uniform_real_distribution<float> d(lo, hi);
-    for (float& v : t.values) v = log ? std::log(d(rng_)) : d(rng_);
-    tensors_.push_back(std::move(t));
-  }
-  void Projection(const std::string& name, std::vector<int64_t> shape) {
-    Normal(name, std::move(shape), 0.08f * scale_);
-  }
-  std::vector<TensorData> Take() { return std::move(tensors_); }
+  std::vector<RandomTensorSpec> Take() { return std::move(specs_); }
 
  private:
-  static size_t Count(const std::vector<int64_t>& shape) {
-    size_t n = 1;
-    for (int64_t d : shape) n *= static_cast<size_t>(d);
-    return n;
-  }
-  std::mt19937_64 rng_;
-  const float scale_;
-  std::vector<TensorData> tensors_;
+  const uint64_t seed_;
+  std::vector<RandomTensorSpec> specs_;
 };
 
-nlohmann::json Eos(int32_t id) { return id < 0 ? nlohmann::json(nullptr) : nlohmann::json(id); }
+void QwenSpecs(const qwen35::TextConfig& c, const std::string& prefix, SpecList* w) {
+  const int64_t H = c.hidden_size, hv = c.linear_value_heads, D = c.head_dim;
+  const int64_t E = c.num_experts, I = c.moe_intermediate, Is = c.shared_intermediate;
+  w->Add(prefix + "embed_tokens.weight", {c.vocab_size, H}, kEmbedding);
+  if (!c.tie_word_embeddings) w->Add("lm_head.weight", {c.vocab_size, H}, Projection(H));
+  w->Add(prefix + "norm.weight", {H}, kNormOnePlus);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string l = absl::StrCat(prefix, "layers.", i, ".");
+    w->Add(l + "input_layernorm.weight", {H}, kNormOnePlus);
+    w->Add(l + "post_attention_layernorm.weight", {H}, kNormOnePlus);
+    if (c.full_attention[i]) {
+      const int64_t q_rows = c.num_heads * D * (c.attn_output_gate ? 2 : 1);
+      w->Add(l + "self_attn.q_proj.weight", {q_rows, H}, Projection(H));
+      w->Add(l + "self_attn.k_proj.weight", {c.num_kv_heads * D, H}, Projection(H));
+      w->Add(l + "self_attn.v_proj.weight", {c.num_kv_heads * D, H}, Projection(H));
+      w->Add(l + "self_attn.o_proj.weight", {H, c.num_heads * D}, Projection(c.num_heads * D));
+      w->Add(l + "self_attn.q_norm.weight", {D}, kNormOnePlus);
+      w->Add(l + "self_attn.k_norm.weight", {D}, kNormOnePlus);
+    } else {
+      w->Add(l + "linear_attn.in_proj_qkv.weight", {c.conv_dim(), H}, Projection(H));
+      w->Add(l + "linear_attn.in_proj_z.weight", {c.value_dim(), H}, Projection(H));
+      w->Add(l + "linear_attn.in_proj_b.weight", {hv, H}, Projection(H));
+      w->Add(l + "linear_attn.in_proj_a.weight", {hv, H}, Projection(H));
+      w->Add(l + "linear_attn.conv1d.weight", {c.conv_dim(), 1, c.conv_kernel},
+             Projection(c.conv_kernel));
+      // A_log in [log 0.05, 0] (decay rates exp(A_log) in [0.05, 1]); dt_bias in [-2, 1].
+      w->Add(l + "linear_attn.A_log", {hv}, {-1.5f, 1.5f});
+      w->Add(l + "linear_attn.dt_bias", {hv}, {-0.5f, 1.5f});
+      w->Add(l + "linear_attn.norm.weight", {c.linear_value_dim}, kNorm);
+      w->Add(l + "linear_attn.out_proj.weight", {H, c.value_dim()}, Projection(c.value_dim()));
+    }
+    w->Add(l + "mlp.gate.weight", {E, H}, Projection(H));
+    w->Add(l + "mlp.experts.gate_up_proj", {E, 2 * I, H}, Projection(H));
+    w->Add(l + "mlp.experts.down_proj", {E, H, I}, Projection(I));
+    w->Add(l + "mlp.shared_expert.gate_proj.weight", {Is, H}, Projection(H));
+    w->Add(l + "mlp.shared_expert.up_proj.weight", {Is, H}, Projection(H));
+    w->Add(l + "mlp.shared_expert.down_proj.weight", {H, Is}, Projection(Is));
+    w->Add(l + "mlp.shared_expert_gate.weight", {1, H}, Projection(H));
+  }
+}
 
-void Qwen(const RandomModelOptions& o, nlohmann::json* config, Weights* w) {
-  const int64_t H = o.hidden_size, E = o.num_experts, I = o.moe_intermediate_size,
-                Is = o.shared_intermediate_size, hd = o.head_dim;
-  const int64_t Hk = o.linear_key_heads, Hv = o.linear_value_heads, dk = o.linear_head_dim,
-                dv = o.linear_head_dim;
-  const int64_t conv_dim = 2 * Hk * dk + Hv * dv;
+void NemotronSpecs(const nemotron_h::Config& c, SpecList* w) {
+  using nemotron_h::LayerKind;
+  const int64_t H = c.hidden;
+  w->Add("backbone.embeddings.weight", {c.vocab, H}, kEmbedding);
+  if (!c.tie_embeddings) w->Add("lm_head.weight", {c.vocab, H}, Projection(H));
+  w->Add("backbone.norm_f.weight", {H}, kNorm);
+  for (size_t i = 0; i < c.kinds.size(); ++i) {
+    const std::string l = absl::StrCat("backbone.layers.", i, ".");
+    const std::string m = l + "mixer.";
+    w->Add(l + "norm.weight", {H}, kNorm);
+    switch (c.kinds[i]) {
+      case LayerKind::kMamba: {
+        const int64_t nh = c.m_heads, cd = c.conv_dim();
+        w->Add(m + "in_proj.weight", {c.in_proj_rows(), H}, Projection(H));
+        w->Add(m + "conv1d.weight", {cd, 1, c.conv_kernel}, Projection(c.conv_kernel));
+        if (c.conv_bias) w->Add(m + "conv1d.bias", {cd}, {0.0f, 0.2f});
+        // A_log in [0, log 8] (A = -exp(A_log) in [-8, -1]), dt_bias in [-4, -1], D in
+        // [0.5, 1.5].
+        w->Add(m + "A_log", {nh}, {1.04f, 1.04f});
+        w->Add(m + "dt_bias", {nh}, {-2.5f, 1.5f});
+        w->Add(m + "D", {nh}, {1.0f, 0.5f});
+        w->Add(m + "norm.weight", {c.d_inner()}, kNorm);
+        w->Add(m + "out_proj.weight", {H, c.d_inner()}, Projection(c.d_inner()));
+        break;
+      }
+      case LayerKind::kAttention: {
+        const int64_t qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+        w->Add(m + "q_proj.weight", {qd, H}, Projection(H));
+        w->Add(m + "k_proj.weight", {kvd, H}, Projection(H));
+        w->Add(m + "v_proj.weight", {kvd, H}, Projection(H));
+        w->Add(m + "o_proj.weight", {H, qd}, Projection(qd));
+        break;
+      }
+      case LayerKind::kMoe: {
+        w->Add(m + "gate.weight", {c.experts, H}, Projection(H));
+        // Small next to the spread of the router scores, so it barely tilts selection.
+        w->Add(m + "gate.e_score_correction_bias", {c.experts}, {0.0f, 0.01f});
+        for (int64_t e = 0; e < c.experts; ++e) {
+          const std::string ep = absl::StrCat(m, "experts.", e, ".");
+          w->Add(ep + "up_proj.weight", {c.moe_inter, H}, Projection(H));
+          w->Add(ep + "down_proj.weight", {H, c.moe_inter}, Projection(c.moe_inter));
+        }
+        w->Add(m + "shared_experts.up_proj.weight", {c.shared_inter, H}, Projection(H));
+        w->Add(m + "shared_experts.down_proj.weight", {H, c.shared_inter},
+               Projection(c.shared_inter));
+        break;
+      }
+      case LayerKind::kMlp: {
+        w->Add(m + "up_proj.weight", {c.mlp_inter, H}, Projection(H));
+        w->Add(m + "down_proj.weight", {H, c.mlp_inter}, Projection(c.mlp_inter));
+        break;
+      }
+    }
+  }
+}
+
+Json Eos(int32_t id) { return id < 0 ? Json(nullptr) : Json(id); }
+
+Json QwenConfig(const RandomModelOptions& o) {
+  const int64_t hd = o.head_dim;
   std::vector<std::string> types;
   for (int i = 0; i < o.num_layers; ++i) {
     types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
   }
-  nlohmann::json text = {{"model_type", "qwen3_5_moe_text"},
-                         {"vocab_size", o.vocab_size},
-                         {"hidden_size", H},
-                         {"num_hidden_layers", o.num_layers},
-                         {"num_attention_heads", o.num_attention_heads},
-                         {"num_key_value_heads", o.num_kv_heads},
-                         {"head_dim", hd},
-                         {"hidden_act", "silu"},
-                         {"max_position_embeddings", o.max_positions},
-                         {"rms_norm_eps", 1e-6},
-                         {"tie_word_embeddings", false},
-                         {"attention_bias", false},
-                         {"attn_output_gate", true},
-                         {"full_attention_interval", 4},
-                         {"layer_types", types},
-                         {"linear_conv_kernel_dim", 4},
-                         {"linear_key_head_dim", dk},
-                         {"linear_value_head_dim", dv},
-                         {"linear_num_key_heads", Hk},
-                         {"linear_num_value_heads", Hv},
-                         {"mamba_ssm_dtype", "float32"},
-                         {"moe_intermediate_size", I},
-                         {"shared_expert_intermediate_size", Is},
-                         {"num_experts", E},
-                         {"num_experts_per_tok", o.experts_per_token},
-                         {"mtp_num_hidden_layers", 0},
-                         {"partial_rotary_factor", 0.25},
-                         {"rope_parameters",
-                          {{"mrope_interleaved", true},
-                           {"mrope_section", {hd / 16, hd / 32, hd / 32}},
-                           {"partial_rotary_factor", 0.25},
-                           {"rope_theta", 10000000},
-                           {"rope_type", "default"}}},
-                         {"bos_token_id", nullptr},
-                         {"eos_token_id", Eos(o.eos_token_id)},
-                         {"pad_token_id", nullptr}};
-  *config = {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
-             {"model_type", "qwen3_5_moe"},
-             {"tie_word_embeddings", false},
-             {"text_config", text}};
-  const std::string p = "model.language_model.";
-  w->Normal(p + "embed_tokens.weight", {o.vocab_size, H}, 0.3f);
-  for (int i = 0; i < o.num_layers; ++i) {
-    const std::string l = absl::StrCat(p, "layers.", i, ".");
-    w->Normal(l + "input_layernorm.weight", {H}, 0.1f);
-    w->Normal(l + "post_attention_layernorm.weight", {H}, 0.1f);
-    if (types[i] == "linear_attention") {
-      w->Uniform(l + "linear_attn.A_log", {Hv}, 0.05f, 1.0f, /*log=*/true);
-      w->Uniform(l + "linear_attn.conv1d.weight", {conv_dim, 1, 4}, -0.5f, 0.5f);
-      w->Uniform(l + "linear_attn.dt_bias", {Hv}, -2.0f, 1.0f);
-      w->Projection(l + "linear_attn.in_proj_a.weight", {Hv, H});
-      w->Projection(l + "linear_attn.in_proj_b.weight", {Hv, H});
-      w->Projection(l + "linear_attn.in_proj_qkv.weight", {conv_dim, H});
-      w->Projection(l + "linear_attn.in_proj_z.weight", {Hv * dv, H});
-      w->Normal(l + "linear_attn.norm.weight", {dv}, 0.1f, 1.0f);
-      w->Projection(l + "linear_attn.out_proj.weight", {H, Hv * dv});
-    } else {
-      w->Projection(l + "self_attn.q_proj.weight", {o.num_attention_heads * hd * 2, H});
-      w->Projection(l + "self_attn.k_proj.weight", {o.num_kv_heads * hd, H});
-      w->Projection(l + "self_attn.v_proj.weight", {o.num_kv_heads * hd, H});
-      w->Projection(l + "self_attn.o_proj.weight", {H, o.num_attention_heads * hd});
-      w->Normal(l + "self_attn.q_norm.weight", {hd}, 0.1f);
-      w->Normal(l + "self_attn.k_norm.weight", {hd}, 0.1f);
-    }
-    w->Normal(l + "mlp.gate.weight", {E, H}, 0.15f);
-    w->Projection(l + "mlp.experts.gate_up_proj", {E, 2 * I, H});
-    w->Projection(l + "mlp.experts.down_proj", {E, H, I});
-    w->Projection(l + "mlp.shared_expert.gate_proj.weight", {Is, H});
-    w->Projection(l + "mlp.shared_expert.up_proj.weight", {Is, H});
-    w->Projection(l + "mlp.shared_expert.down_proj.weight", {H, Is});
-    w->Projection(l + "mlp.shared_expert_gate.weight", {1, H});
-  }
-  w->Normal(p + "norm.weight", {H}, 0.1f);
-  w->Normal("lm_head.weight", {o.vocab_size, H}, 0.1f);
+  Json text = {{"model_type", "qwen3_5_moe_text"},
+               {"vocab_size", o.vocab_size},
+               {"hidden_size", o.hidden_size},
+               {"num_hidden_layers", o.num_layers},
+               {"num_attention_heads", o.num_attention_heads},
+               {"num_key_value_heads", o.num_kv_heads},
+               {"head_dim", hd},
+               {"hidden_act", "silu"},
+               {"max_position_embeddings", o.max_positions},
+               {"rms_norm_eps", 1e-6},
+               {"tie_word_embeddings", false},
+               {"attention_bias", false},
+               {"attn_output_gate", true},
+               {"full_attention_interval", 4},
+               {"layer_types", types},
+               {"linear_conv_kernel_dim", 4},
+               {"linear_key_head_dim", o.linear_head_dim},
+               {"linear_value_head_dim", o.linear_head_dim},
+               {"linear_num_key_heads", o.linear_key_heads},
+               {"linear_num_value_heads", o.linear_value_heads},
+               {"mamba_ssm_dtype", "float32"},
+               {"moe_intermediate_size", o.moe_intermediate_size},
+               {"shared_expert_intermediate_size", o.shared_intermediate_size},
+               {"num_experts", o.num_experts},
+               {"num_experts_per_tok", o.experts_per_token},
+               {"mtp_num_hidden_layers", 0},
+               {"partial_rotary_factor", 0.25},
+               {"rope_parameters",
+                {{"mrope_interleaved", true},
+                 {"mrope_section", {hd / 16, hd / 32, hd / 32}},
+                 {"partial_rotary_factor", 0.25},
+                 {"rope_theta", 10000000},
+                 {"rope_type", "default"}}},
+               {"bos_token_id", nullptr},
+               {"eos_token_id", Eos(o.eos_token_id)},
+               {"pad_token_id", nullptr}};
+  return {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+          {"model_type", "qwen3_5_moe"},
+          {"tie_word_embeddings", false},
+          {"text_config", text}};
 }
 
-void Nemotron(const RandomModelOptions& o, nlohmann::json* config, Weights* w) {
-  const int64_t H = o.hidden_size, E = o.num_experts, I = o.moe_intermediate_size,
-                Is = o.shared_intermediate_size, hd = o.head_dim;
-  const int64_t nh = o.mamba_heads, d_inner = o.mamba_heads * o.mamba_head_dim, ng = o.mamba_groups,
-                ds = o.ssm_state_size;
-  const int64_t conv_dim = d_inner + 2 * ng * ds;
+Json NemotronConfig(const RandomModelOptions& o) {
   std::string pattern = o.pattern;
   if (pattern.empty()) {
     for (int i = 0; i < o.num_layers; ++i) pattern += "MEM*E"[i % 5];
   }
-  *config = {{"architectures", {"NemotronHForCausalLM"}},
-             {"model_type", "nemotron_h"},
-             {"vocab_size", o.vocab_size},
-             {"hidden_size", H},
-             {"hybrid_override_pattern", pattern},
-             {"num_hidden_layers", static_cast<int>(pattern.size())},
-             {"num_attention_heads", o.num_attention_heads},
-             {"num_key_value_heads", o.num_kv_heads},
-             {"head_dim", hd},
-             {"attention_bias", false},
-             {"max_position_embeddings", o.max_positions},
-             {"intermediate_size", I},
-             {"mlp_hidden_act", "relu2"},
-             {"mlp_bias", false},
-             {"mamba_num_heads", nh},
-             {"mamba_head_dim", o.mamba_head_dim},
-             {"mamba_hidden_act", "silu"},
-             {"mamba_proj_bias", false},
-             {"mamba_ssm_cache_dtype", "float32"},
-             {"n_groups", ng},
-             {"ssm_state_size", ds},
-             {"conv_kernel", 4},
-             {"expand", 2},
-             {"chunk_size", 128},
-             {"time_step_min", 0.001},
-             {"time_step_max", 0.1},
-             {"time_step_floor", 0.0001},
-             {"use_conv_bias", true},
-             {"use_bias", false},
-             {"n_routed_experts", E},
-             {"n_shared_experts", 1},
-             {"moe_intermediate_size", I},
-             {"moe_shared_expert_intermediate_size", Is},
-             {"num_experts_per_tok", o.experts_per_token},
-             {"routed_scaling_factor", 2.5},
-             {"n_group", 1},
-             {"topk_group", 1},
-             {"norm_topk_prob", true},
-             {"layer_norm_epsilon", 1e-5},
-             {"tie_word_embeddings", false},
-             {"bos_token_id", nullptr},
-             {"eos_token_id", Eos(o.eos_token_id)},
-             {"pad_token_id", nullptr}};
-  w->Normal("backbone.embeddings.weight", {o.vocab_size, H}, 0.3f);
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    const std::string l = absl::StrCat("backbone.layers.", i, ".");
-    w->Normal(l + "norm.weight", {H}, 0.1f, 1.0f);
-    const std::string m = l + "mixer.";
-    if (pattern[i] == 'M') {
-      w->Uniform(m + "A_log", {nh}, 1.0f, 8.0f, /*log=*/true);
-      w->Uniform(m + "D", {nh}, 0.5f, 1.5f);
-      w->Uniform(m + "conv1d.bias", {conv_dim}, -0.2f, 0.2f);
-      w->Uniform(m + "conv1d.weight", {conv_dim, 1, 4}, -0.5f, 0.5f);
-      w->Uniform(m + "dt_bias", {nh}, -4.0f, -1.0f);
-      w->Projection(m + "in_proj.weight", {d_inner + conv_dim + nh, H});
-      w->Normal(m + "norm.weight", {d_inner}, 0.1f, 1.0f);
-      w->Projection(m + "out_proj.weight", {H, d_inner});
-    } else if (pattern[i] == 'E') {
-      for (int64_t e = 0; e < E; ++e) {
-        w->Projection(absl::StrCat(m, "experts.", e, ".up_proj.weight"), {I, H});
-        w->Projection(absl::StrCat(m, "experts.", e, ".down_proj.weight"), {H, I});
-      }
-      w->Normal(m + "gate.weight", {E, H}, 0.15f);
-      w->Normal(m + "gate.e_score_correction_bias", {E}, 0.05f);
-      w->Projection(m + "shared_experts.up_proj.weight", {Is, H});
-      w->Projection(m + "shared_experts.down_proj.weight", {H, Is});
-    } else {
-      w->Projection(m + "q_proj.weight", {o.num_attention_heads * hd, H});
-      w->Projection(m + "k_proj.weight", {o.num_kv_heads * hd, H});
-      w->Projection(m + "v_proj.weight", {o.num_kv_heads * hd, H});
-      w->Projection(m + "o_proj.weight", {H, o.num_attention_heads * hd});
-    }
-  }
-  w->Normal("backbone.norm_f.weight", {H}, 0.1f, 1.0f);
-  w->Normal("lm_head.weight", {o.vocab_size, H}, 0.1f);
+  return {{"architectures", {"NemotronHForCausalLM"}},
+          {"model_type", "nemotron_h"},
+          {"vocab_size", o.vocab_size},
+          {"hidden_size", o.hidden_size},
+          {"hybrid_override_pattern", pattern},
+          {"num_hidden_layers", static_cast<int>(pattern.size())},
+          {"num_attention_heads", o.num_attention_heads},
+          {"num_key_value_heads", o.num_kv_heads},
+          {"head_dim", o.head_dim},
+          {"attention_bias", false},
+          {"max_position_embeddings", o.max_positions},
+          {"intermediate_size", o.moe_intermediate_size},
+          {"mlp_hidden_act", "relu2"},
+          {"mlp_bias", false},
+          {"mamba_num_heads", o.mamba_heads},
+          {"mamba_head_dim", o.mamba_head_dim},
+          {"mamba_hidden_act", "silu"},
+          {"mamba_proj_bias", false},
+          {"mamba_ssm_cache_dtype", "float32"},
+          {"n_groups", o.mamba_groups},
+          {"ssm_state_size", o.ssm_state_size},
+          {"conv_kernel", 4},
+          {"expand", 2},
+          {"chunk_size", 128},
+          {"time_step_min", 0.001},
+          {"time_step_max", 0.1},
+          {"time_step_floor", 0.0001},
+          {"use_conv_bias", true},
+          {"use_bias", false},
+          {"n_routed_experts", o.num_experts},
+          {"n_shared_experts", 1},
+          {"moe_intermediate_size", o.moe_intermediate_size},
+          {"moe_shared_expert_intermediate_size", o.shared_intermediate_size},
+          {"num_experts_per_tok", o.experts_per_token},
+          {"routed_scaling_factor", 2.5},
+          {"n_group", 1},
+          {"topk_group", 1},
+          {"norm_topk_prob", true},
+          {"layer_norm_epsilon", 1e-5},
+          {"tie_word_embeddings", false},
+          {"bos_token_id", nullptr},
+          {"eos_token_id", Eos(o.eos_token_id)},
+          {"pad_token_id", nullptr}};
+}
+
+// The config with the marks that tell the worker (CheckModelName) its weights are random.
+Json Marked(Json config, uint64_t seed) {
+  config["tandem_random_weights"] = true;
+  config["tandem_random_seed"] = seed;
+  return config;
 }
 
 }  // namespace
 
-absl::Status WriteRandomCheckpoint(const RandomModelOptions& o, const std::string& dir) {
+int64_t RandomTensorSpec::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+absl::StatusOr<Json> RandomModelConfig(const RandomModelOptions& o) {
   if (o.vocab_size < 2 || o.hidden_size < 8 || o.num_layers < 1 || o.num_experts < 1 ||
       o.experts_per_token < 1 || o.experts_per_token > o.num_experts ||
       o.num_attention_heads % o.num_kv_heads != 0 || o.head_dim % 32 != 0 ||
@@ -242,26 +274,85 @@ absl::Status WriteRandomCheckpoint(const RandomModelOptions& o, const std::strin
       return absl::InvalidArgumentError("pattern: only M (Mamba-2), E (MoE) and * (attention)");
     }
   }
+  if (o.architecture == "qwen3_5_moe") return QwenConfig(o);
+  if (o.architecture == "nemotron_h") return NemotronConfig(o);
+  return absl::InvalidArgumentError(
+      absl::StrCat("architecture '", o.architecture, "': expected qwen3_5_moe or nemotron_h"));
+}
+
+absl::StatusOr<std::vector<RandomTensorSpec>> RandomTensorSpecs(const Json& config, uint64_t seed) {
+  if (!config.is_object()) return absl::InvalidArgumentError("config.json is not an object");
+  if (config.contains("quantization_config")) {
+    return absl::UnimplementedError(
+        "random weights are BF16; a quantized config (quantization_config) is not supported");
+  }
+  const std::string type = config.value("model_type", std::string());
+  SpecList specs(seed);
+  if (type == "qwen3_5_moe" || type == "qwen3_5_moe_text") {
+    auto c = qwen35::ParseConfig(config);
+    if (!c.ok()) return c.status();
+    // The loaders' prefixes: the composite model nests the text model, a bare one does not.
+    QwenSpecs(*c, type == "qwen3_5_moe" ? "model.language_model." : "model.", &specs);
+  } else if (type == "nemotron_h") {
+    auto c = nemotron_h::ParseConfig(config, "config.json");
+    if (!c.ok()) return c.status();
+    NemotronSpecs(*c, &specs);
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        "model_type '", type, "': random weights exist for qwen3_5_moe and nemotron_h"));
+  }
+  return specs.Take();
+}
+
+absl::Status WriteRandomWeights(const Json& config, uint64_t seed, DType dtype,
+                                uint64_t shard_bytes, const std::string& dir) {
+  auto specs = RandomTensorSpecs(config, seed);
+  if (!specs.ok()) return specs.status();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  nlohmann::json config;
-  Weights w(o.seed, o.hidden_size);
-  if (o.architecture == "qwen3_5_moe") {
-    Qwen(o, &config, &w);
-  } else if (o.architecture == "nemotron_h") {
-    Nemotron(o, &config, &w);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("architecture '", o.architecture, "': expected qwen3_5_moe or nemotron_h"));
-  }
-  config["tandem_random_weights"] = true;
   {
     std::ofstream out(dir + "/config.json");
-    out << config.dump(2) << "\n";
+    out << Marked(config, seed).dump(2) << "\n";
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", dir, "/config.json"));
   }
-  return WriteSafetensors(dir, w.Take(), o.dtype, o.shard_bytes);
+  std::vector<TensorData> tensors;
+  tensors.reserve(specs->size());
+  for (RandomTensorSpec& s : *specs) {
+    tensors.push_back(TensorData{std::move(s.name), std::move(s.shape), {}, s.fill});
+  }
+  return WriteSafetensors(dir, std::move(tensors), dtype, shard_bytes);
+}
+
+absl::Status WriteRandomCheckpoint(const RandomModelOptions& o, const std::string& dir) {
+  auto config = RandomModelConfig(o);
+  if (!config.ok()) return config.status();
+  return WriteRandomWeights(*config, o.seed, o.dtype, o.shard_bytes, dir);
+}
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> RandomWeightsCheckpoint(const std::string& config_json,
+                                                                    uint64_t seed,
+                                                                    const std::string& label) {
+  const Json config = Json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": config.json is not a JSON object"));
+  }
+  auto specs = RandomTensorSpecs(config, seed);
+  if (!specs.ok()) {
+    return absl::Status(specs.status().code(), absl::StrCat(label, ": ", specs.status().message()));
+  }
+  std::vector<TensorView> views;
+  views.reserve(specs->size());
+  for (RandomTensorSpec& s : *specs) {
+    TensorView v;
+    v.name = std::move(s.name);
+    v.dtype = DType::kBF16;  // every generated value is exactly a BF16
+    v.shape = std::move(s.shape);
+    v.bytes = static_cast<size_t>(v.elements()) * 2;
+    v.random = s.fill;
+    views.push_back(std::move(v));
+  }
+  return Checkpoint::FromTensors(label, Marked(config, seed).dump(2), std::move(views));
 }
 
 }  // namespace tandem::workers::native

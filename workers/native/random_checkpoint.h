@@ -1,9 +1,21 @@
 #pragma once
 
+// Random-weight models of both architectures: a measuring tool, never real answers. The same
+// weights either written to disk (tandem-make-checkpoint) or generated where they are used
+// (--random_weights: TensorViews with a generator; the CUDA engine fills them on the device).
+// Every element comes from RandomWeight (random_weights.h), a pure function of (seed, tensor
+// name, element index), so a checkpoint written with seed S loads to exactly the weights of the
+// in-memory model with seed S.
+
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "workers/native/random_weights.h"
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers::native {
@@ -42,9 +54,43 @@ struct RandomModelOptions {
   uint64_t shard_bytes = 0;
 };
 
-// Writes config.json and the weights of a random model into `dir` (created if missing), in the
-// real checkpoints' tensor names and layouts (model_spec.md), so the native engine loads it
-// exactly like released weights. The output is meaningless text; for tests, demos, benchmarks.
+// One tensor of a random model: its checkpoint name, shape and generator.
+struct RandomTensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  RandomFill fill;
+  int64_t elements() const;
+};
+
+// The config.json of a random model of these sizes; INVALID_ARGUMENT for sizes out of range.
+absl::StatusOr<nlohmann::json> RandomModelConfig(const RandomModelOptions& options);
+
+// Every tensor the native and CUDA engines read for the model `config` describes (config.json
+// of qwen3_5_moe, qwen3_5_moe_text or nemotron_h, validated by the same parsers the engines
+// use), in the released names and layouts at the config's full size, each with its generator
+// for `seed`. Scales keep activations finite at any width: projections (router weights
+// included, so expert load is about uniform) uniform in +-1/sqrt(fan_in); norms at 1 (+-0.1;
+// stored as 0 +- 0.1 for Qwen's zero-centred (1 + w) norms); embeddings in +-1; the state-space
+// parameters (A_log, dt_bias, D, conv) in ranges like the golden fixtures'.
+absl::StatusOr<std::vector<RandomTensorSpec>> RandomTensorSpecs(const nlohmann::json& config,
+                                                                uint64_t seed);
+
+// Writes `config` (marked "tandem_random_weights": true and "tandem_random_seed") and the random
+// weights RandomTensorSpecs gives for `seed` into `dir` (created if missing), generated tensor
+// by tensor while writing. The output is meaningless text; for tests, demos, benchmarks.
+absl::Status WriteRandomWeights(const nlohmann::json& config, uint64_t seed, DType dtype,
+                                uint64_t shard_bytes, const std::string& dir);
+
+// WriteRandomWeights of RandomModelConfig(options), with the options' seed, dtype and shards.
 absl::Status WriteRandomCheckpoint(const RandomModelOptions& options, const std::string& dir);
+
+// The random model of `config_json` with `seed` as a Checkpoint of generated tensors (nothing
+// is materialised until an engine reads it: the CPU reference widens each tensor to fp32, the
+// CUDA upload fills device memory directly). Its config_json() carries the same
+// "tandem_random_weights" / "tandem_random_seed" marks a written one does. `label` names it in
+// error messages (e.g. "random weights of PATH").
+absl::StatusOr<std::unique_ptr<Checkpoint>> RandomWeightsCheckpoint(const std::string& config_json,
+                                                                    uint64_t seed,
+                                                                    const std::string& label);
 
 }  // namespace tandem::workers::native

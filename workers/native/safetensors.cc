@@ -85,6 +85,7 @@ std::string TensorView::ShapeString() const {
 }
 
 float TensorView::Element(int64_t index) const {
+  if (random.has_value()) return RandomWeight(*random, index);
   if (dtype == DType::kF32) {
     float f;
     std::memcpy(&f, data + 4 * index, 4);
@@ -98,7 +99,9 @@ float TensorView::Element(int64_t index) const {
 std::vector<float> TensorView::ToFloat() const {
   const int64_t n = elements();
   std::vector<float> out(static_cast<size_t>(n));
-  if (dtype == DType::kF32) {
+  if (random.has_value()) {
+    for (int64_t i = 0; i < n; ++i) out[i] = RandomWeight(*random, i);
+  } else if (dtype == DType::kF32) {
     std::memcpy(out.data(), data, static_cast<size_t>(n) * 4);
   } else {
     for (int64_t i = 0; i < n; ++i) {
@@ -233,6 +236,24 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       }
     }
     c->files_.push_back(std::move(*f));
+  }
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromTensors(
+    std::string label, std::string config_json, std::vector<TensorView> tensors) {
+  auto c = std::make_unique<Checkpoint>();
+  c->dir_ = std::move(label);
+  c->config_json_ = std::move(config_json);
+  c->owned_ = std::move(tensors);
+  for (const TensorView& t : c->owned_) {
+    if (t.data == nullptr && !t.random.has_value() && t.elements() > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(c->dir_, ": tensor ", t.name, " has neither data nor a generator"));
+    }
+    if (!c->index_.emplace(t.name, &t).second) {
+      return absl::InvalidArgumentError(absl::StrCat(c->dir_, ": tensor ", t.name, " twice"));
+    }
   }
   return c;
 }

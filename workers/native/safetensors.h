@@ -3,11 +3,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "workers/native/random_weights.h"
 
 namespace tandem::workers::native {
 
@@ -16,13 +18,16 @@ enum class DType { kF32, kF16, kBF16 };
 const char* DTypeName(DType d);
 size_t DTypeBytes(DType d);
 
-// A tensor inside a memory-mapped safetensors file: no copy until asked for.
+// A tensor inside a memory-mapped safetensors file: no copy until asked for. Or a generated
+// one (--random_weights): `random` is set, `data` is null, and every element is computed where
+// it is read (RandomWeight; on the device by the CUDA upload), never stored.
 struct TensorView {
   std::string name;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // little-endian elements, row-major
-  size_t bytes = 0;
+  size_t bytes = 0;               // as stored (a generated tensor: as it would be stored)
+  std::optional<RandomFill> random = std::nullopt;
   int64_t elements() const;
   // Converts to fp32 (BF16 and F16 widened exactly).
   std::vector<float> ToFloat() const;
@@ -56,6 +61,11 @@ class SafetensorsFile {
 class Checkpoint {
  public:
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
+  // A checkpoint of tensors described in memory, not read from files: the generated weights of
+  // --random_weights (random_checkpoint.h). `label` stands in for the directory in messages.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> FromTensors(std::string label,
+                                                                 std::string config_json,
+                                                                 std::vector<TensorView> tensors);
 
   const std::string& dir() const { return dir_; }
   // The text of config.json.
@@ -78,6 +88,7 @@ class Checkpoint {
   std::string dir_;
   std::string config_json_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<TensorView> owned_;  // FromTensors' tensors (never resized after it)
   std::map<std::string, const TensorView*> index_;
 };
 

@@ -1,0 +1,38 @@
+#pragma once
+
+// Where a native engine's (CPU or CUDA) weights come from: a checkpoint directory, or
+// (--random_weights) weights generated from a config.json alone, a measuring tool.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "workers/native/safetensors.h"
+
+namespace tandem::workers {
+
+struct WeightsSource {
+  // A checkpoint directory: config.json, safetensors (single or sharded), tokenizer.json.
+  std::string checkpoint;
+  // Instead: the model `model_config` (a config.json) describes, built at its full size with
+  // every tensor generated from `seed` (native/random_checkpoint.h). Router weights are random
+  // too, so expert load is about uniform: speed measured this way is that of uniform routing.
+  bool random_weights = false;
+  std::string model_config;
+  uint64_t seed = 1;
+  // tokenizer.json; empty: the checkpoint's, or the one next to model_config.
+  std::string tokenizer;
+};
+
+struct OpenedWeights {
+  // Tensors memory-mapped from files, or generated where they are read (the CPU reference
+  // widens each to fp32; the CUDA upload fills device memory directly, never host memory).
+  std::unique_ptr<native::Checkpoint> checkpoint;
+  std::string tokenizer_json;  // path
+};
+
+// Opens the checkpoint, or builds the generated one. Errors name the path or the config field.
+absl::StatusOr<OpenedWeights> OpenWeights(const WeightsSource& source);
+
+}  // namespace tandem::workers
