@@ -48,7 +48,7 @@ BENCH_GATEWAY_DEV_FLAGS="--plaintext --worker_plaintext --allow_unauthenticated"
 bench_start_stack() {
   local build=$1 logdir=$2
   # --max_queue: 512 concurrent streams must fit (64 running + the queue).
-  bench_start worker "$logdir" "$build/workers/tandem-worker" --model=qwen --device=cpu \
+  bench_start worker "$logdir" "$build/workers/tandem-worker" --model=qwen --engine=synthetic --device=cpu \
     --synthetic_time_scale=0 --synthetic_output_tokens=16 --max_queue=1024 \
     --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --plaintext ${WORKER_FLAGS:-} || return 1
   WORKER_ADDR=$BENCH_ADDR

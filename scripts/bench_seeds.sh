@@ -17,11 +17,11 @@ trap bench_cleanup EXIT
 
 address=${GATEWAY:-}
 if [[ -z $address ]]; then
-  bench_start seeds-qwen "$OUT_DIR" "$BUILD_DIR/workers/tandem-worker" --model=qwen --device=cpu \
+  bench_start seeds-qwen "$OUT_DIR" "$BUILD_DIR/workers/tandem-worker" --model=qwen --engine=synthetic --device=cpu \
     --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --plaintext
   qwen=$BENCH_ADDR
   bench_start seeds-nemotron "$OUT_DIR" "$BUILD_DIR/workers/tandem-worker" --model=nemotron \
-    --device=cpu --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --plaintext
+    --engine=synthetic --device=cpu --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --plaintext
   nemotron=$BENCH_ADDR
   bench_start seeds-gateway "$OUT_DIR" "$BUILD_DIR/gateway/tandem-gateway" \
     --workers="qwen=$qwen,nemotron=$nemotron" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \

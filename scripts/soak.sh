@@ -123,7 +123,7 @@ rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 # --synthetic_output_tokens: answers longer than max_tokens, so every OK answer has exactly
 # max_tokens tokens (and the token check above is exact). A failover's continuation resumes the
 # same answer (the simulator continues its own partial answer word for word).
-WORKER_COMMON=(--device=cpu --synthetic_time_scale="$SOAK_TIME_SCALE"
+WORKER_COMMON=(--engine=synthetic --device=cpu --synthetic_time_scale="$SOAK_TIME_SCALE"
   --synthetic_output_tokens=$((SOAK_MAX_TOKENS * 4)) --log_level=warning
   "${SECURITY_WORKER_FLAGS[@]}")
 declare -A WPID WADDR WMODEL WSTARTS

@@ -579,10 +579,15 @@ TEST(WorkerStartupTest, BadDeviceOrModelIsAClearStartupError) {
   for (const auto& c : cases) {
     std::vector<std::string> args = c.args;
     args.push_back("--plaintext");
+    args.push_back("--engine=synthetic");
     auto [code, log] = RunToExit(TANDEM_WORKER_BIN, args);
     EXPECT_EQ(code, 2) << log;
     EXPECT_THAT(log, HasSubstr(c.message));
   }
+  // No engine by default: a unit file that forgets it must not serve the simulator's filler.
+  auto [code, log] = RunToExit(TANDEM_WORKER_BIN, {"--model=qwen", "--device=cpu", "--plaintext"});
+  EXPECT_EQ(code, 2) << log;
+  EXPECT_THAT(log, HasSubstr("--engine is required: native"));
 }
 
 TEST(GatewayStartupTest, OutOfRangeLimitsAreClearStartupErrors) {

@@ -182,7 +182,8 @@ TEST(RandomWeightsServingTest, FlagsAreCheckedBeforeLoading) {
       std::string(TANDEM_SOURCE_DIR) + "/workers/models/qwen3_5_moe/config.json";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--engine=native", "--random_weights"}, "--random_weights needs --model_config=PATH"},
-      {{"--random_weights", "--model_config=" + config}, "--random_weights needs --engine=native"},
+      {{"--engine=synthetic", "--random_weights", "--model_config=" + config},
+       "--random_weights needs --engine=native"},
       {{"--engine=native", "--model_config=" + config}, "--model_config is for --random_weights"},
       {{"--engine=native", "--random_weights", "--model_config=" + config, "--checkpoint=/tmp"},
        "drop --checkpoint"},

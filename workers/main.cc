@@ -61,9 +61,9 @@ ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "recurrent-state slots.");
 ABSL_FLAG(bool, cuda_graphs, true,
           "Native engine on a GPU: replay each decode batch size as a captured CUDA graph.");
-ABSL_FLAG(std::string, engine, "synthetic",
-          "Engine: native (the model in --checkpoint) or synthetic (load simulator for tests "
-          "and benchmarks; not a real model).");
+ABSL_FLAG(std::string, engine, "",
+          "Engine, required: native (the model in --checkpoint, or --random_weights) or "
+          "synthetic (the load simulator for tests and benchmarks; not a real model).");
 ABSL_FLAG(std::string, device, "",
           "Device this process owns: a CUDA ordinal (0, 1, ...) or 'cpu'. Required.");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC address; port 0 picks a free port.");
@@ -114,6 +114,10 @@ int Run() {
   const std::string device_flag = absl::GetFlag(FLAGS_device);
   if (device_flag.empty()) Fatal("--device is required: a CUDA ordinal such as 0, or 'cpu'");
   const std::string engine_name = absl::GetFlag(FLAGS_engine);
+  if (engine_name.empty()) {
+    Fatal("--engine is required: native (the model from --checkpoint) or synthetic (the load "
+          "simulator: filler text, not a model)");
+  }
   if (engine_name != "synthetic" && engine_name != "native") {
     Fatal(absl::StrCat("--engine=", engine_name,
                        ": unknown engine; expected native (the model from --checkpoint) or "

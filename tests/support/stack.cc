@@ -74,6 +74,8 @@ absl::StatusOr<Server> StartWorker(const std::string& model,
                                    "--metrics_listen=127.0.0.1:0"};
   // Plaintext on loopback unless the test configures TLS itself.
   if (!HasFlag(extra_args, "--tls_")) args.push_back("--plaintext");
+  // The load simulator unless the test chooses an engine (the worker requires one).
+  if (!HasFlag(extra_args, "--engine")) args.push_back("--engine=synthetic");
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   return StartServer(TANDEM_WORKER_BIN, "worker_" + model, args);
 }
