@@ -177,6 +177,12 @@ wait_for() {
 endpoint_ready() {  # ADDRESS
   [[ $(metric_sum tandem_gateway_endpoint_ready "endpoint=\"$1\"") == 1 ]]
 }
+# Ready and its breaker closed: a replica just resumed from a hang can be ready yet still
+# ejected (the gateway readmits it after its ejection), and then takes no traffic.
+endpoint_usable() {  # ADDRESS
+  endpoint_ready "$1" &&
+    [[ $(metric_sum tandem_gateway_endpoint_breaker_state "endpoint=\"$1\"") == 0 ]]
+}
 policy_live() {  # VERSION
   [[ $(metric_sum tandem_policy_info "version=\"$1\"") == 1 ]]
 }
@@ -255,7 +261,7 @@ while (($(now_ms) < END_MS)); do
     sibling_ready=1
     for other in "${REPLICAS[@]}"; do
       if [[ $other != "$name" && ${WMODEL[$other]} == "${WMODEL[$name]}" ]] &&
-        ! endpoint_ready "${WADDR[$other]}"; then sibling_ready=0; fi
+        ! endpoint_usable "${WADDR[$other]}"; then sibling_ready=0; fi
     done
     if ((sibling_ready)); then
       kill -STOP "${WPID[$name]}"
@@ -268,10 +274,10 @@ while (($(now_ms) < END_MS)); do
     name=${REPLICAS[$((VICTIM % ${#REPLICAS[@]}))]}
     VICTIM=$((VICTIM + 1))
     addr=${WADDR[$name]}
-    # The other replica of the model must be ready, or the kill would fail the model, not test it.
+    # The other replica of the model must be usable, or the kill would fail the model, not test it.
     for other in "${REPLICAS[@]}"; do
       if [[ $other != "$name" && ${WMODEL[$other]} == "${WMODEL[$name]}" ]] &&
-        ! wait_for "$SOAK_CHECK_TIMEOUT" endpoint_ready "${WADDR[$other]}"; then
+        ! wait_for "$SOAK_CHECK_TIMEOUT" endpoint_usable "${WADDR[$other]}"; then
         fail "before killing $name: its sibling $other is not ready in the gateway"
       fi
     done
