@@ -36,7 +36,7 @@ grep -qx 'Environment=TANDEM_ENGINE=' "$V/tandem-worker@.service"
 if timeout 10 "$TMP/root/usr/local/bin/tandem-worker" --model=qwen --device=cpu --engine= >"$TMP/empty-engine.log" 2>&1; then
   echo "tandem-worker started with an empty --engine"; exit 1
 fi
-grep -q 'unknown engine' "$TMP/empty-engine.log"
+grep -q -- '--engine is required' "$TMP/empty-engine.log"
 grep -q "targets: \['127.0.0.1:9101', '127.0.0.1:9102', '127.0.0.1:9103'\]" "$TMP/root/etc/tandem/prometheus/prometheus.yml"
 promtool check config "$TMP/root/etc/tandem/prometheus/prometheus.yml" >/dev/null
 "$TMP/root/usr/local/bin/tandem-gateway" --validate_policy="$TMP/root/etc/tandem/policies/default.yaml" >/dev/null

@@ -4,10 +4,12 @@
 #   bash build-gpu-kit/run.sh OUTDIR            every step, in under 8 minutes on an H200
 #   bash build-gpu-kit/run.sh --cpu-e2e OUTDIR  only the end-to-end step, on the CPU engine and
 #                                               requiring equal answers (the kit build's check)
+#   bash build-gpu-kit/run.sh --day-one OUTDIR  only the device facts and the day-one table
 #
 # Steps, each time-boxed so one hang cannot eat the rest: device facts, every gpu test (gtest
-# XML), the golden checks, an end-to-end worker run per architecture, the benchmark, and the
-# transformers comparison when scripts/gpu_kit/compare_transformers.py exists. Writes
+# XML), the golden checks, an end-to-end worker run per architecture, the transformers
+# comparison (scripts/gpu_kit/compare_transformers.py), the full-size benchmark, and the day-one
+# table when time is left (tandem-bench against a worker per full-size model). Writes
 # OUTDIR/summary.md and OUTDIR/results.json. Exit status: 0 when every correctness step passed
 # (or there is no CUDA device: one line says so), 1 otherwise.
 set -euo pipefail
@@ -16,9 +18,12 @@ MODE=gpu
 if [[ ${1:-} == --cpu-e2e ]]; then
   MODE=cpu
   shift
+elif [[ ${1:-} == --day-one ]]; then
+  MODE=day_one
+  shift
 fi
 if [[ $# -ne 1 ]]; then
-  echo "usage: run.sh [--cpu-e2e] OUTDIR" >&2
+  echo "usage: run.sh [--cpu-e2e | --day-one] OUTDIR" >&2
   exit 2
 fi
 KIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -399,6 +404,7 @@ step_benchmark() {
     for cfg in "${configs[@]}"; do
       name=$(basename "$(dirname "$cfg")")
       timeout -k 5 "$each" "$KIT/bin/cuda_benchmark" --model_config="$cfg" --iterations=20 \
+        --budget_s=$((each - 10)) \
         --json="$OUT/bench-$name.json" >"$OUT/logs/bench-$name.log" 2>&1 || rc=$?
       NUMBERS="${NUMBERS:+$NUMBERS; }$name: $(bench_numbers "$OUT/logs/bench-$name.log")"
     done
@@ -416,15 +422,81 @@ step_benchmark() {
 }
 
 step_transformers() {
-  local script="$ROOT/scripts/gpu_kit/compare_transformers.py"
+  local script="$ROOT/scripts/gpu_kit/compare_transformers.py" rc=0
   if [[ ! -f $script ]]; then
     NOTE="skipped: scripts/gpu_kit/compare_transformers.py does not exist yet"
     return 77
   fi
   mkdir -p "$OUT/transformers"
-  TANDEM_KIT_DIR="$KIT" timeout -k 5 "$STEP_LIMIT" python3 "$script" "$OUT/transformers" \
-    >"$OUT/logs/transformers.log" 2>&1 || return $?
+  TANDEM_KIT_DIR="$KIT" TANDEM_KIT_STEP_SECONDS="$STEP_LIMIT" \
+    timeout -k 5 "$STEP_LIMIT" python3 "$script" "$OUT/transformers" \
+    >"$OUT/logs/transformers.log" 2>&1 || rc=$?
   NUMBERS=$(tail -1 "$OUT/logs/transformers.log")
+  return "$rc"
+}
+
+# The day-one methodology table through the worker's gRPC API, on the full-size random-weight
+# models (router weights random: expert load is about uniform): tandem-bench's single-request
+# latency and tokens/s for its short, medium and long prompts (~16, ~128 and ~700 tokens), then
+# aggregate tokens/s at 1, 2, 4, 8 and 16 concurrent streams. Prompt text is tokenized by Qwen3's
+# tokenizer; Nemotron's 131,072-token vocabulary takes the same one cut to that size
+# (tiny_tokenizer.py's cut). Not a correctness step.
+DAY1_TOKENS=${TANDEM_KIT_DAY1_TOKENS:-128}
+day_one_model() {
+  local model=$1 arch=$2 tokenizer=$3 log="$OUT/logs/day1-worker-$1.log" addr="" i p rc=0
+  local bench=("$KIT/bin/tandem-bench" --target=worker --api=stream --max_tokens="$DAY1_TOKENS"
+    --timeout=120s --ready_timeout=300s)
+  "$KIT/bin/tandem-worker" --model="$model" --engine=native --random_weights --device=0 \
+    --model_config="$ROOT/workers/models/$arch/config.json" --tokenizer="$tokenizer" \
+    --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --plaintext --max_batch_size=16 \
+    >"$log.stdout" 2>"$log" &
+  WORKER_PID=$!
+  # It prints its address once listening, before building its model (tandem-bench waits for that).
+  for ((i = 0; i < 60 && ${#addr} == 0; i++)); do
+    sleep 1
+    addr=$(sed -n 's/.* listening grpc=\([^ ]*\).*/\1/p' "$log.stdout" | head -1)
+    kill -0 "$WORKER_PID" 2>/dev/null || break
+  done
+  if [[ -z $addr ]]; then
+    stop_worker
+    NOTE+="$model: worker did not start (logs/day1-worker-$model.log); "
+    return 1
+  fi
+  echo "### $model: $arch, random weights, $DAY1_TOKENS tokens per answer" >"$OUT/day1-$model.md"
+  for p in short medium long; do
+    timeout -k 5 "$(step_left)" "${bench[@]}" --address="$addr" --prompt=$p --concurrency=1 \
+      --requests=3 --warmup_requests=1 --json="$OUT/day1-$model-$p.json" \
+      >>"$OUT/day1-$model.md" 2>>"$log" || rc=$?
+  done
+  timeout -k 5 "$(step_left)" "${bench[@]}" --address="$addr" --prompt=short --duration=6s \
+    --concurrencies=1,2,4,8,16 --warmup_requests=2 --json="$OUT/day1-$model-concurrency.json" \
+    >>"$OUT/day1-$model.md" 2>>"$log" || rc=$?
+  stop_worker
+  # Rows in order: three single-request runs, then one per concurrency (columns: tok/s, e2e p50).
+  NUMBERS+="$model: $(awk -F'|' '$2 ~ /worker/ {gsub(/ /, ""); n++
+      if (n <= 3) s = s (n > 1 ? ", " : "") $4 " " $8 " tok/s (p50 " $9 " ms)"
+      else c = c (n > 4 ? "/" : "") $8}
+    END {print s "; " c " tok/s at 1/2/4/8/16 streams"}' "$OUT/day1-$model.md"); "
+  return "$rc"
+}
+
+step_day_one() {
+  local rc=0 nemotron_tok="$OUT/work/day1-nemotron-tokenizer.json"
+  if [[ ! -x $KIT/bin/tandem-bench ]]; then
+    NOTE="tandem-bench is not in the kit: add it to BINARIES in scripts/gpu_kit.sh (about 13 MB,"
+    NOTE+=" past the kit's 60 MiB limit as it stands)"
+    return 77
+  fi
+  python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import tiny_tokenizer as t
+t.KEEP = 131072 - len(t.SPECIALS); sys.argv = sys.argv[1:]; t.main()' "$ROOT/scripts/gpu_kit" \
+    "$ROOT/tests/tokenizer/qwen3/tokenizer.json" "$nemotron_tok" \
+    2>"$OUT/logs/day1-tokenizer.err" || rc=1
+  day_one_model qwen qwen3_5_moe "$ROOT/tests/tokenizer/qwen3/tokenizer.json" || rc=$?
+  ((rc == 0)) || NOTE+="qwen or the tokenizer cut failed; "
+  day_one_model nemotron nemotron_h "$nemotron_tok" || rc=$?
+  cat "$OUT"/day1-*.md >"$OUT/day1.md" 2>/dev/null || true
+  NOTE+="table: day1.md"
+  return "$rc"
 }
 
 # --- main ----------------------------------------------------------------------------------------
@@ -479,12 +551,19 @@ TANDEM_KIT_LIBRARY_PATH=${TANDEM_KIT_LIBRARY_PATH#:}
 # As tests/cuda_model_test.cc (kClearMargin): a top-2 gap of 0.5 cannot be closed by the GPU's
 # BF16 rounding, so every answer must agree with the CPU's up to its first token below that.
 E2E_DEVICE=0 E2E_MARGIN=0.5 E2E_MIN_AGREE=1
+if [[ $MODE == day_one ]]; then
+  run_step day_one no 420 step_day_one
+  write_reports "$DEVICE_JSON" "Day-one table only: $(jget name "$DEVICE_JSON"); $CUBLAS_NOTE"
+  exit "$FAILED"
+fi
 run_step gpu_tests yes 180 step_gpu_tests
 run_step golden yes 10 step_golden
 run_step e2e_qwen yes 60 step_e2e_qwen
 run_step e2e_nemotron yes 60 step_e2e_nemotron
-run_step benchmark no 180 step_benchmark
+# Correctness before speed: a slow benchmark must not squeeze the comparison out of the budget.
 run_step transformers yes 120 step_transformers
+run_step benchmark no 180 step_benchmark
+run_step day_one no 240 step_day_one
 write_reports "$DEVICE_JSON" "$(jget name "$DEVICE_JSON") ($(jget devices "$DEVICE_JSON") device(s)); $CUBLAS_NOTE"
 log "summary: $OUT/summary.md"
 exit "$FAILED"

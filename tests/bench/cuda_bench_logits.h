@@ -53,7 +53,8 @@ inline absl::StatusOr<std::vector<LogitsPrompt>> ReadLogitsPrompts(const std::st
           absl::StrCat(path, ": want {\"id\", \"tokens\": [ids]} per line, got ", line));
     }
     LogitsPrompt p;
-    p.id = j.value("id", absl::StrCat("p", out.size()));
+    p.id = j.contains("id") && j["id"].is_string() ? j["id"].get<std::string>()
+                                                   : absl::StrCat("p", out.size());
     for (const auto& t : j["tokens"]) {
       if (!t.is_number_integer()) return absl::InvalidArgumentError(path + ": non-integer token");
       p.tokens.push_back(t.get<int32_t>());

@@ -2,7 +2,7 @@
 // length: ms per step and tokens/s, beside the step's bound (cuda_bench_cost.h: the bytes it must
 // move through HBM at peak bandwidth, or its FLOPs at the BF16 tensor-core peak if that is
 // longer); for each prompt length: prefill tokens/s and time to first token, beside theirs.
-// Needs a GPU; without one it prints "no CUDA device" and exits 0.
+// Needs a GPU; without one it prints "no CUDA device" and exits 0 (1 in the logits mode).
 //
 // The model: --model_config builds the full model of a config.json (workers/models/*/config.json)
 // with random weights generated on the device (router weights random: expert load is about
@@ -11,8 +11,9 @@
 //
 // Decode context is filled synthetically: the KV and state pools are zeroed and every sequence
 // feeds its token at position `context`, so a step reads exactly the KV and state bytes a real
-// context of that length makes it read (their values do not change the work). A prefill per
-// sequence would cost minutes at 64 x 16K tokens. Configurations that do not fit the device's
+// context of that length makes it read (their values do not change the bytes; each sequence feeds
+// a different token, so routing spreads as over real text). A prefill per sequence would cost
+// minutes at 64 x 16K tokens. Configurations that do not fit the device's
 // memory, or the run's time budget (--budget_s), are skipped with a line saying why.
 //
 //   cuda_benchmark --model_config=workers/models/qwen3_5_moe/config.json [--json=FILE]
@@ -95,8 +96,10 @@ constexpr double kTimedSeconds = 1.0;
 constexpr double kMinDecodeSeconds = 3.0;
 // Device memory left free beside a measurement's pools: cuBLAS, graphs, the driver.
 constexpr int64_t kHeadroomBytes = int64_t{1} << 30;
-// Rough growth of prefill time with length (attention is quadratic), for skipping by budget.
-constexpr double kPrefillGrowth = 1.25;
+// Prefill time is predicted from the previous length as t * (T / T_prev)^kPrefillGrowth, to skip
+// a length that would not fit the budget: 1.5 allows for attention's quadratic share (up to about
+// a third of the time at the shorter length).
+constexpr double kPrefillGrowth = 1.5;
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -187,6 +190,10 @@ Peaks DevicePeaks(int device) {
     p.gbps = 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
     p.gbps_source = "the device: 2 x memory clock x bus width";
   }
+  if (p.gbps <= 0) {  // the attributes unreadable: the H200's data-sheet figure
+    p.gbps = 4800;
+    p.gbps_source = "H200 data sheet (the device did not say; pass --peak_gbps)";
+  }
   return p;
 }
 
@@ -209,6 +216,17 @@ std::string MemoryShortfall(int64_t bytes) {
   cudaMemGetInfo(&free, &total);
   if (bytes + kHeadroomBytes <= static_cast<int64_t>(free)) return "";
   return Format("skipped: needs %.1f GB of device memory, %.1f GB free", bytes / 1e9, free / 1e9);
+}
+
+// Allocates the pools; an allocation the device refuses (fragmentation can defeat
+// MemoryShortfall) becomes `skipped`, not an error that ends the run.
+absl::Status AllocateOrSkip(bench::Pools& pools, CudaModel& m, int64_t batch, int64_t tokens,
+                            std::string* skipped) {
+  const absl::Status s = pools.Allocate(m, batch, tokens);
+  if (!absl::IsResourceExhausted(s)) return s;
+  cudaGetLastError();  // not sticky: clear it so no later launch check reports it
+  *skipped = "skipped: " + std::string(s.message());
+  return absl::OkStatus();
 }
 
 struct DecodeResult {
@@ -239,7 +257,8 @@ absl::StatusOr<DecodeResult> MeasureDecode(Env& env, int64_t batch, int64_t cont
   r.skipped = MemoryShortfall(bench::Pools::Bytes(m, batch, tokens));
   if (!r.skipped.empty()) return r;
   bench::Pools pools;
-  RETURN_IF_ERROR(pools.Allocate(m, batch, tokens));
+  RETURN_IF_ERROR(AllocateOrSkip(pools, m, batch, tokens, &r.skipped));
+  if (!r.skipped.empty()) return r;
   std::vector<int32_t> ids(batch), positions(batch, static_cast<int32_t>(context));
   for (int64_t i = 0; i < batch; ++i) ids[i] = bench::DistinctToken(i, m.shape().vocab_size);
   RETURN_IF_ERROR(pools.SetDecodeInputs(ids, positions));
@@ -279,7 +298,8 @@ absl::StatusOr<PrefillResult> MeasurePrefill(Env& env, int64_t tokens, double pr
   r.skipped = MemoryShortfall(bench::Pools::Bytes(m, 1, tokens));
   if (!r.skipped.empty()) return r;
   bench::Pools pools;
-  RETURN_IF_ERROR(pools.Allocate(m, 1, tokens));
+  RETURN_IF_ERROR(AllocateOrSkip(pools, m, 1, tokens, &r.skipped));
+  if (!r.skipped.empty()) return r;
   std::vector<int32_t> prompt(tokens);
   for (int64_t i = 0; i < tokens; ++i) prompt[i] = bench::DistinctToken(i, m.shape().vocab_size);
   const SequenceSlot seq = pools.Sequence(0);
@@ -492,17 +512,17 @@ absl::Status MeasureAll(Env& env, std::vector<DecodeResult>* decode,
     }
   }
   PrintPrefillHead();
-  double predicted = 0;
-  const PrefillResult* last = nullptr;
+  double last_s = 0, last_tokens = 0;  // the last length measured
   for (int64_t tokens : lengths) {
-    if (last != nullptr) {
-      predicted =
-          last->prefill_s * std::pow(static_cast<double>(tokens) / last->tokens, kPrefillGrowth);
-    }
+    const double predicted =
+        last_tokens > 0 ? last_s * std::pow(tokens / last_tokens, kPrefillGrowth) : 0;
     ASSIGN_OR_RETURN(PrefillResult r, MeasurePrefill(env, tokens, predicted));
     PrintPrefillRow(r);
+    if (r.skipped.empty()) {
+      last_s = r.prefill_s;
+      last_tokens = static_cast<double>(tokens);
+    }
     prefill->push_back(std::move(r));
-    if (prefill->back().skipped.empty()) last = &prefill->back();
   }
   return absl::OkStatus();
 }
@@ -517,7 +537,8 @@ int Run() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device: nothing to measure\n");
-    return 0;
+    // The logits mode's caller waits for its files: without them it has failed.
+    return absl::GetFlag(FLAGS_logits_prompts).empty() ? 0 : 1;
   }
   auto loaded = Load();
   if (!loaded.ok()) return Fail(loaded.status());
