@@ -10,7 +10,7 @@ using grpc::health::v1::HealthCheckResponse;
 class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheckResponse> {
  public:
   Watcher(HealthService* service, std::string name) : service_(service), name_(std::move(name)) {
-    std::lock_guard<std::mutex> l(service_->mu_);
+    absl::MutexLock l(&service_->mu_);
     if (service_->shut_down_) {
       finishing_ = true;
       Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
@@ -21,8 +21,8 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
     PushLocked(service_->StatusOfLocked(name_));
   }
 
-  // With the service's mutex held. Keeps only the latest status while a write is in flight.
-  void PushLocked(Status status) {
+  // Keeps only the latest status while a write is in flight.
+  void PushLocked(Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(service_->mu_) {
     if (finishing_) return;
     if (write_in_flight_) {
       pending_ = status;
@@ -34,8 +34,7 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
     StartWrite(&response_);
   }
 
-  // With the service's mutex held.
-  void FinishLocked(const grpc::Status& status) {
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(service_->mu_) {
     if (finishing_) return;
     finishing_ = true;
     if (!write_in_flight_)
@@ -44,8 +43,8 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
       final_status_ = status;
   }
 
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> l(service_->mu_);
+  void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(service_->mu_) {
+    absl::MutexLock l(&service_->mu_);
     write_in_flight_ = false;
     if (finishing_) {
       // The last status (NOT_SERVING at shutdown) still goes out before the stream ends.
@@ -69,14 +68,14 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
     }
   }
 
-  void OnCancel() override {
-    std::lock_guard<std::mutex> l(service_->mu_);
+  void OnCancel() override ABSL_LOCKS_EXCLUDED(service_->mu_) {
+    absl::MutexLock l(&service_->mu_);
     FinishLocked(grpc::Status::CANCELLED);
   }
 
-  void OnDone() override {
+  void OnDone() override ABSL_LOCKS_EXCLUDED(service_->mu_) {
     {
-      std::lock_guard<std::mutex> l(service_->mu_);
+      absl::MutexLock l(&service_->mu_);
       if (registered_) {
         auto [begin, end] = service_->watchers_.equal_range(name_);
         for (auto it = begin; it != end; ++it) {
@@ -91,15 +90,17 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
   }
 
  private:
+  friend class HealthService;  // its *Locked functions assert service_->mu_ (their own mu_)
+
   HealthService* const service_;
   const std::string name_;
-  HealthCheckResponse response_;
-  bool registered_ = false;
-  bool write_in_flight_ = false;
-  bool has_pending_ = false;
-  Status pending_ = HealthCheckResponse::UNKNOWN;
-  bool finishing_ = false;
-  grpc::Status final_status_;
+  HealthCheckResponse response_ ABSL_GUARDED_BY(service_->mu_);
+  bool registered_ ABSL_GUARDED_BY(service_->mu_) = false;
+  bool write_in_flight_ ABSL_GUARDED_BY(service_->mu_) = false;
+  bool has_pending_ ABSL_GUARDED_BY(service_->mu_) = false;
+  Status pending_ ABSL_GUARDED_BY(service_->mu_) = HealthCheckResponse::UNKNOWN;
+  bool finishing_ ABSL_GUARDED_BY(service_->mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(service_->mu_);
 };
 
 HealthService::Status HealthService::StatusOfLocked(const std::string& service) const {
@@ -109,11 +110,15 @@ HealthService::Status HealthService::StatusOfLocked(const std::string& service) 
 
 void HealthService::NotifyLocked(const std::string& service) {
   auto [begin, end] = watchers_.equal_range(service);
-  for (auto it = begin; it != end; ++it) it->second->PushLocked(StatusOfLocked(service));
+  for (auto it = begin; it != end; ++it) {
+    // Every watcher's service_ is this: its mutex is mu_, held here.
+    it->second->service_->mu_.AssertHeld();
+    it->second->PushLocked(StatusOfLocked(service));
+  }
 }
 
 void HealthService::SetServingStatus(const std::string& service, bool serving) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (shut_down_) return;
   const Status s = serving ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
   auto [it, inserted] = statuses_.emplace(service, s);
@@ -123,7 +128,7 @@ void HealthService::SetServingStatus(const std::string& service, bool serving) {
 }
 
 void HealthService::SetAllServingStatus(bool serving) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (shut_down_) return;
   const Status s = serving ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
   for (auto& [name, status] : statuses_) {
@@ -134,7 +139,7 @@ void HealthService::SetAllServingStatus(bool serving) {
 }
 
 void HealthService::Shutdown() {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (shut_down_) return;
   for (auto& [name, status] : statuses_) {
     status = HealthCheckResponse::NOT_SERVING;
@@ -142,6 +147,7 @@ void HealthService::Shutdown() {
   }
   shut_down_ = true;
   for (auto& [name, watcher] : watchers_) {
+    watcher->service_->mu_.AssertHeld();  // mu_, as in NotifyLocked
     watcher->FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
   }
 }
@@ -152,7 +158,7 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
   auto* reactor = context->DefaultReactor();
   Status s;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     s = StatusOfLocked(request->service());
   }
   if (s == HealthCheckResponse::SERVICE_UNKNOWN) {

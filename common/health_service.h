@@ -1,10 +1,11 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace tandem {
@@ -18,29 +19,31 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   using Status = grpc::health::v1::HealthCheckResponse::ServingStatus;
 
   // Registers or updates `service` ("" is the whole server).
-  void SetServingStatus(const std::string& service, bool serving);
+  void SetServingStatus(const std::string& service, bool serving) ABSL_LOCKS_EXCLUDED(mu_);
   // Every registered service.
-  void SetAllServingStatus(bool serving);
+  void SetAllServingStatus(bool serving) ABSL_LOCKS_EXCLUDED(mu_);
   // Every service NOT_SERVING, later changes ignored, open Watch streams finished.
-  void Shutdown();
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
                                   const grpc::health::v1::HealthCheckRequest* request,
-                                  grpc::health::v1::HealthCheckResponse* response) override;
+                                  grpc::health::v1::HealthCheckResponse* response) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   grpc::ServerWriteReactor<grpc::health::v1::HealthCheckResponse>* Watch(
       grpc::CallbackServerContext* context,
-      const grpc::health::v1::HealthCheckRequest* request) override;
+      const grpc::health::v1::HealthCheckRequest* request) override ABSL_LOCKS_EXCLUDED(mu_);
 
   class Watcher;
 
  private:
-  Status StatusOfLocked(const std::string& service) const;
-  void NotifyLocked(const std::string& service);
+  Status StatusOfLocked(const std::string& service) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotifyLocked(const std::string& service) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::mutex mu_;
-  std::map<std::string, Status> statuses_;         // guarded by mu_
-  std::multimap<std::string, Watcher*> watchers_;  // guarded by mu_
-  bool shut_down_ = false;                         // guarded by mu_
+  // Also guards each Watcher's state (Watcher::service_->mu_).
+  absl::Mutex mu_;
+  std::map<std::string, Status> statuses_ ABSL_GUARDED_BY(mu_);
+  std::multimap<std::string, Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 
   friend class Watcher;
 };

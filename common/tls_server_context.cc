@@ -72,8 +72,11 @@ absl::StatusOr<std::unique_ptr<TlsServerContext>> TlsServerContext::Create(
   Stamp stamp = out->StampFiles();
   auto ctx = Build(files, what);
   if (!ctx.ok()) return ctx.status();
-  out->ctx_ = std::move(*ctx);
-  out->stamp_ = std::move(stamp);
+  {
+    absl::MutexLock l(&out->mu_);  // not shared yet; the lock is for the analysis
+    out->ctx_ = std::move(*ctx);
+    out->stamp_ = std::move(stamp);
+  }
   return out;
 }
 
@@ -101,7 +104,7 @@ TlsServerContext::Stamp TlsServerContext::StampFiles() const {
 }
 
 std::shared_ptr<SSL_CTX> TlsServerContext::Current() {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   const auto now = std::chrono::steady_clock::now();
   if (now < next_check_) return ctx_;
   next_check_ = now + absl::ToChronoNanoseconds(files_.refresh);

@@ -5,11 +5,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/tls.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
@@ -30,7 +31,7 @@ class TlsServerContext {
 
   // The context for a new connection (SSL_new takes its own reference, so the caller need not
   // keep this alive past SSL_new).
-  std::shared_ptr<SSL_CTX> Current();
+  std::shared_ptr<SSL_CTX> Current() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // What identifies a version of a file: a rename gives a new inode, an edit in place a new mtime.
@@ -46,11 +47,11 @@ class TlsServerContext {
 
   const TlsFiles files_;
   const std::string what_;
-  std::mutex mu_;
-  std::shared_ptr<SSL_CTX> ctx_;                      // guarded by mu_
-  Stamp stamp_;                                       // guarded by mu_: the files ctx_ came from
-  Stamp failed_stamp_;                                // guarded by mu_: last rebuild that failed
-  std::chrono::steady_clock::time_point next_check_;  // guarded by mu_
+  absl::Mutex mu_;
+  std::shared_ptr<SSL_CTX> ctx_ ABSL_GUARDED_BY(mu_);
+  Stamp stamp_ ABSL_GUARDED_BY(mu_);         // the files ctx_ came from
+  Stamp failed_stamp_ ABSL_GUARDED_BY(mu_);  // the last rebuild that failed
+  std::chrono::steady_clock::time_point next_check_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem

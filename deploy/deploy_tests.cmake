@@ -1,13 +1,14 @@
 # Checks of deploy/ (operators' configuration), included from tests/CMakeLists.txt.
 # Prometheus: config, rules and the rules' unit tests (promtool, Debian's prometheus package).
 set(TANDEM_DEPLOY ${PROJECT_SOURCE_DIR}/deploy)
-add_test(NAME prometheus_config_check
-  COMMAND ${TANDEM_PROMTOOL} check config ${TANDEM_DEPLOY}/prometheus/prometheus.yml)
-add_test(NAME prometheus_rules_check
-  COMMAND ${TANDEM_PROMTOOL} check rules ${TANDEM_DEPLOY}/prometheus/rules/tandem-recording.yml
+# Without promtool these skip (tandem_add_test_needing, tests/CMakeLists.txt).
+tandem_add_test_needing(TANDEM_PROMTOOL prometheus_config_check
+  ${TANDEM_PROMTOOL} check config ${TANDEM_DEPLOY}/prometheus/prometheus.yml)
+tandem_add_test_needing(TANDEM_PROMTOOL prometheus_rules_check
+  ${TANDEM_PROMTOOL} check rules ${TANDEM_DEPLOY}/prometheus/rules/tandem-recording.yml
     ${TANDEM_DEPLOY}/prometheus/rules/tandem-alerts.yml)
-add_test(NAME prometheus_rules_test
-  COMMAND ${TANDEM_PROMTOOL} test rules ${TANDEM_DEPLOY}/prometheus/tests/tandem-alerts.test.yml)
+tandem_add_test_needing(TANDEM_PROMTOOL prometheus_rules_test
+  ${TANDEM_PROMTOOL} test rules ${TANDEM_DEPLOY}/prometheus/tests/tandem-alerts.test.yml)
 # Every tandem_* metric named under deploy/ is exported by the binaries or recorded by a rule.
 add_test(NAME prometheus_metric_names_check
   COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/prometheus/check_metric_names.py)
@@ -19,8 +20,8 @@ set_tests_properties(prometheus_config_check prometheus_rules_check prometheus_r
 add_test(NAME grafana_dashboards_check
   COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/grafana/check_dashboards.py)
 set_tests_properties(grafana_dashboards_check PROPERTIES LABELS unit TIMEOUT 60)
-add_test(NAME grafana_dashboard_queries_live
-  COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/grafana/dashboard_queries_test.py
+tandem_add_test_needing(TANDEM_PROMETHEUS grafana_dashboard_queries_live
+  ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/grafana/dashboard_queries_test.py
     --worker=$<TARGET_FILE:tandem-worker> --gateway=$<TARGET_FILE:tandem-gateway>
     --ctl=$<TARGET_FILE:tandemctl> --prometheus=${TANDEM_PROMETHEUS})
 set_tests_properties(grafana_dashboard_queries_live PROPERTIES LABELS integration TIMEOUT 120)
@@ -35,8 +36,9 @@ set_tests_properties(systemd_install_engine_check PROPERTIES LABELS unit TIMEOUT
 # template as three GPU instances). Needs the built binaries (the units' ExecStart).
 find_program(TANDEM_SYSTEMD_ANALYZE systemd-analyze)
 if(TANDEM_SYSTEMD_ANALYZE)
-  add_test(NAME systemd_units_verify
-    COMMAND bash ${TANDEM_DEPLOY}/systemd/verify_units.sh ${CMAKE_BINARY_DIR})
+  # verify_units.sh also runs promtool on the installed Prometheus config.
+  tandem_add_test_needing(TANDEM_PROMTOOL systemd_units_verify
+    bash ${TANDEM_DEPLOY}/systemd/verify_units.sh ${CMAKE_BINARY_DIR})
   set_tests_properties(systemd_units_verify PROPERTIES LABELS unit TIMEOUT 60)
 else()
   message(STATUS "systemd-analyze not found: systemd_units_verify skipped")
@@ -47,8 +49,8 @@ endif()
 # are not built here.
 find_program(TANDEM_DOCKER_COMPOSE docker-compose)
 if(TANDEM_DOCKER_COMPOSE)
-  add_test(NAME compose_config_check
-    COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/compose/check_compose.py
+  tandem_add_test_needing(TANDEM_PROMTOOL compose_config_check
+    ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/compose/check_compose.py
       ${TANDEM_DOCKER_COMPOSE} ${TANDEM_PROMTOOL})
   set_tests_properties(compose_config_check PROPERTIES LABELS unit TIMEOUT 60)
 else()

@@ -28,24 +28,24 @@ DecisionLog::DecisionLog(std::FILE* file, size_t max_pending, prometheus::Counte
 
 DecisionLog::~DecisionLog() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   writer_.join();
   std::fclose(file_);
 }
 
 void DecisionLog::Record(tandem::v1::DecisionRecord record) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (pending_.size() >= max_pending_) {
       dropped_->Increment();
       return;
     }
     pending_.push_back(std::move(record));
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void DecisionLog::Loop() {
@@ -55,8 +55,8 @@ void DecisionLog::Loop() {
   options.preserve_proto_field_names = true;
   while (true) {
     {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stop_ || !pending_.empty(); });
+      absl::MutexLock l(&mu_);
+      while (!stop_ && pending_.empty()) cv_.Wait(&mu_);
       if (pending_.empty() && stop_) return;
       batch.swap(pending_);
     }

@@ -1,14 +1,14 @@
 #pragma once
 
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "tandem/v1/admin.pb.h"
 
@@ -23,23 +23,23 @@ class DecisionLog {
                                                            size_t max_pending,
                                                            prometheus::Counter* written,
                                                            prometheus::Counter* dropped);
-  ~DecisionLog();
+  ~DecisionLog() ABSL_LOCKS_EXCLUDED(mu_);
 
-  void Record(tandem::v1::DecisionRecord record);
+  void Record(tandem::v1::DecisionRecord record) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   DecisionLog(std::FILE* file, size_t max_pending, prometheus::Counter* written,
               prometheus::Counter* dropped);
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::FILE* const file_;
   const size_t max_pending_;
   prometheus::Counter* const written_;
   prometheus::Counter* const dropped_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<tandem::v1::DecisionRecord> pending_;  // guarded by mu_
-  bool stop_ = false;                               // guarded by mu_
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::deque<tandem::v1::DecisionRecord> pending_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread writer_;
 };
 

@@ -7,7 +7,7 @@
 namespace tandem::gateway {
 
 FairQueue::Result FairQueue::Acquire(Waiter* waiter, int priority) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (capacity_ <= 0 || (inflight_ < capacity_ && queued_ == 0)) {
     ++inflight_;
     return Result::kRun;
@@ -31,7 +31,7 @@ FairQueue::Result FairQueue::Acquire(Waiter* waiter, int priority) {
 }
 
 bool FairQueue::Cancel(Waiter* waiter) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto it = queues_.find(waiter->tenant);
   if (it == queues_.end()) return false;
   auto& w = it->second.waiting;
@@ -63,7 +63,7 @@ FairQueue::Waiter* FairQueue::PopNextLocked() {
 void FairQueue::Release() {
   Waiter* next = nullptr;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     --inflight_;
     next = PopNextLocked();
   }
@@ -73,7 +73,7 @@ void FairQueue::Release() {
 void FairQueue::SetCapacity(int capacity) {
   std::vector<Waiter*> granted;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     capacity_ = std::max(1, capacity);
     while (Waiter* next = PopNextLocked()) granted.push_back(next);
   }
@@ -81,17 +81,17 @@ void FairQueue::SetCapacity(int capacity) {
 }
 
 int FairQueue::capacity() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return capacity_;
 }
 
 int FairQueue::inflight() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return inflight_;
 }
 
 int FairQueue::queued() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return queued_;
 }
 

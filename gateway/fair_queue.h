@@ -4,8 +4,10 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace tandem::gateway {
 
@@ -38,18 +40,18 @@ class FairQueue {
   enum class Result { kRun, kQueued, kFull };
   // kRun: a slot is taken now (grant is not called). kQueued: `waiter` waits and must stay
   // alive until granted or cancelled. kFull: the tenant's queue is full.
-  Result Acquire(Waiter* waiter, int priority);
+  Result Acquire(Waiter* waiter, int priority) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a waiting request; false when it was already granted (or never queued).
-  bool Cancel(Waiter* waiter);
+  bool Cancel(Waiter* waiter) ABSL_LOCKS_EXCLUDED(mu_);
   // A dispatched request ended: its slot goes to the next waiter, if any.
-  void Release();
+  void Release() ABSL_LOCKS_EXCLUDED(mu_);
   // Changes how many requests may be dispatched at once (>= 1); more room grants waiters now.
   // The gateway sets it to what the model's usable workers can run.
-  void SetCapacity(int capacity);
-  int capacity() const;
+  void SetCapacity(int capacity) ABSL_LOCKS_EXCLUDED(mu_);
+  int capacity() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  int inflight() const;
-  int queued() const;
+  int inflight() const ABSL_LOCKS_EXCLUDED(mu_);
+  int queued() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct TenantQueue {
@@ -58,16 +60,17 @@ class FairQueue {
     int priority = 1;
   };
 
-  // The waiter to grant next, taken off its queue; null when none may be granted. mu_ held.
-  Waiter* PopNextLocked();
+  // The waiter to grant next, taken off its queue; null when none may be granted.
+  Waiter* PopNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
-  mutable std::mutex mu_;
-  int capacity_;                               // guarded by mu_
-  int inflight_ = 0;                           // guarded by mu_
-  int queued_ = 0;                             // guarded by mu_
-  std::map<std::string, TenantQueue> queues_;  // guarded by mu_; only tenants with waiters
-  double last_vtime_ = 0;                      // guarded by mu_; of the last grant
+  mutable absl::Mutex mu_;
+  int capacity_ ABSL_GUARDED_BY(mu_);
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  int queued_ ABSL_GUARDED_BY(mu_) = 0;
+  // Only tenants with waiters.
+  std::map<std::string, TenantQueue> queues_ ABSL_GUARDED_BY(mu_);
+  double last_vtime_ ABSL_GUARDED_BY(mu_) = 0;  // of the last grant
 };
 
 }  // namespace tandem::gateway

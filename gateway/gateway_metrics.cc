@@ -270,7 +270,9 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                        &workers.Add(l),
                        &shadow_duration.Add(l, kDurationBuckets),
                        &shadow_tokens.Add(l)};
-    for (const std::string& c : classes) Child(requests_, request_children_, "code", m, c, "OK");
+    for (const std::string& c : classes) {
+      Child(requests_, &GatewayMetrics::request_children_, "code", m, c, "OK");
+    }
     for (const char* result : {"ok", "error"}) {
       Labelled(scrapes_, {{"model_name", m}, {"result", result}});
     }
@@ -292,7 +294,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
   }
   // Refusals before routing, so error-ratio alerts have a series from the start.
   for (const char* code : {"INVALID_ARGUMENT", "UNAVAILABLE", "RESOURCE_EXHAUSTED"}) {
-    Child(requests_, request_children_, "code", "none", "none", code);
+    Child(requests_, &GatewayMetrics::request_children_, "code", "none", "none", code);
   }
 }
 
@@ -302,33 +304,36 @@ GatewayMetrics::Model* GatewayMetrics::ForModel(const std::string& model) {
 }
 
 prometheus::Counter& GatewayMetrics::Child(prometheus::Family<prometheus::Counter>& family,
-                                           std::map<Key, prometheus::Counter*>& cache,
+                                           ChildCache GatewayMetrics::*cache,
                                            const char* third_label, const std::string& model,
                                            const std::string& request_class,
                                            const std::string& third) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
+  ChildCache& children = this->*cache;
   Key key = std::make_tuple(model, request_class, third);
-  auto it = cache.find(key);
-  if (it != cache.end()) return *it->second;
+  auto it = children.find(key);
+  if (it != children.end()) return *it->second;
   prometheus::Counter& c =
       family.Add({{"model_name", model}, {"class", request_class}, {third_label, third}});
-  cache.emplace(std::move(key), &c);
+  children.emplace(std::move(key), &c);
   return c;
 }
 
 void GatewayMetrics::CountRequest(const std::string& model, const std::string& request_class,
                                   const char* code) {
-  Child(requests_, request_children_, "code", model, request_class, code).Increment();
+  Child(requests_, &GatewayMetrics::request_children_, "code", model, request_class, code)
+      .Increment();
 }
 
 void GatewayMetrics::CountShadow(const std::string& model, const std::string& request_class,
                                  const char* code) {
-  Child(shadows_, shadow_children_, "code", model, request_class, code).Increment();
+  Child(shadows_, &GatewayMetrics::shadow_children_, "code", model, request_class, code)
+      .Increment();
 }
 
 void GatewayMetrics::CountDecision(const std::string& model, const std::string& request_class,
                                    const std::string& rule, const std::string& policy_version) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto key = std::make_tuple(model, request_class, rule, policy_version);
   auto it = decision_children_.find(key);
   if (it == decision_children_.end()) {
@@ -345,7 +350,7 @@ prometheus::Counter& GatewayMetrics::Labelled(prometheus::Family<prometheus::Cou
                                               const prometheus::Labels& labels) {
   std::string key;
   for (const auto& [k, v] : labels) absl::StrAppend(&key, k, "=", v, std::string(1, '\0'));
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto it = labelled_.find({&family, key});
   if (it != labelled_.end()) return *it->second;
   prometheus::Counter& c = family.Add(labels);
@@ -354,7 +359,7 @@ prometheus::Counter& GatewayMetrics::Labelled(prometheus::Family<prometheus::Cou
 }
 
 void GatewayMetrics::AddEndpoint(const std::string& model, const std::string& address) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto& e = endpoints_[{model, address}];
   if (e.refs++ > 0) return;
   const prometheus::Labels labels = {{"model_name", model}, {"endpoint", address}};
@@ -364,7 +369,7 @@ void GatewayMetrics::AddEndpoint(const std::string& model, const std::string& ad
 }
 
 void GatewayMetrics::RemoveEndpoint(const std::string& model, const std::string& address) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto it = endpoints_.find({model, address});
   if (it == endpoints_.end() || --it->second.refs > 0) return;
   endpoint_ready_.Remove(it->second.ready);
@@ -375,7 +380,7 @@ void GatewayMetrics::RemoveEndpoint(const std::string& model, const std::string&
 
 void GatewayMetrics::SetEndpointState(const std::string& model, const std::string& address,
                                       bool ready, int breaker_state) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto it = endpoints_.find({model, address});
   if (it == endpoints_.end()) return;
   it->second.ready->Set(ready ? 1 : 0);
@@ -383,7 +388,7 @@ void GatewayMetrics::SetEndpointState(const std::string& model, const std::strin
 }
 
 void GatewayMetrics::CountEjection(const std::string& model, const std::string& address) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto it = endpoints_.find({model, address});
   if (it != endpoints_.end()) it->second.ejections->Increment();
 }
@@ -397,7 +402,7 @@ void GatewayMetrics::CountScrape(const std::string& model, bool ok) {
 }
 
 GatewayMetrics::Signal GatewayMetrics::ForSignal(const std::string& name) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto it = signals_.find(name);
   if (it != signals_.end()) return it->second;
   const prometheus::Labels labels = {{"signal", name}};
@@ -409,7 +414,7 @@ GatewayMetrics::Signal GatewayMetrics::ForSignal(const std::string& name) {
 }
 
 GatewayMetrics::Trigger GatewayMetrics::ForTrigger(const std::string& name) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto it = triggers_.find(name);
   if (it != triggers_.end()) return it->second;
   const prometheus::Labels labels = {{"trigger", name}};
@@ -451,7 +456,7 @@ void GatewayMetrics::CountTenantsReload(bool ok) {
 }
 
 void GatewayMetrics::SetLivePolicy(const std::string& version, const std::string& sha256) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (live_policy_ != nullptr) policy_info_.Remove(live_policy_);
   live_policy_ = &policy_info_.Add({{"version", version}, {"sha256", sha256}});
   live_policy_->Set(1);
@@ -476,7 +481,7 @@ void GatewayMetrics::SetLivePolicy(const std::string& version, const std::string
 }
 
 GatewayMetrics::Tenant GatewayMetrics::ForTenant(const std::string& name, int max_labels) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto known = tenant_labels_.find(name);
   std::string label;
   if (known != tenant_labels_.end()) {

@@ -2,11 +2,12 @@
 
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -40,24 +41,29 @@ class GatewayMetrics {
 
   // nullptr for an unknown model.
   Model* ForModel(const std::string& model);
-  void CountRequest(const std::string& model, const std::string& request_class, const char* code);
+  void CountRequest(const std::string& model, const std::string& request_class, const char* code)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A shadow copy finished (or could not start) with `code`.
-  void CountShadow(const std::string& model, const std::string& request_class, const char* code);
+  void CountShadow(const std::string& model, const std::string& request_class, const char* code)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void CountDecision(const std::string& model, const std::string& request_class,
-                     const std::string& rule, const std::string& policy_version);
+                     const std::string& rule, const std::string& policy_version)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Policy reloads by result ("ok" or "error"), and the live policy's identity.
   void CountPolicyReload(bool ok);
-  void SetLivePolicy(const std::string& version, const std::string& sha256);
+  void SetLivePolicy(const std::string& version, const std::string& sha256)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Tenants-file reloads (--tenants) by result ("ok" or "error").
   void CountTenantsReload(bool ok);
   // Worker endpoints: created when an endpoint joins a pool, removed when DNS drops it.
-  void AddEndpoint(const std::string& model, const std::string& address);
-  void RemoveEndpoint(const std::string& model, const std::string& address);
+  void AddEndpoint(const std::string& model, const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoveEndpoint(const std::string& model, const std::string& address)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void SetEndpointState(const std::string& model, const std::string& address, bool ready,
-                        int breaker_state);
-  void CountEjection(const std::string& model, const std::string& address);
-  void CountDnsResolution(const std::string& model, bool ok);
-  void CountScrape(const std::string& model, bool ok);
+                        int breaker_state) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountEjection(const std::string& model, const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountDnsResolution(const std::string& model, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountScrape(const std::string& model, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Policy signals and triggers; series are created (at 0) when a policy declaring them loads.
   struct Signal {
@@ -66,23 +72,25 @@ class GatewayMetrics {
     prometheus::Gauge* age;
     prometheus::Counter* errors;
   };
-  Signal ForSignal(const std::string& name);
+  Signal ForSignal(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   struct Trigger {
     prometheus::Gauge* active;
     prometheus::Counter* transitions;
   };
-  Trigger ForTrigger(const std::string& name);
+  Trigger ForTrigger(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Resilience: retries (before anything was streamed), retries refused by the budget,
   // mid-stream failovers, hedges sent and won, requests shed by policy.
-  void CountRetry(const std::string& model, const char* reason);
+  void CountRetry(const std::string& model, const char* reason) ABSL_LOCKS_EXCLUDED(mu_);
   void CountRetryBudgetExhausted();
-  void CountFailover(const std::string& from_model, const std::string& to_model);
-  void CountHedge(const std::string& model, bool won);
-  void CountStall(const std::string& model);
-  void CountShed(const std::string& request_class);
+  void CountFailover(const std::string& from_model, const std::string& to_model)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void CountHedge(const std::string& model, bool won) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountStall(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountShed(const std::string& request_class) ABSL_LOCKS_EXCLUDED(mu_);
   // Admission fell back from the decided model (no usable worker) to another.
-  void CountFallback(const std::string& from_model, const std::string& to_model);
+  void CountFallback(const std::string& from_model, const std::string& to_model)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Time to admit a request: validation, features, the routing decision, the endpoint pick.
   prometheus::Histogram& decision_duration() { return decision_duration_; }
 
@@ -98,12 +106,12 @@ class GatewayMetrics {
     prometheus::Histogram* request_duration;     // to the end of the response
     prometheus::Histogram* time_to_first_token;  // to the first text relayed
   };
-  Tenant ForTenant(const std::string& name, int max_labels);
-  void CountTenantRequest(const std::string& label, const char* code);
+  Tenant ForTenant(const std::string& name, int max_labels) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountTenantRequest(const std::string& label, const char* code) ABSL_LOCKS_EXCLUDED(mu_);
   // reason: requests, tokens, concurrency, queue_full, queue_timeout.
-  void CountThrottled(const std::string& label, const char* reason);
+  void CountThrottled(const std::string& label, const char* reason) ABSL_LOCKS_EXCLUDED(mu_);
   // reason: missing_key, unknown_key, model_denied, admin_denied.
-  void CountAuthFailure(const char* reason);
+  void CountAuthFailure(const char* reason) ABSL_LOCKS_EXCLUDED(mu_);
   // Time requests waited for a dispatch slot (--max_inflight), granted or not.
   prometheus::Histogram& queue_wait() { return queue_wait_; }
 
@@ -113,10 +121,12 @@ class GatewayMetrics {
 
  private:
   using Key = std::tuple<std::string, std::string, std::string>;
+  using ChildCache = std::map<Key, prometheus::Counter*>;
+  // `cache` names the member (guarded by mu_) that caches the family's children.
   prometheus::Counter& Child(prometheus::Family<prometheus::Counter>& family,
-                             std::map<Key, prometheus::Counter*>& cache, const char* third_label,
+                             ChildCache GatewayMetrics::*cache, const char* third_label,
                              const std::string& model, const std::string& request_class,
-                             const std::string& third);
+                             const std::string& third) ABSL_LOCKS_EXCLUDED(mu_);
 
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Counter>& decisions_;
@@ -150,38 +160,38 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Histogram>& tenant_ttft_;
   prometheus::Family<prometheus::Counter>& auth_failures_;
   prometheus::Histogram& queue_wait_;
-  std::map<std::string, Tenant> tenants_;             // guarded by mu_; by label
-  std::map<std::string, std::string> tenant_labels_;  // guarded by mu_; name -> label
+  std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);             // by label
+  std::map<std::string, std::string> tenant_labels_ ABSL_GUARDED_BY(mu_);  // name -> label
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_error_;
   prometheus::Counter& tenants_reloads_ok_;
   prometheus::Counter& tenants_reloads_error_;
   prometheus::Counter& decision_log_written_;
   prometheus::Counter& decision_log_dropped_;
-  prometheus::Gauge* live_policy_ = nullptr;  // guarded by mu_
+  prometheus::Gauge* live_policy_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::map<std::string, Model> models_;
   // Family::Add hashes every label and locks; this cache keeps the hot path to one lookup.
-  std::mutex mu_;
-  std::map<Key, prometheus::Counter*> request_children_;  // guarded by mu_
-  std::map<Key, prometheus::Counter*> shadow_children_;   // guarded by mu_
+  absl::Mutex mu_;
+  ChildCache request_children_ ABSL_GUARDED_BY(mu_);
+  ChildCache shadow_children_ ABSL_GUARDED_BY(mu_);
   struct EndpointSeries {
     prometheus::Gauge* ready;
     prometheus::Gauge* breaker;
     prometheus::Counter* ejections;
     int refs = 0;  // a DNS re-resolution may briefly hold an old and a new endpoint object
   };
-  std::map<std::pair<std::string, std::string>, EndpointSeries> endpoints_;  // guarded by mu_
-  std::map<std::string, Signal> signals_;                                    // guarded by mu_
-  std::map<std::string, Trigger> triggers_;                                  // guarded by mu_
+  std::map<std::pair<std::string, std::string>, EndpointSeries> endpoints_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Signal> signals_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Trigger> triggers_ ABSL_GUARDED_BY(mu_);
   // Counters with free-form small label sets, keyed by their label values joined with '\0'.
   prometheus::Counter& Labelled(prometheus::Family<prometheus::Counter>& family,
-                                const prometheus::Labels& labels);
-  std::map<std::pair<void*, std::string>, prometheus::Counter*> labelled_;  // guarded by mu_
+                                const prometheus::Labels& labels) ABSL_LOCKS_EXCLUDED(mu_);
+  std::map<std::pair<void*, std::string>, prometheus::Counter*> labelled_ ABSL_GUARDED_BY(mu_);
   std::map<std::tuple<std::string, std::string, std::string, std::string>, prometheus::Counter*>
-      decision_children_;  // guarded by mu_
+      decision_children_ ABSL_GUARDED_BY(mu_);
   // Policy versions whose decision series are kept, oldest first.
   static constexpr size_t kDecisionVersionsKept = 3;
-  std::deque<std::string> recent_versions_;  // guarded by mu_
+  std::deque<std::string> recent_versions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem::gateway

@@ -2,12 +2,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
+#include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/log_rate_limiter.h"
 #include "gateway/decision_log.h"
@@ -76,10 +77,15 @@ struct Disclosure {
 // The API key of a call: "authorization: Bearer KEY", else "x-api-key: KEY"; empty when none.
 std::string ApiKeyFromMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata);
 
+// The call's x-request-id metadata value; empty when none.
+std::string MetadataRequestId(const grpc::CallbackServerContext* context);
+
 // tandem.v1.Gateway over the callback API. No thread is held per request: each call is a
 // reactor pair (server side to the client, client side to the worker) that relays chunk by
 // chunk, one message in flight each way, with the client's deadline, cancellation and request
-// id propagated to the worker.
+// id propagated to the worker. Generate and GenerateStream are GenerationCall reactors
+// (gateway/generation_call.h), whose retries, failovers, hedges and stall watch are
+// GenerationAttempts' decisions (gateway/generation_attempts.h).
 //
 // The three methods taking a GenerateRequest receive it as bytes and parse it themselves
 // (ParseRequest): gRPC answers a request it cannot parse with UNIMPLEMENTED and no message, and
@@ -108,11 +114,12 @@ class GatewayService final : public tandem::v1::Gateway::WithRawCallbackMethod_G
 
   // New generations get UNAVAILABLE from now on (those admitted finish).
   // Also cancels shadow copies in flight.
-  void StartDraining();
+  void StartDraining() ABSL_LOCKS_EXCLUDED(shadow_mu_);
   bool draining() const { return draining_.load(std::memory_order_relaxed); }
   // Generations dispatched and not yet finished; for draining.
-  int64_t inflight() const;
-  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+  int64_t inflight() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until no generation is in flight: false when `deadline` came first.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // Returns once no call was refused for draining for `quiet` (or at `deadline`). gRPC 1.51
   // answers a call that arrives as the server shuts down with CANCELLED, which clients do not
   // retry; while the gateway still serves, such a call gets UNAVAILABLE (retry elsewhere).
@@ -122,8 +129,8 @@ class GatewayService final : public tandem::v1::Gateway::WithRawCallbackMethod_G
   void RefusedWhileDraining();
 
   // Used by the call objects.
-  void CallStarted();
-  void CallEnded();
+  void CallStarted() ABSL_LOCKS_EXCLUDED(mu_);
+  void CallEnded() ABSL_LOCKS_EXCLUDED(mu_);
   const Intake& intake() const { return *intake_; }
   GatewayMetrics& metrics() { return *metrics_; }
   DecisionLog* decision_log() const { return options_.decision_log; }
@@ -137,8 +144,9 @@ class GatewayService final : public tandem::v1::Gateway::WithRawCallbackMethod_G
   Disclosure DisclosureFor(const TenantRegistry::Caller& caller) const;
   FairQueue* QueueFor(const std::string& model) const;
   // Sends a copy of an admitted request to `model`, answer discarded, measured in metrics.
-  void StartShadow(const Admission& admission, const std::string& model);
-  void ShadowEnded(ShadowCall* call);
+  void StartShadow(const Admission& admission, const std::string& model)
+      ABSL_LOCKS_EXCLUDED(shadow_mu_);
+  void ShadowEnded(ShadowCall* call) ABSL_LOCKS_EXCLUDED(shadow_mu_);
 
  private:
   const Intake* const intake_;
@@ -147,13 +155,13 @@ class GatewayService final : public tandem::v1::Gateway::WithRawCallbackMethod_G
   const GatewayServiceOptions options_;
   RetryBudget retry_budget_;
   LogRateLimiter rejected_log_;
-  mutable std::mutex mu_;
-  std::condition_variable idle_cv_;
-  int64_t inflight_ = 0;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  absl::CondVar idle_cv_;  // signalled when inflight_ drops to 0
+  int64_t inflight_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> last_refused_ns_{0};  // steady clock: the last call refused for draining
-  std::mutex shadow_mu_;
-  std::set<ShadowCall*> shadows_;  // guarded by shadow_mu_
+  absl::Mutex shadow_mu_;
+  std::set<ShadowCall*> shadows_ ABSL_GUARDED_BY(shadow_mu_);
 };
 
 }  // namespace tandem::gateway

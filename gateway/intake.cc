@@ -43,20 +43,7 @@ std::string NewRequestId() {
   return absl::StrFormat("%016x", rng());
 }
 
-absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
-                           const std::string& metadata_request_id,
-                           std::chrono::system_clock::time_point deadline, bool dry_run,
-                           Admission* out,
-                           std::shared_ptr<const policies::TenantSpec> tenant) const {
-  out->tenant = std::move(tenant);
-  out->request_id = CallerRequestId(request, metadata_request_id);
-  if (out->request_id.empty()) out->request_id = NewRequestId();
-  // Checked first: the id names the request in every log line, and goes to the worker as
-  // metadata, where gRPC aborts the process on a byte a header may not carry.
-  if (absl::Status s = ValidateRequestId(out->request_id); !s.ok()) {
-    out->request_id = NewRequestId();
-    return s;
-  }
+absl::Status Intake::ValidateRequest(const tandem::v1::GenerateRequest& request) const {
   const size_t bytes = request.ByteSizeLong();
   if (static_cast<int64_t>(bytes) > options_.max_request_bytes) {
     return absl::InvalidArgumentError(
@@ -75,11 +62,10 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
                         "(--max_tokens_limit)",
                         request.sampling().max_tokens(), options_.max_tokens_limit));
   }
+  return absl::OkStatus();
+}
 
-  out->features = router::ExtractFeatures(request);
-  // An authenticated caller's tenant is who it is, whatever its `tenant` label says: policies
-  // that route by tenant must not be steerable by a label.
-  if (out->tenant != nullptr) out->features.tenant = out->tenant->name;
+absl::Status Intake::Route(std::chrono::system_clock::time_point deadline, Admission* out) const {
   if (options_.max_prompt_tokens > 0 && out->features.prompt_tokens > options_.max_prompt_tokens) {
     return absl::InvalidArgumentError(
         absl::StrFormat("messages: about %d prompt tokens exceeds the gateway's limit of %d "
@@ -109,6 +95,10 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
         absl::StrFormat("shed by rule '%s' of policy %s; retry after %gs", out->decision.rule,
                         out->decision.policy_version, out->decision.retry_after_seconds));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Intake::CheckModel(const tandem::v1::GenerateRequest& request, Admission* out) const {
   if (out->tenant != nullptr && !out->tenant->models.empty() &&
       !out->tenant->models.contains(out->decision.model)) {
     return absl::PermissionDeniedError(
@@ -122,7 +112,6 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
         absl::StrFormat("model '%s' chosen by rule '%s' has no workers configured (--workers)",
                         out->decision.model, out->decision.rule));
   }
-
   // Model-specific checks use what the model's workers reported.
   const tandem::v1::ModelStatus status = out->pool->Status();
   const bool known = !status.model_id().empty();
@@ -137,8 +126,39 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
         absl::StrFormat("sampling.max_tokens: %d exceeds the limit of model '%s' (%d)",
                         request.sampling().max_tokens(), out->decision.model, limit));
   }
-  if (dry_run) return absl::OkStatus();
+  return absl::OkStatus();
+}
 
+absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
+                            const std::string& metadata_request_id,
+                            std::chrono::system_clock::time_point deadline, Admission* out,
+                            std::shared_ptr<const policies::TenantSpec> tenant) const {
+  out->tenant = std::move(tenant);
+  out->request_id = CallerRequestId(request, metadata_request_id);
+  if (out->request_id.empty()) out->request_id = NewRequestId();
+  // Checked first: the id names the request in every log line, and goes to the worker as
+  // metadata, where gRPC aborts the process on a byte a header may not carry.
+  if (absl::Status s = ValidateRequestId(out->request_id); !s.ok()) {
+    out->request_id = NewRequestId();
+    return s;
+  }
+  if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
+  out->features = router::ExtractFeatures(request);
+  // An authenticated caller's tenant is who it is, whatever its `tenant` label says: policies
+  // that route by tenant must not be steerable by a label.
+  if (out->tenant != nullptr) out->features.tenant = out->tenant->name;
+  if (absl::Status s = Route(deadline, out); !s.ok()) return s;
+  return CheckModel(request, out);
+}
+
+absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
+                           const std::string& metadata_request_id,
+                           std::chrono::system_clock::time_point deadline, Admission* out,
+                           std::shared_ptr<const policies::TenantSpec> tenant) const {
+  if (absl::Status s = Decide(request, metadata_request_id, deadline, out, std::move(tenant));
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<Target> target = PickTarget(*out, {});
   if (!target.ok()) return target.status();
   if (target->pool != out->pool) {

@@ -34,7 +34,7 @@ struct Admission {
   router::RequestFeatures features;
   router::RouteDecision decision;
   ModelPool* pool = nullptr;
-  // Null for dry runs.
+  // Null after Decide (set by Admit).
   std::shared_ptr<Endpoint> endpoint;
   // For the chosen model; its max_tokens is capped again for any other model tried.
   tandem::v1::WorkerGenerateRequest worker_request;
@@ -63,15 +63,21 @@ class Intake {
          const SignalEngine* signals = nullptr)
       : router_(router), pools_(pools), options_(options), signals_(signals) {}
 
-  // Fills `out`. `out->request_id` is set even on error (taken from the request, then from
-  // `metadata_request_id`, else generated). With `dry_run` no endpoint is picked and no worker
-  // request is built.
-  // `deadline` is the call's (system_clock max for none); it becomes the deadline_ms feature.
-  // With `tenant`, a decided model outside its `models` is PERMISSION_DENIED, and fallbacks
-  // outside them are skipped.
+  // Validates and routes the request without choosing a worker: the Route RPC's answer (a dry
+  // run), and the first half of Admit. `out->request_id` is set even on error (taken from the
+  // request, then from `metadata_request_id`, else generated). `deadline` is the call's
+  // (system_clock max for none); it becomes the deadline_ms feature. With `tenant`, a decided
+  // model outside its `models` is PERMISSION_DENIED.
+  absl::Status Decide(const tandem::v1::GenerateRequest& request,
+                      const std::string& metadata_request_id,
+                      std::chrono::system_clock::time_point deadline, Admission* out,
+                      std::shared_ptr<const policies::TenantSpec> tenant = nullptr) const;
+
+  // Decide, then the first endpoint (falling back to the decision's fallbacks, within the
+  // tenant's models, when the model has no usable worker) and the worker request.
   absl::Status Admit(const tandem::v1::GenerateRequest& request,
                      const std::string& metadata_request_id,
-                     std::chrono::system_clock::time_point deadline, bool dry_run, Admission* out,
+                     std::chrono::system_clock::time_point deadline, Admission* out,
                      std::shared_ptr<const policies::TenantSpec> tenant = nullptr) const;
 
   // A usable endpoint for another attempt of an admitted request: the decided model first, then
@@ -83,6 +89,15 @@ class Intake {
   const IntakeOptions& options() const { return options_; }
 
  private:
+  // Size, messages, sampling, labels and hints, before the request is routed.
+  absl::Status ValidateRequest(const tandem::v1::GenerateRequest& request) const;
+  // The prompt-size limit, the request's routing features that depend on the call, and the
+  // router's decision (RESOURCE_EXHAUSTED when a rule sheds it).
+  absl::Status Route(std::chrono::system_clock::time_point deadline, Admission* out) const;
+  // Whether the decided model may and can take the request (tenant's models, workers
+  // configured, images, max_tokens).
+  absl::Status CheckModel(const tandem::v1::GenerateRequest& request, Admission* out) const;
+
   const RouterHolder* const router_;
   const WorkerPools* const pools_;
   const IntakeOptions options_;

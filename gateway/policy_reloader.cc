@@ -23,7 +23,7 @@ absl::Status PolicyReloader::Reload(const std::string& trigger) {
 }
 
 absl::Status PolicyReloader::ReloadText(const std::string& text, const std::string& trigger) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   std::vector<policies::PolicyError> errors;
   auto policy = policies::ParsePolicy(text, path_, &errors, limits_);
   absl::Status status = policy.status();
@@ -47,7 +47,7 @@ absl::Status PolicyReloader::ReloadText(const std::string& text, const std::stri
   live_key_ = Sha256Hex(text) + "|" + FileStamp(live_classifier_path_);
   last_failed_key_.clear();
   {
-    std::lock_guard<std::mutex> live(live_mu_);
+    absl::MutexLock live(&live_mu_);
     if ((*policy)->sha256 == live_sha256_) return absl::OkStatus();
   }
   for (const auto& [name, spec] : (*policy)->models) {
@@ -67,7 +67,7 @@ absl::Status PolicyReloader::ReloadText(const std::string& text, const std::stri
   if (signals_ != nullptr) signals_->SetPolicy(*policy);
   holder_->Swap(std::make_shared<router::PolicyRouter>(*policy));
   {
-    std::lock_guard<std::mutex> live(live_mu_);
+    absl::MutexLock live(&live_mu_);
     live_version_ = (*policy)->version;
     live_sha256_ = (*policy)->sha256;
   }
@@ -79,7 +79,7 @@ absl::Status PolicyReloader::ReloadText(const std::string& text, const std::stri
 }
 
 std::pair<std::string, std::string> PolicyReloader::Live() const {
-  std::lock_guard<std::mutex> l(live_mu_);
+  absl::MutexLock l(&live_mu_);
   return {live_version_, live_sha256_};
 }
 
@@ -88,7 +88,7 @@ void PolicyReloader::CheckFile() {
   {
     // A file refused for its size is not read again until its size or time changes: a link to
     // /dev/zero would cost --max_policy_bytes of reading at every poll.
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (last_failed_key_ == kOverLimit + FileStamp(path_)) return;
   }
   auto text = ReadFileToString(path_, limits_.max_file_bytes, "--max_policy_bytes");
@@ -99,7 +99,7 @@ void PolicyReloader::CheckFile() {
     // of the file's size and time (a link to /dev/zero keeps the same).
     const std::string key = kOverLimit + FileStamp(path_);
     {
-      std::lock_guard<std::mutex> l(mu_);
+      absl::MutexLock l(&mu_);
       if (key == last_failed_key_) return;
       last_failed_key_ = key;
     }
@@ -110,14 +110,14 @@ void PolicyReloader::CheckFile() {
   }
   std::string key;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     // The YAML's bytes and the model file's stamp: either changing is a new policy.
     key = Sha256Hex(*text) + "|" + FileStamp(live_classifier_path_);
     if (key == live_key_ || key == last_failed_key_) return;
   }
   // The same bytes that were hashed are parsed, so a half-written file is judged as read.
   if (!ReloadText(*text, "file changed").ok()) {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     last_failed_key_ = key;  // reported once per change, not every interval
   }
 }

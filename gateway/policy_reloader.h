@@ -1,10 +1,11 @@
 #pragma once
 
 #include <functional>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/reload_loop.h"
@@ -36,7 +37,7 @@ class PolicyReloader {
   ~PolicyReloader() { Stop(); }
 
   // Loads and, if valid, swaps, on the calling thread. `trigger` is for the log line.
-  absl::Status Reload(const std::string& trigger);
+  absl::Status Reload(const std::string& trigger) ABSL_LOCKS_EXCLUDED(mu_, live_mu_);
   // Starts the reload thread: it polls the file every `interval` and serves ReloadAsync.
   void Start(absl::Duration interval) { loop_.Start(interval); }
   // Queues a reload on the reload thread; `done` (may be empty) gets its result there.
@@ -47,16 +48,17 @@ class PolicyReloader {
 
   const std::string& path() const { return path_; }
   // The live policy's version and sha256.
-  std::pair<std::string, std::string> Live() const;
+  std::pair<std::string, std::string> Live() const ABSL_LOCKS_EXCLUDED(live_mu_);
 
   // What the reload thread does every interval: re-reads the file and reloads it when it (or the
   // classifier model's size or time) changed; a file that fails is reported once per change.
   // Public for tests, which call it instead of waiting for the thread.
-  void CheckFile();
+  void CheckFile() ABSL_LOCKS_EXCLUDED(mu_, live_mu_);
 
  private:
   // Parses `text` (the file's bytes as read once) and swaps it in if valid.
-  absl::Status ReloadText(const std::string& text, const std::string& trigger);
+  absl::Status ReloadText(const std::string& text, const std::string& trigger)
+      ABSL_LOCKS_EXCLUDED(mu_, live_mu_);
 
   const std::string path_;
   const WorkerPools* const pools_;
@@ -64,17 +66,17 @@ class PolicyReloader {
   GatewayMetrics* const metrics_;
   SignalEngine* const signals_;
   const policies::PolicyLimits limits_;
-  std::mutex mu_;  // serialises reloads; held through file I/O and parsing
+  absl::Mutex mu_;  // serialises reloads; held through file I/O and parsing
   // The live policy's YAML hash and its model file's size and mtime; and the same key of the
   // last file that failed, so it is reported once per change.
-  std::string live_key_;              // guarded by mu_
-  std::string live_classifier_path_;  // guarded by mu_
-  std::string last_failed_key_;       // guarded by mu_
+  std::string live_key_ ABSL_GUARDED_BY(mu_);
+  std::string live_classifier_path_ ABSL_GUARDED_BY(mu_);
+  std::string last_failed_key_ ABSL_GUARDED_BY(mu_);
   // What Live() reports; its own lock so admin RPCs never wait for a reload's I/O.
-  mutable std::mutex live_mu_;
-  std::string live_version_;  // guarded by live_mu_
-  std::string live_sha256_;   // guarded by live_mu_
-  ReloadLoop loop_;           // last: its thread uses the members above
+  mutable absl::Mutex live_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::string live_version_ ABSL_GUARDED_BY(live_mu_);
+  std::string live_sha256_ ABSL_GUARDED_BY(live_mu_);
+  ReloadLoop loop_;  // last: its thread uses the members above
 };
 
 }  // namespace tandem::gateway

@@ -1,9 +1,13 @@
 #include "gateway/reload_loop.h"
 
+#include <chrono>
+
+#include "common/steady_wait.h"
+
 namespace tandem::gateway {
 
 void ReloadLoop::Start(absl::Duration interval) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (started_ || stop_) return;
   started_ = true;
   thread_ = std::thread([this, interval] { Loop(interval); });
@@ -11,10 +15,10 @@ void ReloadLoop::Start(absl::Duration interval) {
 
 void ReloadLoop::Enqueue(std::string trigger, std::function<void(absl::Status)> done) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (!stop_) {
       queue_.push_back({std::move(trigger), std::move(done)});
-      cv_.notify_one();
+      cv_.Signal();
       return;
     }
   }
@@ -23,21 +27,24 @@ void ReloadLoop::Enqueue(std::string trigger, std::function<void(absl::Status)> 
 
 void ReloadLoop::Loop(absl::Duration interval) {
   const auto period = absl::ToChronoMilliseconds(interval);
-  std::unique_lock<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   while (!stop_) {
-    if (!cv_.wait_for(l, period, [&] { return stop_ || !queue_.empty(); })) {
-      l.unlock();
+    const auto deadline = std::chrono::steady_clock::now() + period;
+    while (!stop_ && queue_.empty() && WaitUntil(cv_, mu_, deadline)) {
+    }
+    if (!stop_ && queue_.empty()) {  // the period passed with nothing queued
+      mu_.Unlock();
       poll_();
-      l.lock();
+      mu_.Lock();
       continue;
     }
     while (!queue_.empty() && !stop_) {
       Pending p = std::move(queue_.front());
       queue_.pop_front();
-      l.unlock();
+      mu_.Unlock();
       absl::Status s = reload_(p.trigger);
       if (p.done) p.done(s);
-      l.lock();
+      mu_.Lock();
     }
   }
 }
@@ -45,16 +52,16 @@ void ReloadLoop::Loop(absl::Duration interval) {
 void ReloadLoop::Stop() {
   std::deque<Pending> left;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     stop_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   {
-    std::lock_guard<std::mutex> j(join_mu_);
+    absl::MutexLock j(&join_mu_);
     if (thread_.joinable()) thread_.join();
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     left.swap(queue_);
   }
   // Nothing queued is left without an answer.

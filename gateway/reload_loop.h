@@ -1,13 +1,13 @@
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace tandem::gateway {
@@ -23,29 +23,31 @@ class ReloadLoop {
   ~ReloadLoop() { Stop(); }
 
   // Starts the thread (once; later calls do nothing). `interval` must be positive and finite.
-  void Start(absl::Duration interval);
+  void Start(absl::Duration interval) ABSL_LOCKS_EXCLUDED(mu_);
   // Queues `reload(trigger)`; `done` (may be empty) gets its result on the loop's thread, or
   // UNAVAILABLE once stopping.
-  void Enqueue(std::string trigger, std::function<void(absl::Status)> done);
+  void Enqueue(std::string trigger, std::function<void(absl::Status)> done)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Answers what is still queued with UNAVAILABLE and joins the thread. Idempotent; not from
   // `poll` or `reload` themselves.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_, join_mu_);
 
  private:
   struct Pending {
     std::string trigger;
     std::function<void(absl::Status)> done;
   };
-  void Loop(absl::Duration interval);
+  void Loop(absl::Duration interval) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::function<void()> poll_;
   const Reload reload_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> queue_;  // guarded by mu_
-  bool started_ = false;       // guarded by mu_
-  bool stop_ = false;          // guarded by mu_
-  std::mutex join_mu_;         // concurrent Stop calls join once
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex join_mu_;  // concurrent Stop calls join once
+  // Set by Start under mu_, joined by Stop under join_mu_ (after stop_, so Start sets it no more).
   std::thread thread_;
 };
 

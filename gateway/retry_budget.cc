@@ -13,12 +13,12 @@ RetryBudget::Slot& RetryBudget::Current(Clock::time_point now) {
 
 void RetryBudget::RequestStarted(Clock::time_point now) {
   active_.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   ++Current(now).requests;
 }
 
 bool RetryBudget::TryRetry(Clock::time_point now) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   Slot& current = Current(now);
   // The window: this slot and the kSlots - 1 before it, skipping slots left from older rounds.
   int64_t requests = 0;

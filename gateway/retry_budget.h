@@ -5,7 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace tandem::gateway {
 
@@ -31,11 +33,11 @@ class RetryBudget {
         min_(min),
         slot_(std::max<Clock::duration>(window / kSlots, std::chrono::milliseconds(1))) {}
 
-  void RequestStarted(Clock::time_point now);
+  void RequestStarted(Clock::time_point now) ABSL_LOCKS_EXCLUDED(mu_);
   void RequestEnded() { active_.fetch_sub(1, std::memory_order_relaxed); }
 
   // Spends one retry; false when the window's budget is spent.
-  bool TryRetry(Clock::time_point now);
+  bool TryRetry(Clock::time_point now) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Takes one hedge slot, given back with ReleaseHedge when the hedge ends; false when spent.
   bool TryHedge();
@@ -48,14 +50,14 @@ class RetryBudget {
     int64_t requests = 0;
     int64_t retries = 0;
   };
-  // The slot of `now`, reset if it last counted an older interval. mu_ held.
-  Slot& Current(Clock::time_point now);
+  // The slot of `now`, reset if it last counted an older interval.
+  Slot& Current(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const double ratio_;
   const int64_t min_;
   const Clock::duration slot_;
-  std::mutex mu_;
-  std::array<Slot, kSlots> slots_;  // guarded by mu_; a ring over the window
+  absl::Mutex mu_;
+  std::array<Slot, kSlots> slots_ ABSL_GUARDED_BY(mu_);  // a ring over the window
   std::atomic<int64_t> active_{0};
   std::atomic<int64_t> hedges_{0};
 };

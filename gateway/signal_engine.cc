@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/steady_wait.h"
 #include "gateway/promql.h"
 #include "spdlog/spdlog.h"
 
@@ -130,7 +131,7 @@ absl::Status SignalEngine::Validate(const router::Policy& policy) const {
 }
 
 void SignalEngine::SetPolicy(std::shared_ptr<const router::Policy> policy) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   const TimePoint now = clock_->Now();
   std::map<std::string, SignalState> signals;
   double history = 3 * absl::ToDoubleSeconds(options_.scrape_interval);
@@ -203,7 +204,7 @@ void SignalEngine::ScrapeOnce(HttpClient& http) {
     results.push_back({&t, std::move(samples), clock_->Now()});
   }
 
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   const TimePoint now = clock_->Now();
   std::map<std::string, EndpointData> kept;
   for (Result& r : results) {
@@ -358,7 +359,7 @@ void SignalEngine::QueryDue(HttpClient& http, bool force) {
   };
   std::vector<Due> due;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     const TimePoint now = clock_->Now();
     for (auto& [name, s] : signals_) {
       if (s.spec.source != router::SignalSource::kPromQL || (!force && now < s.next_query)) {
@@ -381,7 +382,7 @@ void SignalEngine::QueryDue(HttpClient& http, bool force) {
       v = body.ok() ? ParsePromQLResponse(*body)
                     : absl::StatusOr<std::optional<double>>(body.status());
     }
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     auto it = signals_.find(d.name);
     if (it == signals_.end() || it->second.spec.query != d.query) continue;  // policy changed
     SignalState& s = it->second;
@@ -401,7 +402,7 @@ void SignalEngine::QueryDue(HttpClient& http, bool force) {
 
 void SignalEngine::Publish() {
   auto snap = std::make_shared<router::SignalSnapshot>();
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   const TimePoint now = clock_->Now();
   struct View {
     bool expired = false;
@@ -483,7 +484,7 @@ void SignalEngine::Publish() {
 
 tandem::v1::SignalsStatus SignalEngine::Describe() const {
   tandem::v1::SignalsStatus out;
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   const TimePoint now = clock_->Now();
   for (const auto& [name, s] : signals_) {
     auto* o = out.add_signals();
@@ -517,13 +518,15 @@ void SignalEngine::ScrapeLoop() {
           ? http_factory_()
           : std::make_unique<CurlHttpClient>(options_.scrape_tls, options_.scrape_tls_server_name);
   const auto period = absl::ToChronoNanoseconds(options_.scrape_interval);
-  std::unique_lock<std::mutex> l(run_mu_);
+  absl::MutexLock l(&run_mu_);
   while (!stop_) {
-    l.unlock();
+    run_mu_.Unlock();
     ScrapeOnce(*http);
     Publish();
-    l.lock();
-    run_cv_.wait_for(l, period, [&] { return stop_; });
+    run_mu_.Lock();
+    const auto deadline = std::chrono::steady_clock::now() + period;
+    while (!stop_ && WaitUntil(run_cv_, run_mu_, deadline)) {
+    }
   }
 }
 
@@ -531,14 +534,16 @@ void SignalEngine::QueryLoop() {
   // The Prometheus server is not a worker: no worker TLS files (an https URL uses system roots).
   std::unique_ptr<HttpClient> http =
       http_factory_ ? http_factory_() : std::make_unique<CurlHttpClient>();
-  std::unique_lock<std::mutex> l(run_mu_);
+  absl::MutexLock l(&run_mu_);
   while (!stop_) {
-    l.unlock();
+    run_mu_.Unlock();
     QueryDue(*http);
     Publish();
-    l.lock();
+    run_mu_.Lock();
     // PromQL intervals are at least 100 ms; checking at that rate is enough.
-    run_cv_.wait_for(l, std::chrono::milliseconds(50), [&] { return stop_; });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (!stop_ && WaitUntil(run_cv_, run_mu_, deadline)) {
+    }
   }
 }
 
@@ -550,10 +555,10 @@ void SignalEngine::Start() {
 
 void SignalEngine::Stop() {
   {
-    std::lock_guard<std::mutex> l(run_mu_);
+    absl::MutexLock l(&run_mu_);
     stop_ = true;
   }
-  run_cv_.notify_all();
+  run_cv_.SignalAll();
   if (scrape_thread_.joinable()) scrape_thread_.join();
   if (query_thread_.joinable()) query_thread_.join();
 }

@@ -2,17 +2,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "gateway/gateway_metrics.h"
@@ -69,17 +69,17 @@ class SignalEngine {
   absl::Status Validate(const router::Policy& policy) const;
   // The live policy's signals and triggers; called at start and on every reload. State of
   // signals and triggers that keep their name and definition carries over.
-  void SetPolicy(std::shared_ptr<const router::Policy> policy);
+  void SetPolicy(std::shared_ptr<const router::Policy> policy) ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<const router::SignalSnapshot> Current() const { return snapshot_.load(); }
-  tandem::v1::SignalsStatus Describe() const;
+  tandem::v1::SignalsStatus Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // One round of each source, synchronously (the threads call these; so can tests).
-  void ScrapeOnce(HttpClient& http);
-  void QueryDue(HttpClient& http, bool force = false);
-  void Publish();
+  void ScrapeOnce(HttpClient& http) ABSL_LOCKS_EXCLUDED(mu_);
+  void QueryDue(HttpClient& http, bool force = false) ABSL_LOCKS_EXCLUDED(mu_);
+  void Publish() ABSL_LOCKS_EXCLUDED(mu_);
 
-  void Start();
-  void Stop();
+  void Start() ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() ABSL_LOCKS_EXCLUDED(run_mu_);
 
  private:
   using TimePoint = Clock::TimePoint;
@@ -101,12 +101,14 @@ class SignalEngine {
   };
   // Value of a scrape signal from the endpoint data; nullopt for no data. `error` says why.
   std::optional<double> Evaluate(const router::SignalSpec& spec, TimePoint now,
-                                 std::string* error) const;
+                                 std::string* error) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Value of a gateway signal now; nullopt (with `error`) when the model has no usable worker.
-  std::optional<double> EvaluateLocal(const router::SignalSpec& spec, std::string* error) const;
+  // With the lock held (SignalEngineOptions::local_load).
+  std::optional<double> EvaluateLocal(const router::SignalSpec& spec, std::string* error) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double StaleAfter(const SignalState& s) const;
-  void ScrapeLoop();
-  void QueryLoop();
+  void ScrapeLoop() ABSL_LOCKS_EXCLUDED(run_mu_, mu_);
+  void QueryLoop() ABSL_LOCKS_EXCLUDED(run_mu_, mu_);
 
   const WorkerPools* const pools_;
   GatewayMetrics* const metrics_;
@@ -114,18 +116,18 @@ class SignalEngine {
   Clock* const clock_;
   HttpFactory http_factory_;
 
-  mutable std::mutex mu_;
-  std::shared_ptr<const router::Policy> policy_;              // guarded by mu_
-  std::map<std::string, EndpointData> endpoints_;             // guarded by mu_; by model/address
-  std::map<std::string, SignalState> signals_;                // guarded by mu_
-  std::map<std::string, std::unique_ptr<Trigger>> triggers_;  // guarded by mu_
-  double history_seconds_ = 0;                                // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const router::Policy> policy_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, EndpointData> endpoints_ ABSL_GUARDED_BY(mu_);  // by model/address
+  std::map<std::string, SignalState> signals_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<Trigger>> triggers_ ABSL_GUARDED_BY(mu_);
+  double history_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<std::shared_ptr<const router::SignalSnapshot>> snapshot_{
       std::make_shared<router::SignalSnapshot>()};
 
-  std::mutex run_mu_;
-  std::condition_variable run_cv_;
-  bool stop_ = false;  // guarded by run_mu_
+  absl::Mutex run_mu_;
+  absl::CondVar run_cv_;
+  bool stop_ ABSL_GUARDED_BY(run_mu_) = false;
   std::thread scrape_thread_;
   std::thread query_thread_;
 };

@@ -8,19 +8,19 @@
 namespace tandem::gateway {
 
 std::shared_ptr<const policies::TenantSpec> TenantState::spec() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return spec_;
 }
 
 void TenantState::SetSpec(std::shared_ptr<const policies::TenantSpec> spec, TimePoint now) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   requests_.Configure(spec->limits.requests_per_second, spec->limits.burst_requests, now);
   tokens_.Configure(spec->limits.tokens_per_second, spec->limits.burst_tokens, now);
   spec_ = std::move(spec);
 }
 
 std::optional<TenantState::Refusal> TenantState::TryAdmit(int64_t tokens, TimePoint now) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   const policies::TenantLimits& limits = spec_->limits;
   if (limits.max_concurrency > 0 && inflight_ >= limits.max_concurrency) {
     // No rate to compute a wait from: a short pause, about one request's worth.
@@ -52,14 +52,14 @@ std::optional<TenantState::Refusal> TenantState::TryAdmit(int64_t tokens, TimePo
 }
 
 void TenantState::Release(int64_t unused_tokens) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (unused_tokens > 0) tokens_.Give(static_cast<double>(unused_tokens));
   --inflight_;
   metrics_.inflight->Decrement();
 }
 
 int TenantState::inflight() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return inflight_;
 }
 
@@ -82,7 +82,7 @@ std::shared_ptr<TenantState> TenantRegistry::StateFor(const std::string& name) {
 }
 
 void TenantRegistry::Apply(std::shared_ptr<const policies::TenantConfig> config) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   const auto now = std::chrono::steady_clock::now();
   auto snap = std::make_shared<Snapshot>();
   snap->config = config;
@@ -129,7 +129,7 @@ absl::Status TenantRegistry::Reload(const std::string& trigger) {
 }
 
 absl::Status TenantRegistry::ReloadText(const std::string& text, const std::string& trigger) {
-  std::lock_guard<std::mutex> l(reload_mu_);
+  absl::MutexLock l(&reload_mu_);
   auto config = policies::ParseTenantConfig(text, path_, options_.models, options_.file_limits);
   if (!config.ok()) {
     metrics_->CountTenantsReload(false);
@@ -150,7 +150,7 @@ void TenantRegistry::CheckFile() {
   {
     // A file refused for its size is not read again until its size or time changes: a link to
     // /dev/zero would cost --max_tenants_bytes of reading at every poll.
-    std::lock_guard<std::mutex> l(reload_mu_);
+    absl::MutexLock l(&reload_mu_);
     if (!last_over_limit_.empty() && last_over_limit_ == FileStamp(path_)) return;
   }
   auto text = ReadFileToString(path_, options_.file_limits.max_file_bytes, "--max_tenants_bytes");
@@ -161,7 +161,7 @@ void TenantRegistry::CheckFile() {
     // of the file's size and time (a link to /dev/zero keeps the same).
     const std::string stamp = FileStamp(path_);
     {
-      std::lock_guard<std::mutex> l(reload_mu_);
+      absl::MutexLock l(&reload_mu_);
       if (stamp == last_over_limit_) return;
       last_over_limit_ = stamp;
     }
@@ -172,7 +172,7 @@ void TenantRegistry::CheckFile() {
   }
   const std::string sha = Sha256Hex(*text);
   {
-    std::lock_guard<std::mutex> l(reload_mu_);
+    absl::MutexLock l(&reload_mu_);
     last_over_limit_.clear();
     const auto live = snapshot_.load()->config;
     if ((live != nullptr && sha == live->sha256) || sha == last_failed_sha_) return;

@@ -5,13 +5,14 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/reload_loop.h"
@@ -32,8 +33,9 @@ class TenantState {
 
   const std::string& name() const { return name_; }
   GatewayMetrics::Tenant& metrics() { return metrics_; }
-  std::shared_ptr<const policies::TenantSpec> spec() const;
-  void SetSpec(std::shared_ptr<const policies::TenantSpec> spec, TimePoint now);
+  std::shared_ptr<const policies::TenantSpec> spec() const ABSL_LOCKS_EXCLUDED(mu_);
+  void SetSpec(std::shared_ptr<const policies::TenantSpec> spec, TimePoint now)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Refusal {
     // "concurrency", "requests" or "tokens": the throttled metric's reason label.
@@ -43,19 +45,19 @@ class TenantState {
   };
   // Admits a request that reserves `tokens` (prompt estimate + max_tokens), or says which limit
   // refused it and when to retry. On admission the request counts as in flight until Release.
-  std::optional<Refusal> TryAdmit(int64_t tokens, TimePoint now);
+  std::optional<Refusal> TryAdmit(int64_t tokens, TimePoint now) ABSL_LOCKS_EXCLUDED(mu_);
   // The admitted request ended; `unused_tokens` of its reservation go back to the bucket.
-  void Release(int64_t unused_tokens);
-  int inflight() const;
+  void Release(int64_t unused_tokens) ABSL_LOCKS_EXCLUDED(mu_);
+  int inflight() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::string name_;
   GatewayMetrics::Tenant metrics_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const policies::TenantSpec> spec_;  // guarded by mu_
-  TokenBucket requests_;                              // guarded by mu_
-  TokenBucket tokens_;                                // guarded by mu_
-  int inflight_ = 0;                                  // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const policies::TenantSpec> spec_ ABSL_GUARDED_BY(mu_);
+  TokenBucket requests_ ABSL_GUARDED_BY(mu_);
+  TokenBucket tokens_ ABSL_GUARDED_BY(mu_);
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 struct TenantRegistryOptions {
@@ -84,9 +86,9 @@ class TenantRegistry {
   // Loads `path` and applies it (start-up); later reloads read the same path.
   absl::Status Load(const std::string& path);
   // Applies a parsed configuration (null: no file, which needs allow_unauthenticated).
-  void Apply(std::shared_ptr<const policies::TenantConfig> config);
+  void Apply(std::shared_ptr<const policies::TenantConfig> config) ABSL_LOCKS_EXCLUDED(mu_);
   // Re-reads the file and applies it if valid, on the calling thread. `trigger` is for the log.
-  absl::Status Reload(const std::string& trigger);
+  absl::Status Reload(const std::string& trigger) ABSL_LOCKS_EXCLUDED(reload_mu_);
   // Starts the reload thread (after Load): it re-reads the file every `interval`, applying it
   // when its content changed, and serves ReloadAsync.
   void Watch(absl::Duration interval) { loop_.Start(interval); }
@@ -98,7 +100,7 @@ class TenantRegistry {
   // What the reload thread does every interval: re-reads the file and applies it when its content
   // changed; a file that fails is reported once per change. Public for tests, which call it
   // instead of waiting for the thread.
-  void CheckFile();
+  void CheckFile() ABSL_LOCKS_EXCLUDED(reload_mu_);
 
   struct Caller {
     std::shared_ptr<TenantState> tenant;
@@ -133,20 +135,23 @@ class TenantRegistry {
     std::shared_ptr<TenantState> anonymous;
     std::shared_ptr<const policies::TenantSpec> anonymous_spec;
   };
-  std::shared_ptr<TenantState> StateFor(const std::string& name);  // mu_ held
+  std::shared_ptr<TenantState> StateFor(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Parses `text` (the file's bytes as read once) and applies it if valid.
-  absl::Status ReloadText(const std::string& text, const std::string& trigger);
+  absl::Status ReloadText(const std::string& text, const std::string& trigger)
+      ABSL_LOCKS_EXCLUDED(reload_mu_);
 
   const TenantRegistryOptions options_;
   GatewayMetrics* const metrics_;
   std::atomic<std::shared_ptr<const Snapshot>> snapshot_;
-  std::mutex mu_;                                               // serialises Apply
-  std::map<std::string, std::shared_ptr<TenantState>> states_;  // guarded by mu_
-  std::mutex reload_mu_;         // serialises reloads; held through file I/O and parsing
-  std::string path_;             // set by Load, before the reload thread starts
-  std::string last_failed_sha_;  // guarded by reload_mu_; reported once per change
-  std::string last_over_limit_;  // guarded by reload_mu_; the FileStamp of the last file over it
-  ReloadLoop loop_;              // last: its thread uses the members above
+  absl::Mutex mu_;  // serialises Apply
+  std::map<std::string, std::shared_ptr<TenantState>> states_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex reload_mu_;  // serialises reloads; held through file I/O and parsing
+  std::string path_;       // set by Load, before the reload thread starts
+  // Reported once per change.
+  std::string last_failed_sha_ ABSL_GUARDED_BY(reload_mu_);
+  // The FileStamp of the last file over the limit.
+  std::string last_over_limit_ ABSL_GUARDED_BY(reload_mu_);
+  ReloadLoop loop_;  // last: its thread uses the members above
 };
 
 }  // namespace tandem::gateway

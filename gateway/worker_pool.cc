@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_status.h"
+#include "common/steady_wait.h"
 #include "gateway/gateway_metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -59,7 +60,7 @@ Endpoint::~Endpoint() {
 }
 
 std::string Endpoint::metrics_url() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (info_.metrics_port() <= 0) return "";
   const std::string& a = address();
   const size_t colon = a.rfind(':');
@@ -68,12 +69,12 @@ std::string Endpoint::metrics_url() const {
 }
 
 tandem::v1::WorkerInfo Endpoint::info() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return info_;
 }
 
 std::string Endpoint::not_ready_reason() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (!not_ready_reason_.empty()) return not_ready_reason_;
   if (breaker() == BreakerState::kOpen) return absl::StrCat("ejected: ", last_fault_);
   return "";
@@ -89,7 +90,7 @@ tandem::v1::EndpointStatus Endpoint::Describe() const {
   s.set_reason(not_ready_reason());
   s.set_outstanding(outstanding());
   s.set_scraped_load(scraped_load());
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   s.set_consecutive_failures(std::max(consecutive_faults_, consecutive_internal_));
   s.set_ejections(ejections_);
   if (breaker() == BreakerState::kOpen) {
@@ -120,7 +121,7 @@ void Endpoint::Eject(TimePoint now, const char* why) {
 }
 
 void Endpoint::RecordCall(CallOutcome outcome, TimePoint now) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   switch (outcome) {
     case CallOutcome::kNeutral:
       return;
@@ -154,7 +155,7 @@ void Endpoint::RecordCall(CallOutcome outcome, TimePoint now) {
 }
 
 void Endpoint::Tick(TimePoint now) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (breaker() == BreakerState::kOpen && now >= ejected_until_) {
     breaker_.store(BreakerState::kHalfOpen, std::memory_order_release);
     ExportState();
@@ -162,18 +163,20 @@ void Endpoint::Tick(TimePoint now) {
 }
 
 void Endpoint::Probe(absl::Duration timeout, const std::function<void()>& on_change) {
+  grpc::ClientContext* context = nullptr;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (probe_in_flight_) return;
     probe_in_flight_ = true;
     probe_context_ = std::make_unique<grpc::ClientContext>();
     probe_context_->set_deadline(std::chrono::system_clock::now() +
                                  absl::ToChronoMilliseconds(timeout));
     health_response_.Clear();
+    context = probe_context_.get();  // replaced only by this probe's own callbacks
   }
   // The callback holds the endpoint: a pool may drop it (DNS change) while a probe runs.
   auto self = shared_from_this();
-  client_->CheckHealth(probe_context_.get(), &health_request_, &health_response_,
+  client_->CheckHealth(context, &health_request_, &health_response_,
                        [self, timeout, on_change](grpc::Status status) {
                          self->HealthDone(status, timeout, on_change);
                        });
@@ -194,15 +197,17 @@ void Endpoint::HealthDone(const grpc::Status& status, absl::Duration timeout,
     ProbeDone(status, failure, on_change);
     return;
   }
+  grpc::ClientContext* context = nullptr;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     probe_context_ = std::make_unique<grpc::ClientContext>();
     probe_context_->set_deadline(std::chrono::system_clock::now() +
                                  absl::ToChronoMilliseconds(timeout));
     probe_response_.Clear();
+    context = probe_context_.get();
   }
   auto self = shared_from_this();
-  client_->GetInfo(probe_context_.get(), &probe_request_, &probe_response_,
+  client_->GetInfo(context, &probe_request_, &probe_response_,
                    [self, on_change](grpc::Status s) { self->ProbeDone(s, "", on_change); });
 }
 
@@ -225,14 +230,14 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::string& health_f
   bool readmitted = false;
   std::string engine, device;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     // A probe that only timed out says the worker (or this host) is slow, not that it is gone:
     // a ready endpoint stays ready until several in a row time out.
     const bool timed_out = !now_ready && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     consecutive_probe_timeouts_ = timed_out ? consecutive_probe_timeouts_ + 1 : 0;
     if (timed_out && ready() && consecutive_probe_timeouts_ < probe_timeouts_allowed_.load()) {
       probe_in_flight_ = false;
-      probe_cv_.notify_all();
+      probe_cv_.SignalAll();
       return;
     }
     probes_timed_out_.store(timed_out, std::memory_order_release);
@@ -273,24 +278,24 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::string& health_f
     on_change();
   }
   // Last: StopProbing returns once this is released.
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   probe_in_flight_ = false;
-  probe_cv_.notify_all();
+  probe_cv_.SignalAll();
 }
 
 bool Endpoint::probing() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return probe_in_flight_;
 }
 
 void Endpoint::StopProbing() {
-  std::unique_lock<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (probe_in_flight_ && probe_context_) probe_context_->TryCancel();
-  probe_cv_.wait(l, [&] { return !probe_in_flight_; });
+  while (probe_in_flight_) probe_cv_.Wait(&mu_);
 }
 
 void ModelPool::AddEndpoint(std::unique_ptr<WorkerClient> client) {
-  std::lock_guard<std::mutex> l(write_mu_);
+  absl::MutexLock l(&write_mu_);
   auto next = std::make_shared<EndpointList>(*endpoints_.load());
   next->push_back(std::make_shared<Endpoint>(name_, std::move(client), options_, metrics_));
   endpoints_.store(std::move(next));
@@ -298,7 +303,7 @@ void ModelPool::AddEndpoint(std::unique_ptr<WorkerClient> client) {
 
 bool ModelPool::SetAddresses(const std::vector<std::string>& addresses,
                              const ClientFactory& factory) {
-  std::lock_guard<std::mutex> l(write_mu_);
+  absl::MutexLock l(&write_mu_);
   const auto current = endpoints_.load();
   auto next = std::make_shared<EndpointList>();
   bool changed = current->size() != addresses.size();
@@ -533,10 +538,10 @@ void WorkerPools::Start() {
 
 void WorkerPools::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
   for (auto& [name, pool] : pools_) {
     for (auto& e : *pool->endpoints()) e->StopProbing();
@@ -549,15 +554,15 @@ void WorkerPools::Loop() {
   const auto period = absl::ToChronoMilliseconds(options_.probe_interval);
   auto next_dns =
       std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(options_.dns_interval);
-  std::unique_lock<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   while (!stop_) {
     const auto now = std::chrono::steady_clock::now();
     if (!dns_.empty() && now >= next_dns) {
-      l.unlock();
+      mu_.Unlock();
       if (absl::Status s = ResolveNow(); !s.ok()) {
         spdlog::warn("{} (keeping the last endpoint list)", std::string(s.message()));
       }
-      l.lock();
+      mu_.Lock();
       next_dns = now + absl::ToChronoMilliseconds(options_.dns_interval);
     }
     for (auto& [name, pool] : pools_) {
@@ -570,7 +575,9 @@ void WorkerPools::Loop() {
     std::erase_if(retired_, [](const auto& e) { return !e->probing(); });
     // Breaker timers and passive ejections change usability outside probe callbacks.
     if (on_change_) on_change_();
-    cv_.wait_for(l, period, [&] { return stop_; });
+    const auto deadline = std::chrono::steady_clock::now() + period;
+    while (!stop_ && WaitUntil(cv_, mu_, deadline)) {
+    }
   }
 }
 

@@ -2,17 +2,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gateway/worker_client.h"
 #include "tandem/v1/admin.pb.h"
@@ -84,33 +84,34 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   int64_t scraped_load() const { return scraped_load_.load(std::memory_order_relaxed); }
   void set_scraped_load(int64_t v) { scraped_load_.store(v, std::memory_order_relaxed); }
   // The worker's /metrics URL from its WorkerInfo; empty until known.
-  std::string metrics_url() const;
+  std::string metrics_url() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Last successful WorkerInfo, and the reason it is not usable (empty when usable).
-  tandem::v1::WorkerInfo info() const;
-  std::string not_ready_reason() const;
-  tandem::v1::EndpointStatus Describe() const;
+  tandem::v1::WorkerInfo info() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::string not_ready_reason() const ABSL_LOCKS_EXCLUDED(mu_);
+  tandem::v1::EndpointStatus Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Passive outlier detection: called once per finished worker call.
-  void RecordCall(CallOutcome outcome, TimePoint now);
+  void RecordCall(CallOutcome outcome, TimePoint now) ABSL_LOCKS_EXCLUDED(mu_);
   // The timer side of the breaker: moves an open breaker whose ejection is over to half-open.
-  void Tick(TimePoint now);
+  void Tick(TimePoint now) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Issues one asynchronous probe unless one is in flight; `on_change` runs when usability
   // flips. `timeout` bounds each RPC of the probe.
-  void Probe(absl::Duration timeout, const std::function<void()>& on_change);
+  void Probe(absl::Duration timeout, const std::function<void()>& on_change)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Cancels an in-flight probe and waits for its callback; for shutdown.
-  void StopProbing();
+  void StopProbing() ABSL_LOCKS_EXCLUDED(mu_);
   // A probe started by Probe has not finished yet.
-  bool probing() const;
+  bool probing() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void HealthDone(const grpc::Status& status, absl::Duration timeout,
-                  const std::function<void()>& on_change);
+                  const std::function<void()>& on_change) ABSL_LOCKS_EXCLUDED(mu_);
   void ProbeDone(const grpc::Status& status, const std::string& health_failure,
-                 const std::function<void()>& on_change);
-  void Eject(TimePoint now, const char* why);  // mu_ held
-  void ExportState();                          // mu_ held
+                 const std::function<void()>& on_change) ABSL_LOCKS_EXCLUDED(mu_);
+  void Eject(TimePoint now, const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExportState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string model_;
   const std::unique_ptr<WorkerClient> client_;
@@ -124,20 +125,22 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   std::atomic<bool> probes_timed_out_{false};  // until a probe is answered
   std::atomic<bool> stall_ejected_{false};     // until readmitted
 
-  mutable std::mutex mu_;
-  std::condition_variable probe_cv_;
-  tandem::v1::WorkerInfo info_;                         // guarded by mu_
-  std::string not_ready_reason_ = "not probed yet";     // guarded by mu_
-  int consecutive_faults_ = 0;                          // guarded by mu_
-  int consecutive_internal_ = 0;                        // guarded by mu_
-  int consecutive_stalls_ = 0;                          // guarded by mu_
-  int64_t ejections_ = 0;                               // guarded by mu_
-  int consecutive_probe_timeouts_ = 0;                  // guarded by mu_
-  absl::Duration ejection_ = absl::ZeroDuration();      // guarded by mu_
-  TimePoint ejected_until_{};                           // guarded by mu_
-  std::string last_fault_;                              // guarded by mu_
-  bool probe_in_flight_ = false;                        // guarded by mu_
-  std::unique_ptr<grpc::ClientContext> probe_context_;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  absl::CondVar probe_cv_;  // probe_in_flight_ became false
+  tandem::v1::WorkerInfo info_ ABSL_GUARDED_BY(mu_);
+  std::string not_ready_reason_ ABSL_GUARDED_BY(mu_) = "not probed yet";
+  int consecutive_faults_ ABSL_GUARDED_BY(mu_) = 0;
+  int consecutive_internal_ ABSL_GUARDED_BY(mu_) = 0;
+  int consecutive_stalls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t ejections_ ABSL_GUARDED_BY(mu_) = 0;
+  int consecutive_probe_timeouts_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration ejection_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  TimePoint ejected_until_ ABSL_GUARDED_BY(mu_);
+  std::string last_fault_ ABSL_GUARDED_BY(mu_);
+  bool probe_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  // The pointer is guarded; the context itself is used by the one probe in flight.
+  std::unique_ptr<grpc::ClientContext> probe_context_ ABSL_GUARDED_BY(mu_);
+  // Used by the probe in flight alone (probe_in_flight_ hands them from one probe to the next).
   grpc::health::v1::HealthCheckRequest health_request_;
   grpc::health::v1::HealthCheckResponse health_response_;
   tandem::v1::WorkerInfoRequest probe_request_;
@@ -163,10 +166,11 @@ class ModelPool {
       : name_(std::move(name)), options_(options), metrics_(metrics) {}
 
   const std::string& name() const { return name_; }
-  void AddEndpoint(std::unique_ptr<WorkerClient> client);
+  void AddEndpoint(std::unique_ptr<WorkerClient> client) ABSL_LOCKS_EXCLUDED(write_mu_);
   // Replaces the list: keeps endpoints whose address stays, creates new ones with `factory`.
   // Returns true when it changed.
-  bool SetAddresses(const std::vector<std::string>& addresses, const ClientFactory& factory);
+  bool SetAddresses(const std::vector<std::string>& addresses, const ClientFactory& factory)
+      ABSL_LOCKS_EXCLUDED(write_mu_);
   std::shared_ptr<const EndpointList> endpoints() const { return endpoints_.load(); }
 
   // A usable endpoint not in `exclude`, or UNAVAILABLE with the reason each one is not usable.
@@ -185,7 +189,7 @@ class ModelPool {
   const std::string name_;
   const EndpointOptions options_;
   GatewayMetrics* const metrics_;
-  std::mutex write_mu_;  // serializes writers of endpoints_
+  absl::Mutex write_mu_;  // serializes writers of endpoints_ (an atomic: readers never lock)
   std::atomic<std::shared_ptr<const EndpointList>> endpoints_{std::make_shared<EndpointList>()};
 };
 
@@ -230,7 +234,7 @@ class WorkerPools {
   void SetClientFactory(ClientFactory factory) { factory_ = std::move(factory); }
 
   void Start();
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   // Re-resolves every dns: entry now; returns the first error (pools keep their last list).
   absl::Status ResolveNow();
 
@@ -245,7 +249,7 @@ class WorkerPools {
     std::string host;
     int port = 0;
   };
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   ModelPool& PoolFor(const std::string& model);
 
   const WorkerPoolsOptions options_;
@@ -261,9 +265,9 @@ class WorkerPools {
   // their callbacks use on_change_ and the metrics. Touched by ResolveNow, Loop and Stop, which
   // never run at once (ResolveNow runs in Configure, before Start, or on Loop's thread).
   std::vector<std::shared_ptr<Endpoint>> retired_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gateway overhead, side by side in one run (issue 8): a synthetic worker with zero simulated
+# Gateway overhead, side by side in one run: a synthetic worker with zero simulated
 # delay, called directly and through a gateway in front of it; unary and streaming at
 # concurrency 1, a rate sweep, 512 concurrent streams, the gateway's RSS idle and under load.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The seeds' methodology (issue 8): prompt sizes short/medium/long, 5 iterations each,
+# The seeds' methodology: prompt sizes short/medium/long, 5 iterations each,
 # concurrency 1, 2, 4, 8, 16, per model (pinned) and through the gateway's routing.
 #
 #   bash scripts/bench_seeds.sh [extra tandem-bench flags, e.g. --max_tokens=128]

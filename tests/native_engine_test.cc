@@ -21,7 +21,6 @@ class CountingModel final : public native::NativeModel {
     int64_t pos = 0;
   };
   CountingModel() {
-    shape_.architecture = "test";
     shape_.vocab_size = 16;
     shape_.max_positions = 64;
     shape_.kv_bytes_per_token = 100;
@@ -179,6 +178,35 @@ TEST(SamplerTest, GreedyTopKTopPAndSeededReproducibility) {
   for (int i = 0; i < 100; ++i) {
     EXPECT_EQ(sampler.Sample(logits.data(), 5, t, a), sampler.Sample(logits.data(), 5, t, b));
   }
+}
+
+TEST(CheckModelNameTest, TheRoutingNameMustFitTheArchitecture) {
+  native::ModelConfig config;
+  config.shape.architecture = native::Architecture::kNemotronH;
+  std::string id;
+  EXPECT_TRUE(CheckModelName("/ckpt", "nemotron", config, &id).ok());
+  EXPECT_EQ(id, "local/nemotron_h");
+  id.clear();
+  const absl::Status wrong = CheckModelName("/ckpt", "qwen", config, &id);
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(wrong.message()),
+              HasSubstr("/ckpt holds a nemotron_h model, but --model=qwen expects qwen3_5_moe"));
+  EXPECT_THAT(std::string(CheckModelName("/ckpt", "llama", config, &id).message()),
+              HasSubstr("expects qwen (qwen3_5_moe) or nemotron (nemotron_h)"));
+}
+
+TEST(CheckModelNameTest, RandomWeightsAlwaysShowInTheModelId) {
+  native::ModelConfig config;
+  config.shape.architecture = native::Architecture::kQwen35Moe;
+  config.random_weights = true;
+  std::string id;
+  ASSERT_TRUE(CheckModelName("/ckpt", "qwen", config, &id).ok());
+  EXPECT_EQ(id, "random-weights/qwen3_5_moe");
+  id = "Qwen/Qwen3.5-35B-A3B";
+  ASSERT_TRUE(CheckModelName("/ckpt", "qwen", config, &id).ok());
+  EXPECT_EQ(id, "random-weights/Qwen/Qwen3.5-35B-A3B");
+  ASSERT_TRUE(CheckModelName("/ckpt", "qwen", config, &id).ok());
+  EXPECT_EQ(id, "random-weights/Qwen/Qwen3.5-35B-A3B");  // not prefixed twice
 }
 
 }  // namespace

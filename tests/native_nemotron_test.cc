@@ -18,8 +18,8 @@
 
 #include "absl/status/status.h"
 #include "tests/support/temp_path.h"
+#include "workers/native/model_config.h"
 #include "workers/native/native_model.h"
-#include "workers/native/nemotron_h_model.h"
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers::native {
@@ -43,6 +43,14 @@ Json ParseJsonFile(const std::string& path) {
   return Json::parse(ReadText(path), nullptr, /*allow_exceptions=*/false);
 }
 
+// The model `config` describes, with the tensors of `checkpoint`.
+absl::StatusOr<std::unique_ptr<NativeModel>> LoadWithConfig(const Checkpoint& checkpoint,
+                                                            const Json& config) {
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(config, checkpoint.dir());
+  if (!parsed.ok()) return parsed.status();
+  return LoadNativeModel(checkpoint, *parsed);
+}
+
 // The golden checkpoint, its config, the model and the cases, loaded once.
 struct Golden {
   std::unique_ptr<Checkpoint> checkpoint;
@@ -62,7 +70,7 @@ const Golden& GetGolden() {
     }
     g->checkpoint = std::move(*ck);
     g->config = Json::parse(g->checkpoint->config_json(), nullptr, false);
-    auto model = LoadNemotronH(*g->checkpoint, g->config);
+    auto model = LoadWithConfig(*g->checkpoint, g->config);
     if (!model.ok()) {
       g->error = model.status().ToString();
       return g;
@@ -103,7 +111,7 @@ TEST(NativeNemotronTest, ShapeFromConfig) {
   const Golden& g = GetGolden();
   REQUIRE_GOLDEN(g);
   const ModelShape& s = g.model->shape();
-  EXPECT_EQ(s.architecture, "nemotron_h");
+  EXPECT_EQ(s.architecture, Architecture::kNemotronH);
   EXPECT_EQ(s.vocab_size, 512);
   EXPECT_EQ(s.hidden_size, 64);
   EXPECT_EQ(s.num_layers, 10);
@@ -238,7 +246,7 @@ TEST(NativeNemotronTest, FullContextIsInvalidArgument) {
   REQUIRE_GOLDEN(g);
   Json config = g.config;
   config["max_position_embeddings"] = 4;
-  auto model = LoadNemotronH(*g.checkpoint, config);
+  auto model = LoadWithConfig(*g.checkpoint, config);
   ASSERT_TRUE(model.ok()) << model.status();
   auto state = (*model)->NewState();
   std::vector<float> logits;
@@ -254,7 +262,7 @@ TEST(NativeNemotronTest, UnknownPatternLetterIsClearError) {
   REQUIRE_GOLDEN(g);
   Json config = g.config;
   config["hybrid_override_pattern"] = "MEM*XMEM*E";
-  auto model = LoadNemotronH(*g.checkpoint, config);
+  auto model = LoadWithConfig(*g.checkpoint, config);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string msg(model.status().message());
@@ -278,7 +286,7 @@ TEST(NativeNemotronTest, BadConfigFieldsAreClearErrors) {
   for (const BadField& b : bad) {
     Json config = g.config;
     config[b.key] = b.value;
-    auto model = LoadNemotronH(*g.checkpoint, config);
+    auto model = LoadWithConfig(*g.checkpoint, config);
     ASSERT_FALSE(model.ok()) << b.key;
     EXPECT_NE(model.status().message().find(b.key), std::string::npos) << model.status();
   }
@@ -341,7 +349,7 @@ absl::StatusOr<std::unique_ptr<NativeModel>> LoadDir(const std::string& dir,
   auto ck = Checkpoint::Open(dir);
   if (!ck.ok()) return ck.status();
   *keep = std::move(*ck);
-  return LoadNemotronH(**keep, Json::parse((*keep)->config_json(), nullptr, false));
+  return LoadWithConfig(**keep, Json::parse((*keep)->config_json(), nullptr, false));
 }
 
 TEST(NativeNemotronTest, UneditedCopyLoadsAndMatches) {
@@ -417,7 +425,7 @@ TEST(NativeNemotronTest, TiedEmbeddingsUseTheEmbeddingAsLmHead) {
 TEST(NativeNemotronTest, StateFromAnotherModelIsRefused) {
   const Golden& g = GetGolden();
   REQUIRE_GOLDEN(g);
-  auto other = LoadNemotronH(*g.checkpoint, g.config);
+  auto other = LoadWithConfig(*g.checkpoint, g.config);
   ASSERT_TRUE(other.ok());
   auto state = (*other)->NewState();
   std::vector<float> logits;

@@ -20,7 +20,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/temp_path.h"
-#include "workers/native/qwen35_moe_model.h"
+#include "workers/native/model_config.h"
+#include "workers/native/native_model.h"
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers::native {
@@ -58,6 +59,14 @@ std::vector<int32_t> Ints(const Json& j) {
   return v;
 }
 
+// The model `config` describes, with the tensors of `checkpoint`.
+absl::StatusOr<std::unique_ptr<NativeModel>> LoadWithConfig(const Checkpoint& checkpoint,
+                                                            const Json& config) {
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(config, checkpoint.dir());
+  if (!parsed.ok()) return parsed.status();
+  return LoadNativeModel(checkpoint, *parsed);
+}
+
 int64_t Argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
 
 float MaxAbsDiff(const float* a, const std::vector<float>& b) {
@@ -74,7 +83,7 @@ class QwenGoldenTest : public ::testing::Test {
     checkpoint_ = checkpoint->release();
     const Json config = ParseJson(checkpoint_->config_json());
     ASSERT_TRUE(config.is_object());
-    auto model = LoadQwen35Moe(*checkpoint_, config);
+    auto model = LoadWithConfig(*checkpoint_, config);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = model->release();
     cases_ = new Json(ParseJson(ReadText(std::string(kGoldenDir) + "/cases.json")));
@@ -107,7 +116,7 @@ Json* QwenGoldenTest::cases_ = nullptr;
 
 TEST_F(QwenGoldenTest, Shape) {
   const ModelShape& s = model_->shape();
-  EXPECT_EQ(s.architecture, "qwen3_5_moe");
+  EXPECT_EQ(s.architecture, Architecture::kQwen35Moe);
   EXPECT_EQ(s.vocab_size, 512);
   EXPECT_EQ(s.hidden_size, 64);
   EXPECT_EQ(s.num_layers, 8);
@@ -298,40 +307,40 @@ TEST_F(QwenGoldenTest, ConfigErrorsNameTheField) {
   {
     Json bad = config;
     bad["text_config"].erase("linear_num_value_heads");
-    auto m = LoadQwen35Moe(*checkpoint_, bad);
+    auto m = LoadWithConfig(*checkpoint_, bad);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(m.status().message(), HasSubstr("text_config.linear_num_value_heads"));
   }
   {
     Json bad = config;
     bad["text_config"]["num_experts_per_tok"] = 9;
-    auto m = LoadQwen35Moe(*checkpoint_, bad);
+    auto m = LoadWithConfig(*checkpoint_, bad);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(m.status().message(), HasSubstr("num_experts_per_tok"));
   }
   {
     Json bad = config;
     bad["text_config"]["hidden_size"] = "64";
-    auto m = LoadQwen35Moe(*checkpoint_, bad);
+    auto m = LoadWithConfig(*checkpoint_, bad);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(m.status().message(), HasSubstr("hidden_size"));
   }
   {
     Json bad = config;
     bad["text_config"]["layer_types"][2] = "sliding_attention";
-    auto m = LoadQwen35Moe(*checkpoint_, bad);
+    auto m = LoadWithConfig(*checkpoint_, bad);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(m.status().message(), HasSubstr("layer_types"));
   }
   {
     Json bad = config;
     bad.erase("text_config");
-    auto m = LoadQwen35Moe(*checkpoint_, bad);
+    auto m = LoadWithConfig(*checkpoint_, bad);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(m.status().message(), HasSubstr("text_config"));
   }
   {
-    // The released Qwen3.5-35B-A3B text config (model_spec.md 1.1) parses; loading then stops at
+    // The released Qwen3.5-35B-A3B text config (docs/models.md §1) parses; loading then stops at
     // the first tensor, whose expected shape comes from the real dimensions.
     Json real = config;
     Json& t = real["text_config"];
@@ -355,7 +364,7 @@ TEST_F(QwenGoldenTest, ConfigErrorsNameTheField) {
     t["dtype"] = "bfloat16";
     t.erase("layer_types");  // derived from full_attention_interval 4
     t["rope_parameters"]["mrope_section"] = {11, 11, 10};
-    auto m = LoadQwen35Moe(*checkpoint_, real);
+    auto m = LoadWithConfig(*checkpoint_, real);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(m.status().message(),
                 HasSubstr("model.language_model.embed_tokens.weight has shape [512, 64], the "
@@ -364,18 +373,18 @@ TEST_F(QwenGoldenTest, ConfigErrorsNameTheField) {
   {
     // A bare text config loads the same weights.
     Json text = config["text_config"];
-    auto m = LoadQwen35Moe(*checkpoint_, text);
+    auto m = LoadWithConfig(*checkpoint_, text);
     EXPECT_TRUE(m.ok()) << m.status();
   }
   {
     // eos_token_id may be one id or a list.
     Json eos = config;
     eos["text_config"]["eos_token_id"] = Json::array({5, 7});
-    auto m = LoadQwen35Moe(*checkpoint_, eos);
+    auto m = LoadWithConfig(*checkpoint_, eos);
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_EQ((*m)->shape().eos_token_ids, (std::vector<int32_t>{5, 7}));
     eos["text_config"]["eos_token_id"] = 9;
-    m = LoadQwen35Moe(*checkpoint_, eos);
+    m = LoadWithConfig(*checkpoint_, eos);
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_EQ((*m)->shape().eos_token_ids, (std::vector<int32_t>{9}));
   }
@@ -432,7 +441,7 @@ TEST(QwenCheckpointErrorsTest, MissingTensorIsNamed) {
   auto checkpoint = Checkpoint::Open(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   const Json config = ParseJson((*checkpoint)->config_json());
-  auto m = LoadQwen35Moe(**checkpoint, config);
+  auto m = LoadWithConfig(**checkpoint, config);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(m.status().message(), HasSubstr(name));
   EXPECT_THAT(m.status().message(), HasSubstr("[4]"));
@@ -446,7 +455,7 @@ TEST(QwenCheckpointErrorsTest, MisShapedTensorIsNamedWithBothShapes) {
   auto checkpoint = Checkpoint::Open(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   const Json config = ParseJson((*checkpoint)->config_json());
-  auto m = LoadQwen35Moe(**checkpoint, config);
+  auto m = LoadWithConfig(**checkpoint, config);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(m.status().message(), HasSubstr(name));
   EXPECT_THAT(m.status().message(), HasSubstr("[8, 32, 64]"));
@@ -459,11 +468,11 @@ TEST(QwenCheckpointErrorsTest, TiedEmbeddingsNeedNoLmHead) {
   auto checkpoint = Checkpoint::Open(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   Json config = ParseJson((*checkpoint)->config_json());
-  auto untied = LoadQwen35Moe(**checkpoint, config);
+  auto untied = LoadWithConfig(**checkpoint, config);
   EXPECT_EQ(untied.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(untied.status().message(), HasSubstr("lm_head.weight"));
   config["tie_word_embeddings"] = true;
-  auto tied = LoadQwen35Moe(**checkpoint, config);
+  auto tied = LoadWithConfig(**checkpoint, config);
   ASSERT_TRUE(tied.ok()) << tied.status();
   auto state = (*tied)->NewState();
   std::vector<float> logits;

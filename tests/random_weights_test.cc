@@ -123,7 +123,7 @@ TEST(ReleasedConfigsTest, NemotronParsesWithTheReleasedDimensions) {
   EXPECT_EQ(c->eos, std::vector<int32_t>{2});
 }
 
-// model_spec.md section 3: Qwen3.5 text model without MTP 34.66B (69.3 GB BF16), ~2.95B active
+// docs/models.md §3: Qwen3.5 text model without MTP 34.66B (69.3 GB BF16), ~2.95B active
 // per token plus the embedding lookup; Nemotron 31,577,940,288 (63.16 GB), 3.23B active without
 // the input embedding and 3.58B with it. Computed here from every tensor the engines read.
 TEST(ReleasedConfigsTest, ParameterCountsMatchTheModelSpec) {

@@ -143,7 +143,7 @@ TEST(LoadNativeModelTest, UnknownArchitecturesAndQuantizedCheckpointsAreRefused)
     ASSERT_TRUE(g.ok());
     auto model = LoadNativeModel(**g);
     ASSERT_TRUE(model.ok()) << model.status();
-    EXPECT_EQ((*model)->shape().architecture, arch);
+    EXPECT_EQ(ArchitectureName((*model)->shape().architecture), arch);
     EXPECT_EQ((*model)->shape().vocab_size, 512);
   }
 }

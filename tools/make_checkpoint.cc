@@ -6,11 +6,14 @@
 //   tandem-make-checkpoint --arch=qwen3_5_moe --out=/tmp/qwen-small --hidden=256 --layers=4
 //   tandem-make-checkpoint --arch=nemotron_h --out=/tmp/nemo --tokenizer=tokenizer.json
 //   tandem-make-checkpoint --model_config=/tmp/qwen-small/config.json --seed=2 --out=/tmp/q2
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -40,10 +43,97 @@ ABSL_FLAG(uint64_t, seed, 1, "Random seed.");
 ABSL_FLAG(std::string, dtype, "bf16", "bf16 or f32.");
 ABSL_FLAG(uint64_t, shard_bytes, 0, "Shard the weights into files of about this size (0: one).");
 
+namespace {
+
+using tandem::workers::native::RandomModelOptions;
+
+// A tokenizer.json's text and its vocabulary size (the vocabulary and the added tokens, specials,
+// share one id space).
+struct Tokenizer {
+  std::string text;
+  int32_t vocab_size = 0;
+};
+
+// Prints why and returns nothing when `path` is not a tokenizer.json with model.vocab.
+std::optional<Tokenizer> ReadTokenizer(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Tokenizer t;
+  t.text = ss.str();
+  const auto j = nlohmann::json::parse(t.text, nullptr, false);
+  if (!in || j.is_discarded() || !j.contains("model") || !j["model"].contains("vocab")) {
+    std::fprintf(stderr, "%s: not a tokenizer.json with model.vocab\n", path.c_str());
+    return std::nullopt;
+  }
+  int64_t max_id = -1;
+  for (const auto& [piece, id] : j["model"]["vocab"].items()) {
+    if (id.is_number_integer()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+  }
+  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+    for (const auto& a : j["added_tokens"]) {
+      if (a.contains("id") && a["id"].is_number_integer()) {
+        max_id = std::max<int64_t>(max_id, a["id"].get<int64_t>());
+      }
+    }
+  }
+  t.vocab_size = static_cast<int32_t>(max_id + 1);
+  return t;
+}
+
+// The size flags (all but --arch, --vocab and --dtype).
+void SizesFromFlags(RandomModelOptions* o) {
+  o->hidden_size = absl::GetFlag(FLAGS_hidden);
+  o->num_layers = absl::GetFlag(FLAGS_layers);
+  o->num_experts = absl::GetFlag(FLAGS_experts);
+  o->experts_per_token = absl::GetFlag(FLAGS_experts_per_token);
+  o->moe_intermediate_size = absl::GetFlag(FLAGS_moe_intermediate);
+  o->shared_intermediate_size = absl::GetFlag(FLAGS_shared_intermediate);
+  o->num_attention_heads = absl::GetFlag(FLAGS_heads);
+  o->num_kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  o->head_dim = absl::GetFlag(FLAGS_head_dim);
+  o->pattern = absl::GetFlag(FLAGS_pattern);
+  o->eos_token_id = absl::GetFlag(FLAGS_eos);
+  o->seed = absl::GetFlag(FLAGS_seed);
+  o->shard_bytes = absl::GetFlag(FLAGS_shard_bytes);
+}
+
+// --model_config: random weights for the model of that config.json. Prints why and returns
+// nothing on failure; else what was written, for the final line.
+std::optional<std::string> WriteForConfig(const std::string& path, const RandomModelOptions& o,
+                                          const std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto config = nlohmann::json::parse(text.str(), nullptr, false);
+  if (!in || config.is_discarded()) {
+    std::fprintf(stderr, "%s: not a readable config.json\n", path.c_str());
+    return std::nullopt;
+  }
+  if (absl::Status s =
+          tandem::workers::native::WriteRandomWeights(config, o.seed, o.dtype, o.shard_bytes, out);
+      !s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", path.c_str(), std::string(s.message()).c_str());
+    return std::nullopt;
+  }
+  return "the model of " + path;
+}
+
+// A checkpoint of the sizes in `o`; as WriteForConfig.
+std::optional<std::string> WriteForSizes(const RandomModelOptions& o, const std::string& out) {
+  if (absl::Status s = tandem::workers::native::WriteRandomCheckpoint(o, out); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return std::nullopt;
+  }
+  return o.architecture + " (vocab " + std::to_string(o.vocab_size) + ", hidden " +
+         std::to_string(o.hidden_size) + ", " + std::to_string(o.num_layers) + " layers)";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tandem-make-checkpoint --arch=qwen3_5_moe|nemotron_h --out=DIR");
   absl::ParseCommandLine(argc, argv);
-  using tandem::workers::native::RandomModelOptions;
   RandomModelOptions o;
   o.architecture = absl::GetFlag(FLAGS_arch);
   const std::string out = absl::GetFlag(FLAGS_out);
@@ -53,43 +143,13 @@ int main(int argc, char** argv) {
   }
   o.vocab_size = absl::GetFlag(FLAGS_vocab);
   std::string tokenizer_text;
-  if (const std::string t = absl::GetFlag(FLAGS_tokenizer); !t.empty()) {
-    std::ifstream in(t, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    tokenizer_text = ss.str();
-    const auto j = nlohmann::json::parse(tokenizer_text, nullptr, false);
-    if (!in || j.is_discarded() || !j.contains("model") || !j["model"].contains("vocab")) {
-      std::fprintf(stderr, "%s: not a tokenizer.json with model.vocab\n", t.c_str());
-      return 1;
-    }
-    // The vocabulary and the added tokens (specials) share one id space.
-    int64_t max_id = -1;
-    for (const auto& [piece, id] : j["model"]["vocab"].items()) {
-      if (id.is_number_integer()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
-    }
-    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-      for (const auto& a : j["added_tokens"]) {
-        if (a.contains("id") && a["id"].is_number_integer()) {
-          max_id = std::max<int64_t>(max_id, a["id"].get<int64_t>());
-        }
-      }
-    }
-    o.vocab_size = static_cast<int32_t>(max_id + 1);
+  if (const std::string path = absl::GetFlag(FLAGS_tokenizer); !path.empty()) {
+    std::optional<Tokenizer> t = ReadTokenizer(path);
+    if (!t) return 1;
+    tokenizer_text = std::move(t->text);
+    o.vocab_size = t->vocab_size;
   }
-  o.hidden_size = absl::GetFlag(FLAGS_hidden);
-  o.num_layers = absl::GetFlag(FLAGS_layers);
-  o.num_experts = absl::GetFlag(FLAGS_experts);
-  o.experts_per_token = absl::GetFlag(FLAGS_experts_per_token);
-  o.moe_intermediate_size = absl::GetFlag(FLAGS_moe_intermediate);
-  o.shared_intermediate_size = absl::GetFlag(FLAGS_shared_intermediate);
-  o.num_attention_heads = absl::GetFlag(FLAGS_heads);
-  o.num_kv_heads = absl::GetFlag(FLAGS_kv_heads);
-  o.head_dim = absl::GetFlag(FLAGS_head_dim);
-  o.pattern = absl::GetFlag(FLAGS_pattern);
-  o.eos_token_id = absl::GetFlag(FLAGS_eos);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.shard_bytes = absl::GetFlag(FLAGS_shard_bytes);
+  SizesFromFlags(&o);
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
   if (dtype == "f32") {
     o.dtype = tandem::workers::native::DType::kF32;
@@ -97,37 +157,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--dtype must be bf16 or f32\n");
     return 2;
   }
-  std::string what;
-  if (const std::string path = absl::GetFlag(FLAGS_model_config); !path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    const auto config = nlohmann::json::parse(text.str(), nullptr, false);
-    if (!in || config.is_discarded()) {
-      std::fprintf(stderr, "%s: not a readable config.json\n", path.c_str());
-      return 1;
-    }
-    if (absl::Status s = tandem::workers::native::WriteRandomWeights(config, o.seed, o.dtype,
-                                                                     o.shard_bytes, out);
-        !s.ok()) {
-      std::fprintf(stderr, "%s: %s\n", path.c_str(), std::string(s.message()).c_str());
-      return 1;
-    }
-    what = "the model of " + path;
-  } else {
-    if (absl::Status s = tandem::workers::native::WriteRandomCheckpoint(o, out); !s.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-      return 1;
-    }
-    what = o.architecture + " (vocab " + std::to_string(o.vocab_size) + ", hidden " +
-           std::to_string(o.hidden_size) + ", " + std::to_string(o.num_layers) + " layers)";
-  }
+  const std::string config_path = absl::GetFlag(FLAGS_model_config);
+  const std::optional<std::string> what =
+      config_path.empty() ? WriteForSizes(o, out) : WriteForConfig(config_path, o, out);
+  if (!what) return 1;
   if (!tokenizer_text.empty()) {
     std::ofstream(out + "/tokenizer.json", std::ios::binary) << tokenizer_text;
   }
   std::printf(
       "wrote random weights (seed %llu) of %s to %s; router weights random: expert load is "
       "about uniform\n",
-      static_cast<unsigned long long>(o.seed), what.c_str(), out.c_str());
+      static_cast<unsigned long long>(o.seed), what->c_str(), out.c_str());
   return 0;
 }

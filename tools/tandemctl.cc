@@ -183,264 +183,261 @@ std::string FinishName(tandem::v1::FinishReason f) {
                                                  : "unspecified";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "usage: tandemctl [--gateway=HOST:PORT] [flags] generate|stream|route PROMPT... | models |\n"
-      "       policy lint FILE... | policy test FILE CASES.yaml | endpoints | signals |\n"
-      "       hash-key (key on stdin) | tenants lint FILE | tenants reload | tenants show\n"
-      "TLS by default: --tls_ca (and --tls_cert/--tls_key for mutual TLS), or --plaintext;\n"
-      "the API key from --api_key or $TANDEM_API_KEY.");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() < 2) return Usage("missing subcommand");
-  const std::string command = positional[1];
-  std::vector<std::string> words(positional.begin() + 2, positional.end());
-
-  if (command == "policy") {
-    // The gateway's limits (--max_policy_bytes, ...): lint judges a file as the gateway will.
-    auto limits = tandem::policies::PolicyLimitsFromFlags();
-    if (!limits.ok()) return Usage(std::string(limits.status().message()));
-    // Offline: needs no gateway.
-    if (words.size() == 3 && words[0] == "test") {
-      std::vector<tandem::policies::PolicyError> errors;
-      auto policy = tandem::policies::LoadPolicyFile(words[1], &errors, *limits);
-      if (!policy.ok()) {
-        std::cerr << policy.status().message() << "\n";
-        return 1;
-      }
-      auto results = tandem::policies::RunPolicyCases(**policy, words[2]);
-      if (!results.ok()) {
-        std::cerr << results.status().message() << "\n";
-        return 1;
-      }
-      int failed = 0;
-      for (const auto& r : *results) {
-        std::cout << (r.passed ? "PASS " : "FAIL ") << r.name << ": " << r.detail << "\n";
-        failed += r.passed ? 0 : 1;
-      }
-      std::cout << results->size() - failed << "/" << results->size() << " cases passed ("
-                << words[1] << ", version " << (*policy)->version << ")\n";
-      return failed == 0 ? 0 : 1;
-    }
-    if (words.size() == 1 && words[0] == "replay") {
-      if (absl::GetFlag(FLAGS_log).empty() || absl::GetFlag(FLAGS_old).empty() ||
-          absl::GetFlag(FLAGS_new).empty()) {
-        return Usage("usage: tandemctl policy replay --log=FILE --old=A.yaml --new=B.yaml");
-      }
-      std::vector<tandem::policies::PolicyError> errors;
-      auto a = tandem::policies::LoadPolicyFile(absl::GetFlag(FLAGS_old), &errors, *limits);
-      auto b = tandem::policies::LoadPolicyFile(absl::GetFlag(FLAGS_new), &errors, *limits);
-      for (const auto* p : {&a, &b}) {
-        if (!p->ok()) {
-          std::cerr << p->status().message() << "\n";
-          return 1;
-        }
-      }
-      auto report = tandem::policies::ReplayDecisionLog(absl::GetFlag(FLAGS_log), **a, **b);
-      if (!report.ok()) {
-        std::cerr << report.status().message() << "\n";
-        return 1;
-      }
-      std::cout << report->ToText((*a)->version, (*b)->version);
-      return 0;
-    }
-    if (words.size() == 1 && (words[0] == "reload" || words[0] == "show")) {
-      auto admin = tandem::v1::Admin::NewStub(GatewayChannel());
-      grpc::ClientContext ctx;
-      PrepareContext(&ctx);
-      tandem::v1::PolicyStatus status;
-      grpc::Status s = words[0] == "reload" ? admin->ReloadPolicy(&ctx, {}, &status)
-                                            : admin->GetPolicy(&ctx, {}, &status);
-      if (!s.ok()) return RpcError(s);
-      std::cout << "version=" << status.version() << " sha256=" << status.sha256()
-                << " path=" << status.path() << "\n";
-      return 0;
-    }
-    if (words.size() < 2 || words[0] != "lint") {
-      return Usage(
-          "usage: tandemctl policy lint FILE... | test FILE CASES.yaml | replay --log=FILE "
-          "--old=A.yaml --new=B.yaml | reload | show");
-    }
-    int bad = 0;
-    for (size_t i = 1; i < words.size(); ++i) {
-      std::vector<tandem::policies::PolicyError> errors;
-      auto policy = tandem::policies::LoadPolicyFile(words[i], &errors, *limits);
-      if (!policy.ok()) {
-        std::cerr << policy.status().message() << "\n";
-        ++bad;
-        continue;
-      }
-      std::cout << words[i] << ": ok (version " << (*policy)->version << ", "
-                << (*policy)->rules.size() << " rules, sha256 " << (*policy)->sha256 << ")\n";
-    }
-    return bad == 0 ? 0 : 1;
+// policy test FILE CASES.yaml (offline): the table tests of one policy.
+int PolicyTest(const std::string& policy_path, const std::string& cases_path,
+               const tandem::policies::PolicyLimits& limits) {
+  std::vector<tandem::policies::PolicyError> errors;
+  auto policy = tandem::policies::LoadPolicyFile(policy_path, &errors, limits);
+  if (!policy.ok()) {
+    std::cerr << policy.status().message() << "\n";
+    return 1;
   }
+  auto results = tandem::policies::RunPolicyCases(**policy, cases_path);
+  if (!results.ok()) {
+    std::cerr << results.status().message() << "\n";
+    return 1;
+  }
+  int failed = 0;
+  for (const auto& r : *results) {
+    std::cout << (r.passed ? "PASS " : "FAIL ") << r.name << ": " << r.detail << "\n";
+    failed += r.passed ? 0 : 1;
+  }
+  std::cout << results->size() - failed << "/" << results->size() << " cases passed ("
+            << policy_path << ", version " << (*policy)->version << ")\n";
+  return failed == 0 ? 0 : 1;
+}
 
-  if (command == "hash-key") {
-    // Offline. The key comes from stdin so it stays out of shell history and `ps`.
-    std::string key;
-    if (!words.empty()) return Usage("usage: echo -n KEY | tandemctl hash-key");
-    std::getline(std::cin, key);
-    if (key.empty()) return Usage("hash-key: no key on stdin");
-    std::cout << tandem::policies::TenantKeyEntry(key) << "\n";
-    return 0;
+// policy replay --log=FILE --old=A.yaml --new=B.yaml (offline).
+int PolicyReplay(const tandem::policies::PolicyLimits& limits) {
+  if (absl::GetFlag(FLAGS_log).empty() || absl::GetFlag(FLAGS_old).empty() ||
+      absl::GetFlag(FLAGS_new).empty()) {
+    return Usage("usage: tandemctl policy replay --log=FILE --old=A.yaml --new=B.yaml");
   }
-  if (command == "tenants" && words.size() == 1 && (words[0] == "reload" || words[0] == "show")) {
-    auto admin = tandem::v1::Admin::NewStub(GatewayChannel());
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx);
-    tandem::v1::TenantsStatus status;
-    grpc::Status s = words[0] == "reload" ? admin->ReloadTenants(&ctx, {}, &status)
-                                          : admin->GetTenants(&ctx, {}, &status);
-    if (!s.ok()) return RpcError(s);
-    if (absl::GetFlag(FLAGS_json)) {
-      std::cout << ToJson(status) << "\n";
-      return 0;
-    }
-    std::cout << "path=" << (status.path().empty() ? "(none)" : status.path())
-              << " sha256=" << status.sha256()
-              << " keyless=" << (status.allow_unauthenticated() ? "anonymous" : "refused") << "\n";
-    auto limit = [](double v) { return v > 0 ? absl::StrCat(v) : std::string("unlimited"); };
-    for (const auto& t : status.tenants()) {
-      std::cout << t.name() << " models="
-                << (t.models().empty() ? std::string("all") : absl::StrJoin(t.models(), ","))
-                << " priority=" << t.priority() << (t.admin() ? " admin" : "")
-                << " requests/s=" << limit(t.requests_per_second())
-                << " tokens/s=" << limit(t.tokens_per_second())
-                << " concurrency=" << limit(t.max_concurrency()) << " keys=" << t.keys()
-                << " inflight=" << t.inflight() << "\n";
-    }
-    return 0;
-  }
-  if (command == "tenants") {
-    if (words.size() != 2 || words[0] != "lint") {
-      return Usage("usage: tandemctl tenants lint FILE | reload | show");
-    }
-    auto limits = tandem::policies::TenantsFileLimitsFromFlags();
-    if (!limits.ok()) return Usage(std::string(limits.status().message()));
-    const std::vector<std::string> models = absl::GetFlag(FLAGS_models);
-    auto config =
-        tandem::policies::LoadTenantFile(words[1], {models.begin(), models.end()}, *limits);
-    if (!config.ok()) {
-      std::cerr << config.status().message() << "\n";
+  std::vector<tandem::policies::PolicyError> errors;
+  auto a = tandem::policies::LoadPolicyFile(absl::GetFlag(FLAGS_old), &errors, limits);
+  auto b = tandem::policies::LoadPolicyFile(absl::GetFlag(FLAGS_new), &errors, limits);
+  for (const auto* p : {&a, &b}) {
+    if (!p->ok()) {
+      std::cerr << p->status().message() << "\n";
       return 1;
     }
-    std::cout << words[1] << ": ok (" << (*config)->tenants.size() << " tenants, "
-              << (*config)->by_key.size() << " keys; models "
-              << (models.empty() ? "not checked" : "checked against " + absl::StrJoin(models, ","))
-              << ")\n";
-    return 0;
   }
+  auto report = tandem::policies::ReplayDecisionLog(absl::GetFlag(FLAGS_log), **a, **b);
+  if (!report.ok()) {
+    std::cerr << report.status().message() << "\n";
+    return 1;
+  }
+  std::cout << report->ToText((*a)->version, (*b)->version);
+  return 0;
+}
 
-  auto channel = GatewayChannel();
-  auto stub = tandem::v1::Gateway::NewStub(channel);
+// policy reload | show: the gateway's admin RPC.
+int PolicyAdmin(const std::string& verb) {
+  auto admin = tandem::v1::Admin::NewStub(GatewayChannel());
   grpc::ClientContext ctx;
   PrepareContext(&ctx);
-  const bool json = absl::GetFlag(FLAGS_json);
+  tandem::v1::PolicyStatus status;
+  grpc::Status s = verb == "reload" ? admin->ReloadPolicy(&ctx, {}, &status)
+                                    : admin->GetPolicy(&ctx, {}, &status);
+  if (!s.ok()) return RpcError(s);
+  std::cout << "version=" << status.version() << " sha256=" << status.sha256()
+            << " path=" << status.path() << "\n";
+  return 0;
+}
 
-  if (command == "endpoints" || command == "signals") {
-    auto admin = tandem::v1::Admin::NewStub(channel);
-    if (command == "endpoints") {
-      tandem::v1::ListEndpointsResponse resp;
-      grpc::Status s = admin->ListEndpoints(&ctx, {}, &resp);
-      if (!s.ok()) return RpcError(s);
-      if (json) {
-        std::cout << ToJson(resp) << "\n";
-        return 0;
-      }
-      for (const auto& e : resp.endpoints()) {
-        std::cout << e.model() << " " << e.address() << " "
-                  << (e.usable() ? "usable" : "NOT USABLE") << " breaker=" << e.breaker()
-                  << " outstanding=" << e.outstanding() << " load=" << e.scraped_load()
-                  << " ejections=" << e.ejections();
-        if (!e.reason().empty()) std::cout << " reason=\"" << e.reason() << "\"";
-        std::cout << "\n";
-      }
-      return 0;
+// policy lint FILE... (offline): every file, each error with FILE:LINE:COL.
+int PolicyLint(const std::vector<std::string>& paths,
+               const tandem::policies::PolicyLimits& limits) {
+  int bad = 0;
+  for (const std::string& path : paths) {
+    std::vector<tandem::policies::PolicyError> errors;
+    auto policy = tandem::policies::LoadPolicyFile(path, &errors, limits);
+    if (!policy.ok()) {
+      std::cerr << policy.status().message() << "\n";
+      ++bad;
+      continue;
     }
-    tandem::v1::SignalsStatus resp;
-    grpc::Status s = admin->GetSignals(&ctx, {}, &resp);
-    if (!s.ok()) return RpcError(s);
-    if (json) {
-      std::cout << ToJson(resp) << "\n";
-      return 0;
-    }
-    for (const auto& sig : resp.signals()) {
-      std::cout << "signal " << sig.name() << " (" << sig.source()
-                << ") = " << (sig.has_value() ? absl::StrCat(sig.value()) : std::string("(none)"))
-                << (sig.stale() ? " STALE" : "") << " age=" << sig.age_seconds() << "s";
-      if (!sig.error().empty()) std::cout << " error=\"" << sig.error() << "\"";
-      std::cout << "\n";
-    }
-    for (const auto& t : resp.triggers()) {
-      std::cout << "trigger " << t.name() << " " << (t.on() ? "on" : "off") << " for "
-                << t.seconds_in_state() << "s\n";
-    }
+    std::cout << path << ": ok (version " << (*policy)->version << ", " << (*policy)->rules.size()
+              << " rules, sha256 " << (*policy)->sha256 << ")\n";
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+int PolicyCommand(const std::vector<std::string>& words) {
+  // The gateway's limits (--max_policy_bytes, ...): lint judges a file as the gateway will.
+  auto limits = tandem::policies::PolicyLimitsFromFlags();
+  if (!limits.ok()) return Usage(std::string(limits.status().message()));
+  if (words.size() == 3 && words[0] == "test") return PolicyTest(words[1], words[2], *limits);
+  if (words.size() == 1 && words[0] == "replay") return PolicyReplay(*limits);
+  if (words.size() == 1 && (words[0] == "reload" || words[0] == "show")) {
+    return PolicyAdmin(words[0]);
+  }
+  if (words.size() < 2 || words[0] != "lint") {
+    return Usage(
+        "usage: tandemctl policy lint FILE... | test FILE CASES.yaml | replay --log=FILE "
+        "--old=A.yaml --new=B.yaml | reload | show");
+  }
+  return PolicyLint({words.begin() + 1, words.end()}, *limits);
+}
+
+// hash-key (offline). The key comes from stdin so it stays out of shell history and `ps`.
+int HashKey(const std::vector<std::string>& words) {
+  std::string key;
+  if (!words.empty()) return Usage("usage: echo -n KEY | tandemctl hash-key");
+  std::getline(std::cin, key);
+  if (key.empty()) return Usage("hash-key: no key on stdin");
+  std::cout << tandem::policies::TenantKeyEntry(key) << "\n";
+  return 0;
+}
+
+// tenants reload | show: the gateway's live tenants.
+int TenantsAdmin(const std::string& verb) {
+  auto admin = tandem::v1::Admin::NewStub(GatewayChannel());
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx);
+  tandem::v1::TenantsStatus status;
+  grpc::Status s = verb == "reload" ? admin->ReloadTenants(&ctx, {}, &status)
+                                    : admin->GetTenants(&ctx, {}, &status);
+  if (!s.ok()) return RpcError(s);
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << ToJson(status) << "\n";
     return 0;
   }
+  std::cout << "path=" << (status.path().empty() ? "(none)" : status.path())
+            << " sha256=" << status.sha256()
+            << " keyless=" << (status.allow_unauthenticated() ? "anonymous" : "refused") << "\n";
+  auto limit = [](double v) { return v > 0 ? absl::StrCat(v) : std::string("unlimited"); };
+  for (const auto& t : status.tenants()) {
+    std::cout << t.name() << " models="
+              << (t.models().empty() ? std::string("all") : absl::StrJoin(t.models(), ","))
+              << " priority=" << t.priority() << (t.admin() ? " admin" : "")
+              << " requests/s=" << limit(t.requests_per_second())
+              << " tokens/s=" << limit(t.tokens_per_second())
+              << " concurrency=" << limit(t.max_concurrency()) << " keys=" << t.keys()
+              << " inflight=" << t.inflight() << "\n";
+  }
+  return 0;
+}
 
-  if (command == "models") {
-    tandem::v1::ListModelsResponse resp;
-    grpc::Status s = stub->ListModels(&ctx, {}, &resp);
-    if (!s.ok()) return RpcError(s);
-    if (json) {
-      std::cout << ToJson(resp) << "\n";
-      return 0;
-    }
-    for (const auto& m : resp.models()) {
-      std::cout << m.name() << "\t" << m.model_id() << "\tengine=" << m.engine()
-                << "\tready=" << m.ready_workers() << "/" << m.total_workers()
-                << "\tvision=" << (m.capabilities().vision() ? "yes" : "no")
-                << "\tmax_context=" << m.capabilities().max_context_tokens() << "\n";
-    }
+// tenants lint FILE (offline), against --models.
+int TenantsLint(const std::vector<std::string>& words) {
+  if (words.size() != 2 || words[0] != "lint") {
+    return Usage("usage: tandemctl tenants lint FILE | reload | show");
+  }
+  auto limits = tandem::policies::TenantsFileLimitsFromFlags();
+  if (!limits.ok()) return Usage(std::string(limits.status().message()));
+  const std::vector<std::string> models = absl::GetFlag(FLAGS_models);
+  auto config = tandem::policies::LoadTenantFile(words[1], {models.begin(), models.end()}, *limits);
+  if (!config.ok()) {
+    std::cerr << config.status().message() << "\n";
+    return 1;
+  }
+  std::cout << words[1] << ": ok (" << (*config)->tenants.size() << " tenants, "
+            << (*config)->by_key.size() << " keys; models "
+            << (models.empty() ? "not checked" : "checked against " + absl::StrJoin(models, ","))
+            << ")\n";
+  return 0;
+}
+
+int Endpoints(tandem::v1::Admin::Stub& admin, grpc::ClientContext* ctx, bool json) {
+  tandem::v1::ListEndpointsResponse resp;
+  grpc::Status s = admin.ListEndpoints(ctx, {}, &resp);
+  if (!s.ok()) return RpcError(s);
+  if (json) {
+    std::cout << ToJson(resp) << "\n";
     return 0;
   }
-
-  GenerateRequest req;
-  std::string err;
-  if (command != "generate" && command != "stream" && command != "route") {
-    return Usage("unknown subcommand '" + command + "'");
+  for (const auto& e : resp.endpoints()) {
+    std::cout << e.model() << " " << e.address() << " " << (e.usable() ? "usable" : "NOT USABLE")
+              << " breaker=" << e.breaker() << " outstanding=" << e.outstanding()
+              << " load=" << e.scraped_load() << " ejections=" << e.ejections();
+    if (!e.reason().empty()) std::cout << " reason=\"" << e.reason() << "\"";
+    std::cout << "\n";
   }
-  if (!BuildRequest(words, &req, &err)) return Usage(err);
+  return 0;
+}
 
-  if (command == "route") {
-    tandem::v1::RouteResponse resp;
-    grpc::Status s = stub->Route(&ctx, req, &resp);
-    if (!s.ok()) return RpcError(s);
-    if (json) {
-      std::cout << ToJson(resp) << "\n";
-      return 0;
-    }
-    std::cout << Describe(resp.route()) << "\n";
-    for (const auto& r : resp.rules()) {
-      std::cout << "  rule " << r.rule() << ": " << (r.matched() ? "MATCHED" : "no") << " - "
-                << r.detail() << "\n";
-    }
-    const std::map<std::string, std::string> features(resp.features().begin(),
-                                                      resp.features().end());
-    for (const auto& [k, v] : features) std::cout << "  feature " << k << "=" << v << "\n";
+int Signals(tandem::v1::Admin::Stub& admin, grpc::ClientContext* ctx, bool json) {
+  tandem::v1::SignalsStatus resp;
+  grpc::Status s = admin.GetSignals(ctx, {}, &resp);
+  if (!s.ok()) return RpcError(s);
+  if (json) {
+    std::cout << ToJson(resp) << "\n";
     return 0;
   }
+  for (const auto& sig : resp.signals()) {
+    std::cout << "signal " << sig.name() << " (" << sig.source()
+              << ") = " << (sig.has_value() ? absl::StrCat(sig.value()) : std::string("(none)"))
+              << (sig.stale() ? " STALE" : "") << " age=" << sig.age_seconds() << "s";
+    if (!sig.error().empty()) std::cout << " error=\"" << sig.error() << "\"";
+    std::cout << "\n";
+  }
+  for (const auto& t : resp.triggers()) {
+    std::cout << "trigger " << t.name() << " " << (t.on() ? "on" : "off") << " for "
+              << t.seconds_in_state() << "s\n";
+  }
+  return 0;
+}
 
-  if (command == "generate") {
-    tandem::v1::GenerateResponse resp;
-    grpc::Status s = stub->Generate(&ctx, req, &resp);
-    if (!s.ok()) return RpcError(s);
-    if (json) {
-      std::cout << ToJson(resp) << "\n";
-      return 0;
-    }
-    std::cout << resp.text() << "\n";
-    std::cerr << "[" << Describe(resp.route()) << " finish=" << FinishName(resp.finish_reason())
-              << " tokens=" << resp.usage().prompt_tokens() << "+"
-              << resp.usage().completion_tokens()
-              << " ttft_ms=" << resp.timings().time_to_first_token_seconds() * 1e3
-              << " total_ms=" << resp.timings().total_seconds() * 1e3 << "]\n";
+int Models(tandem::v1::Gateway::Stub& stub, grpc::ClientContext* ctx, bool json) {
+  tandem::v1::ListModelsResponse resp;
+  grpc::Status s = stub.ListModels(ctx, {}, &resp);
+  if (!s.ok()) return RpcError(s);
+  if (json) {
+    std::cout << ToJson(resp) << "\n";
     return 0;
   }
+  for (const auto& m : resp.models()) {
+    std::cout << m.name() << "\t" << m.model_id() << "\tengine=" << m.engine()
+              << "\tready=" << m.ready_workers() << "/" << m.total_workers()
+              << "\tvision=" << (m.capabilities().vision() ? "yes" : "no")
+              << "\tmax_context=" << m.capabilities().max_context_tokens() << "\n";
+  }
+  return 0;
+}
 
-  auto reader = stub->GenerateStream(&ctx, req);
+// route: the decision, each rule's verdict and the features, sorted by name.
+int Route(tandem::v1::Gateway::Stub& stub, grpc::ClientContext* ctx, const GenerateRequest& req,
+          bool json) {
+  tandem::v1::RouteResponse resp;
+  grpc::Status s = stub.Route(ctx, req, &resp);
+  if (!s.ok()) return RpcError(s);
+  if (json) {
+    std::cout << ToJson(resp) << "\n";
+    return 0;
+  }
+  std::cout << Describe(resp.route()) << "\n";
+  for (const auto& r : resp.rules()) {
+    std::cout << "  rule " << r.rule() << ": " << (r.matched() ? "MATCHED" : "no") << " - "
+              << r.detail() << "\n";
+  }
+  const std::map<std::string, std::string> features(resp.features().begin(), resp.features().end());
+  for (const auto& [k, v] : features) std::cout << "  feature " << k << "=" << v << "\n";
+  return 0;
+}
+
+// generate: the answer on stdout, its route and usage on stderr.
+int Generate(tandem::v1::Gateway::Stub& stub, grpc::ClientContext* ctx, const GenerateRequest& req,
+             bool json) {
+  tandem::v1::GenerateResponse resp;
+  grpc::Status s = stub.Generate(ctx, req, &resp);
+  if (!s.ok()) return RpcError(s);
+  if (json) {
+    std::cout << ToJson(resp) << "\n";
+    return 0;
+  }
+  std::cout << resp.text() << "\n";
+  std::cerr << "[" << Describe(resp.route()) << " finish=" << FinishName(resp.finish_reason())
+            << " tokens=" << resp.usage().prompt_tokens() << "+" << resp.usage().completion_tokens()
+            << " ttft_ms=" << resp.timings().time_to_first_token_seconds() * 1e3
+            << " total_ms=" << resp.timings().total_seconds() * 1e3 << "]\n";
+  return 0;
+}
+
+// stream: the text on stdout as it arrives, the route and usage on stderr.
+int Stream(tandem::v1::Gateway::Stub& stub, grpc::ClientContext* ctx, const GenerateRequest& req,
+           bool json) {
+  auto reader = stub.GenerateStream(ctx, req);
   tandem::v1::GenerateStreamChunk chunk;
   while (reader->Read(&chunk)) {
     if (json) {
@@ -461,4 +458,47 @@ int main(int argc, char** argv) {
   grpc::Status s = reader->Finish();
   if (!s.ok()) return RpcError(s);
   return 0;
+}
+
+// The subcommands that call the gateway with --timeout's deadline, one RPC each.
+int GatewayCommand(const std::string& command, const std::vector<std::string>& words) {
+  auto channel = GatewayChannel();
+  auto stub = tandem::v1::Gateway::NewStub(channel);
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx);
+  const bool json = absl::GetFlag(FLAGS_json);
+  if (command == "endpoints") return Endpoints(*tandem::v1::Admin::NewStub(channel), &ctx, json);
+  if (command == "signals") return Signals(*tandem::v1::Admin::NewStub(channel), &ctx, json);
+  if (command == "models") return Models(*stub, &ctx, json);
+  if (command != "generate" && command != "stream" && command != "route") {
+    return Usage("unknown subcommand '" + command + "'");
+  }
+  GenerateRequest req;
+  std::string err;
+  if (!BuildRequest(words, &req, &err)) return Usage(err);
+  if (command == "route") return Route(*stub, &ctx, req, json);
+  if (command == "generate") return Generate(*stub, &ctx, req, json);
+  return Stream(*stub, &ctx, req, json);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "usage: tandemctl [--gateway=HOST:PORT] [flags] generate|stream|route PROMPT... | models |\n"
+      "       policy lint FILE... | policy test FILE CASES.yaml | endpoints | signals |\n"
+      "       hash-key (key on stdin) | tenants lint FILE | tenants reload | tenants show\n"
+      "TLS by default: --tls_ca (and --tls_cert/--tls_key for mutual TLS), or --plaintext;\n"
+      "the API key from --api_key or $TANDEM_API_KEY.");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() < 2) return Usage("missing subcommand");
+  const std::string command = positional[1];
+  std::vector<std::string> words(positional.begin() + 2, positional.end());
+  if (command == "policy") return PolicyCommand(words);
+  if (command == "hash-key") return HashKey(words);
+  if (command == "tenants" && words.size() == 1 && (words[0] == "reload" || words[0] == "show")) {
+    return TenantsAdmin(words[0]);
+  }
+  if (command == "tenants") return TenantsLint(words);
+  return GatewayCommand(command, words);
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,26 @@
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers {
+namespace {
+
+// The routing name (--model) each architecture serves under.
+std::optional<native::Architecture> ArchitectureOfModelName(absl::string_view model_name) {
+  if (model_name == "qwen") return native::Architecture::kQwen35Moe;
+  if (model_name == "nemotron") return native::Architecture::kNemotronH;
+  return std::nullopt;
+}
+
+native::ChatFamily ChatFamilyOf(native::Architecture architecture) {
+  switch (architecture) {
+    case native::Architecture::kQwen35Moe:
+      return native::ChatFamily::kQwen35;
+    case native::Architecture::kNemotronH:
+      return native::ChatFamily::kNemotronH;
+  }
+  return native::ChatFamily::kQwen35;
+}
+
+}  // namespace
 
 NativeEngine::NativeEngine(std::unique_ptr<native::NativeModel> model,
                            std::unique_ptr<Tokenizer> tokenizer, std::vector<int32_t> stop_ids,
@@ -114,10 +135,9 @@ absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& t
                                                    " tokens but the model's vocabulary is ",
                                                    shape.vocab_size));
   }
-  auto tokenizer = native::NativeTokenizer::Create(
-      std::shared_ptr<const native::BpeTokenizer>(std::move(*bpe)),
-      shape.architecture == "qwen3_5_moe" ? native::ChatFamily::kQwen35
-                                          : native::ChatFamily::kNemotronH);
+  auto tokenizer =
+      native::NativeTokenizer::Create(std::shared_ptr<const native::BpeTokenizer>(std::move(*bpe)),
+                                      ChatFamilyOf(shape.architecture));
   if (!tokenizer.ok()) return tokenizer.status();
   CheckpointTokenizer out;
   out.stop_ids = shape.eos_token_ids;
@@ -131,21 +151,19 @@ absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& t
 }
 
 absl::Status CheckModelName(const std::string& dir, const std::string& model_name,
-                            const native::ModelShape& shape, const std::string& config_json,
-                            std::string* model_id, bool* random_weights) {
-  *random_weights = config_json.find("\"tandem_random_weights\": true") != std::string::npos;
-  const std::string expected = model_name == "qwen"       ? "qwen3_5_moe"
-                               : model_name == "nemotron" ? "nemotron_h"
-                                                          : "";
-  if (shape.architecture != expected) {
+                            const native::ModelConfig& config, std::string* model_id) {
+  const absl::string_view architecture = native::ArchitectureName(config.architecture());
+  const std::optional<native::Architecture> expected = ArchitectureOfModelName(model_name);
+  if (expected != config.architecture()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        dir, " holds a ", shape.architecture, " model, but --model=", model_name, " expects ",
-        expected.empty() ? "qwen (qwen3_5_moe) or nemotron (nemotron_h)" : expected));
+        dir, " holds a ", architecture, " model, but --model=", model_name, " expects ",
+        expected.has_value() ? native::ArchitectureName(*expected)
+                             : "qwen (qwen3_5_moe) or nemotron (nemotron_h)"));
   }
   if (model_id->empty()) {
-    *model_id = *random_weights ? absl::StrCat("random-weights/", shape.architecture)
-                                : absl::StrCat("local/", shape.architecture);
-  } else if (*random_weights && !absl::StartsWith(*model_id, "random-weights/")) {
+    *model_id = config.random_weights ? absl::StrCat("random-weights/", architecture)
+                                      : absl::StrCat("local/", architecture);
+  } else if (config.random_weights && !absl::StartsWith(*model_id, "random-weights/")) {
     *model_id = absl::StrCat("random-weights/", *model_id);
   }
   return absl::OkStatus();
@@ -157,6 +175,7 @@ absl::StatusOr<std::unique_ptr<NativeEngine>> LoadNativeEngine(const WeightsSour
   auto weights = OpenWeights(source);
   if (!weights.ok()) return weights.status();
   const native::Checkpoint& checkpoint = *weights->checkpoint;
+  const native::ModelConfig& config = weights->config;
   // The CPU reference widens every weight to fp32: refuse at once what this machine's memory
   // cannot hold (a full-size model needs ~140 GB) rather than be killed part way.
   uint64_t fp32_bytes = 0;
@@ -172,14 +191,15 @@ absl::StatusOr<std::unique_ptr<NativeEngine>> LoadNativeEngine(const WeightsSour
                      static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes),
                      " bytes of memory (use a GPU, --device=N, or a smaller model)"));
   }
-  auto model = native::LoadNativeModel(checkpoint);
+  auto model = native::LoadNativeModel(checkpoint, config);
   if (!model.ok()) return model.status();
-  if (absl::Status s = CheckModelName(checkpoint.dir(), options.model_name, (*model)->shape(),
-                                      checkpoint.config_json(), &options.model_id, random_weights);
+  if (absl::Status s =
+          CheckModelName(checkpoint.dir(), options.model_name, config, &options.model_id);
       !s.ok()) {
     return s;
   }
-  auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, (*model)->shape());
+  *random_weights = config.random_weights;
+  auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, config.shape);
   if (!tokenizer.ok()) return tokenizer.status();
   return std::make_unique<NativeEngine>(std::move(*model), std::move(tokenizer->tokenizer),
                                         std::move(tokenizer->stop_ids), std::move(options));

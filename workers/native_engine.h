@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "workers/engine.h"
 #include "workers/native/native_model.h"
 #include "workers/sampler.h"
@@ -89,11 +90,10 @@ absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& t
                                                             const native::ModelShape& shape);
 
 // Checks --model against the checkpoint's architecture (qwen: qwen3_5_moe, nemotron:
-// nemotron_h) and fills a default model id; `random_weights` from config.json. Random weights
-// always show in the id: "random-weights/" comes before any id given.
+// nemotron_h) and fills a default model id. Random weights (config.random_weights) always show
+// in the id: "random-weights/" comes before any id given.
 absl::Status CheckModelName(const std::string& dir, const std::string& model_name,
-                            const native::ModelShape& shape, const std::string& config_json,
-                            std::string* model_id, bool* random_weights);
+                            const native::ModelConfig& config, std::string* model_id);
 
 // A native engine from a checkpoint directory (config.json, safetensors (single or sharded) and
 // tokenizer.json) or from generated weights (--random_weights). The model's routing name must

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "common/steady_wait.h"
 #include "spdlog/spdlog.h"
 #include "workers/stop_matcher.h"
 
@@ -38,17 +39,17 @@ void Scheduler::Start() {
 }
 
 void Scheduler::Drain() {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   draining_ = true;
 }
 
 void Scheduler::RequestStop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     draining_ = true;
     stopping_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
 }
 
 void Scheduler::Stop() {
@@ -63,7 +64,7 @@ absl::StatusOr<std::shared_ptr<Cancellation>> Scheduler::Submit(
   seq->sink = std::move(sink);
   auto cancellation = seq->cancellation;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (draining_) {
       metrics_->rejected_draining.Increment();
       return absl::UnavailableError("worker is draining and accepts no new requests");
@@ -90,14 +91,16 @@ absl::StatusOr<std::shared_ptr<Cancellation>> Scheduler::Submit(
     waiting_count_.store(static_cast<int32_t>(queue_.size()), std::memory_order_relaxed);
     metrics_->waiting.Set(static_cast<double>(queue_.size()));
   }
-  work_cv_.notify_one();
+  work_cv_.Signal();
   return cancellation;
 }
 
 bool Scheduler::WaitIdle(Clock::TimePoint deadline) {
-  std::unique_lock<std::mutex> l(mu_);
-  // The condition variable waits on the steady clock, which Clock::Real() also reads.
-  return idle_cv_.wait_until(l, deadline, [&] { return active_ == 0; });
+  absl::MutexLock l(&mu_);
+  // WaitUntil waits on the steady clock, which Clock::Real() also reads.
+  while (active_ != 0 && WaitUntil(idle_cv_, mu_, deadline)) {
+  }
+  return active_ == 0;
 }
 
 void Scheduler::Finish(Sequence& seq, const absl::Status& status, tandem::v1::FinishReason reason) {
@@ -135,8 +138,8 @@ void Scheduler::Finish(Sequence& seq, const absl::Status& status, tandem::v1::Fi
   if (seq.admitted) engine_->RemoveSequence(seq.id);
   seq.sink->OnFinished(status, reason, seq.generated);
   seq.sink.reset();
-  std::lock_guard<std::mutex> l(mu_);
-  if (--active_ == 0) idle_cv_.notify_all();
+  absl::MutexLock l(&mu_);
+  if (--active_ == 0) idle_cv_.SignalAll();
 }
 
 void Scheduler::Admit(std::unique_ptr<Sequence> seq) {
@@ -205,8 +208,8 @@ void Scheduler::Loop() {
   while (true) {
     Clock::TimePoint now;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      work_cv_.wait(l, [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
+      absl::MutexLock l(&mu_);
+      while (!stopping_ && queue_.empty() && running_.empty()) work_cv_.Wait(&mu_);
       if (stopping_) break;
       now = clock_->Now();  // after the wait, which may have been long
       // Queued requests that were cancelled or expired leave without taking a batch slot.
@@ -275,7 +278,7 @@ void Scheduler::Loop() {
   // Shutdown: everything still admitted ends with UNAVAILABLE so no caller waits forever.
   std::deque<std::unique_ptr<Sequence>> left;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     left.swap(queue_);
   }
   const absl::Status shutdown = absl::UnavailableError("worker shut down");

@@ -1,16 +1,16 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "tandem/v1/common.pb.h"
 #include "workers/engine.h"
@@ -78,18 +78,19 @@ class Scheduler {
 
   void Start();
   // Later Submits get UNAVAILABLE; admitted work continues.
-  void Drain();
+  void Drain() ABSL_LOCKS_EXCLUDED(mu_);
   // Asks the engine thread to stop after the current step, without waiting.
-  void RequestStop();
+  void RequestStop() ABSL_LOCKS_EXCLUDED(mu_);
   // RequestStop(), then joins the engine thread; admitted work ends with UNAVAILABLE.
   void Stop();
 
   // RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE when draining or stopped.
   absl::StatusOr<std::shared_ptr<Cancellation>> Submit(GenerationRequest request,
-                                                       std::shared_ptr<GenerationSink> sink);
+                                                       std::shared_ptr<GenerationSink> sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Waits until nothing is queued or running, or until `deadline`; true when idle.
-  bool WaitIdle(Clock::TimePoint deadline);
+  bool WaitIdle(Clock::TimePoint deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
   int32_t running() const { return running_count_.load(std::memory_order_relaxed); }
   int32_t waiting() const { return waiting_count_.load(std::memory_order_relaxed); }
@@ -98,9 +99,10 @@ class Scheduler {
  private:
   struct Sequence;
 
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   void Admit(std::unique_ptr<Sequence> seq);
-  void Finish(Sequence& seq, const absl::Status& status, tandem::v1::FinishReason reason);
+  void Finish(Sequence& seq, const absl::Status& status, tandem::v1::FinishReason reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void OnToken(Sequence& seq, const StepOutput& out, Clock::TimePoint now);
   // Drops cancelled and expired sequences; returns how many are left.
   void Reap(std::vector<std::unique_ptr<Sequence>>& seqs, Clock::TimePoint now);
@@ -110,14 +112,14 @@ class Scheduler {
   Clock* const clock_;
   const Options options_;
 
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable idle_cv_;
-  std::deque<std::unique_ptr<Sequence>> queue_;  // guarded by mu_
-  int64_t active_ = 0;                           // queued + running; guarded by mu_
-  bool draining_ = false;                        // guarded by mu_
-  bool stopping_ = false;                        // guarded by mu_
-  uint64_t next_id_ = 1;                         // guarded by mu_
+  absl::Mutex mu_;
+  absl::CondVar work_cv_;
+  absl::CondVar idle_cv_;
+  std::deque<std::unique_ptr<Sequence>> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t active_ ABSL_GUARDED_BY(mu_) = 0;  // queued + running
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 
   // Engine thread only.
   std::vector<std::unique_ptr<Sequence>> running_;

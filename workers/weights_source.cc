@@ -3,24 +3,24 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "workers/native/random_checkpoint.h"
 
 namespace tandem::workers {
+namespace {
 
-absl::StatusOr<OpenedWeights> OpenWeights(const WeightsSource& source) {
-  OpenedWeights out;
+// The checkpoint of `source`; out->tokenizer_json too.
+absl::StatusOr<std::unique_ptr<native::Checkpoint>> OpenCheckpoint(const WeightsSource& source,
+                                                                   OpenedWeights* out) {
   if (!source.random_weights) {
     if (source.checkpoint.empty()) {
       return absl::InvalidArgumentError("no checkpoint directory given (--checkpoint=DIR)");
     }
-    auto checkpoint = native::Checkpoint::Open(source.checkpoint);
-    if (!checkpoint.ok()) return checkpoint.status();
-    out.checkpoint = std::move(*checkpoint);
-    out.tokenizer_json =
+    out->tokenizer_json =
         source.tokenizer.empty() ? source.checkpoint + "/tokenizer.json" : source.tokenizer;
-    return out;
+    return native::Checkpoint::Open(source.checkpoint);
   }
   if (source.model_config.empty()) {
     return absl::InvalidArgumentError(
@@ -28,13 +28,13 @@ absl::StatusOr<OpenedWeights> OpenWeights(const WeightsSource& source) {
         "workers/models/qwen3_5_moe/config.json)");
   }
   // Checked before any weights are built: a missing tokenizer fails in milliseconds.
-  out.tokenizer_json =
+  out->tokenizer_json =
       source.tokenizer.empty()
           ? (std::filesystem::path(source.model_config).parent_path() / "tokenizer.json").string()
           : source.tokenizer;
-  if (!std::filesystem::is_regular_file(out.tokenizer_json)) {
+  if (!std::filesystem::is_regular_file(out->tokenizer_json)) {
     return absl::NotFoundError(absl::StrCat(
-        "random weights: no tokenizer at ", out.tokenizer_json,
+        "random weights: no tokenizer at ", out->tokenizer_json,
         "; pass --tokenizer=PATH (a tokenizer.json whose vocabulary fits the model's, e.g. "
         "tests/tokenizer/qwen3/tokenizer.json for qwen3_5_moe)"));
   }
@@ -42,11 +42,21 @@ absl::StatusOr<OpenedWeights> OpenWeights(const WeightsSource& source) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", source.model_config));
   std::stringstream text;
   text << in.rdbuf();
-  auto checkpoint = native::RandomWeightsCheckpoint(
+  return native::RandomWeightsCheckpoint(
       text.str(), source.seed,
       absl::StrCat("random weights (seed ", source.seed, ") of ", source.model_config));
+}
+
+}  // namespace
+
+absl::StatusOr<OpenedWeights> OpenWeights(const WeightsSource& source) {
+  OpenedWeights out;
+  auto checkpoint = OpenCheckpoint(source, &out);
   if (!checkpoint.ok()) return checkpoint.status();
   out.checkpoint = std::move(*checkpoint);
+  auto config = native::ParseModelConfigText(out.checkpoint->config_json(), out.checkpoint->dir());
+  if (!config.ok()) return config.status();
+  out.config = std::move(*config);
   return out;
 }
 

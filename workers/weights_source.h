@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "workers/native/model_config.h"
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers {
@@ -29,10 +30,14 @@ struct OpenedWeights {
   // Tensors memory-mapped from files, or generated where they are read (the CPU reference
   // widens each to fp32; the CUDA upload fills device memory directly, never host memory).
   std::unique_ptr<native::Checkpoint> checkpoint;
+  // Its config.json, parsed once for the engine: the model to build, the shape, and whether the
+  // weights are random (a generated checkpoint always says so).
+  native::ModelConfig config;
   std::string tokenizer_json;  // path
 };
 
-// Opens the checkpoint, or builds the generated one. Errors name the path or the config field.
+// Opens the checkpoint, or builds the generated one, and parses its config. Errors name the path
+// or the config field.
 absl::StatusOr<OpenedWeights> OpenWeights(const WeightsSource& source);
 
 }  // namespace tandem::workers

@@ -126,23 +126,23 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
    public:
     explicit Bridge(GenerateCall* call) : call_(call) {}
 
-    void OnStarted(int32_t prompt_tokens, double queue_seconds) override {
-      std::unique_lock<std::mutex> l(mu_);
+    void OnStarted(int32_t prompt_tokens, double queue_seconds) override ABSL_LOCKS_EXCLUDED(mu_) {
+      absl::MutexLock l(&mu_);
       pending_.set_prompt_tokens(prompt_tokens);
       pending_.set_queue_seconds(queue_seconds);
       started_ = true;
-      (void)l;  // the first chunk goes out with the first token
+      // The first chunk goes out with the first token.
     }
-    void OnText(std::string_view text, int32_t tokens) override {
-      std::unique_lock<std::mutex> l(mu_);
+    void OnText(std::string_view text, int32_t tokens) override ABSL_LOCKS_EXCLUDED(mu_) {
+      mu_.Lock();
       pending_.mutable_text()->append(text);
       pending_.set_tokens(pending_.tokens() + tokens);
       has_pending_ = true;
-      Pump(l);
+      PumpAndUnlock();
     }
     void OnFinished(const absl::Status& status, tandem::v1::FinishReason reason,
-                    int32_t completion_tokens) override {
-      std::unique_lock<std::mutex> l(mu_);
+                    int32_t completion_tokens) override ABSL_LOCKS_EXCLUDED(mu_) {
+      mu_.Lock();
       finished_ = true;
       final_status_ = ToGrpcStatus(status);
       completion_tokens_ = completion_tokens;
@@ -153,36 +153,37 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
       } else if (pending_.prompt_tokens() > 0) {
         has_pending_ = true;  // prompt size and queue time still reach the gateway's accounting
       }
-      Pump(l);
+      PumpAndUnlock();
     }
-    void WriteDone(bool ok) {
-      std::unique_lock<std::mutex> l(mu_);
+    void WriteDone(bool ok) ABSL_LOCKS_EXCLUDED(mu_) {
+      mu_.Lock();
       write_in_flight_ = false;
       if (!ok) {
         broken_ = true;
         has_pending_ = false;
       }
-      Pump(l);
+      PumpAndUnlock();
     }
-    void Detach() {
-      std::lock_guard<std::mutex> l(mu_);
+    void Detach() ABSL_LOCKS_EXCLUDED(mu_) {
+      absl::MutexLock l(&mu_);
       call_ = nullptr;
     }
-    // For the request log line.
-    const grpc::Status& final_status() const { return final_status_; }
-    int32_t completion_tokens() const { return completion_tokens_; }
 
    private:
-    // Starts the next write or the Finish, if one is due; releases `l` before calling gRPC.
-    void Pump(std::unique_lock<std::mutex>& l) {
-      if (call_ == nullptr || write_in_flight_ || finish_started_) return;
+    // Starts the next write or the Finish, if one is due. Releases mu_ on every path, before
+    // calling gRPC.
+    void PumpAndUnlock() ABSL_UNLOCK_FUNCTION(mu_) {
+      if (call_ == nullptr || write_in_flight_ || finish_started_) {
+        mu_.Unlock();
+        return;
+      }
       GenerateCall* call = call_;
       if (has_pending_ && !broken_) {
         call->out_.Clear();
         call->out_.Swap(&pending_);
         has_pending_ = false;
         write_in_flight_ = true;
-        l.unlock();
+        mu_.Unlock();
         call->StartWrite(&call->out_);
         return;
       }
@@ -191,23 +192,26 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
         grpc::Status status = broken_ && final_status_.ok()
                                   ? grpc::Status(grpc::StatusCode::CANCELLED, "client went away")
                                   : final_status_;
-        l.unlock();
-        call->LogEnd(status, completion_tokens_);
+        const int32_t completion_tokens = completion_tokens_;
+        mu_.Unlock();
+        call->LogEnd(status, completion_tokens);
         call->Finish(status);
+        return;
       }
+      mu_.Unlock();
     }
 
-    std::mutex mu_;
-    GenerateCall* call_;
-    WorkerGenerateChunk pending_;
-    bool has_pending_ = false;
-    bool started_ = false;
-    bool write_in_flight_ = false;
-    bool finished_ = false;
-    bool finish_started_ = false;
-    bool broken_ = false;
-    grpc::Status final_status_;
-    int32_t completion_tokens_ = 0;
+    absl::Mutex mu_;
+    GenerateCall* call_ ABSL_GUARDED_BY(mu_);
+    WorkerGenerateChunk pending_ ABSL_GUARDED_BY(mu_);
+    bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
+    bool started_ ABSL_GUARDED_BY(mu_) = false;
+    bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+    bool finished_ ABSL_GUARDED_BY(mu_) = false;
+    bool finish_started_ ABSL_GUARDED_BY(mu_) = false;
+    bool broken_ ABSL_GUARDED_BY(mu_) = false;
+    grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+    int32_t completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   };
 
   void Reject(const absl::Status& status) {
@@ -270,7 +274,7 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* co
   response->set_max_context_tokens(info.max_context_tokens);
   response->set_max_output_tokens(info.max_output_tokens);
   {
-    std::lock_guard<std::mutex> l(device_mu_);
+    absl::MutexLock l(&device_mu_);
     auto* d = response->mutable_device();
     d->set_id(device_.id);
     d->set_name(device_.name);
@@ -294,7 +298,7 @@ void WorkerService::RefreshDevice() {
   // The device query runs outside the lock so GetInfo never waits on the driver.
   DeviceDescription d;
   {
-    std::lock_guard<std::mutex> l(device_mu_);
+    absl::MutexLock l(&device_mu_);
     d = device_;
   }
   if (absl::Status s = RefreshDeviceMemory(&d); !s.ok()) {
@@ -303,7 +307,7 @@ void WorkerService::RefreshDevice() {
   }
   metrics_->device_memory_total.Set(static_cast<double>(d.memory_total_bytes));
   metrics_->device_memory_used.Set(static_cast<double>(d.memory_total_bytes - d.memory_free_bytes));
-  std::lock_guard<std::mutex> l(device_mu_);
+  absl::MutexLock l(&device_mu_);
   device_ = std::move(d);
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 
 #include <atomic>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/log_rate_limiter.h"
 #include "common/request_validation.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -26,7 +27,8 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
       const tandem::v1::WorkerGenerateRequest* request) override;
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
                                     const tandem::v1::WorkerInfoRequest* request,
-                                    tandem::v1::WorkerInfo* response) override;
+                                    tandem::v1::WorkerInfo* response) override
+      ABSL_LOCKS_EXCLUDED(device_mu_);
 
   void SetState(tandem::v1::WorkerInfo::State state) { state_.store(state); }
   // Reported in WorkerInfo so the gateway can scrape this worker's metrics.
@@ -36,7 +38,7 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
     metrics_port_.store(port);
   }
   // Re-reads device memory into metrics and worker info; called periodically by main.
-  void RefreshDevice();
+  void RefreshDevice() ABSL_LOCKS_EXCLUDED(device_mu_);
 
  private:
   const Engine* const engine_;
@@ -47,8 +49,8 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
   std::atomic<tandem::v1::WorkerInfo::State> state_{tandem::v1::WorkerInfo::LOADING};
   std::atomic<int> metrics_port_{0};
   std::atomic<bool> metrics_tls_{false};
-  std::mutex device_mu_;
-  DeviceDescription device_;  // guarded by device_mu_
+  absl::Mutex device_mu_;
+  DeviceDescription device_ ABSL_GUARDED_BY(device_mu_);
 };
 
 }  // namespace tandem::workers

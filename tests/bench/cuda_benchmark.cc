@@ -343,9 +343,9 @@ void PrintHeader(const Loaded& l, const Env& env, const cudaDeviceProp& prop) {
       "model %s, %d layers, loaded in %.1f s: weights %.2f GB on the device (routed experts %.2f "
       "GB, %g of %g per token; embedding table %.2f GB); KV %.0f B per token (fp32, %g attention "
       "layers); recurrent state %.1f MB per sequence (fp32)\n",
-      s.architecture.c_str(), s.num_layers, l.load_s, c.weight_bytes / 1e9, c.routed_bytes / 1e9,
-      c.experts_per_token, c.experts, c.embed_bytes / 1e9, c.kv_bytes_per_token, c.attention_layers,
-      c.state_bytes / 1e6);
+      std::string(native::ArchitectureName(s.architecture)).c_str(), s.num_layers, l.load_s,
+      c.weight_bytes / 1e9, c.routed_bytes / 1e9, c.experts_per_token, c.experts,
+      c.embed_bytes / 1e9, c.kv_bytes_per_token, c.attention_layers, c.state_bytes / 1e6);
   std::printf(
       "bound = max(HBM bytes / peak bandwidth, FLOPs / peak); decode HBM bytes = shared weights "
       "+ embedding rows + the routed experts a batch touches, E(1-(1-k/E)^B) per MoE layer "
@@ -444,21 +444,22 @@ Json ResultsJson(const Loaded& l, const Env& env, const cudaDeviceProp& prop,
                  const std::vector<DecodeResult>& decode,
                  const std::vector<PrefillResult>& prefill) {
   const ModelCost& c = env.cost;
-  Json out = {{"device", prop.name},
-              {"model", l.label},
-              {"architecture", l.model->shape().architecture},
-              {"layers", l.model->shape().num_layers},
-              {"random_weights", l.random},
-              {"peak_gbps", env.peaks.gbps},
-              {"peak_gbps_source", env.peaks.gbps_source},
-              {"peak_tflops", env.peaks.tflops},
-              {"load_seconds", l.load_s},
-              {"weight_bytes", c.weight_bytes},
-              {"routed_expert_bytes", c.routed_bytes},
-              {"kv_bytes_per_token", c.kv_bytes_per_token},
-              {"state_bytes_per_sequence", c.state_bytes},
-              {"decode_fill", "synthetic: zeroed KV and state pools, position = context"},
-              {"targets", "decode batch 1 >= 30% of the bound, batch 64 >= 55% (not asserted)"}};
+  Json out = {
+      {"device", prop.name},
+      {"model", l.label},
+      {"architecture", std::string(native::ArchitectureName(l.model->shape().architecture))},
+      {"layers", l.model->shape().num_layers},
+      {"random_weights", l.random},
+      {"peak_gbps", env.peaks.gbps},
+      {"peak_gbps_source", env.peaks.gbps_source},
+      {"peak_tflops", env.peaks.tflops},
+      {"load_seconds", l.load_s},
+      {"weight_bytes", c.weight_bytes},
+      {"routed_expert_bytes", c.routed_bytes},
+      {"kv_bytes_per_token", c.kv_bytes_per_token},
+      {"state_bytes_per_sequence", c.state_bytes},
+      {"decode_fill", "synthetic: zeroed KV and state pools, position = context"},
+      {"targets", "decode batch 1 >= 30% of the bound, batch 64 >= 55% (not asserted)"}};
   if (l.random) out["note"] = "router weights random: expert load is about uniform";
   Json rows = Json::array();
   for (const DecodeResult& r : decode) {

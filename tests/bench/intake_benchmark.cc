@@ -151,7 +151,7 @@ void BM_FullDecision4KB(benchmark::State& state) {
 BENCHMARK(BM_FullDecision4KB);
 
 // Percentiles of single decisions: each repetition times one call, and the aggregates below are
-// computed over the repetitions. The bounds of issue 3 are on p99.
+// computed over the repetitions. The bounds (docs/performance.md) are on p99.
 double Percentile(const std::vector<double>& v, double q) {
   std::vector<double> s = v;
   std::sort(s.begin(), s.end());

@@ -133,26 +133,157 @@ Answer Stream(tandem::v1::Worker::Stub& stub, const Prompt& prompt, const std::s
   return a;
 }
 
+// The prompts and, with --expect, the reference answers by id; an error message when either
+// cannot be read.
+struct Inputs {
+  std::vector<Prompt> prompts;
+  std::map<std::string, ReferenceAnswer> reference;
+};
+
+absl::StatusOr<Inputs> ReadInputs() {
+  Inputs in;
+  auto prompts = ReadPrompts(absl::GetFlag(FLAGS_prompts));
+  if (!prompts.ok()) return prompts.status();
+  in.prompts = *std::move(prompts);
+  if (const std::string path = absl::GetFlag(FLAGS_expect); !path.empty()) {
+    auto r = ReadReference(path);
+    if (!r.ok()) return r.status();
+    for (ReferenceAnswer& a : *r) in.reference[a.id] = std::move(a);
+  }
+  return in;
+}
+
+void PrintInfo(const tandem::v1::WorkerInfo& info, double ready_seconds) {
+  std::printf("%s\n", Json{{"type", "info"},
+                           {"model_name", info.model_name()},
+                           {"model_id", info.model_id()},
+                           {"engine", info.engine()},
+                           {"device", info.device().id()},
+                           {"device_name", info.device().name()},
+                           {"memory_total_bytes", info.device().memory_total_bytes()},
+                           {"ready_seconds", ready_seconds}}
+                          .dump()
+                          .c_str());
+}
+
+// All prompts at once, each on a thread of its own, so that the engine batches them.
+struct BatchResult {
+  double seconds = 0;
+  int32_t tokens = 0;
+  // Prompts answered the same alone and in the batch: reported, not required (an engine may
+  // round differently at another batch size, which can flip a low-margin token).
+  int equals_alone = 0;
+};
+
+// `answers` holds the answers alone, one per prompt in order; the batch's are appended.
+BatchResult RunBatch(tandem::v1::Worker::Stub& stub, const std::vector<Prompt>& prompts,
+                     std::vector<Answer>* answers) {
+  BatchResult result;
+  std::vector<Answer> batch(prompts.size());
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back([&, i] { batch[i] = Stream(stub, prompts[i], "batch"); });
+  }
+  for (std::thread& t : threads) t.join();
+  result.seconds = Since(start);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Answer& alone = (*answers)[i];
+    result.tokens += batch[i].completion_tokens;
+    result.equals_alone += batch[i].status.ok() && alone.status.ok() &&
+                           batch[i].text == alone.text &&
+                           batch[i].completion_tokens == alone.completion_tokens;
+    answers->push_back(std::move(batch[i]));
+  }
+  return result;
+}
+
+// Counts over the answers and their comparison with the reference.
+struct Tally {
+  int rpc_errors = 0, agree = 0, compared = 0, tokens_agree = 0, tokens_expected = 0;
+  int clear_tokens = 0;
+  int32_t completion_tokens = 0;
+};
+
+// Prints the answer's line, compared with its reference when there is one, and counts it.
+void ReportAnswer(const Answer& a, const std::map<std::string, ReferenceAnswer>& reference,
+                  Tally* tally) {
+  Json line = {{"type", "answer"},
+               {"id", a.id},
+               {"mode", a.mode},
+               {"ok", a.status.ok()},
+               {"text", a.text},
+               {"prompt_tokens", a.prompt_tokens},
+               {"completion_tokens", a.completion_tokens},
+               {"finish_reason", a.finish},
+               {"chunks", a.chunks},
+               {"first_chunk_seconds", a.first_chunk_seconds},
+               {"seconds", a.seconds}};
+  tally->completion_tokens += a.completion_tokens;
+  if (!a.status.ok()) {
+    ++tally->rpc_errors;
+    line["error"] = a.status.error_message();
+  }
+  if (auto it = reference.find(a.id); it != reference.end() && a.status.ok()) {
+    const Comparison c =
+        Compare(it->second, a.text, a.completion_tokens, absl::GetFlag(FLAGS_margin));
+    ++tally->compared;
+    if (c.result != Comparison::kMismatch) ++tally->agree;
+    tally->tokens_agree += c.tokens_agree;
+    tally->clear_tokens += c.clear_tokens;
+    tally->tokens_expected += it->second.CompletionTokens();
+    line["result"] = ResultName(c.result);
+    line["tokens_agree"] = c.tokens_agree;
+    line["tokens_expected"] = it->second.CompletionTokens();
+    line["clear_tokens"] = c.clear_tokens;
+    if (c.result != Comparison::kExact) {
+      line["expected_text"] = it->second.text;
+      line["margin_at_divergence"] = c.margin_at_divergence;
+    }
+  } else if (!reference.empty() && a.status.ok()) {
+    line["result"] = "no reference";
+    ++tally->compared;
+  }
+  std::printf("%s\n", line.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+}
+
+// The last line: the outcome and the totals (keys in this order).
+Json Summary(bool ok, size_t answers, size_t prompts, const Tally& tally, const BatchResult& batch,
+             bool with_reference, const std::string& device) {
+  Json summary = {{"type", "summary"},
+                  {"ok", ok},
+                  {"answers", answers},
+                  {"rpc_errors", tally.rpc_errors},
+                  {"completion_tokens", tally.completion_tokens},
+                  {"device", device}};
+  if (batch.seconds > 0) {
+    summary["batch_tokens_per_second"] = batch.tokens / batch.seconds;
+    summary["batch_equals_alone"] = batch.equals_alone;
+    summary["prompts"] = prompts;
+  }
+  if (with_reference) {
+    summary["agree"] = tally.agree;
+    summary["compared"] = tally.compared;
+    summary["tokens_agree"] = tally.tokens_agree;
+    summary["tokens_expected"] = tally.tokens_expected;
+    summary["clear_tokens"] = tally.clear_tokens;
+  }
+  return summary;
+}
+
 int Run() {
   const std::string address = absl::GetFlag(FLAGS_address);
   if (address.empty() || absl::GetFlag(FLAGS_prompts).empty()) {
     std::fprintf(stderr, "--address and --prompts are required\n");
     return 2;
   }
-  auto prompts = ReadPrompts(absl::GetFlag(FLAGS_prompts));
-  if (!prompts.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(prompts.status().message()).c_str());
+  auto inputs = ReadInputs();
+  if (!inputs.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(inputs.status().message()).c_str());
     return 2;
   }
-  std::map<std::string, ReferenceAnswer> reference;
-  if (const std::string path = absl::GetFlag(FLAGS_expect); !path.empty()) {
-    auto r = ReadReference(path);
-    if (!r.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(r.status().message()).c_str());
-      return 2;
-    }
-    for (ReferenceAnswer& a : *r) reference[a.id] = std::move(a);
-  }
+  const std::vector<Prompt>& prompts = inputs->prompts;
+  const std::map<std::string, ReferenceAnswer>& reference = inputs->reference;
 
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   auto stub = tandem::v1::Worker::NewStub(channel);
@@ -162,107 +293,22 @@ int Run() {
     std::printf("%s\n", Json{{"type", "error"}, {"error", info.status().message()}}.dump().c_str());
     return 1;
   }
-  std::printf("%s\n", Json{{"type", "info"},
-                           {"model_name", info->model_name()},
-                           {"model_id", info->model_id()},
-                           {"engine", info->engine()},
-                           {"device", info->device().id()},
-                           {"device_name", info->device().name()},
-                           {"memory_total_bytes", info->device().memory_total_bytes()},
-                           {"ready_seconds", Since(load_start)}}
-                          .dump()
-                          .c_str());
+  PrintInfo(*info, Since(load_start));
   bool ok = absl::StartsWith(info->device().id(), absl::GetFlag(FLAGS_expect_device));
 
   std::vector<Answer> answers;
-  for (const Prompt& p : *prompts) answers.push_back(Stream(*stub, p, "alone"));
-  double batch_seconds = 0;
-  int32_t batch_tokens = 0;
-  // Prompts answered the same alone and in the batch: reported, not required (an engine may
-  // round differently at another batch size, which can flip a low-margin token).
-  int batch_equals_alone = 0;
-  if (absl::GetFlag(FLAGS_batch)) {
-    std::vector<Answer> batch(prompts->size());
-    std::vector<std::thread> threads;
-    const auto start = Clock::now();
-    for (size_t i = 0; i < prompts->size(); ++i) {
-      threads.emplace_back([&, i] { batch[i] = Stream(*stub, (*prompts)[i], "batch"); });
-    }
-    for (std::thread& t : threads) t.join();
-    batch_seconds = Since(start);
-    for (size_t i = 0; i < batch.size(); ++i) {
-      batch_tokens += batch[i].completion_tokens;
-      batch_equals_alone += batch[i].status.ok() && answers[i].status.ok() &&
-                            batch[i].text == answers[i].text &&
-                            batch[i].completion_tokens == answers[i].completion_tokens;
-      answers.push_back(std::move(batch[i]));
-    }
-  }
+  for (const Prompt& p : prompts) answers.push_back(Stream(*stub, p, "alone"));
+  BatchResult batch;
+  if (absl::GetFlag(FLAGS_batch)) batch = RunBatch(*stub, prompts, &answers);
 
-  int rpc_errors = 0, agree = 0, compared = 0, tokens_agree = 0, tokens_expected = 0;
-  int clear_tokens = 0;
-  int32_t completion_tokens = 0;
-  for (const Answer& a : answers) {
-    Json line = {{"type", "answer"},
-                 {"id", a.id},
-                 {"mode", a.mode},
-                 {"ok", a.status.ok()},
-                 {"text", a.text},
-                 {"prompt_tokens", a.prompt_tokens},
-                 {"completion_tokens", a.completion_tokens},
-                 {"finish_reason", a.finish},
-                 {"chunks", a.chunks},
-                 {"first_chunk_seconds", a.first_chunk_seconds},
-                 {"seconds", a.seconds}};
-    completion_tokens += a.completion_tokens;
-    if (!a.status.ok()) {
-      ++rpc_errors;
-      line["error"] = a.status.error_message();
-    }
-    if (auto it = reference.find(a.id); it != reference.end() && a.status.ok()) {
-      const Comparison c =
-          Compare(it->second, a.text, a.completion_tokens, absl::GetFlag(FLAGS_margin));
-      ++compared;
-      if (c.result != Comparison::kMismatch) ++agree;
-      tokens_agree += c.tokens_agree;
-      clear_tokens += c.clear_tokens;
-      tokens_expected += it->second.CompletionTokens();
-      line["result"] = ResultName(c.result);
-      line["tokens_agree"] = c.tokens_agree;
-      line["tokens_expected"] = it->second.CompletionTokens();
-      line["clear_tokens"] = c.clear_tokens;
-      if (c.result != Comparison::kExact) {
-        line["expected_text"] = it->second.text;
-        line["margin_at_divergence"] = c.margin_at_divergence;
-      }
-    } else if (!reference.empty() && a.status.ok()) {
-      line["result"] = "no reference";
-      ++compared;
-    }
-    std::printf("%s\n", line.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
-  }
-  ok = ok && rpc_errors == 0;
+  Tally tally;
+  for (const Answer& a : answers) ReportAnswer(a, reference, &tally);
+  ok = ok && tally.rpc_errors == 0;
   if (!reference.empty()) {
-    ok = ok && compared > 0 && agree >= absl::GetFlag(FLAGS_min_agree) * compared;
+    ok = ok && tally.compared > 0 && tally.agree >= absl::GetFlag(FLAGS_min_agree) * tally.compared;
   }
-  Json summary = {{"type", "summary"},
-                  {"ok", ok},
-                  {"answers", answers.size()},
-                  {"rpc_errors", rpc_errors},
-                  {"completion_tokens", completion_tokens},
-                  {"device", info->device().id()}};
-  if (batch_seconds > 0) {
-    summary["batch_tokens_per_second"] = batch_tokens / batch_seconds;
-    summary["batch_equals_alone"] = batch_equals_alone;
-    summary["prompts"] = prompts->size();
-  }
-  if (!reference.empty()) {
-    summary["agree"] = agree;
-    summary["compared"] = compared;
-    summary["tokens_agree"] = tokens_agree;
-    summary["tokens_expected"] = tokens_expected;
-    summary["clear_tokens"] = clear_tokens;
-  }
+  const Json summary = Summary(ok, answers.size(), prompts.size(), tally, batch, !reference.empty(),
+                               info->device().id());
   std::printf("%s\n", summary.dump().c_str());
   return ok ? 0 : 1;
 }

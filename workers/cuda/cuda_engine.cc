@@ -413,15 +413,17 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const WeightsSource& 
   auto weights = OpenWeights(source);
   if (!weights.ok()) return weights.status();
   const native::Checkpoint& checkpoint = *weights->checkpoint;
+  const native::ModelConfig& config = weights->config;
   // Generated weights are filled on the device here, never staged in host memory.
-  auto model = LoadCudaModel(checkpoint);
+  auto model = LoadCudaModel(checkpoint, config);
   if (!model.ok()) return model.status();
-  if (absl::Status s = CheckModelName(checkpoint.dir(), options.model_name, (*model)->shape(),
-                                      checkpoint.config_json(), &options.model_id, random_weights);
+  if (absl::Status s =
+          CheckModelName(checkpoint.dir(), options.model_name, config, &options.model_id);
       !s.ok()) {
     return s;
   }
-  auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, (*model)->shape());
+  *random_weights = config.random_weights;
+  auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, config.shape);
   if (!tokenizer.ok()) return tokenizer.status();
   return CudaEngine::Create(std::move(*model), std::move(tokenizer->tokenizer),
                             std::move(tokenizer->stop_ids), std::move(options));

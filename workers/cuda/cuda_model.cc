@@ -1,36 +1,30 @@
 #include "workers/cuda/cuda_model.h"
 
-#include <nlohmann/json.hpp>
-#include <string>
+#include <variant>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "workers/cuda/model_common.h"
 
 namespace tandem::workers::cuda {
 
-// Dispatches on config.json's model_type exactly as native::LoadNativeModel does.
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const native::Checkpoint& checkpoint,
+                                                         const native::ModelConfig& config) {
+  switch (config.architecture()) {
+    case native::Architecture::kQwen35Moe:
+      return LoadCudaQwen35Moe(
+          checkpoint, std::get<native::qwen35::TextConfig>(config.hyperparameters), config.shape);
+    case native::Architecture::kNemotronH:
+      return LoadCudaNemotronH(
+          checkpoint, std::get<native::nemotron_h::Config>(config.hyperparameters), config.shape);
+  }
+  return absl::InternalError("unknown architecture");
+}
+
 absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const native::Checkpoint& checkpoint) {
-  const nlohmann::json config =
-      nlohmann::json::parse(checkpoint.config_json(), nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(checkpoint.dir(), "/config.json is not a JSON object"));
-  }
-  if (config.contains("quantization_config")) {
-    return absl::UnimplementedError(
-        absl::StrCat(checkpoint.dir(),
-                     ": quantized checkpoints (quantization_config in config.json) are not "
-                     "supported yet; use the BF16 release"));
-  }
-  const std::string type = config.value("model_type", std::string());
-  if (type == "qwen3_5_moe" || type == "qwen3_5_moe_text") {
-    return LoadCudaQwen35Moe(checkpoint, config);
-  }
-  if (type == "nemotron_h") return LoadCudaNemotronH(checkpoint, config);
-  return absl::UnimplementedError(
-      absl::StrCat(checkpoint.dir(), ": model_type '", type,
-                   "' is not supported; the CUDA engine runs qwen3_5_moe and nemotron_h"));
+  absl::StatusOr<native::ModelConfig> config =
+      native::ParseModelConfigText(checkpoint.config_json(), checkpoint.dir());
+  if (!config.ok()) return config.status();
+  return LoadCudaModel(checkpoint, *config);
 }
 
 }  // namespace tandem::workers::cuda

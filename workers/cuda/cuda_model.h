@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "workers/native/native_model.h"
+#include "workers/native/model_config.h"
+#include "workers/native/model_shape.h"
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers::cuda {
@@ -60,8 +61,11 @@ class CudaModel {
   virtual absl::Status Decode(const DecodeBatch& batch, cudaStream_t stream) = 0;
 };
 
-// Uploads a checkpoint's weights (as BF16) to the current device and builds the model by its
-// architecture (qwen3_5_moe or nemotron_h). Errors name the tensor or field.
+// Uploads a checkpoint's weights (as BF16) to the current device and builds the model `config`
+// (the checkpoint's parsed config.json) describes. Errors name the tensor or field.
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const native::Checkpoint& checkpoint,
+                                                         const native::ModelConfig& config);
+// The same, parsing the checkpoint's own config.json (ParseModelConfig's errors).
 absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const native::Checkpoint& checkpoint);
 
 }  // namespace tandem::workers::cuda

@@ -29,20 +29,27 @@ absl::Status GemmStatus(cublasStatus_t err, const char* kind, int64_t n, int64_t
                                         " input, ", rows, " x ", cols, " weight)"));
 }
 
+// out[n][rows] = x[n][cols] * W^T, x and W of `type`, fp32 out. Row-major out[n][rows] is
+// column-major out^T [rows][n] = W (col-major view [cols][rows], transposed) times x^T
+// (col-major [cols][n]).
+absl::Status Gemm(cublasHandle_t handle, const void* x, int64_t n, int64_t cols, const void* w,
+                  int64_t rows, float* out, cudaDataType_t type, cublasComputeType_t compute,
+                  const char* kind) {
+  if (n <= 0) return absl::OkStatus();
+  const float alpha = 1.0f, beta = 0.0f;
+  return GemmStatus(
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
+                   static_cast<int>(cols), &alpha, w, type, static_cast<int>(cols), x, type,
+                   static_cast<int>(cols), &beta, out, CUDA_R_32F, static_cast<int>(rows), compute,
+                   CUBLAS_GEMM_DEFAULT),
+      kind, n, cols, rows);
+}
+
 }  // namespace
 
 absl::Status LinearBf16(cublasHandle_t handle, const bf16* x, int64_t n, int64_t cols,
                         const bf16* w, int64_t rows, float* out) {
-  if (n <= 0) return absl::OkStatus();
-  // Row-major out[n][rows] is column-major out^T [rows][n] = W (col-major view [cols][rows],
-  // transposed) times x^T (col-major [cols][n]).
-  const float alpha = 1.0f, beta = 0.0f;
-  return GemmStatus(
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
-                   static_cast<int>(cols), &alpha, w, CUDA_R_16BF, static_cast<int>(cols), x,
-                   CUDA_R_16BF, static_cast<int>(cols), &beta, out, CUDA_R_32F,
-                   static_cast<int>(rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-      "bf16", n, cols, rows);
+  return Gemm(handle, x, n, cols, w, rows, out, CUDA_R_16BF, CUBLAS_COMPUTE_32F, "bf16");
 }
 
 absl::Status Linear(cublasHandle_t handle, const float* x, int64_t n, int64_t cols, const bf16* w,
@@ -57,14 +64,7 @@ absl::Status Linear(cublasHandle_t handle, const float* x, int64_t n, int64_t co
 
 absl::Status LinearF32(cublasHandle_t handle, const float* x, int64_t n, int64_t cols,
                        const float* w, int64_t rows, float* out) {
-  if (n <= 0) return absl::OkStatus();
-  const float alpha = 1.0f, beta = 0.0f;
-  return GemmStatus(
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
-                   static_cast<int>(cols), &alpha, w, CUDA_R_32F, static_cast<int>(cols), x,
-                   CUDA_R_32F, static_cast<int>(cols), &beta, out, CUDA_R_32F,
-                   static_cast<int>(rows), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
-      "fp32", n, cols, rows);
+  return Gemm(handle, x, n, cols, w, rows, out, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC, "fp32");
 }
 
 DeviceWeights::Rows DeviceWeights::All(const native::TensorView* view) {
@@ -94,6 +94,20 @@ int DeviceWeights::AddBf16(std::vector<Rows> parts) {
 
 int DeviceWeights::AddF32(std::vector<Rows> parts, std::function<float(float)> transform) {
   return Add(/*is_bf16=*/false, std::move(parts), std::move(transform));
+}
+
+absl::StatusOr<int> DeviceWeights::LoadBf16(const native::Checkpoint& checkpoint,
+                                            const std::string& name, std::vector<int64_t> shape) {
+  absl::StatusOr<const native::TensorView*> t = checkpoint.Get(name, shape);
+  if (!t.ok()) return t.status();
+  return AddBf16({All(*t)});
+}
+
+absl::StatusOr<int> DeviceWeights::LoadF32(const native::Checkpoint& checkpoint,
+                                           const std::string& name, std::vector<int64_t> shape) {
+  absl::StatusOr<const native::TensorView*> t = checkpoint.Get(name, shape);
+  if (!t.ok()) return t.status();
+  return AddF32({All(*t)});
 }
 
 absl::Status DeviceWeights::Upload() {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "workers/cuda/cuda_status.h"
 #include "workers/cuda/kernels.h"
 #include "workers/native/safetensors.h"
@@ -53,6 +54,11 @@ class DeviceWeights {
   // `transform` (e.g. A = -exp(A_log)) when given.
   int AddBf16(std::vector<Rows> parts);
   int AddF32(std::vector<Rows> parts, std::function<float(float)> transform = nullptr);
+  // The whole checkpoint tensor `name`, checked against `shape`, as one piece.
+  absl::StatusOr<int> LoadBf16(const native::Checkpoint& checkpoint, const std::string& name,
+                               std::vector<int64_t> shape);
+  absl::StatusOr<int> LoadF32(const native::Checkpoint& checkpoint, const std::string& name,
+                              std::vector<int64_t> shape);
 
   absl::Status Upload();
 

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "workers/cuda/kernels.h"
 #include "workers/cuda/launch_check.h"
@@ -30,6 +31,35 @@ __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFull, v, o);
   return v;
+}
+
+// Launches one of the recurrences (see above): `columns` state columns (or rows) per head,
+// columns_per_warp per warp and `warps` warps per block, the grid over (tiles, heads, batch).
+// Each lane keeps its share of a column of `width` (<= 8 * kWarp) elements in R registers, R the
+// fewest of 1, 2, 4 or 8 warp-widths that cover it: launch(std::integral_constant<int, R>(),
+// grid, block) enqueues the kernel instantiated for R, and names[log2 R] names it in a failure.
+template <typename Launch>
+cudaError_t LaunchRecurrence(int64_t width, int64_t columns, int columns_per_warp, int warps,
+                             int64_t heads, int64_t batch, const char* const (&names)[4],
+                             Launch launch) {
+  const int per_block = columns_per_warp * warps;
+  const dim3 grid(static_cast<unsigned>((columns + per_block - 1) / per_block),
+                  static_cast<unsigned>(heads), static_cast<unsigned>(batch));
+  const dim3 block(warps * kWarp);
+  int name = 0;
+  if (width <= kWarp) {
+    launch(std::integral_constant<int, 1>(), grid, block);
+  } else if (width <= 2 * kWarp) {
+    name = 1;
+    launch(std::integral_constant<int, 2>(), grid, block);
+  } else if (width <= 4 * kWarp) {
+    name = 2;
+    launch(std::integral_constant<int, 4>(), grid, block);
+  } else {
+    name = 3;
+    launch(std::integral_constant<int, 8>(), grid, block);
+  }
+  return CheckLaunch(names[name], grid, block, 0);
 }
 
 // ---- Gated delta rule ----
@@ -149,32 +179,15 @@ cudaError_t LaunchGdn(const float* q, const float* k, const float* v, const floa
     return cudaErrorInvalidValue;
   }
   if (batch == 0 || tokens == 0) return cudaSuccess;
-  const int per_block = kGdnCols * kGdnWarps;
-  const dim3 grid(static_cast<unsigned>((dv + per_block - 1) / per_block),
-                  static_cast<unsigned>(value_heads), static_cast<unsigned>(batch));
-  const dim3 block(kGdnWarps * kWarp);
   const int t = static_cast<int>(tokens), kh = static_cast<int>(key_heads),
             vh = static_cast<int>(value_heads), ik = static_cast<int>(dk),
             iv = static_cast<int>(dv);
-  const char* name = nullptr;
-  if (dk <= kWarp) {
-    name = "GdnKernel<1>";
-    GdnKernel<1>
-        <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
-  } else if (dk <= 2 * kWarp) {
-    name = "GdnKernel<2>";
-    GdnKernel<2>
-        <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
-  } else if (dk <= 4 * kWarp) {
-    name = "GdnKernel<4>";
-    GdnKernel<4>
-        <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
-  } else {
-    name = "GdnKernel<8>";
-    GdnKernel<8>
-        <<<grid, block, 0, stream>>>(q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
-  }
-  return CheckLaunch(name, grid, block, 0);
+  constexpr const char* kNames[] = {"GdnKernel<1>", "GdnKernel<2>", "GdnKernel<4>", "GdnKernel<8>"};
+  return LaunchRecurrence(dk, dv, kGdnCols, kGdnWarps, value_heads, batch, kNames,
+                          [&](auto registers, dim3 grid, dim3 block) {
+                            GdnKernel<decltype(registers)::value><<<grid, block, 0, stream>>>(
+                                q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
+                          });
 }
 
 // ---- L2 norm ----
@@ -297,32 +310,15 @@ cudaError_t LaunchSsd(const float* x, const float* dt, const float* A, const flo
     return cudaErrorInvalidValue;
   }
   if (batch == 0 || tokens == 0) return cudaSuccess;
-  const int per_block = kSsdRows * kSsdWarps;
-  const dim3 grid(static_cast<unsigned>((head_dim + per_block - 1) / per_block),
-                  static_cast<unsigned>(heads), static_cast<unsigned>(batch));
-  const dim3 block(kSsdWarps * kWarp);
   const int t = static_cast<int>(tokens), nh = static_cast<int>(heads),
             hp = static_cast<int>(head_dim), ng = static_cast<int>(groups),
             ns = static_cast<int>(state_size);
-  const char* name = nullptr;
-  if (state_size <= kWarp) {
-    name = "SsdKernel<1>";
-    SsdKernel<1>
-        <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
-  } else if (state_size <= 2 * kWarp) {
-    name = "SsdKernel<2>";
-    SsdKernel<2>
-        <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
-  } else if (state_size <= 4 * kWarp) {
-    name = "SsdKernel<4>";
-    SsdKernel<4>
-        <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
-  } else {
-    name = "SsdKernel<8>";
-    SsdKernel<8>
-        <<<grid, block, 0, stream>>>(x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
-  }
-  return CheckLaunch(name, grid, block, 0);
+  constexpr const char* kNames[] = {"SsdKernel<1>", "SsdKernel<2>", "SsdKernel<4>", "SsdKernel<8>"};
+  return LaunchRecurrence(state_size, head_dim, kSsdRows, kSsdWarps, heads, batch, kNames,
+                          [&](auto registers, dim3 grid, dim3 block) {
+                            SsdKernel<decltype(registers)::value><<<grid, block, 0, stream>>>(
+                                x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);
+                          });
 }
 
 }  // namespace

@@ -8,13 +8,15 @@
 
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/cuda_status.h"
 #include "workers/cuda/gemm.h"
+#include "workers/native/model_shape.h"
+#include "workers/native/nemotron_h_config.h"
+#include "workers/native/qwen35_moe_config.h"
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers::cuda {
@@ -69,10 +71,12 @@ class CublasContext {
   DeviceBuffer workspace_;
 };
 
-// The per-architecture loaders LoadCudaModel dispatches to (config already parsed as JSON).
-absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaQwen35Moe(const native::Checkpoint& checkpoint,
-                                                             const nlohmann::json& config);
-absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaNemotronH(const native::Checkpoint& checkpoint,
-                                                             const nlohmann::json& config);
+// The per-architecture loaders LoadCudaModel dispatches to.
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaQwen35Moe(
+    const native::Checkpoint& checkpoint, const native::qwen35::TextConfig& config,
+    const native::ModelShape& shape);
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaNemotronH(
+    const native::Checkpoint& checkpoint, const native::nemotron_h::Config& config,
+    const native::ModelShape& shape);
 
 }  // namespace tandem::workers::cuda

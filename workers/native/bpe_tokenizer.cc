@@ -6,12 +6,15 @@
 #include <unicode/uchar.h>
 
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <queue>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/utf8.h"
 
 namespace tandem::workers::native {
@@ -41,6 +44,19 @@ void ByteToUnicode(uint32_t table[256]) {
   for (int b = 0xAE; b <= 0xFF; ++b) direct[b] = true;
   uint32_t next = 256;
   for (int b = 0; b < 256; ++b) table[b] = direct[b] ? static_cast<uint32_t>(b) : next++;
+}
+
+// Its inverse: the byte each code point below 512 stands for, or -1.
+const std::array<int16_t, 512>& UnicodeToByte() {
+  static const std::array<int16_t, 512> table = [] {
+    uint32_t byte_to_cp[256];
+    ByteToUnicode(byte_to_cp);
+    std::array<int16_t, 512> t;
+    t.fill(-1);
+    for (int b = 0; b < 256; ++b) t[byte_to_cp[b]] = static_cast<int16_t>(b);
+    return t;
+  }();
+  return table;
 }
 
 // Decodes the UTF-8 sequence at `s[pos]`. Returns its code point and sets `*len`; for a byte that
@@ -77,6 +93,21 @@ int32_t DecodeUtf8(std::string_view s, size_t pos, size_t* len) {
   }
   *len = need + 1;
   return static_cast<int32_t>(cp);
+}
+
+// Vocabulary entries are byte-level strings; the tokenizer works on the raw bytes they stand
+// for. False for an empty entry or one with a character outside the byte-level alphabet.
+bool ByteLevelToBytes(const std::string& s, std::string* out) {
+  const std::array<int16_t, 512>& to_byte = UnicodeToByte();
+  out->clear();
+  for (size_t pos = 0; pos < s.size();) {
+    size_t len;
+    const int32_t cp = DecodeUtf8(s, pos, &len);
+    if (cp < 0 || cp >= 512 || to_byte[cp] < 0) return false;
+    out->push_back(static_cast<char>(to_byte[cp]));
+    pos += len;
+  }
+  return !out->empty();
 }
 
 // Character classes the split regexes distinguish: letters by general category (Tekken's regex
@@ -150,122 +181,160 @@ int32_t AsciiLower(int32_t cp) { return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp; }
 //   B [^\r\n\p{L}\p{N}]?U+W*
 // and ends 4 with [\r\n/]*. Every character starts some alternative (letters and marks 1-2 or
 // A-B, numbers 3, whitespace 5-7, the rest 4), so the words cover the text without gaps.
-template <typename Emit>
-void SplitWords(std::string_view text, BpeTokenizer::SplitPattern pattern, Emit emit) {
-  std::vector<Char> chars;
-  chars.reserve(text.size());
-  for (size_t pos = 0; pos < text.size();) {
-    size_t len;
-    const int32_t cp = DecodeUtf8(text, pos, &len);
-    chars.push_back({cp, static_cast<uint32_t>(pos), Classify(cp)});
-    pos += len;
+// The words of one text under one pattern (see SplitWords below for the regexes): the text as
+// classified characters, and the end of the word that starts at each.
+class WordSplitter {
+ public:
+  WordSplitter(std::string_view text, BpeTokenizer::SplitPattern pattern)
+      : text_size_(text.size()),
+        tekken_(pattern == BpeTokenizer::SplitPattern::kTekken),
+        marks_are_letters_(pattern == BpeTokenizer::SplitPattern::kQwen35) {
+    chars_.reserve(text.size());
+    for (size_t pos = 0; pos < text.size();) {
+      size_t len;
+      const int32_t cp = DecodeUtf8(text, pos, &len);
+      chars_.push_back({cp, static_cast<uint32_t>(pos), Classify(cp)});
+      pos += len;
+    }
   }
-  const size_t n = chars.size();
-  const bool tekken = pattern == BpeTokenizer::SplitPattern::kTekken;
-  const bool marks_are_letters = pattern == BpeTokenizer::SplitPattern::kQwen35;
-  auto letter = [&](size_t k) {
-    return k < n && (IsLetter(chars[k].cls) || (marks_are_letters && chars[k].cls == kMark));
-  };
+
+  size_t size() const { return chars_.size(); }
+  // Byte offset of character k (the text's size for k == size()).
+  size_t offset(size_t k) const { return k < chars_.size() ? chars_[k].offset : text_size_; }
+
+  // End (one past the last character) of the word that starts at character i: the first
+  // alternative that matches there.
+  size_t WordEnd(size_t i) const {
+    size_t end = tekken_ ? i : ContractionEnd(i);
+    if (end == i) end = tekken_ ? TekkenLetterEnd(i) : LetterEnd(i);
+    if (end > i) return end;
+    if (chars_[i].cls == kNumber) return i + 1;
+    if (Punct(i) || (chars_[i].cp == ' ' && Punct(i + 1))) return PunctEnd(i);
+    return SpaceEnd(i);
+  }
+
+ private:
+  bool Letter(size_t k) const {
+    return k < size() &&
+           (IsLetter(chars_[k].cls) || (marks_are_letters_ && chars_[k].cls == kMark));
+  }
   // [^\r\n\p{L}\p{N}]: note this admits marks and whitespace other than CR/LF.
-  auto prefix = [&](size_t k) {
-    return k < n && !IsLetter(chars[k].cls) && chars[k].cls != kNumber && !IsCrLf(chars[k].cp);
-  };
-  auto punct = [&](size_t k) {
-    return k < n && (chars[k].cls == kOther || (!marks_are_letters && chars[k].cls == kMark));
-  };
-  auto upper = [&](size_t k) {  // U
-    if (k >= n) return false;
-    const CharClass c = chars[k].cls;
+  bool Prefix(size_t k) const {
+    return k < size() && !IsLetter(chars_[k].cls) && chars_[k].cls != kNumber &&
+           !IsCrLf(chars_[k].cp);
+  }
+  bool Punct(size_t k) const {
+    return k < size() &&
+           (chars_[k].cls == kOther || (!marks_are_letters_ && chars_[k].cls == kMark));
+  }
+  bool Upper(size_t k) const {  // U
+    if (k >= size()) return false;
+    const CharClass c = chars_[k].cls;
     return c == kLu || c == kLt || c == kLm || c == kLo || c == kMark;
-  };
-  auto lower = [&](size_t k) {  // W
-    if (k >= n) return false;
-    const CharClass c = chars[k].cls;
+  }
+  bool Lower(size_t k) const {  // W
+    if (k >= size()) return false;
+    const CharClass c = chars_[k].cls;
     return c == kLl || c == kLm || c == kLo || c == kMark;
-  };
+  }
+
+  // 1: (?i:'s|'t|'re|'ve|'m|'ll|'d), case-insensitive as in Oniguruma, whose case folding also
+  // maps U+017F (long s) to s.
+  size_t ContractionEnd(size_t i) const {
+    if (chars_[i].cp != '\'' || i + 1 >= size()) return i;
+    const int32_t a = AsciiLower(chars_[i + 1].cp);
+    const int32_t b = i + 2 < size() ? AsciiLower(chars_[i + 2].cp) : 0;
+    if (a == 's' || a == 0x17F || a == 't' || a == 'm' || a == 'd') return i + 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    return i;
+  }
+  // 2: [^\r\n\p{L}\p{N}]?\p{L}+ (with marks as letters for Qwen3.5).
+  size_t LetterEnd(size_t i) const {
+    if (!Letter(i) && !(Prefix(i) && Letter(i + 1))) return i;
+    size_t end = i + 1;
+    while (Letter(end)) ++end;
+    return end;
+  }
   // End of U*W+ from `s`, or `s` if it does not match: U* backtracks to the last position from
   // which W+ can start (W+ then runs greedily, possibly past where U* had reached).
-  auto upper_then_lower = [&](size_t s) {
+  size_t UpperThenLower(size_t s) const {
     size_t u = s;
-    while (upper(u)) ++u;
+    while (Upper(u)) ++u;
     size_t k = u;
-    if (!lower(k)) {
-      while (k > s && !lower(k - 1)) --k;
+    if (!Lower(k)) {
+      while (k > s && !Lower(k - 1)) --k;
       if (k == s) return s;
       --k;
     }
-    while (lower(k)) ++k;
+    while (Lower(k)) ++k;
     return k;
-  };
+  }
   // End of U+W* from `s`, or `s`.
-  auto upper_run = [&](size_t s) {
-    if (!upper(s)) return s;
+  size_t UpperRun(size_t s) const {
+    if (!Upper(s)) return s;
     size_t u = s;
-    while (upper(u)) ++u;
-    while (lower(u)) ++u;
+    while (Upper(u)) ++u;
+    while (Lower(u)) ++u;
     return u;
-  };
-  auto offset = [&](size_t k) { return k < n ? chars[k].offset : text.size(); };
+  }
+  // A: [^\r\n\p{L}\p{N}]?U*W+, then B: [^\r\n\p{L}\p{N}]?U+W*.
+  size_t TekkenLetterEnd(size_t i) const {
+    const bool p = Prefix(i);
+    size_t e;
+    if (p && (e = UpperThenLower(i + 1)) > i + 1) return e;
+    if ((e = UpperThenLower(i)) > i) return e;
+    if (p && (e = UpperRun(i + 1)) > i + 1) return e;
+    if ((e = UpperRun(i)) > i) return e;
+    return i;
+  }
+  // 4: ' '?[^\s\p{L}\p{N}]+[\r\n]* (Tekken: [\r\n/]*).
+  size_t PunctEnd(size_t i) const {
+    size_t end = i + 1;
+    while (Punct(end)) ++end;
+    while (end < size() && (IsCrLf(chars_[end].cp) || (tekken_ && chars_[end].cp == '/'))) ++end;
+    return end;
+  }
+  // Whitespace. \s*[\r\n]+ backtracks to the last CR/LF of the run; failing that, \s+(?!\S)
+  // leaves the run's last space to join the next word; failing that, \s+.
+  size_t SpaceEnd(size_t i) const {
+    size_t run = i;
+    while (run < size() && chars_[run].cls == kSpace) ++run;
+    for (size_t k = run; k > i; --k) {
+      if (IsCrLf(chars_[k - 1].cp)) return k;
+    }
+    if (run == size() || run - 1 == i) return run;
+    return run - 1;
+  }
 
-  size_t i = 0;
-  while (i < n) {
-    const int32_t cp = chars[i].cp;
-    size_t end = i;
-    if (!tekken && cp == '\'' && i + 1 < n) {
-      // Case-insensitive as in Oniguruma, whose case folding also maps U+017F (long s) to s.
-      const int32_t a = AsciiLower(chars[i + 1].cp);
-      const int32_t b = i + 2 < n ? AsciiLower(chars[i + 2].cp) : 0;
-      if (a == 's' || a == 0x17F || a == 't' || a == 'm' || a == 'd') {
-        end = i + 2;
-      } else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) {
-        end = i + 3;
-      }
-    }
-    if (end == i && tekken) {
-      const bool p = prefix(i);
-      size_t e;
-      if (p && (e = upper_then_lower(i + 1)) > i + 1) {
-        end = e;
-      } else if ((e = upper_then_lower(i)) > i) {
-        end = e;
-      } else if (p && (e = upper_run(i + 1)) > i + 1) {
-        end = e;
-      } else if ((e = upper_run(i)) > i) {
-        end = e;
-      }
-    } else if (end == i && (letter(i) || (prefix(i) && letter(i + 1)))) {
-      end = i + 1;
-      while (letter(end)) ++end;
-    }
-    if (end == i) {
-      if (chars[i].cls == kNumber) {
-        end = i + 1;
-      } else if (punct(i) || (cp == ' ' && punct(i + 1))) {
-        end = i + 1;
-        while (punct(end)) ++end;
-        while (end < n && (IsCrLf(chars[end].cp) || (tekken && chars[end].cp == '/'))) ++end;
-      } else {
-        // Whitespace. \s*[\r\n]+ backtracks to the last CR/LF of the run; failing that,
-        // \s+(?!\S) leaves the run's last space to join the next word; failing that, \s+.
-        size_t run = i;
-        while (run < n && chars[run].cls == kSpace) ++run;
-        size_t last_crlf = run;
-        for (size_t k = run; k > i; --k) {
-          if (IsCrLf(chars[k - 1].cp)) {
-            last_crlf = k - 1;
-            break;
-          }
-        }
-        if (last_crlf < run) {
-          end = last_crlf + 1;
-        } else if (run == n || run - 1 == i) {
-          end = run;
-        } else {
-          end = run - 1;
-        }
-      }
-    }
-    emit(offset(i), offset(end));
+  std::vector<Char> chars_;
+  size_t text_size_;
+  bool tekken_;
+  bool marks_are_letters_;
+};
+
+// Calls `emit(begin, end)` with the byte range of every word of the Split pre-tokenizer.
+//
+// Each regex is an alternation tried in order at each position, leftmost-first with
+// backtracking as in Oniguruma. Qwen2/Qwen3 (Qwen3.5's differences in brackets):
+//   1 (?i:'s|'t|'re|'ve|'m|'ll|'d)
+//   2 [^\r\n\p{L}\p{N}]?\p{L}+          [\p{L}\p{M}]+
+//   3 \p{N}                             one digit at a time
+//   4 ' '?[^\s\p{L}\p{N}]+[\r\n]*       [^\s\p{L}\p{M}\p{N}]
+//   5 \s*[\r\n]+
+//   6 \s+(?!\S)
+//   7 \s+
+// Tekken (Mistral-Nemo style) replaces 1-2 with, U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and
+// W = [\p{Ll}\p{Lm}\p{Lo}\p{M}]:
+//   A [^\r\n\p{L}\p{N}]?U*W+
+//   B [^\r\n\p{L}\p{N}]?U+W*
+// and ends 4 with [\r\n/]*. Every character starts some alternative (letters and marks 1-2 or
+// A-B, numbers 3, whitespace 5-7, the rest 4), so the words cover the text without gaps.
+template <typename Emit>
+void SplitWords(std::string_view text, BpeTokenizer::SplitPattern pattern, Emit emit) {
+  const WordSplitter words(text, pattern);
+  for (size_t i = 0; i < words.size();) {
+    const size_t end = words.WordEnd(i);
+    emit(words.offset(i), words.offset(end));
     i = end;
   }
 }
@@ -372,6 +441,125 @@ absl::Status CheckByteLevel(const Json& step, const char* where) {
   return absl::OkStatus();
 }
 
+// Normalizer: none, or NFC (returns whether NFC).
+absl::StatusOr<bool> ParseNormalizer(const Json& root) {
+  auto it = root.find("normalizer");
+  if (it == root.end() || it->is_null()) return false;
+  if (TypeOf(*it) != "NFC")
+    return absl::UnimplementedError(absl::StrCat("normalizer ", it->dump()));
+  return true;
+}
+
+// A Split step with one of the regexes SplitWords implements, isolating the matches.
+absl::StatusOr<BpeTokenizer::SplitPattern> ParseSplit(const Json& step) {
+  auto pattern = step.find("pattern");
+  const Json* regex = nullptr;
+  if (pattern != step.end() && pattern->is_object()) {
+    auto r = pattern->find("Regex");
+    if (r != pattern->end() && r->is_string()) regex = &*r;
+  }
+  if (regex == nullptr) return absl::UnimplementedError("Split without a Regex pattern");
+  auto behavior = step.find("behavior");
+  const std::string& re = regex->get_ref<const std::string&>();
+  BpeTokenizer::SplitPattern split;
+  if (re == kQwen2Regex) {
+    split = BpeTokenizer::SplitPattern::kQwen2;
+  } else if (re == kQwen35Regex) {
+    split = BpeTokenizer::SplitPattern::kQwen35;
+  } else if (re == kTekkenRegex) {
+    split = BpeTokenizer::SplitPattern::kTekken;
+  } else {
+    return absl::UnimplementedError(absl::StrCat("Split regex ", re));
+  }
+  if (behavior == step.end() || !behavior->is_string() ||
+      behavior->get_ref<const std::string&>() != "Isolated" || BoolOption(step, "invert")) {
+    return absl::UnimplementedError("Split behavior other than Isolated");
+  }
+  return split;
+}
+
+// Pre-tokenizer: Sequence[Split(known regex, Isolated), ByteLevel(no regex, no prefix space)],
+// or those two steps in either order.
+absl::StatusOr<BpeTokenizer::SplitPattern> ParsePreTokenizer(const Json& root) {
+  auto it = root.find("pre_tokenizer");
+  if (it == root.end() || !it->is_object()) {
+    return absl::UnimplementedError("missing pre_tokenizer");
+  }
+  std::vector<const Json*> steps;
+  if (TypeOf(*it) == "Sequence") {
+    auto list = it->find("pretokenizers");
+    if (list == it->end() || !list->is_array()) {
+      return absl::InvalidArgumentError("pre_tokenizer Sequence without pretokenizers");
+    }
+    for (const Json& step : *list) steps.push_back(&step);
+  } else {
+    steps.push_back(&*it);
+  }
+  std::optional<BpeTokenizer::SplitPattern> split;
+  bool have_byte_level = false;
+  for (const Json* step : steps) {
+    const std::string type = TypeOf(*step);
+    if (type == "Split" && !split.has_value()) {
+      ASSIGN_OR_RETURN(split, ParseSplit(*step));
+    } else if (type == "ByteLevel" && !have_byte_level) {
+      RETURN_IF_ERROR(CheckByteLevel(*step, "pre_tokenizer"));
+      have_byte_level = true;
+    } else {
+      return absl::UnimplementedError(absl::StrCat("pre_tokenizer step ", step->dump()));
+    }
+  }
+  if (!split.has_value() || !have_byte_level) {
+    return absl::UnimplementedError("pre_tokenizer must be Split followed by ByteLevel");
+  }
+  return *split;
+}
+
+absl::Status CheckDecoder(const Json& root) {
+  auto it = root.find("decoder");
+  if (it != root.end() && !it->is_null() && TypeOf(*it) != "ByteLevel") {
+    return absl::UnimplementedError(absl::StrCat("decoder ", TypeOf(*it)));
+  }
+  return absl::OkStatus();
+}
+
+// The BPE model, refusing the options this tokenizer does not implement.
+absl::StatusOr<const Json*> FindBpeModel(const Json& root) {
+  auto it = root.find("model");
+  if (it == root.end() || !it->is_object()) return absl::InvalidArgumentError("missing model");
+  const Json& model = *it;
+  if (const std::string type = TypeOf(model); !type.empty() && type != "BPE") {
+    return absl::UnimplementedError(absl::StrCat("model type ", type));
+  }
+  if (BoolOption(model, "byte_fallback") || StringOptionSet(model, "continuing_subword_prefix") ||
+      StringOptionSet(model, "end_of_word_suffix")) {
+    return absl::UnimplementedError(
+        "BPE byte_fallback, continuing_subword_prefix or end_of_word_suffix");
+  }
+  if (auto d = model.find("dropout"); d != model.end() && !d->is_null()) {
+    return absl::UnimplementedError("BPE dropout");
+  }
+  return &model;
+}
+
+// One merge: "a b" (older files; byte-level tokens never contain a space) or ["a", "b"].
+struct MergePair {
+  std::string left, right;
+};
+absl::StatusOr<MergePair> ParseMerge(const Json& merge) {
+  if (merge.is_string()) {
+    const std::string& s = merge.get_ref<const std::string&>();
+    const size_t space = s.find(' ');
+    if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("bad merge \"", s, "\""));
+    }
+    return MergePair{s.substr(0, space), s.substr(space + 1)};
+  }
+  if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+    return MergePair{merge[0].get<std::string>(), merge[1].get<std::string>()};
+  }
+  return absl::InvalidArgumentError(absl::StrCat("bad merge ", merge.dump()));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Load(const std::string& path) {
@@ -396,136 +584,42 @@ absl::Status BpeTokenizer::Init(std::string_view text) {
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError("tokenizer.json is not a JSON object");
   }
+  ASSIGN_OR_RETURN(nfc_, ParseNormalizer(root));
+  ASSIGN_OR_RETURN(split_, ParsePreTokenizer(root));
+  RETURN_IF_ERROR(CheckDecoder(root));
+  ASSIGN_OR_RETURN(const Json* model, FindBpeModel(root));
+  ignore_merges_ = BoolOption(*model, "ignore_merges");
+  RETURN_IF_ERROR(LoadVocab(*model));
+  RETURN_IF_ERROR(LoadMerges(*model));
+  return LoadAddedTokens(root);
+}
 
-  // Normalizer: none or NFC.
-  if (auto it = root.find("normalizer"); it != root.end() && !it->is_null()) {
-    if (TypeOf(*it) != "NFC") {
-      return absl::UnimplementedError(absl::StrCat("normalizer ", it->dump()));
-    }
-    nfc_ = true;
+absl::Status BpeTokenizer::SetTokenBytes(int64_t id, const std::string& bytes) {
+  if (id < 0 || id > (1 << 24)) return absl::InvalidArgumentError(absl::StrCat("bad id ", id));
+  if (static_cast<size_t>(id) >= id_to_bytes_.size()) {
+    id_to_bytes_.resize(id + 1);
+    is_added_.resize(id + 1);
   }
+  id_to_bytes_[id] = bytes;
+  return absl::OkStatus();
+}
 
-  // Pre-tokenizer: Sequence[Split(known regex, Isolated), ByteLevel(no regex, no prefix space)].
-  {
-    auto it = root.find("pre_tokenizer");
-    if (it == root.end() || !it->is_object()) {
-      return absl::UnimplementedError("missing pre_tokenizer");
-    }
-    std::vector<const Json*> steps;
-    if (TypeOf(*it) == "Sequence") {
-      auto list = it->find("pretokenizers");
-      if (list == it->end() || !list->is_array()) {
-        return absl::InvalidArgumentError("pre_tokenizer Sequence without pretokenizers");
-      }
-      for (const Json& step : *list) steps.push_back(&step);
-    } else {
-      steps.push_back(&*it);
-    }
-    bool have_split = false, have_byte_level = false;
-    for (const Json* step : steps) {
-      const std::string type = TypeOf(*step);
-      if (type == "Split" && !have_split) {
-        auto pattern = step->find("pattern");
-        const Json* regex = nullptr;
-        if (pattern != step->end() && pattern->is_object()) {
-          auto r = pattern->find("Regex");
-          if (r != pattern->end() && r->is_string()) regex = &*r;
-        }
-        if (regex == nullptr) return absl::UnimplementedError("Split without a Regex pattern");
-        const std::string& re = regex->get_ref<const std::string&>();
-        if (re == kQwen2Regex) {
-          split_ = SplitPattern::kQwen2;
-        } else if (re == kQwen35Regex) {
-          split_ = SplitPattern::kQwen35;
-        } else if (re == kTekkenRegex) {
-          split_ = SplitPattern::kTekken;
-        } else {
-          return absl::UnimplementedError(absl::StrCat("Split regex ", re));
-        }
-        auto behavior = step->find("behavior");
-        if (behavior == step->end() || !behavior->is_string() ||
-            behavior->get_ref<const std::string&>() != "Isolated" || BoolOption(*step, "invert")) {
-          return absl::UnimplementedError("Split behavior other than Isolated");
-        }
-        have_split = true;
-      } else if (type == "ByteLevel" && !have_byte_level) {
-        if (absl::Status s = CheckByteLevel(*step, "pre_tokenizer"); !s.ok()) return s;
-        have_byte_level = true;
-      } else {
-        return absl::UnimplementedError(absl::StrCat("pre_tokenizer step ", step->dump()));
-      }
-    }
-    if (!have_split || !have_byte_level) {
-      return absl::UnimplementedError("pre_tokenizer must be Split followed by ByteLevel");
-    }
-  }
-  if (auto it = root.find("decoder"); it != root.end() && !it->is_null()) {
-    if (TypeOf(*it) != "ByteLevel") {
-      return absl::UnimplementedError(absl::StrCat("decoder ", TypeOf(*it)));
-    }
-  }
-
-  // Model.
-  auto model_it = root.find("model");
-  if (model_it == root.end() || !model_it->is_object()) {
-    return absl::InvalidArgumentError("missing model");
-  }
-  const Json& model = *model_it;
-  if (const std::string type = TypeOf(model); !type.empty() && type != "BPE") {
-    return absl::UnimplementedError(absl::StrCat("model type ", type));
-  }
-  if (BoolOption(model, "byte_fallback") || StringOptionSet(model, "continuing_subword_prefix") ||
-      StringOptionSet(model, "end_of_word_suffix")) {
-    return absl::UnimplementedError(
-        "BPE byte_fallback, continuing_subword_prefix or end_of_word_suffix");
-  }
-  if (auto it = model.find("dropout"); it != model.end() && !it->is_null()) {
-    return absl::UnimplementedError("BPE dropout");
-  }
-  ignore_merges_ = BoolOption(model, "ignore_merges");
-
-  uint32_t byte_to_cp[256];
-  ByteToUnicode(byte_to_cp);
-  int16_t cp_to_byte[512];
-  std::fill(std::begin(cp_to_byte), std::end(cp_to_byte), int16_t{-1});
-  for (int b = 0; b < 256; ++b) cp_to_byte[byte_to_cp[b]] = static_cast<int16_t>(b);
-  // Vocabulary entries are byte-level strings; the tokenizer works on the raw bytes they stand for.
-  auto to_bytes = [&](const std::string& s, std::string* out) {
-    out->clear();
-    for (size_t pos = 0; pos < s.size();) {
-      size_t len;
-      const int32_t cp = DecodeUtf8(s, pos, &len);
-      if (cp < 0 || cp >= 512 || cp_to_byte[cp] < 0) return false;
-      out->push_back(static_cast<char>(cp_to_byte[cp]));
-      pos += len;
-    }
-    return !out->empty();
-  };
-
+absl::Status BpeTokenizer::LoadVocab(const Json& model) {
   auto vocab_it = model.find("vocab");
   if (vocab_it == model.end() || !vocab_it->is_object()) {
     return absl::InvalidArgumentError("model.vocab is not an object");
   }
-  auto set_id = [&](int64_t id, const std::string& bytes) -> absl::Status {
-    if (id < 0 || id > (1 << 24)) return absl::InvalidArgumentError(absl::StrCat("bad id ", id));
-    if (static_cast<size_t>(id) >= id_to_bytes_.size()) {
-      id_to_bytes_.resize(id + 1);
-      is_added_.resize(id + 1);
-    }
-    id_to_bytes_[id] = bytes;
-    return absl::OkStatus();
-  };
   vocab_.reserve(vocab_it->size());
   std::string bytes;
   for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
     if (!it.value().is_number_integer()) {
       return absl::InvalidArgumentError(absl::StrCat("vocab id of ", it.key()));
     }
-    if (!to_bytes(it.key(), &bytes)) {
+    if (!ByteLevelToBytes(it.key(), &bytes)) {
       return absl::InvalidArgumentError(absl::StrCat("vocab entry is not byte-level: ", it.key()));
     }
     const int64_t id = it.value().get<int64_t>();
-    if (absl::Status s = set_id(id, bytes); !s.ok()) return s;
+    RETURN_IF_ERROR(SetTokenBytes(id, bytes));
     vocab_[bytes] = static_cast<int32_t>(id);
   }
   for (int b = 0; b < 256; ++b) {
@@ -535,7 +629,10 @@ absl::Status BpeTokenizer::Init(std::string_view text) {
     }
     byte_ids_[b] = it->second;
   }
+  return absl::OkStatus();
+}
 
+absl::Status BpeTokenizer::LoadMerges(const Json& model) {
   auto merges_it = model.find("merges");
   if (merges_it == model.end() || !merges_it->is_array()) {
     return absl::InvalidArgumentError("model.merges is not an array");
@@ -544,61 +641,50 @@ absl::Status BpeTokenizer::Init(std::string_view text) {
   int32_t rank = 0;
   std::string left, right;
   for (const Json& merge : *merges_it) {
-    // Either "a b" (older files; byte-level tokens never contain a space) or ["a", "b"].
-    std::string a, b;
-    if (merge.is_string()) {
-      const std::string& s = merge.get_ref<const std::string&>();
-      const size_t space = s.find(' ');
-      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat("bad merge \"", s, "\""));
-      }
-      a = s.substr(0, space);
-      b = s.substr(space + 1);
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
-               merge[1].is_string()) {
-      a = merge[0].get<std::string>();
-      b = merge[1].get<std::string>();
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("bad merge ", merge.dump()));
-    }
-    if (!to_bytes(a, &left) || !to_bytes(b, &right)) {
-      return absl::InvalidArgumentError(absl::StrCat("merge is not byte-level: ", a, " ", b));
+    ASSIGN_OR_RETURN(const MergePair pair, ParseMerge(merge));
+    if (!ByteLevelToBytes(pair.left, &left) || !ByteLevelToBytes(pair.right, &right)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("merge is not byte-level: ", pair.left, " ", pair.right));
     }
     auto l = vocab_.find(left), r = vocab_.find(right), m = vocab_.find(left + right);
     if (l == vocab_.end() || r == vocab_.end() || m == vocab_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("merge out of vocabulary: ", a, " ", b));
+      return absl::InvalidArgumentError(
+          absl::StrCat("merge out of vocabulary: ", pair.left, " ", pair.right));
     }
     const uint64_t key = static_cast<uint64_t>(l->second) << 32 | static_cast<uint32_t>(r->second);
     // The first (lowest-rank) occurrence wins, as in HF.
     merges_.try_emplace(key, rank, m->second);
     ++rank;
   }
+  return absl::OkStatus();
+}
 
-  // Added tokens: matched on the raw text before normalization and pre-tokenization.
-  if (auto it = root.find("added_tokens"); it != root.end() && !it->is_null()) {
-    if (!it->is_array()) return absl::InvalidArgumentError("added_tokens is not an array");
-    for (const Json& t : *it) {
-      auto id = t.find("id");
-      auto content = t.find("content");
-      if (!t.is_object() || id == t.end() || !id->is_number_integer() || content == t.end() ||
-          !content->is_string() || content->get_ref<const std::string&>().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("bad added token ", t.dump()));
-      }
-      if (BoolOption(t, "lstrip") || BoolOption(t, "rstrip") || BoolOption(t, "single_word")) {
-        return absl::UnimplementedError(absl::StrCat("added token options of ", t.dump()));
-      }
-      const std::string& c = content->get_ref<const std::string&>();
-      if (absl::Status s = set_id(id->get<int64_t>(), c); !s.ok()) return s;
-      is_added_[id->get<int64_t>()] = true;
-      vocab_[c] = static_cast<int32_t>(id->get<int64_t>());
-      added_by_first_byte_[static_cast<uint8_t>(c[0])].push_back(
-          {c, static_cast<int32_t>(id->get<int64_t>())});
+// Added tokens: matched on the raw text before normalization and pre-tokenization.
+absl::Status BpeTokenizer::LoadAddedTokens(const Json& root) {
+  auto it = root.find("added_tokens");
+  if (it == root.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array()) return absl::InvalidArgumentError("added_tokens is not an array");
+  for (const Json& t : *it) {
+    auto id = t.find("id");
+    auto content = t.find("content");
+    if (!t.is_object() || id == t.end() || !id->is_number_integer() || content == t.end() ||
+        !content->is_string() || content->get_ref<const std::string&>().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("bad added token ", t.dump()));
     }
-    for (auto& group : added_by_first_byte_) {
-      std::stable_sort(group.begin(), group.end(), [](const AddedToken& x, const AddedToken& y) {
-        return x.content.size() > y.content.size();
-      });
+    if (BoolOption(t, "lstrip") || BoolOption(t, "rstrip") || BoolOption(t, "single_word")) {
+      return absl::UnimplementedError(absl::StrCat("added token options of ", t.dump()));
     }
+    const std::string& c = content->get_ref<const std::string&>();
+    RETURN_IF_ERROR(SetTokenBytes(id->get<int64_t>(), c));
+    is_added_[id->get<int64_t>()] = true;
+    vocab_[c] = static_cast<int32_t>(id->get<int64_t>());
+    added_by_first_byte_[static_cast<uint8_t>(c[0])].push_back(
+        {c, static_cast<int32_t>(id->get<int64_t>())});
+  }
+  for (auto& group : added_by_first_byte_) {
+    std::stable_sort(group.begin(), group.end(), [](const AddedToken& x, const AddedToken& y) {
+      return x.content.size() > y.content.size();
+    });
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -74,6 +75,11 @@ class BpeTokenizer {
 
   BpeTokenizer() = default;
   absl::Status Init(std::string_view json);
+  // The steps of Init that fill the tables below from tokenizer.json's model and root.
+  absl::Status LoadVocab(const nlohmann::json& model);
+  absl::Status LoadMerges(const nlohmann::json& model);
+  absl::Status LoadAddedTokens(const nlohmann::json& root);
+  absl::Status SetTokenBytes(int64_t id, const std::string& bytes);
 
   // Normalizes, pre-tokenizes and BPE-encodes text that contains no added tokens.
   void EncodeOrdinary(std::string_view text, std::vector<int32_t>* out) const;

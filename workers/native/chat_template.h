@@ -13,7 +13,7 @@
 
 namespace tandem::workers::native {
 
-// The chat formats of the two shipped model families (docs: model_spec.md 1.8 and 2.7).
+// The chat formats of the two shipped model families (docs/models.md §1 and §2).
 enum class ChatFamily {
   kQwen35,     // "qwen3_5": ChatML, <think> block, enable_thinking
   kNemotronH,  // "nemotron_h": ChatML variant, always a system block, /think and /no_think

@@ -4,11 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace tandem::workers::native {
 namespace {
@@ -34,8 +35,8 @@ class Pool {
     static Pool* pool = new Pool();  // never destroyed: workers may outlive static teardown
     return *pool;
   }
-  void SetThreads(int threads) {
-    std::lock_guard<std::mutex> l(mu_);
+  void SetThreads(int threads) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     while (static_cast<int>(workers_.size()) + 1 < threads) {
       workers_.emplace_back([this, id = workers_.size()] { Loop(id); });
     }
@@ -43,19 +44,19 @@ class Pool {
   }
   int threads() const { return threads_.load(); }
   // Runs fn(0..parts-1) with the calling thread taking part 0; returns when all are done.
-  void Run(int parts, const std::function<void(int)>& fn) {
-    std::unique_lock<std::mutex> run(run_mu_);  // one product at a time
+  void Run(int parts, const std::function<void(int)>& fn) ABSL_LOCKS_EXCLUDED(run_mu_, mu_) {
+    absl::MutexLock run(&run_mu_);  // one product at a time
     {
-      std::lock_guard<std::mutex> l(mu_);
+      absl::MutexLock l(&mu_);
       fn_ = &fn;
       parts_ = parts;
       pending_ = parts - 1;
       ++generation_;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     fn(0);
-    std::unique_lock<std::mutex> l(mu_);
-    done_cv_.wait(l, [&] { return pending_ == 0; });
+    absl::MutexLock l(&mu_);
+    while (pending_ != 0) done_cv_.Wait(&mu_);
     fn_ = nullptr;
   }
 
@@ -64,32 +65,33 @@ class Pool {
     const unsigned hw = std::thread::hardware_concurrency();
     SetThreads(hw == 0 ? 1 : static_cast<int>(hw));
   }
-  void Loop(size_t id) {
+  // Never returns: the pool's threads live as long as the process.
+  void Loop(size_t id) ABSL_LOCKS_EXCLUDED(mu_) {
     uint64_t seen = 0;
-    std::unique_lock<std::mutex> l(mu_);
+    mu_.Lock();
     while (true) {
-      cv_.wait(l, [&] { return generation_ != seen; });
+      while (generation_ == seen) cv_.Wait(&mu_);
       seen = generation_;
       const int part = static_cast<int>(id) + 1;
       if (fn_ == nullptr || part >= parts_) continue;
       const std::function<void(int)>* fn = fn_;
-      l.unlock();
+      mu_.Unlock();
       (*fn)(part);
-      l.lock();
-      if (--pending_ == 0) done_cv_.notify_all();
+      mu_.Lock();
+      if (--pending_ == 0) done_cv_.SignalAll();
     }
   }
 
-  std::mutex run_mu_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::condition_variable done_cv_;
-  std::vector<std::thread> workers_;  // guarded by mu_
+  absl::Mutex run_mu_;  // held by Run for a whole product
+  absl::Mutex mu_;
+  absl::CondVar cv_;       // generation_ changed
+  absl::CondVar done_cv_;  // pending_ reached 0
+  std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
   std::atomic<int> threads_{1};
-  const std::function<void(int)>* fn_ = nullptr;  // guarded by mu_
-  int parts_ = 0;                                 // guarded by mu_
-  int pending_ = 0;                               // guarded by mu_
-  uint64_t generation_ = 0;                       // guarded by mu_
+  const std::function<void(int)>* fn_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int parts_ ABSL_GUARDED_BY(mu_) = 0;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Below this many multiply-adds a product runs on the calling thread: waking the pool costs

@@ -1,6 +1,6 @@
 #include "workers/native/native_model.h"
 
-#include <nlohmann/json.hpp>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "workers/native/nemotron_h_model.h"
@@ -8,24 +8,45 @@
 
 namespace tandem::workers::native {
 
+absl::StatusOr<std::unique_ptr<NativeModel>> LoadNativeModel(const Checkpoint& checkpoint,
+                                                             const ModelConfig& config) {
+  switch (config.architecture()) {
+    case Architecture::kQwen35Moe:
+      return LoadQwen35Moe(checkpoint, std::get<qwen35::TextConfig>(config.hyperparameters),
+                           config.shape);
+    case Architecture::kNemotronH:
+      return LoadNemotronH(checkpoint, std::get<nemotron_h::Config>(config.hyperparameters),
+                           config.shape);
+  }
+  return absl::InternalError("unknown architecture");
+}
+
 absl::StatusOr<std::unique_ptr<NativeModel>> LoadNativeModel(const Checkpoint& checkpoint) {
-  const nlohmann::json config =
-      nlohmann::json::parse(checkpoint.config_json(), nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(checkpoint.dir(), "/config.json is not a JSON object"));
+  absl::StatusOr<ModelConfig> config =
+      ParseModelConfigText(checkpoint.config_json(), checkpoint.dir());
+  if (!config.ok()) return config.status();
+  return LoadNativeModel(checkpoint, *config);
+}
+
+absl::Status CheckForwardInput(const ModelShape& shape, int64_t position,
+                               absl::Span<const int32_t> tokens, const std::vector<float>* logits) {
+  const absl::string_view who = ArchitectureName(shape.architecture);
+  if (logits == nullptr) return absl::InvalidArgumentError(absl::StrCat(who, ": logits is null"));
+  if (tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(who, ": no tokens to feed"));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= shape.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": token ", i, " has id ", tokens[i],
+                                                     ", outside the vocabulary [0, ",
+                                                     shape.vocab_size, ")"));
+    }
   }
-  if (config.contains("quantization_config")) {
-    return absl::UnimplementedError(absl::StrCat(
-        checkpoint.dir(), ": quantized checkpoints (quantization_config in config.json) are not "
-                          "supported yet; use the BF16 release"));
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (position + n > shape.max_positions) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": ", position, " tokens in context plus ",
+                                                   n, " new exceed max_position_embeddings ",
+                                                   shape.max_positions));
   }
-  const std::string type = config.value("model_type", std::string());
-  if (type == "qwen3_5_moe" || type == "qwen3_5_moe_text") return LoadQwen35Moe(checkpoint, config);
-  if (type == "nemotron_h") return LoadNemotronH(checkpoint, config);
-  return absl::UnimplementedError(
-      absl::StrCat(checkpoint.dir(), ": model_type '", type,
-                   "' is not supported; the native engine runs qwen3_5_moe and nemotron_h"));
+  return absl::OkStatus();
 }
 
 }  // namespace tandem::workers::native

@@ -5,26 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "workers/native/model_config.h"
+#include "workers/native/model_shape.h"
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers::native {
-
-// What the engine needs to know about a loaded model.
-struct ModelShape {
-  std::string architecture;  // config.json model_type: "qwen3_5_moe" or "nemotron_h"
-  int32_t vocab_size = 0;
-  int32_t hidden_size = 0;
-  int32_t num_layers = 0;
-  int32_t max_positions = 0;
-  // Memory per sequence, as in model_spec.md section 3 (fp32 here): KV cache bytes per token of
-  // context (attention layers only), and the fixed recurrent + conv state bytes.
-  int64_t kv_bytes_per_token = 0;
-  int64_t state_bytes = 0;
-  // Token ids that end a sequence (from config.json; may be empty).
-  std::vector<int32_t> eos_token_ids;
-};
 
 // Per-sequence state: KV cache for attention layers, conv and recurrent state (fp32) for the
 // linear-attention / Mamba layers, and the next position.
@@ -49,9 +37,17 @@ class NativeModel {
                                bool all_logits, std::vector<float>* logits) const = 0;
 };
 
-// Loads the model a checkpoint describes, by config.json's model_type (qwen3_5_moe with its
-// nested text_config, or nemotron_h). Every tensor is checked against the config; a missing or
-// mis-shaped one is an error naming it. Other model types are UNIMPLEMENTED, naming the type.
+// Loads the model `config` (the checkpoint's parsed config.json) describes. Every tensor is
+// checked against the config; a missing or mis-shaped one is an error naming it.
+absl::StatusOr<std::unique_ptr<NativeModel>> LoadNativeModel(const Checkpoint& checkpoint,
+                                                             const ModelConfig& config);
+// The same, parsing the checkpoint's own config.json (ParseModelConfig's errors).
 absl::StatusOr<std::unique_ptr<NativeModel>> LoadNativeModel(const Checkpoint& checkpoint);
+
+// The checks every NativeModel::Forward makes before touching its state: a logits vector, at
+// least one token, every id in the vocabulary, and room for them after the `position` tokens
+// already in context. INVALID_ARGUMENT naming the architecture and the offending value.
+absl::Status CheckForwardInput(const ModelShape& shape, int64_t position,
+                               absl::Span<const int32_t> tokens, const std::vector<float>* logits);
 
 }  // namespace tandem::workers::native

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "workers/native/model_shape.h"
 
 namespace tandem::workers::native::nemotron_h {
 
@@ -66,5 +67,8 @@ struct Config {
 
 // Validates config.json; errors are prefixed with `where` (the checkpoint directory).
 absl::StatusOr<Config> ParseConfig(const nlohmann::json& json, const std::string& where);
+
+// The shape both engines report for this config.
+ModelShape Shape(const Config& config);
 
 }  // namespace tandem::workers::native::nemotron_h

@@ -15,7 +15,7 @@
 #include "workers/native/kernels.h"
 #include "workers/native/nemotron_h_config.h"
 
-// The fp32 reference forward pass of Nemotron-H (model_spec.md section 2). Per layer:
+// The fp32 reference forward pass of Nemotron-H (docs/models.md §2). Per layer:
 // h += Mixer(RMSNorm(h)), with the mixer one of Mamba-2, attention (no RoPE), MoE or dense MLP.
 // Prefill pushes all tokens of a call through each Linear at once (MoE: each expert's tokens at
 // once) and attention runs as per-head matrix products on the cache; only the Mamba conv and
@@ -24,11 +24,8 @@
 namespace tandem::workers::native {
 namespace {
 
-using Json = nlohmann::json;
-
 using nemotron_h::Config;
 using nemotron_h::LayerKind;
-using nemotron_h::ParseConfig;
 
 // A non-gated relu2 MLP: down(relu(up(x))^2). up [inter, hidden], down [hidden, inter].
 struct MlpWeights {
@@ -397,21 +394,9 @@ absl::Status NemotronHModel::Forward(SequenceState* state, absl::Span<const int3
   if (st == nullptr || st->owner_ != this) {
     return absl::InvalidArgumentError("nemotron_h Forward: the state was not made by this model");
   }
-  if (logits == nullptr) return absl::InvalidArgumentError("nemotron_h Forward: logits is null");
-  if (tokens.empty()) return absl::InvalidArgumentError("nemotron_h Forward: no tokens");
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c_.vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("nemotron_h Forward: token ", i, " has id ",
-                                                     tokens[i], ", outside [0, ", c_.vocab, ")"));
-    }
-  }
-  const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t pos0 = st->position_;
-  if (pos0 + n > c_.max_positions) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nemotron_h Forward: ", pos0, " tokens in context plus ", n,
-                     " new exceed max_position_embeddings ", c_.max_positions));
-  }
+  RETURN_IF_ERROR(CheckForwardInput(shape_, pos0, tokens, logits));
+  const int64_t n = static_cast<int64_t>(tokens.size());
 
   const int64_t h = c_.hidden;
   std::vector<float> hs(static_cast<size_t>(n * h));
@@ -453,20 +438,9 @@ absl::Status NemotronHModel::Forward(SequenceState* state, absl::Span<const int3
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NativeModel>> LoadNemotronH(const Checkpoint& checkpoint,
-                                                           const nlohmann::json& config) {
-  ASSIGN_OR_RETURN(Config c, ParseConfig(config, checkpoint.dir()));
-  ModelShape shape;
-  shape.architecture = "nemotron_h";
-  shape.vocab_size = static_cast<int32_t>(c.vocab);
-  shape.hidden_size = static_cast<int32_t>(c.hidden);
-  shape.num_layers = static_cast<int32_t>(c.kinds.size());
-  shape.max_positions = static_cast<int32_t>(c.max_positions);
-  // fp32 bytes: K and V per attention layer per token; conv window + SSM state per Mamba layer.
-  shape.kv_bytes_per_token = c.Count(LayerKind::kAttention) * 2 * c.kv_heads * c.head_dim * 4;
-  shape.state_bytes = c.Count(LayerKind::kMamba) *
-                      (c.conv_dim() * c.conv_kernel + c.m_heads * c.m_head_dim * c.state) * 4;
-  shape.eos_token_ids = c.eos;
-  auto model = std::make_unique<NemotronHModel>(std::move(c), std::move(shape));
+                                                           const nemotron_h::Config& config,
+                                                           const ModelShape& shape) {
+  auto model = std::make_unique<NemotronHModel>(config, shape);
   RETURN_IF_ERROR(model->Load(checkpoint));
   return std::unique_ptr<NativeModel>(std::move(model));
 }

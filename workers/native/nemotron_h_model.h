@@ -1,10 +1,11 @@
 #pragma once
 
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "workers/native/model_shape.h"
 #include "workers/native/native_model.h"
+#include "workers/native/nemotron_h_config.h"
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers::native {
@@ -15,6 +16,7 @@ namespace tandem::workers::native {
 // and checked against the shape the config implies; a missing or mis-shaped tensor, or an
 // unsupported config value, is an error naming it.
 absl::StatusOr<std::unique_ptr<NativeModel>> LoadNemotronH(const Checkpoint& checkpoint,
-                                                           const nlohmann::json& config);
+                                                           const nemotron_h::Config& config,
+                                                           const ModelShape& shape);
 
 }  // namespace tandem::workers::native

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "workers/native/model_shape.h"
 
 namespace tandem::workers::native::qwen35 {
 
@@ -37,6 +38,9 @@ struct TextConfig {
   int64_t moe_intermediate = 0;
   int64_t shared_intermediate = 0;
   bool tie_word_embeddings = false;
+  // model_type qwen3_5_moe: the text model nested in the multimodal config (its tensors under
+  // model.language_model.); false for a bare qwen3_5_moe_text config (tensors under model.).
+  bool composite = false;
   std::vector<bool> full_attention;  // per layer: full attention, else Gated DeltaNet
   std::vector<int32_t> eos_token_ids;
 
@@ -47,5 +51,8 @@ struct TextConfig {
 
 // Validates config.json (model_type qwen3_5_moe with its text_config, or qwen3_5_moe_text).
 absl::StatusOr<TextConfig> ParseConfig(const nlohmann::json& config);
+
+// The shape both engines report for this config.
+ModelShape Shape(const TextConfig& config);
 
 }  // namespace tandem::workers::native::qwen35

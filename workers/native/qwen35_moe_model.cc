@@ -15,9 +15,6 @@
 namespace tandem::workers::native {
 namespace {
 
-using Json = nlohmann::json;
-
-using qwen35::ParseConfig;
 using qwen35::TextConfig;
 
 struct GdnWeights {
@@ -562,21 +559,10 @@ absl::Status Qwen35MoeModel::Forward(SequenceState* base_state, absl::Span<const
   if (state == nullptr || state->owner_ != this) {
     return absl::InvalidArgumentError("qwen3_5_moe: the state was not made by this model");
   }
-  if (logits == nullptr) return absl::InvalidArgumentError("qwen3_5_moe: logits is null");
-  if (tokens.empty()) return absl::InvalidArgumentError("qwen3_5_moe: no tokens to feed");
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("qwen3_5_moe: token ", i, " has id ",
-                                                     tokens[i], ", outside the vocabulary [0, ",
-                                                     c_.vocab_size, ")"));
-    }
+  if (absl::Status s = CheckForwardInput(shape_, state->position_, tokens, logits); !s.ok()) {
+    return s;
   }
   const int64_t n = static_cast<int64_t>(tokens.size());
-  if (state->position_ + n > c_.max_positions) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("qwen3_5_moe: ", state->position_, " tokens in context plus ", n,
-                     " new exceed max_position_embeddings ", c_.max_positions));
-  }
 
   const int64_t H = c_.hidden_size;
   std::vector<float> h(n * H), x(n * H), y(n * H);
@@ -611,29 +597,9 @@ absl::Status Qwen35MoeModel::Forward(SequenceState* base_state, absl::Span<const
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NativeModel>> LoadQwen35Moe(const Checkpoint& checkpoint,
-                                                           const nlohmann::json& config) {
-  auto parsed = ParseConfig(config);
-  if (!parsed.ok()) {
-    return absl::Status(parsed.status().code(),
-                        absl::StrCat(checkpoint.dir(), ": ", parsed.status().message()));
-  }
-  const TextConfig& c = *parsed;
-  int64_t full = 0;
-  for (bool f : c.full_attention) full += f ? 1 : 0;
-  const int64_t gdn = c.num_layers - full;
-  ModelShape shape;
-  shape.architecture = "qwen3_5_moe";
-  shape.vocab_size = static_cast<int32_t>(c.vocab_size);
-  shape.hidden_size = static_cast<int32_t>(c.hidden_size);
-  shape.num_layers = static_cast<int32_t>(c.num_layers);
-  shape.max_positions = static_cast<int32_t>(c.max_positions);
-  shape.kv_bytes_per_token = full * 2 * c.num_kv_heads * c.head_dim * 4;
-  shape.state_bytes = gdn *
-                      ((c.conv_kernel - 1) * c.conv_dim() +
-                       c.linear_value_heads * c.linear_key_dim * c.linear_value_dim) *
-                      4;
-  shape.eos_token_ids = c.eos_token_ids;
-  auto model = std::make_unique<Qwen35MoeModel>(c, shape);
+                                                           const qwen35::TextConfig& config,
+                                                           const ModelShape& shape) {
+  auto model = std::make_unique<Qwen35MoeModel>(config, shape);
   if (absl::Status s = model->LoadWeights(checkpoint); !s.ok()) return s;
   return model;
 }

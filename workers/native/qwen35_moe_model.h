@@ -1,10 +1,11 @@
 #pragma once
 
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "workers/native/model_shape.h"
 #include "workers/native/native_model.h"
+#include "workers/native/qwen35_moe_config.h"
 #include "workers/native/safetensors.h"
 
 namespace tandem::workers::native {
@@ -15,6 +16,7 @@ namespace tandem::workers::native {
 // is validated and every tensor is loaded against the shape the config implies; vision
 // (model.visual.*) and MTP (mtp.*) tensors are ignored.
 absl::StatusOr<std::unique_ptr<NativeModel>> LoadQwen35Moe(const Checkpoint& checkpoint,
-                                                           const nlohmann::json& config);
+                                                           const qwen35::TextConfig& config,
+                                                           const ModelShape& shape);
 
 }  // namespace tandem::workers::native

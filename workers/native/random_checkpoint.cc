@@ -4,11 +4,11 @@
 #include <filesystem>
 #include <fstream>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "workers/native/checkpoint_writer.h"
-#include "workers/native/nemotron_h_config.h"
-#include "workers/native/qwen35_moe_config.h"
+#include "workers/native/model_config.h"
 
 namespace tandem::workers::native {
 namespace {
@@ -244,6 +244,23 @@ Json NemotronConfig(const RandomModelOptions& o) {
           {"pad_token_id", nullptr}};
 }
 
+// Every tensor of the model `config` describes, with its generator for `seed`.
+std::vector<RandomTensorSpec> SpecsOf(const ModelConfig& config, uint64_t seed) {
+  SpecList specs(seed);
+  switch (config.architecture()) {
+    case Architecture::kQwen35Moe: {
+      const auto& c = std::get<qwen35::TextConfig>(config.hyperparameters);
+      // The loaders' prefixes: the composite model nests the text model, a bare one does not.
+      QwenSpecs(c, c.composite ? "model.language_model." : "model.", &specs);
+      break;
+    }
+    case Architecture::kNemotronH:
+      NemotronSpecs(std::get<nemotron_h::Config>(config.hyperparameters), &specs);
+      break;
+  }
+  return specs.Take();
+}
+
 // The config with the marks that tell the worker (CheckModelName) its weights are random.
 Json Marked(Json config, uint64_t seed) {
   config["tandem_random_weights"] = true;
@@ -274,34 +291,21 @@ absl::StatusOr<Json> RandomModelConfig(const RandomModelOptions& o) {
       return absl::InvalidArgumentError("pattern: only M (Mamba-2), E (MoE) and * (attention)");
     }
   }
-  if (o.architecture == "qwen3_5_moe") return QwenConfig(o);
-  if (o.architecture == "nemotron_h") return NemotronConfig(o);
-  return absl::InvalidArgumentError(
-      absl::StrCat("architecture '", o.architecture, "': expected qwen3_5_moe or nemotron_h"));
+  absl::StatusOr<Architecture> architecture = ParseArchitecture(o.architecture);
+  if (!architecture.ok()) return architecture.status();
+  switch (*architecture) {
+    case Architecture::kQwen35Moe:
+      return QwenConfig(o);
+    case Architecture::kNemotronH:
+      return NemotronConfig(o);
+  }
+  return absl::InternalError("unknown architecture");
 }
 
 absl::StatusOr<std::vector<RandomTensorSpec>> RandomTensorSpecs(const Json& config, uint64_t seed) {
-  if (!config.is_object()) return absl::InvalidArgumentError("config.json is not an object");
-  if (config.contains("quantization_config")) {
-    return absl::UnimplementedError(
-        "random weights are BF16; a quantized config (quantization_config) is not supported");
-  }
-  const std::string type = config.value("model_type", std::string());
-  SpecList specs(seed);
-  if (type == "qwen3_5_moe" || type == "qwen3_5_moe_text") {
-    auto c = qwen35::ParseConfig(config);
-    if (!c.ok()) return c.status();
-    // The loaders' prefixes: the composite model nests the text model, a bare one does not.
-    QwenSpecs(*c, type == "qwen3_5_moe" ? "model.language_model." : "model.", &specs);
-  } else if (type == "nemotron_h") {
-    auto c = nemotron_h::ParseConfig(config, "config.json");
-    if (!c.ok()) return c.status();
-    NemotronSpecs(*c, &specs);
-  } else {
-    return absl::UnimplementedError(absl::StrCat(
-        "model_type '", type, "': random weights exist for qwen3_5_moe and nemotron_h"));
-  }
-  return specs.Take();
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(config, "config.json");
+  if (!parsed.ok()) return parsed.status();
+  return SpecsOf(*parsed, seed);
 }
 
 absl::Status WriteRandomWeights(const Json& config, uint64_t seed, DType dtype,
@@ -334,16 +338,12 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> RandomWeightsCheckpoint(const std::s
                                                                     uint64_t seed,
                                                                     const std::string& label) {
   const Json config = Json::parse(config_json, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(label, ": config.json is not a JSON object"));
-  }
-  auto specs = RandomTensorSpecs(config, seed);
-  if (!specs.ok()) {
-    return absl::Status(specs.status().code(), absl::StrCat(label, ": ", specs.status().message()));
-  }
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(config, label);
+  if (!parsed.ok()) return parsed.status();
+  std::vector<RandomTensorSpec> specs = SpecsOf(*parsed, seed);
   std::vector<TensorView> views;
-  views.reserve(specs->size());
-  for (RandomTensorSpec& s : *specs) {
+  views.reserve(specs.size());
+  for (RandomTensorSpec& s : specs) {
     TensorView v;
     v.name = std::move(s.name);
     v.dtype = DType::kBF16;  // every generated value is exactly a BF16

@@ -1,0 +1,117 @@
+#include "workers/worker.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/numbers.h"
+#include "common/clock.h"
+#include "common/grpc_server.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace tandem::workers {
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerConfig config, DeviceDescription device,
+                                                      LoadedEngine engine) {
+  std::unique_ptr<Worker> worker(
+      new Worker(std::move(config), std::move(device), std::move(engine)));
+  RETURN_IF_ERROR(worker->StartServers());
+  return worker;
+}
+
+Worker::Worker(WorkerConfig config, DeviceDescription device, LoadedEngine engine)
+    : config_(std::move(config)), device_(std::move(device)), engine_(std::move(engine)) {
+  const EngineInfo& info = engine_.engine->Info();
+  registry_ = std::make_shared<prometheus::Registry>();
+  metrics_ = std::make_unique<WorkerMetrics>(
+      *registry_, WorkerMetrics::Labels{info.model_name, info.model_id, info.engine, device_.id,
+                                        device_.name, engine_.weights});
+  metrics_->sequence_memory_budget.Set(static_cast<double>(engine_.engine->MemoryBudgetBytes()));
+  scheduler_ = std::make_unique<Scheduler>(engine_.engine.get(), metrics_.get(), Clock::Real(),
+                                           config_.scheduler);
+  service_ = std::make_unique<WorkerService>(engine_.engine.get(), scheduler_.get(), metrics_.get(),
+                                             device_, config_.limits);
+}
+
+Worker::~Worker() = default;
+
+absl::Status Worker::StartServers() {
+  ASSIGN_OR_RETURN(metrics_server_,
+                   MetricsServer::Start(config_.metrics_listen, registry_, config_.metrics_server));
+  metrics_address_ = metrics_server_->Address();
+  int port = 0;
+  if (absl::SimpleAtoi(metrics_address_.substr(metrics_address_.rfind(':') + 1), &port)) {
+    service_->SetMetricsEndpoint(port, std::string(metrics_server_->Scheme()) == "https");
+  }
+  GrpcServerOptions options;
+  options.listen = config_.listen;
+  options.credentials = config_.server_credentials;
+  // Both names answer: "" (the whole server) and the worker service.
+  health_.SetServingStatus("", false);
+  health_.SetServingStatus("tandem.v1.Worker", false);
+  options.services = {service_.get()};
+  options.health = &health_;
+  options.max_receive_message_bytes =
+      static_cast<int>(std::min<int64_t>(config_.max_request_bytes, INT32_MAX));
+  // Clients re-resolve DNS when connections age out, so new gateway replicas spread load.
+  options.max_connection_age_ms = 5 * 60 * 1000;
+  ASSIGN_OR_RETURN(GrpcServer server, StartGrpcServer(options));
+  server_ = std::move(server.server);
+  grpc_address_ = server.address;
+  return absl::OkStatus();
+}
+
+void Worker::Serve() {
+  scheduler_->Start();
+  service_->SetState(tandem::v1::WorkerInfo::READY);
+  metrics_->ready.Set(1);
+  health_.SetAllServingStatus(true);
+  const EngineInfo& info = engine_.engine->Info();
+  const char* label = "";
+  if (engine_.weights == "none") label = " [LOAD SIMULATOR: not a real model]";
+  if (engine_.weights == "random") {
+    label =
+        " [RANDOM WEIGHTS: a measuring tool, meaningless answers; router weights random: "
+        "expert load is about uniform]";
+  }
+  spdlog::info(
+      "serving model={} ({}) engine={}{} device={} ({}) grpc={} transport={} metrics={} "
+      "metrics_transport={}",
+      info.model_name, info.model_id, info.engine, label, device_.id, device_.name, grpc_address_,
+      config_.server_transport, metrics_address_, config_.metrics_transport);
+  refresher_ = std::thread([this] { RefreshDeviceLoop(); });
+}
+
+void Worker::RefreshDeviceLoop() {
+  absl::MutexLock l(&refresh_mu_);
+  const absl::Condition stopping(&stopping_);
+  while (!refresh_mu_.AwaitWithTimeout(stopping, config_.device_refresh_interval)) {
+    service_->RefreshDevice();
+  }
+}
+
+void Worker::Drain() {
+  spdlog::info("draining (health NOT_SERVING, up to {})",
+               absl::FormatDuration(config_.drain_timeout));
+  service_->SetState(tandem::v1::WorkerInfo::DRAINING);
+  health_.SetAllServingStatus(false);
+  metrics_->ready.Set(0);
+  scheduler_->Drain();
+  const auto deadline =
+      std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(config_.drain_timeout);
+  if (!scheduler_->WaitIdle(deadline)) spdlog::warn("drain timed out; ending what is left");
+}
+
+void Worker::Stop() {
+  scheduler_->Stop();
+  StopGrpcServer(server_.get(), &health_, /*grace_seconds=*/5);
+  {
+    absl::MutexLock l(&refresh_mu_);
+    stopping_ = true;
+  }
+  if (refresher_.joinable()) refresher_.join();
+  spdlog::info("stopped");
+  MetricsServer::KeepUntilExit(std::move(metrics_server_));
+}
+
+}  // namespace tandem::workers
