@@ -44,7 +44,7 @@ const std::string& WeightsPath(const WeightsSource& w) {
 }
 
 absl::StatusOr<LoadedEngine> MakeCudaEngine(const WorkerConfig& config,
-                                            const DeviceDescription& device) {
+                                            [[maybe_unused]] const DeviceDescription& device) {
 #ifdef TANDEM_HAVE_CUDA_ENGINE
   cuda::CudaEngineOptions options;
   options.model_name = config.model;

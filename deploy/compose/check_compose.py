@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """ctest compose_config_check: `docker-compose config` accepts docker-compose.yml, and what it
 renders is coherent: each worker reserves exactly one GPU (a different one) and addresses it as
-device 0; every flag is one the binary defines (its main.cc and the common/ flag files it links);
+device 0; every flag is one the binary defines (its main.cc, its *_flags.cc and the common/ flag
+files it links);
 every gRPC port is TLS (no --plaintext / --worker_plaintext), the workers require client certs,
 the gateway presents one, and every TLS file is under a mounted volume; ports agree between the workers' flags, `expose`, the gateway's --workers and
 prometheus.yml; every build target exists in the Dockerfile, whose stages are all Debian 12; the
@@ -116,8 +117,8 @@ def main():
             errors.append(f"Dockerfile stage {name} is FROM {base}, not Debian 12")
     if len(stages) < 3:
         errors.append("Dockerfile is not multi-stage")
-    known = {"worker": defined_flags("workers/main.cc", *COMMON_FLAGS),
-             "gateway": defined_flags("gateway/main.cc", *COMMON_FLAGS)}
+    known = {"worker": defined_flags("workers/main.cc", "workers/worker_flags.cc", *COMMON_FLAGS),
+             "gateway": defined_flags("gateway/main.cc", "gateway/gateway_flags.cc", *COMMON_FLAGS)}
     for name, s in services.items():
         target = s.get("build", {}).get("target")
         for a in s.get("command", []) if target in known else []:

@@ -25,7 +25,7 @@
     NAME.NS.svc.cluster.local) in the rendered namespace; rendered without a namespace it fails;
   - selectors match the pod template labels; every Service selects pods and maps its ports onto
     container ports, which equal the ports in the --listen / --metrics_listen flags;
-  - every flag in args is one the binary defines (ABSL_FLAG in gateway/main.cc, workers/main.cc);
+  - every flag in args is one the binary defines (ABSL_FLAG in its main.cc and *_flags.cc);
   - the policy ConfigMap is mounted as a directory (no subPath, so hot reload sees updates) and
     holds the file --policy names;
   - ServiceMonitors select the Services by labels and name their ports; the job label they set
@@ -58,8 +58,8 @@ def flags_of(path):
 
 # Flag files linked into both servers besides their main.cc (TLS, request limits).
 COMMON_FLAGS = flags_of("common/server_tls_flags.cc") | flags_of("common/limit_flags.cc")
-GATEWAY_FLAGS = flags_of("gateway/main.cc") | COMMON_FLAGS
-WORKER_FLAGS = flags_of("workers/main.cc") | COMMON_FLAGS
+GATEWAY_FLAGS = flags_of("gateway/main.cc") | flags_of("gateway/gateway_flags.cc") | COMMON_FLAGS
+WORKER_FLAGS = flags_of("workers/main.cc") | flags_of("workers/worker_flags.cc") | COMMON_FLAGS
 INSECURE_FLAGS = ("plaintext", "worker_plaintext", "allow_unauthenticated")
 SECRET_KEYS = {"ca.crt", "tls.crt", "tls.key"}   # cert-manager's (and kubernetes.io/tls's) names
 
