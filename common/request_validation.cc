@@ -35,7 +35,7 @@ absl::Status ValidateReasoning(const tandem::v1::ReasoningOptions& reasoning,
                                absl::string_view field) {
   if (!tandem::v1::ReasoningMode_IsValid(reasoning.mode())) {
     return Invalid(absl::StrCat(field, ".mode"),
-                   absl::StrFormat("%d is not a ReasoningMode (0 default, 1 on, 2 off)",
+                   absl::StrFormat("%d is not a ReasoningMode (0 unspecified, 1 on, 2 off)",
                                    static_cast<int>(reasoning.mode())));
   }
   if (reasoning.thinking_budget_tokens() < 0) {

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <string>
 
-#include "workers/native/native_model.h"
-#include "workers/native/safetensors.h"
+#include "workers/cpu/cpu_model.h"
+#include "workers/model/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = "/tmp/tandem-fuzz-safetensors-" + std::to_string(getpid());
@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::ofstream(dir + "/config.json")
       << (config ? std::string(reinterpret_cast<const char*>(data + 1), size - 1)
                  : std::string(R"({"model_type": "nemotron_h"})"));
-  auto c = tandem::workers::native::Checkpoint::Open(dir);
-  if (c.ok()) (void)tandem::workers::native::LoadNativeModel(**c);
+  auto c = tandem::workers::model::Checkpoint::Open(dir);
+  if (c.ok()) (void)tandem::workers::cpu::LoadCpuModel(**c);
   return 0;
 }

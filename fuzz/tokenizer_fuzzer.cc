@@ -4,12 +4,12 @@
 #include <memory>
 #include <string>
 
-#include "workers/native/bpe_tokenizer.h"
+#include "workers/tokenizer/bpe_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const auto* bpe = [] {
-    auto t = tandem::workers::native::BpeTokenizer::Load(TANDEM_SOURCE_DIR
-                                                         "/tests/tokenizer/qwen3/tokenizer.json");
+    auto t = tandem::workers::BpeTokenizer::Load(TANDEM_SOURCE_DIR
+                                                 "/tests/tokenizer/qwen3/tokenizer.json");
     return t.ok() ? t->release() : nullptr;
   }();
   if (bpe == nullptr) return 0;

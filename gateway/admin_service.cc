@@ -62,7 +62,7 @@ grpc::ServerUnaryReactor* AdminService::Deny(grpc::CallbackServerContext* contex
 
 grpc::ServerUnaryReactor* AdminService::ReloadPolicy(grpc::CallbackServerContext* context,
                                                      const tandem::v1::ReloadPolicyRequest*,
-                                                     tandem::v1::PolicyStatus* response) {
+                                                     tandem::v1::ReloadPolicyResponse* response) {
   if (auto* denied = Deny(context)) return denied;
   auto* reactor = context->DefaultReactor();
   if (reloader_ == nullptr) {
@@ -71,7 +71,7 @@ grpc::ServerUnaryReactor* AdminService::ReloadPolicy(grpc::CallbackServerContext
     return reactor;
   }
   reloader_->ReloadAsync("admin RPC", [this, reactor, response](absl::Status s) {
-    if (s.ok()) Fill(response);
+    if (s.ok()) Fill(response->mutable_live());
     reactor->Finish(ToGrpcStatus(s));
   });
   return reactor;
@@ -79,9 +79,9 @@ grpc::ServerUnaryReactor* AdminService::ReloadPolicy(grpc::CallbackServerContext
 
 grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* context,
                                                   const tandem::v1::GetPolicyRequest*,
-                                                  tandem::v1::PolicyStatus* response) {
+                                                  tandem::v1::GetPolicyResponse* response) {
   if (auto* denied = Deny(context)) return denied;
-  Fill(response);
+  Fill(response->mutable_live());
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -103,7 +103,7 @@ grpc::ServerUnaryReactor* AdminService::ListEndpoints(grpc::CallbackServerContex
 
 grpc::ServerUnaryReactor* AdminService::GetSignals(grpc::CallbackServerContext* context,
                                                    const tandem::v1::GetSignalsRequest*,
-                                                   tandem::v1::SignalsStatus* response) {
+                                                   tandem::v1::GetSignalsResponse* response) {
   if (auto* denied = Deny(context)) return denied;
   if (signals_ != nullptr) *response = signals_->Describe();
   auto* reactor = context->DefaultReactor();
@@ -113,7 +113,7 @@ grpc::ServerUnaryReactor* AdminService::GetSignals(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* AdminService::ReloadTenants(grpc::CallbackServerContext* context,
                                                       const tandem::v1::ReloadTenantsRequest*,
-                                                      tandem::v1::TenantsStatus* response) {
+                                                      tandem::v1::ReloadTenantsResponse* response) {
   if (auto* denied = Deny(context)) return denied;
   auto* reactor = context->DefaultReactor();
   if (tenants_ == nullptr || !tenants_->enabled()) {
@@ -122,7 +122,7 @@ grpc::ServerUnaryReactor* AdminService::ReloadTenants(grpc::CallbackServerContex
     return reactor;
   }
   tenants_->ReloadAsync("admin RPC", [this, reactor, response](absl::Status s) {
-    if (s.ok()) Fill(response);
+    if (s.ok()) Fill(response->mutable_live());
     reactor->Finish(ToGrpcStatus(s));
   });
   return reactor;
@@ -130,9 +130,9 @@ grpc::ServerUnaryReactor* AdminService::ReloadTenants(grpc::CallbackServerContex
 
 grpc::ServerUnaryReactor* AdminService::GetTenants(grpc::CallbackServerContext* context,
                                                    const tandem::v1::GetTenantsRequest*,
-                                                   tandem::v1::TenantsStatus* response) {
+                                                   tandem::v1::GetTenantsResponse* response) {
   if (auto* denied = Deny(context)) return denied;
-  Fill(response);
+  Fill(response->mutable_live());
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

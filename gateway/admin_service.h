@@ -27,22 +27,22 @@ class AdminService final : public tandem::v1::Admin::CallbackService {
 
   grpc::ServerUnaryReactor* ReloadPolicy(grpc::CallbackServerContext* context,
                                          const tandem::v1::ReloadPolicyRequest* request,
-                                         tandem::v1::PolicyStatus* response) override;
+                                         tandem::v1::ReloadPolicyResponse* response) override;
   grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* context,
                                       const tandem::v1::GetPolicyRequest* request,
-                                      tandem::v1::PolicyStatus* response) override;
+                                      tandem::v1::GetPolicyResponse* response) override;
   grpc::ServerUnaryReactor* ListEndpoints(grpc::CallbackServerContext* context,
                                           const tandem::v1::ListEndpointsRequest* request,
                                           tandem::v1::ListEndpointsResponse* response) override;
   grpc::ServerUnaryReactor* GetSignals(grpc::CallbackServerContext* context,
                                        const tandem::v1::GetSignalsRequest* request,
-                                       tandem::v1::SignalsStatus* response) override;
+                                       tandem::v1::GetSignalsResponse* response) override;
   grpc::ServerUnaryReactor* ReloadTenants(grpc::CallbackServerContext* context,
                                           const tandem::v1::ReloadTenantsRequest* request,
-                                          tandem::v1::TenantsStatus* response) override;
+                                          tandem::v1::ReloadTenantsResponse* response) override;
   grpc::ServerUnaryReactor* GetTenants(grpc::CallbackServerContext* context,
                                        const tandem::v1::GetTenantsRequest* request,
-                                       tandem::v1::TenantsStatus* response) override;
+                                       tandem::v1::GetTenantsResponse* response) override;
 
  private:
   void Fill(tandem::v1::PolicyStatus* response) const;

@@ -4,13 +4,11 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/metric_families.h"
 
 namespace tandem::gateway {
 namespace {
 
-using prometheus::BuildCounter;
-using prometheus::BuildGauge;
-using prometheus::BuildHistogram;
 using prometheus::Histogram;
 
 // OpenTelemetry GenAI time-to-first-token buckets (seconds).
@@ -29,234 +27,140 @@ const Histogram::BucketBoundaries kDurationBuckets = {
 
 GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::string>& models,
                                const std::vector<std::string>& classes, const std::string& version)
-    : requests_(BuildCounter()
-                    .Name("tandem_gateway_requests_total")
-                    .Help("Requests finished, by model, request class and gRPC status code.")
-                    .Register(r)),
-      decisions_(BuildCounter()
-                     .Name("tandem_gateway_route_decisions_total")
-                     .Help("Routing decisions, by chosen model, class, deciding rule and policy "
-                           "version.")
-                     .Register(r)),
-      shadows_(BuildCounter()
-                   .Name("tandem_gateway_shadow_requests_total")
-                   .Help("Shadow copies of requests (answer discarded), by shadow model, the "
-                         "request's class and gRPC status code.")
-                   .Register(r)),
-      policy_info_(BuildGauge()
-                       .Name("tandem_policy_info")
-                       .Help("1 for the live routing policy; labels identify it.")
-                       .Register(r)),
-      endpoint_ready_(BuildGauge()
-                          .Name("tandem_gateway_endpoint_ready")
-                          .Help("1 when the worker endpoint's last active health probe passed.")
-                          .Register(r)),
-      endpoint_breaker_(BuildGauge()
-                            .Name("tandem_gateway_endpoint_breaker_state")
-                            .Help("Circuit breaker of the endpoint: 0 closed, 1 open (ejected), "
-                                  "2 half-open (next probe decides).")
-                            .Register(r)),
-      endpoint_ejections_(BuildCounter()
-                              .Name("tandem_gateway_endpoint_ejections_total")
-                              .Help("Times the endpoint was ejected by outlier detection.")
-                              .Register(r)),
-      dns_resolutions_(BuildCounter()
-                           .Name("tandem_gateway_dns_resolutions_total")
-                           .Help("Re-resolutions of dns: worker endpoints, by result.")
-                           .Register(r)),
-      scrapes_(BuildCounter()
-                   .Name("tandem_gateway_worker_scrapes_total")
-                   .Help("Scrapes of worker /metrics for routing signals, by result.")
-                   .Register(r)),
-      signal_value_(BuildGauge()
-                        .Name("tandem_gateway_signal_value")
-                        .Help("Current value of a policy signal (NaN when it has none).")
-                        .Register(r)),
-      signal_stale_(BuildGauge()
-                        .Name("tandem_gateway_signal_stale")
-                        .Help("1 when the policy signal's value is older than its stale_after.")
-                        .Register(r)),
-      signal_age_(BuildGauge()
-                      .Name("tandem_gateway_signal_age_seconds")
-                      .Help("Seconds since the policy signal was last refreshed.")
-                      .Register(r)),
-      signal_errors_(BuildCounter()
-                         .Name("tandem_gateway_signal_refresh_errors_total")
-                         .Help("Failed refreshes of a policy signal (query error, no data).")
-                         .Register(r)),
-      trigger_active_(BuildGauge()
-                          .Name("tandem_gateway_trigger_active")
-                          .Help("1 while the policy trigger is on.")
-                          .Register(r)),
-      trigger_transitions_(BuildCounter()
-                               .Name("tandem_gateway_trigger_transitions_total")
-                               .Help("Times the policy trigger turned on or off.")
-                               .Register(r)),
-      retries_(BuildCounter()
-                   .Name("tandem_gateway_retries_total")
-                   .Help("Requests retried before anything was streamed, by the model retried "
-                         "on and the reason.")
-                   .Register(r)),
-      retry_budget_exhausted_(BuildCounter()
-                                  .Name("tandem_gateway_retry_budget_exhausted_total")
-                                  .Help("Retries and hedges refused by the retry budget.")
-                                  .Register(r)
+    : requests_(CounterFamily(r, "tandem_gateway_requests_total",
+                              "Requests finished, by model, request class and gRPC status code.")),
+      decisions_(CounterFamily(
+          r, "tandem_gateway_route_decisions_total",
+          "Routing decisions, by chosen model, class, deciding rule and policy version.")),
+      shadows_(CounterFamily(r, "tandem_gateway_shadow_requests_total",
+                             "Shadow copies of requests (answer discarded), by shadow model, the "
+                             "request's class and gRPC status code.")),
+      policy_info_(GaugeFamily(r, "tandem_policy_info",
+                               "1 for the live routing policy; labels identify it.")),
+      endpoint_ready_(GaugeFamily(r, "tandem_gateway_endpoint_ready",
+                                  "1 when the worker endpoint's last active health probe passed.")),
+      endpoint_breaker_(GaugeFamily(r, "tandem_gateway_endpoint_breaker_state",
+                                    "Circuit breaker of the endpoint: 0 closed, 1 open (ejected), "
+                                    "2 half-open (next probe decides).")),
+      endpoint_ejections_(CounterFamily(r, "tandem_gateway_endpoint_ejections_total",
+                                        "Times the endpoint was ejected by outlier detection.")),
+      dns_resolutions_(CounterFamily(r, "tandem_gateway_dns_resolutions_total",
+                                     "Re-resolutions of dns: worker endpoints, by result.")),
+      scrapes_(CounterFamily(r, "tandem_gateway_worker_scrapes_total",
+                             "Scrapes of worker /metrics for routing signals, by result.")),
+      signal_value_(GaugeFamily(r, "tandem_gateway_signal_value",
+                                "Current value of a policy signal (NaN when it has none).")),
+      signal_stale_(GaugeFamily(r, "tandem_gateway_signal_stale",
+                                "1 when the policy signal's value is older than its stale_after.")),
+      signal_age_(GaugeFamily(r, "tandem_gateway_signal_age_seconds",
+                              "Seconds since the policy signal was last refreshed.")),
+      signal_errors_(CounterFamily(r, "tandem_gateway_signal_refresh_errors_total",
+                                   "Failed refreshes of a policy signal (query error, no data).")),
+      trigger_active_(
+          GaugeFamily(r, "tandem_gateway_trigger_active", "1 while the policy trigger is on.")),
+      trigger_transitions_(CounterFamily(r, "tandem_gateway_trigger_transitions_total",
+                                         "Times the policy trigger turned on or off.")),
+      retries_(CounterFamily(r, "tandem_gateway_retries_total",
+                             "Requests retried before anything was streamed, by the model retried "
+                             "on and the reason.")),
+      retry_budget_exhausted_(CounterFamily(r, "tandem_gateway_retry_budget_exhausted_total",
+                                            "Retries and hedges refused by the retry budget.")
                                   .Add({})),
-      failovers_(BuildCounter()
-                     .Name("tandem_gateway_midstream_failovers_total")
-                     .Help("Answers continued on another worker after their worker failed "
-                           "mid-stream, by the model that failed and the one that continued.")
-                     .Register(r)),
-      stalls_(BuildCounter()
-                  .Name("tandem_gateway_stream_stalls_total")
-                  .Help("Streams whose worker sent no token within the stall timeout, by the "
-                        "model of that worker; each was failed over mid-answer.")
-                  .Register(r)),
-      hedges_(BuildCounter()
-                  .Name("tandem_gateway_hedges_total")
-                  .Help("Hedged copies sent (no first token after the rule's delay), by model "
-                        "and outcome (won: the hedge answered first).")
-                  .Register(r)),
-      shed_(BuildCounter()
-                .Name("tandem_gateway_shed_requests_total")
-                .Help("Requests refused with RESOURCE_EXHAUSTED by a policy shed rule.")
-                .Register(r)),
-      fallbacks_(BuildCounter()
-                     .Name("tandem_gateway_fallbacks_total")
-                     .Help("Requests admitted to a fallback model because the decided one had no "
-                           "usable worker, by decided and serving model.")
-                     .Register(r)),
+      failovers_(CounterFamily(r, "tandem_gateway_midstream_failovers_total",
+                               "Answers continued on another worker after their worker failed "
+                               "mid-stream, by the model that failed and the one that continued.")),
+      stalls_(CounterFamily(r, "tandem_gateway_stream_stalls_total",
+                            "Streams whose worker sent no token within the stall timeout, by the "
+                            "model of that worker; each was failed over mid-answer.")),
+      hedges_(CounterFamily(r, "tandem_gateway_hedges_total",
+                            "Hedged copies sent (no first token after the rule's delay), by model "
+                            "and outcome (won: the hedge answered first).")),
+      shed_(CounterFamily(r, "tandem_gateway_shed_requests_total",
+                          "Requests refused with RESOURCE_EXHAUSTED by a policy shed rule.")),
+      fallbacks_(CounterFamily(r, "tandem_gateway_fallbacks_total",
+                               "Requests admitted to a fallback model because the decided one had "
+                               "no usable worker, by decided and serving model.")),
       decision_duration_(
-          BuildHistogram()
-              .Name("tandem_gateway_route_decision_duration_seconds")
-              .Help("Time to admit a request: validation, features, the routing "
-                    "decision (learned classifier included) and the endpoint pick.")
-              .Register(r)
+          HistogramFamily(r, "tandem_gateway_route_decision_duration_seconds",
+                          "Time to admit a request: validation, features, the routing decision "
+                          "(learned classifier included) and the endpoint pick.")
               .Add({}, Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4,
                                                    2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2})),
-      tenant_requests_(BuildCounter()
-                           .Name("tandem_gateway_tenant_requests_total")
-                           .Help("Generation requests finished, by tenant and gRPC status code.")
-                           .Register(r)),
-      tenant_throttled_(BuildCounter()
-                            .Name("tandem_gateway_tenant_throttled_total")
-                            .Help("Requests refused with RESOURCE_EXHAUSTED by a tenant quota "
-                                  "or the dispatch queue, by tenant and reason.")
-                            .Register(r)),
-      tenant_tokens_(BuildCounter()
-                         .Name("tandem_gateway_tenant_tokens_total")
-                         .Help("Tokens of finished requests, by tenant and kind (prompt, "
-                               "completion), as counted by the workers.")
-                         .Register(r)),
-      tenant_inflight_(BuildGauge()
-                           .Name("tandem_gateway_tenant_inflight_requests")
-                           .Help("Requests admitted for the tenant and not finished, queued "
-                                 "ones included.")
-                           .Register(r)),
-      tenant_queued_(BuildGauge()
-                         .Name("tandem_gateway_tenant_queued_requests")
-                         .Help("Requests of the tenant waiting for a dispatch slot.")
-                         .Register(r)),
-      tenant_duration_(BuildHistogram()
-                           .Name("tandem_gateway_tenant_request_duration_seconds")
-                           .Help("Time from arrival to the end of the response of the tenant's "
-                                 "requests that passed its quotas (queue waits included).")
-                           .Register(r)),
-      tenant_ttft_(BuildHistogram()
-                       .Name("tandem_gateway_tenant_time_to_first_token_seconds")
-                       .Help("Time from arrival to the first text relayed, of the tenant's "
-                             "requests (queue waits included).")
-                       .Register(r)),
-      auth_failures_(BuildCounter()
-                         .Name("tandem_gateway_auth_failures_total")
-                         .Help("Calls refused UNAUTHENTICATED or PERMISSION_DENIED, by reason.")
-                         .Register(r)),
-      queue_wait_(BuildHistogram()
-                      .Name("tandem_gateway_queue_wait_seconds")
-                      .Help("Time requests waited for a dispatch slot (--max_inflight).")
-                      .Register(r)
+      tenant_requests_(
+          CounterFamily(r, "tandem_gateway_tenant_requests_total",
+                        "Generation requests finished, by tenant and gRPC status code.")),
+      tenant_throttled_(CounterFamily(r, "tandem_gateway_tenant_throttled_total",
+                                      "Requests refused with RESOURCE_EXHAUSTED by a tenant quota "
+                                      "or the dispatch queue, by tenant and reason.")),
+      tenant_tokens_(CounterFamily(r, "tandem_gateway_tenant_tokens_total",
+                                   "Tokens of finished requests, by tenant and kind (prompt, "
+                                   "completion), as counted by the workers.")),
+      tenant_inflight_(
+          GaugeFamily(r, "tandem_gateway_tenant_inflight_requests",
+                      "Requests admitted for the tenant and not finished, queued ones included.")),
+      tenant_queued_(GaugeFamily(r, "tandem_gateway_tenant_queued_requests",
+                                 "Requests of the tenant waiting for a dispatch slot.")),
+      tenant_duration_(
+          HistogramFamily(r, "tandem_gateway_tenant_request_duration_seconds",
+                          "Time from arrival to the end of the response of the tenant's requests "
+                          "that passed its quotas (queue waits included).")),
+      tenant_ttft_(HistogramFamily(r, "tandem_gateway_tenant_time_to_first_token_seconds",
+                                   "Time from arrival to the first text relayed, of the tenant's "
+                                   "requests (queue waits included).")),
+      auth_failures_(
+          CounterFamily(r, "tandem_gateway_auth_failures_total",
+                        "Calls refused UNAUTHENTICATED or PERMISSION_DENIED, by reason.")),
+      queue_wait_(HistogramFamily(r, "tandem_gateway_queue_wait_seconds",
+                                  "Time requests waited for a dispatch slot (--max_inflight).")
                       .Add({}, kDurationBuckets)),
-      reloads_ok_(BuildCounter()
-                      .Name("tandem_policy_reloads_total")
-                      .Help("Policy reload attempts, by result.")
-                      .Register(r)
-                      .Add({{"result", "ok"}})),
-      reloads_error_(BuildCounter()
-                         .Name("tandem_policy_reloads_total")
-                         .Register(r)
-                         .Add({{"result", "error"}})),
-      tenants_reloads_ok_(BuildCounter()
-                              .Name("tandem_gateway_tenants_reloads_total")
-                              .Help("Tenants file (--tenants) reload attempts, by result.")
-                              .Register(r)
+      reloads_ok_(
+          CounterFamily(r, "tandem_policy_reloads_total", "Policy reload attempts, by result.")
+              .Add({{"result", "ok"}})),
+      reloads_error_(CounterFamily(r, "tandem_policy_reloads_total").Add({{"result", "error"}})),
+      tenants_reloads_ok_(CounterFamily(r, "tandem_gateway_tenants_reloads_total",
+                                        "Tenants file (--tenants) reload attempts, by result.")
                               .Add({{"result", "ok"}})),
-      tenants_reloads_error_(BuildCounter()
-                                 .Name("tandem_gateway_tenants_reloads_total")
-                                 .Register(r)
-                                 .Add({{"result", "error"}})),
-      decision_log_written_(BuildCounter()
-                                .Name("tandem_gateway_decision_log_records_total")
-                                .Help("Decision-log records, by outcome (dropped: the writer "
-                                      "was more than --decision_log_queue records behind).")
-                                .Register(r)
+      tenants_reloads_error_(
+          CounterFamily(r, "tandem_gateway_tenants_reloads_total").Add({{"result", "error"}})),
+      decision_log_written_(CounterFamily(r, "tandem_gateway_decision_log_records_total",
+                                          "Decision-log records, by outcome (dropped: the writer "
+                                          "was more than --decision_log_queue records behind).")
                                 .Add({{"outcome", "written"}})),
-      decision_log_dropped_(BuildCounter()
-                                .Name("tandem_gateway_decision_log_records_total")
-                                .Register(r)
+      decision_log_dropped_(CounterFamily(r, "tandem_gateway_decision_log_records_total")
                                 .Add({{"outcome", "dropped"}})) {
-  auto& duration = BuildHistogram()
-                       .Name("tandem_gateway_request_duration_seconds")
-                       .Help("Time from arrival at the gateway to the end of the response.")
-                       .Register(r);
-  auto& ttft = BuildHistogram()
-                   .Name("tandem_gateway_time_to_first_token_seconds")
-                   .Help("Time from arrival at the gateway to the first generated text relayed.")
-                   .Register(r);
-  auto& tpot = BuildHistogram()
-                   .Name("tandem_gateway_time_per_output_token_seconds")
-                   .Help("Mean time per generated token after the first, per request.")
-                   .Register(r);
-  auto& inflight = BuildGauge()
-                       .Name("tandem_gateway_inflight_requests")
-                       .Help("Requests dispatched to a worker and not yet finished.")
-                       .Register(r);
-  auto& queued = BuildGauge()
-                     .Name("tandem_gateway_queued_requests")
-                     .Help(
-                         "Requests waiting in the gateway for one of the model's dispatch "
-                         "slots (--max_inflight, --dispatch_headroom).")
-                     .Register(r);
-  auto& prompt = BuildCounter()
-                     .Name("tandem_gateway_prompt_tokens_total")
-                     .Help("Prompt tokens of served requests, as counted by the workers.")
-                     .Register(r);
-  auto& completion = BuildCounter()
-                         .Name("tandem_gateway_completion_tokens_total")
-                         .Help("Tokens generated for served requests.")
-                         .Register(r);
-  auto& ready = BuildGauge()
-                    .Name("tandem_gateway_ready_workers")
-                    .Help("Worker endpoints of the model that are ready.")
-                    .Register(r);
-  auto& shadow_duration = BuildHistogram()
-                              .Name("tandem_gateway_shadow_duration_seconds")
-                              .Help("Duration of shadow copies, start to last chunk.")
-                              .Register(r);
-  auto& shadow_tokens = BuildCounter()
-                            .Name("tandem_gateway_shadow_completion_tokens_total")
-                            .Help("Tokens generated for shadow copies (discarded).")
-                            .Register(r);
-  auto& workers = BuildGauge()
-                      .Name("tandem_gateway_workers")
-                      .Help("Worker endpoints configured for the model.")
-                      .Register(r);
-  BuildGauge()
-      .Name("tandem_gateway_info")
-      .Help("Constant 1; labels describe the gateway build.")
-      .Register(r)
+  GaugeFamily(r, "tandem_gateway_info", "Constant 1; labels describe the gateway build.")
       .Add({{"version", version}})
       .Set(1);
 
+  AddModels(r, models);
+  SeedSeries(models, classes);
+}
+
+void GatewayMetrics::AddModels(prometheus::Registry& r, const std::vector<std::string>& models) {
+  auto& duration = HistogramFamily(r, "tandem_gateway_request_duration_seconds",
+                                   "Time from arrival at the gateway to the end of the response.");
+  auto& ttft =
+      HistogramFamily(r, "tandem_gateway_time_to_first_token_seconds",
+                      "Time from arrival at the gateway to the first generated text relayed.");
+  auto& tpot = HistogramFamily(r, "tandem_gateway_time_per_output_token_seconds",
+                               "Mean time per generated token after the first, per request.");
+  auto& inflight = GaugeFamily(r, "tandem_gateway_inflight_requests",
+                               "Requests dispatched to a worker and not yet finished.");
+  auto& queued = GaugeFamily(r, "tandem_gateway_queued_requests",
+                             "Requests waiting in the gateway for one of the model's dispatch "
+                             "slots (--max_inflight, --dispatch_headroom).");
+  auto& prompt = CounterFamily(r, "tandem_gateway_prompt_tokens_total",
+                               "Prompt tokens of served requests, as counted by the workers.");
+  auto& completion = CounterFamily(r, "tandem_gateway_completion_tokens_total",
+                                   "Tokens generated for served requests.");
+  auto& ready = GaugeFamily(r, "tandem_gateway_ready_workers",
+                            "Worker endpoints of the model that are ready.");
+  auto& shadow_duration = HistogramFamily(r, "tandem_gateway_shadow_duration_seconds",
+                                          "Duration of shadow copies, start to last chunk.");
+  auto& shadow_tokens = CounterFamily(r, "tandem_gateway_shadow_completion_tokens_total",
+                                      "Tokens generated for shadow copies (discarded).");
+  auto& workers =
+      GaugeFamily(r, "tandem_gateway_workers", "Worker endpoints configured for the model.");
   for (const std::string& m : models) {
     const prometheus::Labels l = {{"model_name", m}};
     models_[m] = Model{&duration.Add(l, kDurationBuckets),
@@ -270,6 +174,14 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                        &workers.Add(l),
                        &shadow_duration.Add(l, kDurationBuckets),
                        &shadow_tokens.Add(l)};
+  }
+}
+
+// Series that exist before their first event, so that rates and error ratios have a zero to start
+// from.
+void GatewayMetrics::SeedSeries(const std::vector<std::string>& models,
+                                const std::vector<std::string>& classes) {
+  for (const std::string& m : models) {
     for (const std::string& c : classes) {
       Child(requests_, &GatewayMetrics::request_children_, "code", m, c, "OK");
     }

@@ -123,6 +123,8 @@ class GatewayMetrics {
   using Key = std::tuple<std::string, std::string, std::string>;
   using ChildCache = std::map<Key, prometheus::Counter*>;
   // `cache` names the member (guarded by mu_) that caches the family's children.
+  void AddModels(prometheus::Registry& r, const std::vector<std::string>& models);
+  void SeedSeries(const std::vector<std::string>& models, const std::vector<std::string>& classes);
   prometheus::Counter& Child(prometheus::Family<prometheus::Counter>& family,
                              ChildCache GatewayMetrics::*cache, const char* third_label,
                              const std::string& model, const std::string& request_class,

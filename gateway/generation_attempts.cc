@@ -168,7 +168,7 @@ std::optional<GenerationAttempts::NewAttempt> GenerationAttempts::Recover(const 
     env_->CountRetryBudgetExhausted();
     AddEvent(absl::StrCat(failure, "; retry budget exhausted"), /*log=*/false);
     *outcome = absl::Status(
-        code, absl::StrCat(end.status.message(), " (retry budget exhausted; not retried)"));
+        code, absl::StrCat(WorkerError(end.status), " (retry budget exhausted; not retried)"));
     return std::nullopt;
   }
   tandem::v1::WorkerGenerateRequest request = RecoveryRequest(failed, *target, code, failure);

@@ -13,9 +13,9 @@ namespace tandem::gateway {
 
 absl::Status ValidateHints(const tandem::v1::RoutingHints& hints) {
   if (!tandem::v1::Objective_IsValid(hints.objective())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("hints.objective: %d is not an Objective (0 auto, 1 accuracy, 2 latency)",
-                        static_cast<int>(hints.objective())));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "hints.objective: %d is not an Objective (0 unspecified, 1 accuracy, 2 latency)",
+        static_cast<int>(hints.objective())));
   }
   // A model name is a short token (as in ListModels); an unknown one is echoed in the router's
   // error, so this also bounds that echo.

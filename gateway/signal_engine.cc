@@ -482,8 +482,8 @@ void SignalEngine::Publish() {
   snapshot_.store(std::move(snap));
 }
 
-tandem::v1::SignalsStatus SignalEngine::Describe() const {
-  tandem::v1::SignalsStatus out;
+tandem::v1::GetSignalsResponse SignalEngine::Describe() const {
+  tandem::v1::GetSignalsResponse out;
   absl::MutexLock l(&mu_);
   const TimePoint now = clock_->Now();
   for (const auto& [name, s] : signals_) {

@@ -71,7 +71,7 @@ class SignalEngine {
   // signals and triggers that keep their name and definition carries over.
   void SetPolicy(std::shared_ptr<const router::Policy> policy) ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<const router::SignalSnapshot> Current() const { return snapshot_.load(); }
-  tandem::v1::SignalsStatus Describe() const ABSL_LOCKS_EXCLUDED(mu_);
+  tandem::v1::GetSignalsResponse Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // One round of each source, synchronously (the threads call these; so can tests).
   void ScrapeOnce(HttpClient& http) ABSL_LOCKS_EXCLUDED(mu_);

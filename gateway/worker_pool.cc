@@ -221,7 +221,7 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::string& health_f
   } else if (probe_response_.model_name() != model_) {
     reason = absl::StrCat("serves model '", probe_response_.model_name(), "', configured as '",
                           model_, "'");
-  } else if (probe_response_.state() != tandem::v1::WorkerInfo::READY) {
+  } else if (probe_response_.state() != tandem::v1::WorkerInfo::STATE_READY) {
     reason = absl::StrCat("state ", tandem::v1::WorkerInfo::State_Name(probe_response_.state()));
   } else {
     now_ready = true;

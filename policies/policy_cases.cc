@@ -77,14 +77,14 @@ tandem::v1::GenerateRequest BuildRequest(const YAML::Node& r) {
     const std::string o = r["objective"].Scalar();
     h->set_objective(o == "accuracy"  ? tandem::v1::OBJECTIVE_ACCURACY
                      : o == "latency" ? tandem::v1::OBJECTIVE_LATENCY
-                                      : tandem::v1::OBJECTIVE_AUTO);
+                                      : tandem::v1::OBJECTIVE_UNSPECIFIED);
   }
   if (r["model"]) h->set_model(r["model"].Scalar());
   if (r["reasoning"]) {
     const std::string m = r["reasoning"].Scalar();
-    h->mutable_reasoning()->set_mode(m == "on"    ? tandem::v1::REASONING_ON
-                                     : m == "off" ? tandem::v1::REASONING_OFF
-                                                  : tandem::v1::REASONING_DEFAULT);
+    h->mutable_reasoning()->set_mode(m == "on"    ? tandem::v1::REASONING_MODE_ON
+                                     : m == "off" ? tandem::v1::REASONING_MODE_OFF
+                                                  : tandem::v1::REASONING_MODE_UNSPECIFIED);
   }
   if (r["max_tokens"]) req.mutable_sampling()->set_max_tokens(r["max_tokens"].as<int32_t>(1));
   if (r["labels"] && r["labels"].IsMap()) {

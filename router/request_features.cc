@@ -58,10 +58,10 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
   }
   f.pinned_model = hints.model();
   switch (hints.reasoning().mode()) {
-    case tandem::v1::REASONING_ON:
+    case tandem::v1::REASONING_MODE_ON:
       f.reasoning = ReasoningMode::kOn;
       break;
-    case tandem::v1::REASONING_OFF:
+    case tandem::v1::REASONING_MODE_OFF:
       f.reasoning = ReasoningMode::kOff;
       break;
     default:

@@ -56,7 +56,7 @@ cmake -S "$SOURCE_LINK" -B "$OBJ" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 # Not shipped: the CPU reference tool, and three suites that check the kit's two stand-ins (the
 # reference BLAS for OpenBLAS, an empty ICU data table) change no result: the tokenizer against
 # its expected ids, both CPU models against the golden logits.
-SUBSTITUTION_TESTS=(tokenizer_test native_qwen_test native_nemotron_test)
+SUBSTITUTION_TESTS=(tokenizer_test cpu_qwen35_test cpu_nemotron_h_test)
 cmake --build "$OBJ" -j "$JOBS" --target "${BINARIES[@]}" tandem-kit-reference \
   "${SUBSTITUTION_TESTS[@]}"
 build_seconds=$((SECONDS - start))

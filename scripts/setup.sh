@@ -18,14 +18,14 @@ PACKAGES=(
   clang               # libFuzzer targets (scripts/fuzz.sh)
   python3             # builds the classifier's labelled data (router/classifier)
   python3-yaml        # deploy/ checks (compose, Kubernetes manifests)
-  python3-grpcio python3-protobuf   # examples/python, run by tests/clients_test
+  python3-grpcio python3-protobuf   # examples/python, run by tests/integration/clients_test.cc
   docker-compose      # deploy/compose: `docker-compose config` in ctest
   systemd             # deploy/systemd: `systemd-analyze verify` in ctest
 )
 # deploy/k8s: `kubectl kustomize` in ctest. Debian 12 ships kubectl as kubernetes-client; keep a
 # kubectl that is already installed (another package providing it would conflict).
 if ! command -v kubectl >/dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
-# examples/node (tests/clients_test): keep a node that is already installed.
+# examples/node (tests/integration/clients_test.cc): keep a node that is already installed.
 if ! command -v node >/dev/null 2>&1; then PACKAGES+=(nodejs npm); fi
 
 missing=()

@@ -18,7 +18,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "workers/native/random_checkpoint.h"
+#include "workers/model/random_checkpoint.h"
 
 ABSL_FLAG(std::string, arch, "qwen3_5_moe", "qwen3_5_moe or nemotron_h.");
 ABSL_FLAG(std::string, model_config, "",
@@ -45,7 +45,7 @@ ABSL_FLAG(uint64_t, shard_bytes, 0, "Shard the weights into files of about this 
 
 namespace {
 
-using tandem::workers::native::RandomModelOptions;
+using tandem::workers::model::RandomModelOptions;
 
 // A tokenizer.json's text and its vocabulary size (the vocabulary and the added tokens, specials,
 // share one id space).
@@ -111,7 +111,7 @@ std::optional<std::string> WriteForConfig(const std::string& path, const RandomM
     return std::nullopt;
   }
   if (absl::Status s =
-          tandem::workers::native::WriteRandomWeights(config, o.seed, o.dtype, o.shard_bytes, out);
+          tandem::workers::model::WriteRandomWeights(config, o.seed, o.dtype, o.shard_bytes, out);
       !s.ok()) {
     std::fprintf(stderr, "%s: %s\n", path.c_str(), std::string(s.message()).c_str());
     return std::nullopt;
@@ -121,7 +121,7 @@ std::optional<std::string> WriteForConfig(const std::string& path, const RandomM
 
 // A checkpoint of the sizes in `o`; as WriteForConfig.
 std::optional<std::string> WriteForSizes(const RandomModelOptions& o, const std::string& out) {
-  if (absl::Status s = tandem::workers::native::WriteRandomCheckpoint(o, out); !s.ok()) {
+  if (absl::Status s = tandem::workers::model::WriteRandomCheckpoint(o, out); !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return std::nullopt;
   }
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   SizesFromFlags(&o);
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
   if (dtype == "f32") {
-    o.dtype = tandem::workers::native::DType::kF32;
+    o.dtype = tandem::workers::model::DType::kF32;
   } else if (dtype != "bf16") {
     std::fprintf(stderr, "--dtype must be bf16 or f32\n");
     return 2;

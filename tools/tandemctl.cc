@@ -135,9 +135,9 @@ bool BuildRequest(const std::vector<std::string>& words, GenerateRequest* req, s
   }
   const std::string reasoning = absl::GetFlag(FLAGS_reasoning);
   if (reasoning == "on") {
-    h->mutable_reasoning()->set_mode(tandem::v1::REASONING_ON);
+    h->mutable_reasoning()->set_mode(tandem::v1::REASONING_MODE_ON);
   } else if (reasoning == "off") {
-    h->mutable_reasoning()->set_mode(tandem::v1::REASONING_OFF);
+    h->mutable_reasoning()->set_mode(tandem::v1::REASONING_MODE_OFF);
   } else if (reasoning != "default") {
     *err = "--reasoning must be default, on or off";
     return false;
@@ -236,10 +236,12 @@ int PolicyAdmin(const std::string& verb) {
   auto admin = tandem::v1::Admin::NewStub(GatewayChannel());
   grpc::ClientContext ctx;
   PrepareContext(&ctx);
-  tandem::v1::PolicyStatus status;
-  grpc::Status s = verb == "reload" ? admin->ReloadPolicy(&ctx, {}, &status)
-                                    : admin->GetPolicy(&ctx, {}, &status);
+  tandem::v1::ReloadPolicyResponse reloaded;
+  tandem::v1::GetPolicyResponse shown;
+  grpc::Status s = verb == "reload" ? admin->ReloadPolicy(&ctx, {}, &reloaded)
+                                    : admin->GetPolicy(&ctx, {}, &shown);
   if (!s.ok()) return RpcError(s);
+  const tandem::v1::PolicyStatus& status = verb == "reload" ? reloaded.live() : shown.live();
   std::cout << "version=" << status.version() << " sha256=" << status.sha256()
             << " path=" << status.path() << "\n";
   return 0;
@@ -295,10 +297,12 @@ int TenantsAdmin(const std::string& verb) {
   auto admin = tandem::v1::Admin::NewStub(GatewayChannel());
   grpc::ClientContext ctx;
   PrepareContext(&ctx);
-  tandem::v1::TenantsStatus status;
-  grpc::Status s = verb == "reload" ? admin->ReloadTenants(&ctx, {}, &status)
-                                    : admin->GetTenants(&ctx, {}, &status);
+  tandem::v1::ReloadTenantsResponse reloaded;
+  tandem::v1::GetTenantsResponse shown;
+  grpc::Status s = verb == "reload" ? admin->ReloadTenants(&ctx, {}, &reloaded)
+                                    : admin->GetTenants(&ctx, {}, &shown);
   if (!s.ok()) return RpcError(s);
+  const tandem::v1::TenantsStatus& status = verb == "reload" ? reloaded.live() : shown.live();
   if (absl::GetFlag(FLAGS_json)) {
     std::cout << ToJson(status) << "\n";
     return 0;
@@ -358,7 +362,7 @@ int Endpoints(tandem::v1::Admin::Stub& admin, grpc::ClientContext* ctx, bool jso
 }
 
 int Signals(tandem::v1::Admin::Stub& admin, grpc::ClientContext* ctx, bool json) {
-  tandem::v1::SignalsStatus resp;
+  tandem::v1::GetSignalsResponse resp;
   grpc::Status s = admin.GetSignals(ctx, {}, &resp);
   if (!s.ok()) return RpcError(s);
   if (json) {

@@ -8,7 +8,7 @@
 #include "absl/strings/strip.h"
 
 #ifdef TANDEM_HAVE_CUDA
-#include "workers/cuda_probe.h"
+#include "workers/cuda/cuda_probe.h"
 #endif
 
 namespace tandem::workers {

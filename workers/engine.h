@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "workers/tokenizer.h"
+#include "workers/tokenizer/tokenizer.h"
 
 namespace tandem::workers {
 

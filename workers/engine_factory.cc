@@ -5,11 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "spdlog/spdlog.h"
-#include "workers/native/architecture.h"
-#include "workers/native/kernels.h"
-#include "workers/native_engine.h"
-#include "workers/synthetic_engine.h"
-#include "workers/synthetic_profile.h"
+#include "workers/cpu/cpu_engine.h"
+#include "workers/cpu/cpu_kernels.h"
+#include "workers/model/architecture.h"
+#include "workers/simulator/synthetic_engine.h"
+#include "workers/simulator/synthetic_profile.h"
 #ifdef TANDEM_HAVE_CUDA_ENGINE
 #include "workers/cuda/cuda_engine.h"
 #endif
@@ -72,20 +72,20 @@ absl::StatusOr<LoadedEngine> MakeCudaEngine(const WorkerConfig& config,
 }
 
 absl::StatusOr<LoadedEngine> MakeCpuEngine(const WorkerConfig& config) {
-  NativeEngineOptions options;
+  CpuEngineOptions options;
   options.model_name = config.model;
   options.model_id = config.model_id;
   options.memory_budget_bytes = config.memory_budget;
   options.max_output_tokens = config.max_output_tokens;
   options.max_context_tokens = config.max_context_tokens;
-  native::SetKernelThreads(config.native_threads);
+  cpu::SetKernelThreads(config.native_threads);
   const auto start = std::chrono::steady_clock::now();
   bool random_weights = false;
-  auto engine = LoadNativeEngine(config.weights, options, &random_weights);
+  auto engine = LoadCpuEngine(config.weights, options, &random_weights);
   if (!engine.ok()) return engine.status();
-  const native::ModelShape& shape = (*engine)->model().shape();
+  const model::ModelShape& shape = (*engine)->model().shape();
   spdlog::info("loaded {} from {} in {:.2f}s (KV {} bytes/token, state {} bytes/sequence)",
-               std::string(native::ArchitectureName(shape.architecture)),
+               std::string(model::ArchitectureName(shape.architecture)),
                WeightsPath(config.weights), SecondsSince(start), shape.kv_bytes_per_token,
                shape.state_bytes);
   if (random_weights) WarnRandomWeights(config.weights, (*engine)->Info().model_id);

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "workers/tokenizer.h"
+#include "workers/tokenizer/tokenizer.h"
 
 namespace tandem::workers {
 

@@ -6,26 +6,26 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "workers/native/random_checkpoint.h"
+#include "workers/model/random_checkpoint.h"
 
 namespace tandem::workers {
 namespace {
 
 // The checkpoint of `source`; out->tokenizer_json too.
-absl::StatusOr<std::unique_ptr<native::Checkpoint>> OpenCheckpoint(const WeightsSource& source,
-                                                                   OpenedWeights* out) {
+absl::StatusOr<std::unique_ptr<model::Checkpoint>> OpenCheckpoint(const WeightsSource& source,
+                                                                  OpenedWeights* out) {
   if (!source.random_weights) {
     if (source.checkpoint.empty()) {
       return absl::InvalidArgumentError("no checkpoint directory given (--checkpoint=DIR)");
     }
     out->tokenizer_json =
         source.tokenizer.empty() ? source.checkpoint + "/tokenizer.json" : source.tokenizer;
-    return native::Checkpoint::Open(source.checkpoint);
+    return model::Checkpoint::Open(source.checkpoint);
   }
   if (source.model_config.empty()) {
     return absl::InvalidArgumentError(
         "random weights need a config.json (--model_config=PATH, e.g. "
-        "workers/models/qwen3_5_moe/config.json)");
+        "workers/model/configs/qwen3_5_moe/config.json)");
   }
   // Checked before any weights are built: a missing tokenizer fails in milliseconds.
   out->tokenizer_json =
@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<native::Checkpoint>> OpenCheckpoint(const Weights
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", source.model_config));
   std::stringstream text;
   text << in.rdbuf();
-  return native::RandomWeightsCheckpoint(
+  return model::RandomWeightsCheckpoint(
       text.str(), source.seed,
       absl::StrCat("random weights (seed ", source.seed, ") of ", source.model_config));
 }
@@ -54,7 +54,7 @@ absl::StatusOr<OpenedWeights> OpenWeights(const WeightsSource& source) {
   auto checkpoint = OpenCheckpoint(source, &out);
   if (!checkpoint.ok()) return checkpoint.status();
   out.checkpoint = std::move(*checkpoint);
-  auto config = native::ParseModelConfigText(out.checkpoint->config_json(), out.checkpoint->dir());
+  auto config = model::ParseModelConfigText(out.checkpoint->config_json(), out.checkpoint->dir());
   if (!config.ok()) return config.status();
   out.config = std::move(*config);
   return out;

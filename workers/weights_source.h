@@ -8,8 +8,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "workers/native/model_config.h"
-#include "workers/native/safetensors.h"
+#include "workers/model/model_config.h"
+#include "workers/model/safetensors.h"
 
 namespace tandem::workers {
 
@@ -17,7 +17,7 @@ struct WeightsSource {
   // A checkpoint directory: config.json, safetensors (single or sharded), tokenizer.json.
   std::string checkpoint;
   // Instead: the model `model_config` (a config.json) describes, built at its full size with
-  // every tensor generated from `seed` (native/random_checkpoint.h). Router weights are random
+  // every tensor generated from `seed` (model/random_checkpoint.h). Router weights are random
   // too, so expert load is about uniform: speed measured this way is that of uniform routing.
   bool random_weights = false;
   std::string model_config;
@@ -29,10 +29,10 @@ struct WeightsSource {
 struct OpenedWeights {
   // Tensors memory-mapped from files, or generated where they are read (the CPU reference
   // widens each to fp32; the CUDA upload fills device memory directly, never host memory).
-  std::unique_ptr<native::Checkpoint> checkpoint;
+  std::unique_ptr<model::Checkpoint> checkpoint;
   // Its config.json, parsed once for the engine: the model to build, the shape, and whether the
   // weights are random (a generated checkpoint always says so).
-  native::ModelConfig config;
+  model::ModelConfig config;
   std::string tokenizer_json;  // path
 };
 

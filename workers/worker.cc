@@ -63,7 +63,7 @@ absl::Status Worker::StartServers() {
 
 void Worker::Serve() {
   scheduler_->Start();
-  service_->SetState(tandem::v1::WorkerInfo::READY);
+  service_->SetState(tandem::v1::WorkerInfo::STATE_READY);
   metrics_->ready.Set(1);
   health_.SetAllServingStatus(true);
   const EngineInfo& info = engine_.engine->Info();
@@ -93,7 +93,7 @@ void Worker::RefreshDeviceLoop() {
 void Worker::Drain() {
   spdlog::info("draining (health NOT_SERVING, up to {})",
                absl::FormatDuration(config_.drain_timeout));
-  service_->SetState(tandem::v1::WorkerInfo::DRAINING);
+  service_->SetState(tandem::v1::WorkerInfo::STATE_DRAINING);
   health_.SetAllServingStatus(false);
   metrics_->ready.Set(0);
   scheduler_->Drain();

@@ -15,7 +15,7 @@ absl::Status ValidateWeights(const WorkerConfig& c) {
     if (w.model_config.empty()) {
       return Invalid(
           "--random_weights needs --model_config=PATH (a config.json, e.g. "
-          "workers/models/qwen3_5_moe/config.json)");
+          "workers/model/configs/qwen3_5_moe/config.json)");
     }
   } else if (!w.model_config.empty()) {
     return Invalid(

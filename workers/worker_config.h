@@ -11,7 +11,7 @@
 #include "common/metrics_server.h"
 #include "common/request_validation.h"
 #include "workers/scheduler.h"
-#include "workers/synthetic_engine.h"
+#include "workers/simulator/synthetic_engine.h"
 #include "workers/weights_source.h"
 
 namespace tandem::workers {

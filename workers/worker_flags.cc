@@ -24,7 +24,7 @@ ABSL_FLAG(bool, random_weights, false,
           "weights=\"random\" label.");
 ABSL_FLAG(std::string, model_config, "",
           "--random_weights: the config.json to build (e.g. "
-          "workers/models/qwen3_5_moe/config.json).");
+          "workers/model/configs/qwen3_5_moe/config.json).");
 ABSL_FLAG(uint64_t, random_weights_seed, 1,
           "--random_weights: the seed. tandem-make-checkpoint --model_config=... --seed=N writes "
           "the same weights to disk.");

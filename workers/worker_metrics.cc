@@ -1,11 +1,10 @@
 #include "workers/worker_metrics.h"
 
+#include "common/metric_families.h"
+
 namespace tandem::workers {
 namespace {
 
-using prometheus::BuildCounter;
-using prometheus::BuildGauge;
-using prometheus::BuildHistogram;
 using prometheus::Histogram;
 
 // OpenTelemetry GenAI semantic-convention buckets (seconds).
@@ -35,127 +34,75 @@ const Histogram::BucketBoundaries& BatchBuckets() {
 }  // namespace
 
 WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const Labels& l)
-    : running(BuildGauge()
-                  .Name("tandem_worker_num_requests_running")
-                  .Help("Requests in the running batch.")
-                  .Register(r)
+    : running(GaugeFamily(r, "tandem_worker_num_requests_running", "Requests in the running batch.")
                   .Add({{"model_name", l.model_name}})),
-      waiting(BuildGauge()
-                  .Name("tandem_worker_num_requests_waiting")
-                  .Help("Requests admitted and waiting for a batch slot.")
-                  .Register(r)
+      waiting(GaugeFamily(r, "tandem_worker_num_requests_waiting",
+                          "Requests admitted and waiting for a batch slot.")
                   .Add({{"model_name", l.model_name}})),
-      ready(BuildGauge()
-                .Name("tandem_worker_ready")
-                .Help("1 when the model is loaded and the worker accepts requests, else 0.")
-                .Register(r)
+      ready(GaugeFamily(r, "tandem_worker_ready",
+                        "1 when the model is loaded and the worker accepts requests, else 0.")
                 .Add({{"model_name", l.model_name}})),
-      prompt_tokens(BuildCounter()
-                        .Name("tandem_worker_prompt_tokens_total")
-                        .Help("Prompt tokens prefilled.")
-                        .Register(r)
-                        .Add({{"model_name", l.model_name}})),
-      generation_tokens(BuildCounter()
-                            .Name("tandem_worker_generation_tokens_total")
-                            .Help("Tokens generated.")
-                            .Register(r)
-                            .Add({{"model_name", l.model_name}})),
-      time_to_first_token(BuildHistogram()
-                              .Name("tandem_worker_time_to_first_token_seconds")
-                              .Help("Time from arrival at the worker to the first generated token.")
-                              .Register(r)
-                              .Add({{"model_name", l.model_name}}, TtftBuckets())),
+      prompt_tokens(
+          CounterFamily(r, "tandem_worker_prompt_tokens_total", "Prompt tokens prefilled.")
+              .Add({{"model_name", l.model_name}})),
+      generation_tokens(
+          CounterFamily(r, "tandem_worker_generation_tokens_total", "Tokens generated.")
+              .Add({{"model_name", l.model_name}})),
+      time_to_first_token(
+          HistogramFamily(r, "tandem_worker_time_to_first_token_seconds",
+                          "Time from arrival at the worker to the first generated token.")
+              .Add({{"model_name", l.model_name}}, TtftBuckets())),
       time_per_output_token(
-          BuildHistogram()
-              .Name("tandem_worker_time_per_output_token_seconds")
-              .Help("Mean gap between generated tokens after the first, per request.")
-              .Register(r)
+          HistogramFamily(r, "tandem_worker_time_per_output_token_seconds",
+                          "Mean gap between generated tokens after the first, per request.")
               .Add({{"model_name", l.model_name}}, TpotBuckets())),
-      queue_time(BuildHistogram()
-                     .Name("tandem_worker_request_queue_time_seconds")
-                     .Help("Time from arrival to joining the running batch.")
-                     .Register(r)
+      queue_time(HistogramFamily(r, "tandem_worker_request_queue_time_seconds",
+                                 "Time from arrival to joining the running batch.")
                      .Add({{"model_name", l.model_name}}, LatencyBuckets())),
-      e2e_latency(BuildHistogram()
-                      .Name("tandem_worker_e2e_request_latency_seconds")
-                      .Help("Time from arrival to the last token.")
-                      .Register(r)
+      e2e_latency(HistogramFamily(r, "tandem_worker_e2e_request_latency_seconds",
+                                  "Time from arrival to the last token.")
                       .Add({{"model_name", l.model_name}}, LatencyBuckets())),
-      step_duration(BuildHistogram()
-                        .Name("tandem_worker_step_duration_seconds")
-                        .Help("Duration of one engine step (prefill and decode).")
-                        .Register(r)
+      step_duration(HistogramFamily(r, "tandem_worker_step_duration_seconds",
+                                    "Duration of one engine step (prefill and decode).")
                         .Add({{"model_name", l.model_name}}, TpotBuckets())),
-      batch_size(BuildHistogram()
-                     .Name("tandem_worker_batch_size")
-                     .Help("Sequences in the batch, observed once per engine step.")
-                     .Register(r)
+      batch_size(HistogramFamily(r, "tandem_worker_batch_size",
+                                 "Sequences in the batch, observed once per engine step.")
                      .Add({{"model_name", l.model_name}}, BatchBuckets())),
-      finished_stop(BuildCounter()
-                        .Name("tandem_worker_requests_total")
-                        .Help("Requests finished, by finish_reason.")
-                        .Register(r)
-                        .Add({{"model_name", l.model_name}, {"finish_reason", "stop"}})),
-      finished_length(BuildCounter()
-                          .Name("tandem_worker_requests_total")
-                          .Register(r)
+      finished_stop(
+          CounterFamily(r, "tandem_worker_requests_total", "Requests finished, by finish_reason.")
+              .Add({{"model_name", l.model_name}, {"finish_reason", "stop"}})),
+      finished_length(CounterFamily(r, "tandem_worker_requests_total")
                           .Add({{"model_name", l.model_name}, {"finish_reason", "length"}})),
-      finished_cancelled(BuildCounter()
-                             .Name("tandem_worker_requests_total")
-                             .Register(r)
+      finished_cancelled(CounterFamily(r, "tandem_worker_requests_total")
                              .Add({{"model_name", l.model_name}, {"finish_reason", "cancelled"}})),
       finished_deadline(
-          BuildCounter()
-              .Name("tandem_worker_requests_total")
-              .Register(r)
+          CounterFamily(r, "tandem_worker_requests_total")
               .Add({{"model_name", l.model_name}, {"finish_reason", "deadline_exceeded"}})),
-      finished_error(BuildCounter()
-                         .Name("tandem_worker_requests_total")
-                         .Register(r)
+      finished_error(CounterFamily(r, "tandem_worker_requests_total")
                          .Add({{"model_name", l.model_name}, {"finish_reason", "error"}})),
-      rejected_queue_full(BuildCounter()
-                              .Name("tandem_worker_rejected_requests_total")
-                              .Help("Requests refused before admission, by reason.")
-                              .Register(r)
+      rejected_queue_full(CounterFamily(r, "tandem_worker_rejected_requests_total",
+                                        "Requests refused before admission, by reason.")
                               .Add({{"model_name", l.model_name}, {"reason", "queue_full"}})),
-      rejected_invalid(BuildCounter()
-                           .Name("tandem_worker_rejected_requests_total")
-                           .Register(r)
+      rejected_invalid(CounterFamily(r, "tandem_worker_rejected_requests_total")
                            .Add({{"model_name", l.model_name}, {"reason", "invalid_argument"}})),
-      rejected_draining(BuildCounter()
-                            .Name("tandem_worker_rejected_requests_total")
-                            .Register(r)
+      rejected_draining(CounterFamily(r, "tandem_worker_rejected_requests_total")
                             .Add({{"model_name", l.model_name}, {"reason", "draining"}})),
-      rejected_loading(BuildCounter()
-                           .Name("tandem_worker_rejected_requests_total")
-                           .Register(r)
+      rejected_loading(CounterFamily(r, "tandem_worker_rejected_requests_total")
                            .Add({{"model_name", l.model_name}, {"reason", "loading"}})),
-      sequence_memory_reserved(
-          BuildGauge()
-              .Name("tandem_worker_sequence_memory_reserved_bytes")
-              .Help("KV cache and recurrent state bytes reserved by admitted sequences (prompt "
-                    "plus max_tokens each).")
-              .Register(r)
-              .Add({{"model_name", l.model_name}})),
-      sequence_memory_budget(BuildGauge()
-                                 .Name("tandem_worker_sequence_memory_budget_bytes")
-                                 .Help("Budget for sequence memory (--memory_budget); 0: none.")
-                                 .Register(r)
+      sequence_memory_reserved(GaugeFamily(r, "tandem_worker_sequence_memory_reserved_bytes",
+                                           "KV cache and recurrent state bytes reserved by "
+                                           "admitted sequences (prompt plus max_tokens each).")
+                                   .Add({{"model_name", l.model_name}})),
+      sequence_memory_budget(GaugeFamily(r, "tandem_worker_sequence_memory_budget_bytes",
+                                         "Budget for sequence memory (--memory_budget); 0: none.")
                                  .Add({{"model_name", l.model_name}})),
-      device_memory_total(BuildGauge()
-                              .Name("tandem_worker_device_memory_total_bytes")
-                              .Help("Memory of the device this worker owns.")
-                              .Register(r)
+      device_memory_total(GaugeFamily(r, "tandem_worker_device_memory_total_bytes",
+                                      "Memory of the device this worker owns.")
                               .Add({{"model_name", l.model_name}, {"device", l.device}})),
-      device_memory_used(BuildGauge()
-                             .Name("tandem_worker_device_memory_used_bytes")
-                             .Help("Device memory in use (host memory in use for --device=cpu).")
-                             .Register(r)
+      device_memory_used(GaugeFamily(r, "tandem_worker_device_memory_used_bytes",
+                                     "Device memory in use (host memory in use for --device=cpu).")
                              .Add({{"model_name", l.model_name}, {"device", l.device}})),
-      info(BuildGauge()
-               .Name("tandem_worker_info")
-               .Help("Constant 1; labels describe the worker.")
-               .Register(r)
+      info(GaugeFamily(r, "tandem_worker_info", "Constant 1; labels describe the worker.")
                .Add({{"model_name", l.model_name},
                      {"model_id", l.model_id},
                      {"engine", l.engine},

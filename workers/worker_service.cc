@@ -42,14 +42,14 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
         start_(std::chrono::steady_clock::now()),
         deadline_(WorkerDeadline(*context, std::chrono::system_clock::now())) {
     const EngineInfo& info = engine->Info();
-    if (state != tandem::v1::WorkerInfo::READY) {
-      (state == tandem::v1::WorkerInfo::DRAINING ? metrics->rejected_draining
-                                                 : metrics->rejected_loading)
+    if (state != tandem::v1::WorkerInfo::STATE_READY) {
+      (state == tandem::v1::WorkerInfo::STATE_DRAINING ? metrics->rejected_draining
+                                                       : metrics->rejected_loading)
           .Increment();
-      Reject(absl::UnavailableError(
-          absl::StrCat("worker is ",
-                       state == tandem::v1::WorkerInfo::DRAINING ? "draining" : "loading its model",
-                       " and accepts no new requests")));
+      Reject(absl::UnavailableError(absl::StrCat(
+          "worker is ",
+          state == tandem::v1::WorkerInfo::STATE_DRAINING ? "draining" : "loading its model",
+          " and accepts no new requests")));
       return;
     }
     absl::Status status =
@@ -81,7 +81,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     g.sampling.seed = s.has_seed() ? s.seed() : std::random_device{}();
     g.max_tokens = s.has_max_tokens() ? s.max_tokens() : info.max_output_tokens;
     g.stop.assign(s.stop().begin(), s.stop().end());
-    if (request->reasoning().mode() != tandem::v1::REASONING_OFF) {
+    if (request->reasoning().mode() != tandem::v1::REASONING_MODE_OFF) {
       g.thinking_budget = std::max(0, request->reasoning().thinking_budget_tokens());
     }
     g.arrival = start_;

@@ -46,7 +46,7 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
   WorkerMetrics* const metrics_;
   const RequestLimits limits_;
   LogRateLimiter rejected_log_;
-  std::atomic<tandem::v1::WorkerInfo::State> state_{tandem::v1::WorkerInfo::LOADING};
+  std::atomic<tandem::v1::WorkerInfo::State> state_{tandem::v1::WorkerInfo::STATE_LOADING};
   std::atomic<int> metrics_port_{0};
   std::atomic<bool> metrics_tls_{false};
   absl::Mutex device_mu_;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """ctest prometheus_metric_names_check: every tandem_* metric named in a YAML or JSON file under
 deploy/ (rules, rule tests, dashboards, compose and Kubernetes objects) is one the binaries export
-(a .Name("...") in gateway/gateway_metrics.cc or workers/worker_metrics.cc, histograms with their
-_bucket, _sum and _count series) or a recording rule of deploy/prometheus/rules.
+(a CounterFamily/GaugeFamily/HistogramFamily(r, "NAME", ...) in gateway/gateway_metrics.cc or
+workers/worker_metrics.cc, histograms with their _bucket, _sum and _count series) or a recording rule of deploy/prometheus/rules.
 """
 import glob
 import os
@@ -21,7 +21,7 @@ def exported():
     names = set()
     for src in SOURCES:
         text = open(os.path.join(ROOT, src)).read()
-        for m in re.finditer(r'Build(Counter|Gauge|Histogram)\(\)\s*\.Name\("(\w+)"\)', text):
+        for m in re.finditer(r'(Counter|Gauge|Histogram)Family\(\s*r,\s*"(\w+)"', text):
             kind, name = m.groups()
             names.add(name)
             if kind == "Histogram":

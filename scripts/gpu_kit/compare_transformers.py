@@ -67,8 +67,8 @@ DISK_BYTES_NEEDED = 12 << 30
 
 MODELS = [
     # (architecture, transformers class, released config, checkpoint GB)
-    ("qwen3_5_moe", "Qwen3_5MoeForCausalLM", "workers/models/qwen3_5_moe/config.json", 5.3),
-    ("nemotron_h", "NemotronHForCausalLM", "workers/models/nemotron_h/config.json", 4.1),
+    ("qwen3_5_moe", "Qwen3_5MoeForCausalLM", "workers/model/configs/qwen3_5_moe/config.json", 5.3),
+    ("nemotron_h", "NemotronHForCausalLM", "workers/model/configs/nemotron_h/config.json", 4.1),
 ]
 
 

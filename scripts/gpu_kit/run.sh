@@ -389,15 +389,15 @@ bench_numbers() {
 }
 
 # The full-size models on random weights when cuda_benchmark has --model_config (configs of the
-# released models in workers/models/); otherwise the benchmark on each golden checkpoint, a
+# released models in workers/model/configs/); otherwise the benchmark on each golden checkpoint, a
 # smoke run whose tiny models say nothing about the real ones' speed.
 step_benchmark() {
   local rc=0 configs=() cfg name each help
   help=$("$KIT/bin/cuda_benchmark" --helpfull 2>&1 || true)
   if grep -q -- '--model_config' <<<"$help"; then
-    while read -r cfg; do configs+=("$cfg"); done < <(ls "$ROOT"/workers/models/*/config.json 2>/dev/null)
+    while read -r cfg; do configs+=("$cfg"); done < <(ls "$ROOT"/workers/model/configs/*/config.json 2>/dev/null)
     if ((${#configs[@]} == 0)); then
-      NOTE="cuda_benchmark has --model_config but workers/models/*/config.json is missing"
+      NOTE="cuda_benchmark has --model_config but workers/model/configs/*/config.json is missing"
       return 1
     fi
     each=$((STEP_LIMIT / ${#configs[@]}))
@@ -408,7 +408,7 @@ step_benchmark() {
         --json="$OUT/bench-$name.json" >"$OUT/logs/bench-$name.log" 2>&1 || rc=$?
       NUMBERS="${NUMBERS:+$NUMBERS; }$name: $(bench_numbers "$OUT/logs/bench-$name.log")"
     done
-    NOTE="full-size models, random weights (workers/models)"
+    NOTE="full-size models, random weights (workers/model/configs)"
   else
     for name in qwen3_5_moe nemotron_h; do
       timeout -k 5 "$((STEP_LIMIT / 2))" "$KIT/bin/cuda_benchmark" \
@@ -447,7 +447,7 @@ day_one_model() {
   local bench=("$KIT/bin/tandem-bench" --target=worker --api=stream --max_tokens="$DAY1_TOKENS"
     --timeout=120s --ready_timeout=300s)
   "$KIT/bin/tandem-worker" --model="$model" --engine=native --random_weights --device=0 \
-    --model_config="$ROOT/workers/models/$arch/config.json" --tokenizer="$tokenizer" \
+    --model_config="$ROOT/workers/model/configs/$arch/config.json" --tokenizer="$tokenizer" \
     --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --plaintext --max_batch_size=16 \
     >"$log.stdout" 2>"$log" &
   WORKER_PID=$!
@@ -548,7 +548,7 @@ log "$CUBLAS_NOTE; driver libraries from ${DRIVER_DIR:-the default search path}"
 TANDEM_KIT_LIBRARY_PATH="${CUBLAS_DIR}${DRIVER_DIR:+:$DRIVER_DIR}"
 TANDEM_KIT_LIBRARY_PATH=${TANDEM_KIT_LIBRARY_PATH#:}
 
-# As tests/cuda_model_test.cc (kClearMargin): a top-2 gap of 0.5 cannot be closed by the GPU's
+# As tests/gpu/cuda_model_test.cc (kClearMargin): a top-2 gap of 0.5 cannot be closed by the GPU's
 # BF16 rounding, so every answer must agree with the CPU's up to its first token below that.
 E2E_DEVICE=0 E2E_MARGIN=0.5 E2E_MIN_AGREE=1
 if [[ $MODE == day_one ]]; then

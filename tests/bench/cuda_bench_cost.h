@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
-#include "workers/native/safetensors.h"
+#include "workers/model/safetensors.h"
 
 namespace tandem::workers::cuda::bench {
 
@@ -107,7 +107,7 @@ inline Bound PrefillBound(const ModelCost& c, int64_t tokens, double peak_gbps,
 // from config.json; what only the loaded model knows is given: the weights' device bytes (BF16,
 // routers and a few state-space vectors fp32), device KV bytes per token (all attention layers)
 // and recurrent-state bytes per sequence.
-inline ModelCost CostOf(const native::Checkpoint& ckpt, double weight_bytes,
+inline ModelCost CostOf(const model::Checkpoint& ckpt, double weight_bytes,
                         double kv_bytes_per_token, double state_bytes) {
   ModelCost c;
   c.weight_bytes = weight_bytes;

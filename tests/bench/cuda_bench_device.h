@@ -13,10 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/status_macros.h"
+#include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/cuda_status.h"
 #include "workers/cuda/gemm.h"
-#include "workers/cuda/kernels.h"
 
 namespace tandem::workers::cuda::bench {
 

@@ -4,10 +4,11 @@
 // longer); for each prompt length: prefill tokens/s and time to first token, beside theirs.
 // Needs a GPU; without one it prints "no CUDA device" and exits 0 (1 in the logits mode).
 //
-// The model: --model_config builds the full model of a config.json (workers/models/*/config.json)
-// with random weights generated on the device (router weights random: expert load is about
-// uniform, which the bound assumes too); --checkpoint loads one (e.g. the real layer shapes with
-// fewer layers from tandem-make-checkpoint; --layers_full extrapolates per layer).
+// The model: --model_config builds the full model of a config.json
+// (workers/model/configs/*/config.json) with random weights generated on the device (router weights
+// random: expert load is about uniform, which the bound assumes too); --checkpoint loads one (e.g.
+// the real layer shapes with fewer layers from tandem-make-checkpoint; --layers_full extrapolates
+// per layer).
 //
 // Decode context is filled synthetically: the KV and state pools are zeroed and every sequence
 // feeds its token at position `context`, so a step reads exactly the KV and state bytes a real
@@ -16,7 +17,7 @@
 // minutes at 64 x 16K tokens. Configurations that do not fit the device's
 // memory, or the run's time budget (--budget_s), are skipped with a line saying why.
 //
-//   cuda_benchmark --model_config=workers/models/qwen3_5_moe/config.json [--json=FILE]
+//   cuda_benchmark --model_config=workers/model/configs/qwen3_5_moe/config.json [--json=FILE]
 //   cuda_benchmark --checkpoint=DIR --layers_full=40 --batches=1,64 --prefill_tokens=8192
 //   cuda_benchmark --checkpoint=DIR --logits_prompts=IN.jsonl --logits_out=PREFIX  (logits mode:
 //       cuda_bench_logits.h; for scripts/gpu_kit/compare_transformers.py)
@@ -48,14 +49,14 @@
 #include "tests/bench/cuda_bench_logits.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/model_common.h"
-#include "workers/native/random_checkpoint.h"
-#include "workers/native/safetensors.h"
+#include "workers/model/random_checkpoint.h"
+#include "workers/model/safetensors.h"
 
 ABSL_FLAG(std::string, checkpoint, "",
           "Checkpoint directory (e.g. real layer shapes, few layers).");
 ABSL_FLAG(std::string, model_config, "",
           "Instead of --checkpoint: a config.json whose model is built at full size with random "
-          "weights generated on the device (workers/models/*/config.json).");
+          "weights generated on the device (workers/model/configs/*/config.json).");
 ABSL_FLAG(uint64_t, seed, 1, "--model_config: the random weights' seed.");
 ABSL_FLAG(int32_t, layers_full, 0, "Layers of the full model for the extrapolation (0: none).");
 ABSL_FLAG(double, peak_gbps, 0,
@@ -128,7 +129,7 @@ absl::StatusOr<std::vector<int64_t>> ParseList(const char* flag, const std::stri
 }
 
 struct Loaded {
-  std::unique_ptr<native::Checkpoint> ckpt;
+  std::unique_ptr<model::Checkpoint> ckpt;
   std::unique_ptr<CudaModel> model;
   std::string label;    // what was loaded
   bool random = false;  // random weights (--model_config, or a tandem-make-checkpoint one)
@@ -149,11 +150,11 @@ absl::StatusOr<Loaded> Load() {
     text << in.rdbuf();
     if (!in) return absl::NotFoundError("cannot read " + config);
     l.label = absl::StrCat("random weights (seed ", absl::GetFlag(FLAGS_seed), ") of ", config);
-    ASSIGN_OR_RETURN(l.ckpt, native::RandomWeightsCheckpoint(text.str(), absl::GetFlag(FLAGS_seed),
-                                                             "random weights of " + config));
+    ASSIGN_OR_RETURN(l.ckpt, model::RandomWeightsCheckpoint(text.str(), absl::GetFlag(FLAGS_seed),
+                                                            "random weights of " + config));
   } else {
     l.label = dir;
-    ASSIGN_OR_RETURN(l.ckpt, native::Checkpoint::Open(dir));
+    ASSIGN_OR_RETURN(l.ckpt, model::Checkpoint::Open(dir));
   }
   const Json cfg = Json::parse(l.ckpt->config_json(), nullptr, /*allow_exceptions=*/false);
   l.random = cfg.is_object() && cfg.value("tandem_random_weights", false);
@@ -330,7 +331,7 @@ std::string Target(int64_t batch, double percent) {
 
 void PrintHeader(const Loaded& l, const Env& env, const cudaDeviceProp& prop) {
   const ModelCost& c = env.cost;
-  const native::ModelShape& s = l.model->shape();
+  const model::ModelShape& s = l.model->shape();
   if (l.random) {
     std::printf("RANDOM WEIGHTS (%s): router weights random: expert load is about uniform\n",
                 l.label.c_str());
@@ -343,7 +344,7 @@ void PrintHeader(const Loaded& l, const Env& env, const cudaDeviceProp& prop) {
       "model %s, %d layers, loaded in %.1f s: weights %.2f GB on the device (routed experts %.2f "
       "GB, %g of %g per token; embedding table %.2f GB); KV %.0f B per token (fp32, %g attention "
       "layers); recurrent state %.1f MB per sequence (fp32)\n",
-      std::string(native::ArchitectureName(s.architecture)).c_str(), s.num_layers, l.load_s,
+      std::string(model::ArchitectureName(s.architecture)).c_str(), s.num_layers, l.load_s,
       c.weight_bytes / 1e9, c.routed_bytes / 1e9, c.experts_per_token, c.experts,
       c.embed_bytes / 1e9, c.kv_bytes_per_token, c.attention_layers, c.state_bytes / 1e6);
   std::printf(
@@ -444,22 +445,21 @@ Json ResultsJson(const Loaded& l, const Env& env, const cudaDeviceProp& prop,
                  const std::vector<DecodeResult>& decode,
                  const std::vector<PrefillResult>& prefill) {
   const ModelCost& c = env.cost;
-  Json out = {
-      {"device", prop.name},
-      {"model", l.label},
-      {"architecture", std::string(native::ArchitectureName(l.model->shape().architecture))},
-      {"layers", l.model->shape().num_layers},
-      {"random_weights", l.random},
-      {"peak_gbps", env.peaks.gbps},
-      {"peak_gbps_source", env.peaks.gbps_source},
-      {"peak_tflops", env.peaks.tflops},
-      {"load_seconds", l.load_s},
-      {"weight_bytes", c.weight_bytes},
-      {"routed_expert_bytes", c.routed_bytes},
-      {"kv_bytes_per_token", c.kv_bytes_per_token},
-      {"state_bytes_per_sequence", c.state_bytes},
-      {"decode_fill", "synthetic: zeroed KV and state pools, position = context"},
-      {"targets", "decode batch 1 >= 30% of the bound, batch 64 >= 55% (not asserted)"}};
+  Json out = {{"device", prop.name},
+              {"model", l.label},
+              {"architecture", std::string(model::ArchitectureName(l.model->shape().architecture))},
+              {"layers", l.model->shape().num_layers},
+              {"random_weights", l.random},
+              {"peak_gbps", env.peaks.gbps},
+              {"peak_gbps_source", env.peaks.gbps_source},
+              {"peak_tflops", env.peaks.tflops},
+              {"load_seconds", l.load_s},
+              {"weight_bytes", c.weight_bytes},
+              {"routed_expert_bytes", c.routed_bytes},
+              {"kv_bytes_per_token", c.kv_bytes_per_token},
+              {"state_bytes_per_sequence", c.state_bytes},
+              {"decode_fill", "synthetic: zeroed KV and state pools, position = context"},
+              {"targets", "decode batch 1 >= 30% of the bound, batch 64 >= 55% (not asserted)"}};
   if (l.random) out["note"] = "router weights random: expert load is about uniform";
   Json rows = Json::array();
   for (const DecodeResult& r : decode) {

@@ -9,18 +9,18 @@
 #include <memory>
 #include <string>
 
-#include "workers/native/native_model.h"
-#include "workers/native/random_checkpoint.h"
-#include "workers/native/safetensors.h"
+#include "workers/cpu/cpu_model.h"
+#include "workers/model/random_checkpoint.h"
+#include "workers/model/safetensors.h"
 
-namespace tandem::workers::native {
+namespace tandem::workers::cpu {
 namespace {
 
-const NativeModel& Model(const std::string& arch) {
-  static std::map<std::string, std::unique_ptr<NativeModel>> models;
+const CpuModel& Model(const std::string& arch) {
+  static std::map<std::string, std::unique_ptr<CpuModel>> models;
   auto& m = models[arch];
   if (m) return *m;
-  RandomModelOptions o;
+  model::RandomModelOptions o;
   o.architecture = arch;
   o.vocab_size = 32768;
   o.hidden_size = 512;
@@ -40,10 +40,10 @@ const NativeModel& Model(const std::string& arch) {
   o.mamba_groups = 4;
   o.ssm_state_size = 64;
   const std::string dir = "/tmp/tandem-bench-" + arch + "-" + std::to_string(getpid());
-  if (!WriteRandomCheckpoint(o, dir).ok()) std::abort();
-  auto c = Checkpoint::Open(dir);
+  if (!model::WriteRandomCheckpoint(o, dir).ok()) std::abort();
+  auto c = model::Checkpoint::Open(dir);
   if (!c.ok()) std::abort();
-  auto loaded = LoadNativeModel(**c);
+  auto loaded = LoadCpuModel(**c);
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
     std::abort();
@@ -60,7 +60,7 @@ std::vector<int32_t> Tokens(int64_t n) {
 }
 
 void BM_Prefill(benchmark::State& state, const std::string& arch) {
-  const NativeModel& m = Model(arch);
+  const CpuModel& m = Model(arch);
   const auto tokens = Tokens(state.range(0));
   std::vector<float> logits;
   for (auto _ : state) {
@@ -72,7 +72,7 @@ void BM_Prefill(benchmark::State& state, const std::string& arch) {
 }
 
 void BM_Decode(benchmark::State& state, const std::string& arch) {
-  const NativeModel& m = Model(arch);
+  const CpuModel& m = Model(arch);
   auto s = m.NewState();
   std::vector<float> logits;
   if (!m.Forward(s.get(), Tokens(state.range(0)), false, &logits).ok()) std::abort();
@@ -108,6 +108,6 @@ BENCHMARK_CAPTURE(BM_Decode, nemotron_h, std::string("nemotron_h"))
     ->UseRealTime();
 
 }  // namespace
-}  // namespace tandem::workers::native
+}  // namespace tandem::workers::cpu
 
 BENCHMARK_MAIN();

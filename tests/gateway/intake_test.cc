@@ -27,8 +27,9 @@ class IntakeTest : public ::testing::Test {
  protected:
   IntakeTest() : pools_(WorkerPoolsOptions{}, [] {}), router_(Router()) {
     for (const std::string model : {"qwen", "nemotron"}) {
-      pools_.AddEndpoint(model, std::make_unique<FakeWorkerClient>(model + ":1", grpc::Status::OK,
-                                                                   Info(model, WorkerInfo::READY)));
+      pools_.AddEndpoint(model,
+                         std::make_unique<FakeWorkerClient>(model + ":1", grpc::Status::OK,
+                                                            Info(model, WorkerInfo::STATE_READY)));
       for (const auto& e : *pools_.Find(model)->endpoints()) e->Probe(absl::Seconds(1), [] {});
     }
   }
@@ -130,8 +131,9 @@ TEST_F(IntakeTest, ATenantIsBoundToItsModelsAndNamedByAuthenticationNotLabels) {
 TEST_F(IntakeTest, PickTargetSkipsExcludedWorkersAndSaysWhenNoneIsLeft) {
   // A second qwen worker: the first excluded, the second is picked; both excluded, the built-in
   // rules have no fallback model, so nothing is left.
-  pools_.AddEndpoint("qwen", std::make_unique<FakeWorkerClient>("qwen:2", grpc::Status::OK,
-                                                                Info("qwen", WorkerInfo::READY)));
+  pools_.AddEndpoint("qwen",
+                     std::make_unique<FakeWorkerClient>("qwen:2", grpc::Status::OK,
+                                                        Info("qwen", WorkerInfo::STATE_READY)));
   for (const auto& e : *pools_.Find("qwen")->endpoints()) e->Probe(absl::Seconds(1), [] {});
   tandem::v1::GenerateRequest request = Prompt("hi");
   request.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_ACCURACY);

@@ -73,6 +73,8 @@ absl::Status PromtoolCheckMetrics(const std::string& exposition);
 // `targets` (HOST:PORT of /metrics) every `scrape_interval`. grpc_address holds its HTTP
 // address (HOST:PORT) once it logs that it listens. `job_yaml` is added to the scrape job's
 // settings (one YAML line per setting, e.g. "scheme: https").
+// Prometheus was found at configure time (tests that run it skip, saying so, without it).
+bool HavePrometheus();
 absl::StatusOr<Server> StartPrometheus(const std::vector<std::string>& targets,
                                        const std::string& scrape_interval = "200ms",
                                        const std::vector<std::string>& job_yaml = {});

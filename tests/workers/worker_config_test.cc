@@ -39,7 +39,7 @@ TEST(WorkerConfigTest, WeightsComeFromExactlyOnePlace) {
   EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("--checkpoint=DIR"));
   c.weights.random_weights = true;
   EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("--model_config=PATH"));
-  c.weights.model_config = "workers/models/qwen3_5_moe/config.json";
+  c.weights.model_config = "workers/model/configs/qwen3_5_moe/config.json";
   EXPECT_TRUE(c.Validate().ok());
   c.weights.checkpoint = "/models/qwen";
   EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("drop --checkpoint"));

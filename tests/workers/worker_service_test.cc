@@ -10,8 +10,8 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "workers/scheduler.h"
-#include "workers/synthetic_engine.h"
-#include "workers/synthetic_profile.h"
+#include "workers/simulator/synthetic_engine.h"
+#include "workers/simulator/synthetic_profile.h"
 
 namespace tandem::workers {
 namespace {
@@ -84,16 +84,16 @@ TEST_F(WorkerServiceTest, GetInfoReportsTheModelAndItsState) {
   WorkerInfo info;
   ASSERT_TRUE(stub_->GetInfo(&context, tandem::v1::WorkerInfoRequest(), &info).ok());
   EXPECT_EQ(info.model_name(), "qwen");
-  EXPECT_EQ(info.state(), WorkerInfo::LOADING);
+  EXPECT_EQ(info.state(), WorkerInfo::STATE_LOADING);
   EXPECT_GT(info.max_output_tokens(), 0);
-  service_.SetState(WorkerInfo::READY);
+  service_.SetState(WorkerInfo::STATE_READY);
   grpc::ClientContext again;
   ASSERT_TRUE(stub_->GetInfo(&again, tandem::v1::WorkerInfoRequest(), &info).ok());
-  EXPECT_EQ(info.state(), WorkerInfo::READY);
+  EXPECT_EQ(info.state(), WorkerInfo::STATE_READY);
 }
 
 TEST_F(WorkerServiceTest, ARequestStreamsItsAnswerAndEndsWithAFinishReason) {
-  service_.SetState(WorkerInfo::READY);
+  service_.SetState(WorkerInfo::STATE_READY);
   std::string text;
   tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
   ASSERT_TRUE(Generate(Request("hello", 4), &text, &finish).ok());
@@ -107,14 +107,14 @@ TEST_F(WorkerServiceTest, AWorkerNotReadyRefusesWithUnavailableAndSaysWhy) {
   grpc::Status s = Generate(Request("hello", 4), &text, &finish);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(s.error_message(), HasSubstr("loading its model"));
-  service_.SetState(WorkerInfo::DRAINING);
+  service_.SetState(WorkerInfo::STATE_DRAINING);
   s = Generate(Request("hello", 4), &text, &finish);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(s.error_message(), HasSubstr("draining"));
 }
 
 TEST_F(WorkerServiceTest, AnInvalidRequestIsInvalidArgumentAndCounted) {
-  service_.SetState(WorkerInfo::READY);
+  service_.SetState(WorkerInfo::STATE_READY);
   std::string text;
   tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
   const double before = metrics_.rejected_invalid.Value();

@@ -37,14 +37,14 @@ bool GatewayReady(const std::shared_ptr<grpc::Channel>& channel, const std::stri
   return false;
 }
 
-// Worker: state READY. Sets `why` when not.
+// Worker: state STATE_READY. Sets `why` when not.
 bool WorkerReady(const std::shared_ptr<grpc::Channel>& channel, std::string* why) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   tandem::v1::WorkerInfo info;
   grpc::Status s = tandem::v1::Worker::NewStub(channel)->GetInfo(&context, {}, &info);
-  if (s.ok() && info.state() == tandem::v1::WorkerInfo::READY) return true;
-  *why = s.ok() ? "not READY" : s.error_message();
+  if (s.ok() && info.state() == tandem::v1::WorkerInfo::STATE_READY) return true;
+  *why = s.ok() ? "not STATE_READY" : s.error_message();
   return false;
 }
 

@@ -16,9 +16,9 @@
 #include "absl/status/status.h"
 #include "common/status_macros.h"
 #include "tools/gpu_kit/answers.h"
-#include "workers/native/native_model.h"
-#include "workers/native/safetensors.h"
-#include "workers/native_engine.h"
+#include "workers/cpu/cpu_engine.h"
+#include "workers/cpu/cpu_model.h"
+#include "workers/model/safetensors.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "Model directory with tokenizer.json.");
 ABSL_FLAG(std::string, prompts, "", "Prompts, JSON lines {\"id\", \"messages\"}.");
@@ -30,8 +30,8 @@ namespace {
 absl::Status Run() {
   const std::string dir = absl::GetFlag(FLAGS_checkpoint);
   ASSIGN_OR_RETURN(std::vector<Prompt> prompts, ReadPrompts(absl::GetFlag(FLAGS_prompts)));
-  ASSIGN_OR_RETURN(auto checkpoint, workers::native::Checkpoint::Open(dir));
-  ASSIGN_OR_RETURN(auto model, workers::native::LoadNativeModel(*checkpoint));
+  ASSIGN_OR_RETURN(auto checkpoint, workers::model::Checkpoint::Open(dir));
+  ASSIGN_OR_RETURN(auto model, workers::cpu::LoadCpuModel(*checkpoint));
   ASSIGN_OR_RETURN(workers::CheckpointTokenizer tokenizer,
                    workers::LoadCheckpointTokenizer(dir + "/tokenizer.json", model->shape()));
   for (const Prompt& p : prompts) {

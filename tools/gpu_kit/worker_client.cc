@@ -39,7 +39,7 @@ ABSL_FLAG(std::string, expect, "", "Reference answers (tandem-kit-reference) to 
 ABSL_FLAG(double, margin, 0.5,
           "A difference from the reference is tolerated from a token whose reference top-2 "
           "logit margin is below this on: BF16 on a GPU against fp32 on the CPU, where 0.5 is "
-          "tests/cuda_model_test.cc's clear margin. 0 requires equal answers.");
+          "tests/gpu/cuda_model_test.cc's clear margin. 0 requires equal answers.");
 ABSL_FLAG(double, min_agree, 1.0,
           "Share of answers that must agree with the reference (equal, or differing only from "
           "a token below --margin on).");

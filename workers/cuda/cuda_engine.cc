@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "workers/cpu/cpu_engine.h"
+#include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/cuda_status.h"
-#include "workers/cuda/kernels.h"
-#include "workers/native_engine.h"
 
 namespace tandem::workers::cuda {
 namespace {
@@ -412,8 +412,8 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const WeightsSource& 
                      absl::StrCat("cudaSetDevice(", options.device, ")"));
   auto weights = OpenWeights(source);
   if (!weights.ok()) return weights.status();
-  const native::Checkpoint& checkpoint = *weights->checkpoint;
-  const native::ModelConfig& config = weights->config;
+  const model::Checkpoint& checkpoint = *weights->checkpoint;
+  const model::ModelConfig& config = weights->config;
   // Generated weights are filled on the device here, never staged in host memory.
   auto model = LoadCudaModel(checkpoint, config);
   if (!model.ok()) return model.status();

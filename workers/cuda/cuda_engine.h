@@ -121,7 +121,7 @@ class CudaEngine final : public Engine {
 
 // A CUDA engine from a checkpoint directory or from generated weights (--random_weights:
 // every tensor at the config's full size, filled on the device), on options.device (the
-// process's device). `random_weights` as LoadNativeEngine's.
+// process's device). `random_weights` as LoadCpuEngine's.
 absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const WeightsSource& source,
                                                            CudaEngineOptions options,
                                                            bool* random_weights);

@@ -7,11 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "workers/cuda/kernels_model.h"
-#include "workers/native/architecture.h"
+#include "workers/model/architecture.h"
 
 namespace tandem::workers::cuda {
 
-CudaHybridModel::CudaHybridModel(native::ModelShape shape, HybridLayout layout)
+CudaHybridModel::CudaHybridModel(model::ModelShape shape, HybridLayout layout)
     : shape_(std::move(shape)),
       layout_(layout),
       conv_floats_(AlignFloats(layout.conv_channels * (layout.conv_kernel - 1))),
@@ -19,14 +19,14 @@ CudaHybridModel::CudaHybridModel(native::ModelShape shape, HybridLayout layout)
       slot_floats_(layout.recurrent_layers * layer_floats_),
       kv_layer_block_floats_(2 * kKvBlockTokens * layout.kv_heads * layout.head_dim) {}
 
-absl::Status CudaHybridModel::Init(const native::Checkpoint& checkpoint) {
+absl::Status CudaHybridModel::Init(const model::Checkpoint& checkpoint) {
   RETURN_IF_ERROR(LoadWeights(checkpoint));
   RETURN_IF_ERROR(weights_.Upload());
   RETURN_IF_ERROR(cublas_.Init());
   return AllocateScratch();
 }
 
-absl::Status CudaHybridModel::LoadEmbeddingAndHead(const native::Checkpoint& checkpoint,
+absl::Status CudaHybridModel::LoadEmbeddingAndHead(const model::Checkpoint& checkpoint,
                                                    const std::string& embedding,
                                                    const std::string& final_norm) {
   const int64_t vocab = shape_.vocab_size, hidden = shape_.hidden_size;
@@ -58,7 +58,7 @@ absl::Status CudaHybridModel::AllocateScratch() {
 }
 
 std::string CudaHybridModel::Name() const {
-  return std::string(native::ArchitectureName(shape_.architecture));
+  return std::string(model::ArchitectureName(shape_.architecture));
 }
 
 absl::Status CudaHybridModel::BindMemory(void* state_slots, int64_t slots, void* kv_blocks,

@@ -23,13 +23,13 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/gemm.h"
-#include "workers/cuda/kernels.h"
 #include "workers/cuda/model_common.h"
 #include "workers/cuda/scratch_buffers.h"
-#include "workers/native/model_shape.h"
-#include "workers/native/safetensors.h"
+#include "workers/model/model_shape.h"
+#include "workers/model/safetensors.h"
 
 namespace tandem::workers::cuda {
 
@@ -57,9 +57,9 @@ struct HybridLayout {
 class CudaHybridModel : public CudaModel {
  public:
   // Loads the weights, uploads them and allocates the scratch. Call once, after construction.
-  absl::Status Init(const native::Checkpoint& checkpoint);
+  absl::Status Init(const model::Checkpoint& checkpoint);
 
-  const native::ModelShape& shape() const final { return shape_; }
+  const model::ModelShape& shape() const final { return shape_; }
   int64_t state_slot_bytes() const final { return slot_floats_ * 4; }
   int64_t kv_block_bytes() const final {
     return layout_.attention_layers * kv_layer_block_floats_ * 4;
@@ -87,16 +87,16 @@ class CudaHybridModel : public CudaModel {
     int64_t max_blocks = 0;
   };
 
-  CudaHybridModel(native::ModelShape shape, HybridLayout layout);
+  CudaHybridModel(model::ModelShape shape, HybridLayout layout);
 
   // The model's own parts. LoadWeights adds every tensor to weights() (the embedding and head
   // through LoadEmbeddingAndHead); AllocateLayerScratch adds the layers' buffers to `scratch`;
   // ForwardLayers runs every layer over the pass's rows of h() (the embedded tokens), in place.
-  virtual absl::Status LoadWeights(const native::Checkpoint& checkpoint) = 0;
+  virtual absl::Status LoadWeights(const model::Checkpoint& checkpoint) = 0;
   virtual void AllocateLayerScratch(ScratchBuffers& scratch) = 0;
   virtual absl::Status ForwardLayers(const Pass& p, cudaStream_t s) = 0;
 
-  absl::Status LoadEmbeddingAndHead(const native::Checkpoint& checkpoint,
+  absl::Status LoadEmbeddingAndHead(const model::Checkpoint& checkpoint,
                                     const std::string& embedding, const std::string& final_norm);
   DeviceWeights& weights() { return weights_; }
   const bf16* B(int id) const { return weights_.bf16_ptr(id); }
@@ -135,7 +135,7 @@ class CudaHybridModel : public CudaModel {
   // Error messages start with the architecture's name.
   std::string Name() const;
 
-  const native::ModelShape shape_;
+  const model::ModelShape shape_;
   const HybridLayout layout_;
   int embed_ = -1, lm_head_ = -1, final_norm_ = -1;
   DeviceWeights weights_;

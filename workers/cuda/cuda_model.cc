@@ -7,22 +7,22 @@
 
 namespace tandem::workers::cuda {
 
-absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const native::Checkpoint& checkpoint,
-                                                         const native::ModelConfig& config) {
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const model::Checkpoint& checkpoint,
+                                                         const model::ModelConfig& config) {
   switch (config.architecture()) {
-    case native::Architecture::kQwen35Moe:
+    case model::Architecture::kQwen35Moe:
       return LoadCudaQwen35Moe(
-          checkpoint, std::get<native::qwen35::TextConfig>(config.hyperparameters), config.shape);
-    case native::Architecture::kNemotronH:
+          checkpoint, std::get<model::qwen35::TextConfig>(config.hyperparameters), config.shape);
+    case model::Architecture::kNemotronH:
       return LoadCudaNemotronH(
-          checkpoint, std::get<native::nemotron_h::Config>(config.hyperparameters), config.shape);
+          checkpoint, std::get<model::nemotron_h::Config>(config.hyperparameters), config.shape);
   }
   return absl::InternalError("unknown architecture");
 }
 
-absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const native::Checkpoint& checkpoint) {
-  absl::StatusOr<native::ModelConfig> config =
-      native::ParseModelConfigText(checkpoint.config_json(), checkpoint.dir());
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const model::Checkpoint& checkpoint) {
+  absl::StatusOr<model::ModelConfig> config =
+      model::ParseModelConfigText(checkpoint.config_json(), checkpoint.dir());
   if (!config.ok()) return config.status();
   return LoadCudaModel(checkpoint, *config);
 }

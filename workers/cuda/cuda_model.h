@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "workers/native/model_config.h"
-#include "workers/native/model_shape.h"
-#include "workers/native/safetensors.h"
+#include "workers/model/model_config.h"
+#include "workers/model/model_shape.h"
+#include "workers/model/safetensors.h"
 
 namespace tandem::workers::cuda {
 
@@ -41,7 +41,7 @@ struct DecodeBatch {
 class CudaModel {
  public:
   virtual ~CudaModel() = default;
-  virtual const native::ModelShape& shape() const = 0;
+  virtual const model::ModelShape& shape() const = 0;
   // Bytes of one recurrent-state slot (all recurrent layers of one sequence; 0 if none) and of
   // one KV block (kKvBlockTokens tokens of K and V for every attention layer).
   virtual int64_t state_slot_bytes() const = 0;
@@ -63,9 +63,9 @@ class CudaModel {
 
 // Uploads a checkpoint's weights (as BF16) to the current device and builds the model `config`
 // (the checkpoint's parsed config.json) describes. Errors name the tensor or field.
-absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const native::Checkpoint& checkpoint,
-                                                         const native::ModelConfig& config);
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const model::Checkpoint& checkpoint,
+                                                         const model::ModelConfig& config);
 // The same, parsing the checkpoint's own config.json (ParseModelConfig's errors).
-absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const native::Checkpoint& checkpoint);
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaModel(const model::Checkpoint& checkpoint);
 
 }  // namespace tandem::workers::cuda

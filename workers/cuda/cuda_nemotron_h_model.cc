@@ -1,4 +1,4 @@
-// Nemotron-H on the device: the math of workers/native/nemotron_h_model.cc (the fp32 CPU
+// Nemotron-H on the device: the math of workers/cpu/nemotron_h_model.cc (the fp32 CPU
 // reference) sequenced over the kernels of kernels.h, with BF16 weights (fp32 router, A, D,
 // dt_bias and correction bias) and fp32 activations and state. The layers only:
 // CudaHybridModel (cuda_hybrid_model.h) runs the passes and owns the memory. A state slot holds,
@@ -16,19 +16,19 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "workers/cuda/cuda_hybrid_model.h"
+#include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/gemm.h"
-#include "workers/cuda/kernels.h"
 #include "workers/cuda/kernels_model.h"
 #include "workers/cuda/model_common.h"
 #include "workers/cuda/scratch_buffers.h"
-#include "workers/native/nemotron_h_config.h"
+#include "workers/model/nemotron_h_config.h"
 
 namespace tandem::workers::cuda {
 namespace {
 
-using native::nemotron_h::Config;
-using native::nemotron_h::LayerKind;
+using model::nemotron_h::Config;
+using model::nemotron_h::LayerKind;
 
 // Chunk length of the chunked SSD prefill (the result does not depend on it beyond rounding).
 constexpr int64_t kSsdChunk = 64;
@@ -52,14 +52,14 @@ struct Layer {
 
 class CudaNemotronHModel final : public CudaHybridModel {
  public:
-  CudaNemotronHModel(Config config, native::ModelShape shape)
+  CudaNemotronHModel(Config config, model::ModelShape shape)
       : CudaHybridModel(std::move(shape), LayoutOf(config)), c_(std::move(config)) {}
 
  private:
   static HybridLayout LayoutOf(const Config& c);
 
-  absl::Status LoadWeights(const native::Checkpoint& checkpoint) override;
-  absl::Status LoadLayer(const native::Checkpoint& ck, int64_t i, Layer* l);
+  absl::Status LoadWeights(const model::Checkpoint& checkpoint) override;
+  absl::Status LoadLayer(const model::Checkpoint& ck, int64_t i, Layer* l);
   void AllocateLayerScratch(ScratchBuffers& scratch) override;
   absl::Status ForwardLayers(const Pass& p, cudaStream_t s) override;
   // x() -> y() for the pass's rows.
@@ -102,7 +102,7 @@ HybridLayout CudaNemotronHModel::LayoutOf(const Config& c) {
   return layout;
 }
 
-absl::Status CudaNemotronHModel::LoadWeights(const native::Checkpoint& ck) {
+absl::Status CudaNemotronHModel::LoadWeights(const model::Checkpoint& ck) {
   // Some NVIDIA remote-code exports name the embedding in the singular (as the CPU reference).
   const std::string embed_name =
       !ck.Has("backbone.embeddings.weight") && ck.Has("backbone.embedding.weight")
@@ -120,7 +120,7 @@ absl::Status CudaNemotronHModel::LoadWeights(const native::Checkpoint& ck) {
   return absl::OkStatus();
 }
 
-absl::Status CudaNemotronHModel::LoadLayer(const native::Checkpoint& ck, int64_t i, Layer* l) {
+absl::Status CudaNemotronHModel::LoadLayer(const model::Checkpoint& ck, int64_t i, Layer* l) {
   using Rows = DeviceWeights::Rows;
   DeviceWeights& w = weights();
   auto bf16 = [&](const std::string& name, std::vector<int64_t> shape) {
@@ -136,7 +136,7 @@ absl::Status CudaNemotronHModel::LoadLayer(const native::Checkpoint& ck, int64_t
   switch (l->kind) {
     case LayerKind::kMamba: {
       const int64_t di = c_.d_inner(), cd = c_.conv_dim(), nh = c_.m_heads;
-      ASSIGN_OR_RETURN(const native::TensorView* in,
+      ASSIGN_OR_RETURN(const model::TensorView* in,
                        ck.Get(m + "in_proj.weight", {c_.in_proj_rows(), h}));
       l->in_z = w.AddBf16({Rows{.view = in, .row_begin = 0, .rows = di}});
       l->in_xbc = w.AddBf16({Rows{.view = in, .row_begin = di, .rows = cd}});
@@ -147,7 +147,7 @@ absl::Status CudaNemotronHModel::LoadLayer(const native::Checkpoint& ck, int64_t
         ASSIGN_OR_RETURN(l->conv_b, bf16(m + "conv1d.bias", {cd}));
       }
       ASSIGN_OR_RETURN(l->dt_bias, f32(m + "dt_bias", {nh}));
-      ASSIGN_OR_RETURN(const native::TensorView* a_log, ck.Get(m + "A_log", {nh}));
+      ASSIGN_OR_RETURN(const model::TensorView* a_log, ck.Get(m + "A_log", {nh}));
       l->a = w.AddF32({DeviceWeights::All(a_log)}, [](float v) { return -std::exp(v); });
       ASSIGN_OR_RETURN(l->d, f32(m + "D", {nh}));
       ASSIGN_OR_RETURN(l->m_norm, bf16(m + "norm.weight", {di}));
@@ -169,9 +169,9 @@ absl::Status CudaNemotronHModel::LoadLayer(const native::Checkpoint& ck, int64_t
       std::vector<Rows> ups, downs;
       for (int64_t e = 0; e < c_.experts; ++e) {
         const std::string ep = absl::StrCat(m, "experts.", e, ".");
-        ASSIGN_OR_RETURN(const native::TensorView* up,
+        ASSIGN_OR_RETURN(const model::TensorView* up,
                          ck.Get(ep + "up_proj.weight", {c_.moe_inter, h}));
-        ASSIGN_OR_RETURN(const native::TensorView* down,
+        ASSIGN_OR_RETURN(const model::TensorView* down,
                          ck.Get(ep + "down_proj.weight", {h, c_.moe_inter}));
         ups.push_back(DeviceWeights::All(up));
         downs.push_back(DeviceWeights::All(down));
@@ -319,9 +319,9 @@ absl::Status CudaNemotronHModel::Moe(const Layer& l, const Pass& p, cudaStream_t
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaNemotronH(const native::Checkpoint& checkpoint,
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaNemotronH(const model::Checkpoint& checkpoint,
                                                              const Config& config,
-                                                             const native::ModelShape& shape) {
+                                                             const model::ModelShape& shape) {
   if (config.Has(LayerKind::kMoe) && !config.norm_topk) {
     return absl::UnimplementedError(absl::StrCat(
         checkpoint.dir(), ": norm_topk_prob false is not supported by the CUDA engine"));

@@ -1,4 +1,4 @@
-// Qwen3.5-MoE on the device: the math of workers/native/qwen35_moe_model.cc (the fp32 CPU
+// Qwen3.5-MoE on the device: the math of workers/cpu/qwen35_moe_model.cc (the fp32 CPU
 // reference) sequenced over the kernels of kernels.h, with BF16 weights (fp32 routers) and fp32
 // activations and state. The layers only: CudaHybridModel (cuda_hybrid_model.h) runs the passes
 // and owns the memory. A state slot holds, per Gated DeltaNet layer, its conv window and its
@@ -15,18 +15,18 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "workers/cuda/cuda_hybrid_model.h"
+#include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/gemm.h"
-#include "workers/cuda/kernels.h"
 #include "workers/cuda/kernels_model.h"
 #include "workers/cuda/model_common.h"
 #include "workers/cuda/scratch_buffers.h"
-#include "workers/native/qwen35_moe_config.h"
+#include "workers/model/qwen35_moe_config.h"
 
 namespace tandem::workers::cuda {
 namespace {
 
-using native::qwen35::TextConfig;
+using model::qwen35::TextConfig;
 
 // Piece ids in DeviceWeights (-1: absent).
 struct Layer {
@@ -46,14 +46,14 @@ struct Layer {
 
 class CudaQwen35Model final : public CudaHybridModel {
  public:
-  CudaQwen35Model(TextConfig config, native::ModelShape shape)
+  CudaQwen35Model(TextConfig config, model::ModelShape shape)
       : CudaHybridModel(std::move(shape), LayoutOf(config)), c_(std::move(config)) {}
 
  private:
   static HybridLayout LayoutOf(const TextConfig& c);
 
-  absl::Status LoadWeights(const native::Checkpoint& checkpoint) override;
-  absl::Status LoadLayer(const native::Checkpoint& ck, const std::string& prefix, Layer* l);
+  absl::Status LoadWeights(const model::Checkpoint& checkpoint) override;
+  absl::Status LoadLayer(const model::Checkpoint& ck, const std::string& prefix, Layer* l);
   void AllocateLayerScratch(ScratchBuffers& scratch) override;
   absl::Status ForwardLayers(const Pass& p, cudaStream_t s) override;
   // x() -> y() for the pass's rows.
@@ -92,7 +92,7 @@ HybridLayout CudaQwen35Model::LayoutOf(const TextConfig& c) {
   return layout;
 }
 
-absl::Status CudaQwen35Model::LoadWeights(const native::Checkpoint& ck) {
+absl::Status CudaQwen35Model::LoadWeights(const model::Checkpoint& ck) {
   // As the CPU reference: model.language_model. in the composite checkpoint, else model.
   std::string prefix = "model.language_model.";
   if (!ck.Has(prefix + "embed_tokens.weight") && ck.Has("model.embed_tokens.weight")) {
@@ -110,7 +110,7 @@ absl::Status CudaQwen35Model::LoadWeights(const native::Checkpoint& ck) {
   return absl::OkStatus();
 }
 
-absl::Status CudaQwen35Model::LoadLayer(const native::Checkpoint& ck, const std::string& p,
+absl::Status CudaQwen35Model::LoadLayer(const model::Checkpoint& ck, const std::string& p,
                                         Layer* l) {
   using Rows = DeviceWeights::Rows;
   DeviceWeights& w = weights();
@@ -128,7 +128,7 @@ absl::Status CudaQwen35Model::LoadLayer(const native::Checkpoint& ck, const std:
   ASSIGN_OR_RETURN(l->input_norm, bf16(p + "input_layernorm.weight", {H}));
   ASSIGN_OR_RETURN(l->post_norm, bf16(p + "post_attention_layernorm.weight", {H}));
   if (l->full_attention) {
-    ASSIGN_OR_RETURN(const native::TensorView* q,
+    ASSIGN_OR_RETURN(const model::TensorView* q,
                      ck.Get(p + "self_attn.q_proj.weight", {nh * q_stride, H}));
     std::vector<Rows> q_rows, gate_rows;
     for (int64_t h = 0; h < nh; ++h) {
@@ -158,9 +158,9 @@ absl::Status CudaQwen35Model::LoadLayer(const native::Checkpoint& ck, const std:
   ASSIGN_OR_RETURN(l->router, f32(p + "mlp.gate.weight", {E, H}));
   ASSIGN_OR_RETURN(l->gate_up, bf16(p + "mlp.experts.gate_up_proj", {E, 2 * I, H}));
   ASSIGN_OR_RETURN(l->down, bf16(p + "mlp.experts.down_proj", {E, H, I}));
-  ASSIGN_OR_RETURN(const native::TensorView* sg,
+  ASSIGN_OR_RETURN(const model::TensorView* sg,
                    ck.Get(p + "mlp.shared_expert.gate_proj.weight", {Is, H}));
-  ASSIGN_OR_RETURN(const native::TensorView* su,
+  ASSIGN_OR_RETURN(const model::TensorView* su,
                    ck.Get(p + "mlp.shared_expert.up_proj.weight", {Is, H}));
   // Fused [gate | up] rows, the layout SiluGate takes.
   l->shared_gate_up = w.AddBf16({DeviceWeights::All(sg), DeviceWeights::All(su)});
@@ -309,9 +309,9 @@ absl::Status CudaQwen35Model::Moe(const Layer& l, const Pass& p, cudaStream_t s)
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaQwen35Moe(const native::Checkpoint& checkpoint,
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaQwen35Moe(const model::Checkpoint& checkpoint,
                                                              const TextConfig& config,
-                                                             const native::ModelShape& shape) {
+                                                             const model::ModelShape& shape) {
   auto model = std::make_unique<CudaQwen35Model>(config, shape);
   RETURN_IF_ERROR(model->Init(checkpoint));
   return std::unique_ptr<CudaModel>(std::move(model));

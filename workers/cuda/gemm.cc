@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "workers/cuda/random_fill.h"
-#include "workers/native/checkpoint_writer.h"
+#include "workers/model/checkpoint_writer.h"
 
 namespace tandem::workers::cuda {
 namespace {
@@ -16,10 +16,10 @@ constexpr int64_t kAlign = 256;  // bytes: every piece and buffer starts on this
 int64_t AlignUp(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 // Elements per row when the tensor is seen as [shape[0]][rest].
-int64_t RowElements(const native::TensorView& v) {
+int64_t RowElements(const model::TensorView& v) {
   return v.shape.empty() || v.shape[0] == 0 ? v.elements() : v.elements() / v.shape[0];
 }
-int64_t RowCount(const native::TensorView& v) { return v.shape.empty() ? 1 : v.shape[0]; }
+int64_t RowCount(const model::TensorView& v) { return v.shape.empty() ? 1 : v.shape[0]; }
 
 // A failed GEMM names its shape: a bad dimension or an unsupported type pair reads as such.
 absl::Status GemmStatus(cublasStatus_t err, const char* kind, int64_t n, int64_t cols,
@@ -67,7 +67,7 @@ absl::Status LinearF32(cublasHandle_t handle, const float* x, int64_t n, int64_t
   return Gemm(handle, x, n, cols, w, rows, out, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC, "fp32");
 }
 
-DeviceWeights::Rows DeviceWeights::All(const native::TensorView* view) {
+DeviceWeights::Rows DeviceWeights::All(const model::TensorView* view) {
   return Rows{.view = view, .row_begin = 0, .rows = RowCount(*view)};
 }
 
@@ -96,16 +96,16 @@ int DeviceWeights::AddF32(std::vector<Rows> parts, std::function<float(float)> t
   return Add(/*is_bf16=*/false, std::move(parts), std::move(transform));
 }
 
-absl::StatusOr<int> DeviceWeights::LoadBf16(const native::Checkpoint& checkpoint,
+absl::StatusOr<int> DeviceWeights::LoadBf16(const model::Checkpoint& checkpoint,
                                             const std::string& name, std::vector<int64_t> shape) {
-  absl::StatusOr<const native::TensorView*> t = checkpoint.Get(name, shape);
+  absl::StatusOr<const model::TensorView*> t = checkpoint.Get(name, shape);
   if (!t.ok()) return t.status();
   return AddBf16({All(*t)});
 }
 
-absl::StatusOr<int> DeviceWeights::LoadF32(const native::Checkpoint& checkpoint,
+absl::StatusOr<int> DeviceWeights::LoadF32(const model::Checkpoint& checkpoint,
                                            const std::string& name, std::vector<int64_t> shape) {
-  absl::StatusOr<const native::TensorView*> t = checkpoint.Get(name, shape);
+  absl::StatusOr<const model::TensorView*> t = checkpoint.Get(name, shape);
   if (!t.ok()) return t.status();
   return AddF32({All(*t)});
 }
@@ -148,14 +148,14 @@ absl::Status DeviceWeights::Upload() {
     staging.resize(static_cast<size_t>(p.elements * elem_bytes));
     int64_t at = 0;  // elements written
     for (const Rows& r : p.parts) {
-      const native::TensorView& v = *r.view;
+      const model::TensorView& v = *r.view;
       const int64_t row = RowElements(v);
       const int64_t first = r.row_begin * row, count = r.rows * row;
-      if (p.is_bf16 && v.dtype == native::DType::kBF16 && v.data != nullptr) {
+      if (p.is_bf16 && v.dtype == model::DType::kBF16 && v.data != nullptr) {
         std::memcpy(staging.data() + at * 2, v.data + first * 2, static_cast<size_t>(count * 2));
       } else if (p.is_bf16) {
         bf16* out = reinterpret_cast<bf16*>(staging.data()) + at;
-        for (int64_t i = 0; i < count; ++i) out[i] = native::FloatToBf16(v.Element(first + i));
+        for (int64_t i = 0; i < count; ++i) out[i] = model::FloatToBf16(v.Element(first + i));
       } else {
         float* out = reinterpret_cast<float*>(staging.data()) + at;
         for (int64_t i = 0; i < count; ++i) {

@@ -12,9 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/cuda_status.h"
-#include "workers/cuda/kernels.h"
-#include "workers/native/safetensors.h"
+#include "workers/model/safetensors.h"
 
 namespace tandem::workers::cuda {
 
@@ -39,11 +39,11 @@ class DeviceWeights {
  public:
   // Rows [row_begin, row_begin + rows) of `view` seen as [shape[0]][elements / shape[0]].
   struct Rows {
-    const native::TensorView* view = nullptr;
+    const model::TensorView* view = nullptr;
     int64_t row_begin = 0;
     int64_t rows = 0;
   };
-  static Rows All(const native::TensorView* view);
+  static Rows All(const model::TensorView* view);
 
   DeviceWeights() = default;
   ~DeviceWeights();
@@ -55,9 +55,9 @@ class DeviceWeights {
   int AddBf16(std::vector<Rows> parts);
   int AddF32(std::vector<Rows> parts, std::function<float(float)> transform = nullptr);
   // The whole checkpoint tensor `name`, checked against `shape`, as one piece.
-  absl::StatusOr<int> LoadBf16(const native::Checkpoint& checkpoint, const std::string& name,
+  absl::StatusOr<int> LoadBf16(const model::Checkpoint& checkpoint, const std::string& name,
                                std::vector<int64_t> shape);
-  absl::StatusOr<int> LoadF32(const native::Checkpoint& checkpoint, const std::string& name,
+  absl::StatusOr<int> LoadF32(const model::Checkpoint& checkpoint, const std::string& name,
                               std::vector<int64_t> shape);
 
   absl::Status Upload();

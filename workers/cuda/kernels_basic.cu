@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "workers/cuda/kernels.h"
+#include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/launch_check.h"
 
 namespace tandem::workers::cuda {

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "workers/cuda/kernels.h"
+#include "workers/cuda/cuda_kernels.h"
 
 namespace tandem::workers::cuda {
 

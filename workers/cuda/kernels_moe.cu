@@ -16,7 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "workers/cuda/kernels.h"
+#include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/launch_check.h"
 
 namespace tandem::workers::cuda {

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "workers/cuda/kernels.h"
+#include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/launch_check.h"
 
 namespace tandem::workers::cuda {

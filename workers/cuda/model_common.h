@@ -14,10 +14,10 @@
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/cuda_status.h"
 #include "workers/cuda/gemm.h"
-#include "workers/native/model_shape.h"
-#include "workers/native/nemotron_h_config.h"
-#include "workers/native/qwen35_moe_config.h"
-#include "workers/native/safetensors.h"
+#include "workers/model/model_shape.h"
+#include "workers/model/nemotron_h_config.h"
+#include "workers/model/qwen35_moe_config.h"
+#include "workers/model/safetensors.h"
 
 namespace tandem::workers::cuda {
 
@@ -73,10 +73,10 @@ class CublasContext {
 
 // The per-architecture loaders LoadCudaModel dispatches to.
 absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaQwen35Moe(
-    const native::Checkpoint& checkpoint, const native::qwen35::TextConfig& config,
-    const native::ModelShape& shape);
+    const model::Checkpoint& checkpoint, const model::qwen35::TextConfig& config,
+    const model::ModelShape& shape);
 absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaNemotronH(
-    const native::Checkpoint& checkpoint, const native::nemotron_h::Config& config,
-    const native::ModelShape& shape);
+    const model::Checkpoint& checkpoint, const model::nemotron_h::Config& config,
+    const model::ModelShape& shape);
 
 }  // namespace tandem::workers::cuda

@@ -12,20 +12,20 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 8192;
 
 template <typename T>
-__global__ void FillRandomKernel(native::RandomFill fill, int64_t first, int64_t count, T* out) {
+__global__ void FillRandomKernel(model::RandomFill fill, int64_t first, int64_t count, T* out) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
     if constexpr (sizeof(T) == 2) {
-      out[i] = native::RandomWeightBf16(fill, first + i);
+      out[i] = model::RandomWeightBf16(fill, first + i);
     } else {
-      out[i] = native::RandomWeight(fill, first + i);
+      out[i] = model::RandomWeight(fill, first + i);
     }
   }
 }
 
 template <typename T>
-cudaError_t Launch(const native::RandomFill& fill, int64_t first, int64_t count, T* out,
+cudaError_t Launch(const model::RandomFill& fill, int64_t first, int64_t count, T* out,
                    cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
   if (first < 0 || out == nullptr) return cudaErrorInvalidValue;
@@ -38,12 +38,12 @@ cudaError_t Launch(const native::RandomFill& fill, int64_t first, int64_t count,
 
 }  // namespace
 
-cudaError_t FillRandomBf16(const native::RandomFill& fill, int64_t first, int64_t count,
+cudaError_t FillRandomBf16(const model::RandomFill& fill, int64_t first, int64_t count,
                            uint16_t* out, cudaStream_t stream) {
   return Launch(fill, first, count, out, stream);
 }
 
-cudaError_t FillRandomF32(const native::RandomFill& fill, int64_t first, int64_t count, float* out,
+cudaError_t FillRandomF32(const model::RandomFill& fill, int64_t first, int64_t count, float* out,
                           cudaStream_t stream) {
   return Launch(fill, first, count, out, stream);
 }

@@ -1,0 +1,171 @@
+// The CUDA engine end to end on the golden checkpoints (label gpu; skips without a device):
+// greedy continuations against the golden ones, CUDA graphs against direct launches, and a
+// batch against each sequence decoded alone; the thinking budget enforced on the device path.
+#include "workers/cuda/cuda_engine.h"
+
+#include <cuda_runtime.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "tests/support/golden_files.h"
+#include "workers/simulator/synthetic_tokenizer.h"
+
+namespace tandem::workers::cuda {
+namespace {
+
+bool HaveDevice() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+nlohmann::json Cases(const std::string& arch) {
+  return testing::ReadJsonFile(std::string(TANDEM_SOURCE_DIR "/tests/golden/") + arch +
+                               "/cases.json");
+}
+
+std::unique_ptr<CudaEngine> Engine(const std::string& arch, bool graphs,
+                                   std::unique_ptr<Tokenizer> tokenizer = nullptr) {
+  auto ckpt = model::Checkpoint::Open(std::string(TANDEM_SOURCE_DIR "/tests/golden/") + arch);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  auto model = LoadCudaModel(**ckpt);
+  EXPECT_TRUE(model.ok()) << model.status();
+  CudaEngineOptions o;
+  o.model_name = arch == "qwen3_5_moe" ? "qwen" : "nemotron";
+  o.max_sequences = 8;
+  o.memory_fraction = 0.2;
+  o.cuda_graphs = graphs;
+  if (tokenizer == nullptr) tokenizer = std::make_unique<SyntheticTokenizer>(0);
+  auto e = CudaEngine::Create(std::move(*model), std::move(tokenizer), {}, o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// Greedy tokens of every golden case, decoded together as one batch.
+std::vector<std::vector<int32_t>> Generate(CudaEngine& engine, const nlohmann::json& cases,
+                                           const std::vector<size_t>& which, int steps) {
+  std::vector<uint64_t> ids;
+  for (size_t i : which) {
+    SequenceSpec spec;
+    spec.id = i + 1;
+    spec.prompt = cases["cases"][i]["prompt_ids"].get<std::vector<int32_t>>();
+    spec.sampling.temperature = 0;
+    spec.max_tokens = steps;
+    EXPECT_TRUE(engine.AddSequence(spec).ok());
+    ids.push_back(spec.id);
+  }
+  std::vector<std::vector<int32_t>> out(which.size());
+  for (int s = 0; s < steps; ++s) {
+    std::vector<StepOutput> step;
+    EXPECT_TRUE(engine.Step(ids, &step).ok());
+    for (size_t j = 0; j < step.size(); ++j) out[j].push_back(step[j].token);
+  }
+  for (uint64_t id : ids) engine.RemoveSequence(id);
+  return out;
+}
+
+class CudaEngineTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaEngineTest, GreedyMatchesGoldenAndBatchingAndGraphsChangeNothing) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const nlohmann::json cases = Cases(GetParam());
+  ASSERT_FALSE(cases.is_discarded());
+  const size_t n = cases["cases"].size();
+  std::vector<size_t> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = i;
+  auto graphs = Engine(GetParam(), true);
+  auto direct = Engine(GetParam(), false);
+  ASSERT_TRUE(graphs && direct);
+  const auto batched = Generate(*graphs, cases, all, 8);
+  const auto plain = Generate(*direct, cases, all, 8);
+  int agree = 0, total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(batched[i], plain[i]) << "graphs vs direct launches, case " << i;
+    const auto alone = Generate(*graphs, cases, {i}, 8);
+    EXPECT_EQ(alone[0], batched[i]) << "alone vs in a batch, case " << i;
+    const auto golden = cases["cases"][i]["greedy"]["generated_ids"].get<std::vector<int32_t>>();
+    const auto margins =
+        cases["cases"][i]["greedy"]["generated_top2_margin"].get<std::vector<double>>();
+    // BF16 weights: tokens decided by a margin below ~0.05 may legitimately differ; the first
+    // divergence ends the comparison (later tokens follow a different prefix).
+    for (size_t t = 0; t < golden.size(); ++t) {
+      ++total;
+      if (batched[i][t] != golden[t]) {
+        EXPECT_LT(margins[t], 0.05) << "case " << i << " token " << t << " had a clear margin";
+        break;
+      }
+      ++agree;
+    }
+  }
+  std::printf("%s: %d of %d greedy tokens equal to the fp32 golden\n", GetParam().c_str(), agree,
+              total);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothArchitectures, CudaEngineTest,
+                         ::testing::Values("qwen3_5_moe", "nemotron_h"));
+
+// The synthetic tokenizer with chosen "<think>" and "</think>" ids.
+class ThinkTokenizer final : public Tokenizer {
+ public:
+  ThinkTokenizer(int32_t start, int32_t end) : start_(start), end_(end) {}
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(
+      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& m,
+      const tandem::v1::ReasoningOptions& r, bool c) const override {
+    return inner_.EncodeChat(m, r, c);
+  }
+  std::unique_ptr<StreamDecoder> NewStreamDecoder() const override {
+    return inner_.NewStreamDecoder();
+  }
+  int32_t SpecialTokenId(std::string_view text) const override {
+    return text == "<think>" ? start_ : text == "</think>" ? end_ : -1;
+  }
+
+ private:
+  const int32_t start_;
+  const int32_t end_;
+  SyntheticTokenizer inner_{0};
+};
+
+TEST(CudaEngineThinkingTest, TheBudgetForcesTheEndOfThinkingOnTheDevicePathToo) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const nlohmann::json cases = Cases("qwen3_5_moe");
+  ASSERT_FALSE(cases.is_discarded());
+  auto plain = Engine("qwen3_5_moe", /*graphs=*/true);
+  ASSERT_TRUE(plain);
+  const std::vector<int32_t> free = Generate(*plain, cases, {0}, 4)[0];
+  // The prompt's last token plays "<think>", so generation starts inside a block; "</think>" is
+  // a token the model would not write third. A budget of 2 keeps the prefill's token and one
+  // decode token, then forces the end instead of the third.
+  const std::vector<int32_t> prompt = cases["cases"][0]["prompt_ids"].get<std::vector<int32_t>>();
+  const int32_t start = prompt.back();
+  int32_t end = 0;
+  while (end == free[0] || end == free[1] || end == free[2]) ++end;
+  ASSERT_NE(free[0], start);
+  ASSERT_NE(free[1], start);
+  for (const bool graphs : {true, false}) {
+    auto engine = Engine("qwen3_5_moe", graphs, std::make_unique<ThinkTokenizer>(start, end));
+    ASSERT_TRUE(engine);
+    SequenceSpec spec;
+    spec.id = 1;
+    spec.prompt = prompt;
+    spec.sampling.temperature = 0;
+    spec.max_tokens = 4;
+    spec.thinking_budget = 2;
+    ASSERT_TRUE(engine->AddSequence(spec).ok());
+    std::vector<int32_t> tokens;
+    for (int s = 0; s < 4; ++s) {
+      std::vector<StepOutput> step;
+      ASSERT_TRUE(engine->Step({1}, &step).ok());
+      tokens.push_back(step[0].token);
+    }
+    EXPECT_EQ(tokens[0], free[0]) << "graphs " << graphs;
+    EXPECT_EQ(tokens[1], free[1]) << "graphs " << graphs;
+    EXPECT_EQ(tokens[2], end) << "graphs " << graphs;
+    engine->RemoveSequence(1);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::workers::cuda

@@ -1,0 +1,203 @@
+// The native engine end to end: random-weight checkpoints of both architectures written in the
+// released layout by tandem-make-checkpoint (with the Qwen3 tokenizer), served by real
+// tandem-worker --engine=native processes behind a real gateway, streamed to the client.
+#include <grpcpp/grpcpp.h>
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tandem/v1/gateway.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "tests/support/requests.h"
+#include "tests/support/stack.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string MakeCheckpoint(const std::string& arch) {
+  const std::string dir = TempPath("ckpt-" + arch);
+  const std::string cmd = absl::StrCat(
+      TANDEM_MAKE_CHECKPOINT_BIN, " --arch=", arch, " --out=", dir,
+      " --tokenizer=", TANDEM_SOURCE_DIR, "/tests/tokenizer/qwen3/tokenizer.json",
+      " --hidden=64 --layers=4 --experts=4 --moe_intermediate=64 --shared_intermediate=64",
+      " --heads=2 --kv_heads=1 --head_dim=32 --seed=7 > /dev/null");
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return dir;
+}
+
+class NativeServingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const auto& [model, arch] : std::vector<std::pair<std::string, std::string>>{
+             {"qwen", "qwen3_5_moe"}, {"nemotron", "nemotron_h"}}) {
+      auto w = StartWorker(model, {"--engine=native", "--checkpoint=" + MakeCheckpoint(arch),
+                                   "--memory_budget=268435456", "--native_threads=1"});
+      ASSERT_TRUE(w.ok()) << w.status();
+      entries_.push_back(model + "=" + w->grpc_address);
+      workers_.push_back(std::move(*w));
+    }
+    auto g = StartGateway(entries_);
+    ASSERT_TRUE(g.ok()) << g.status();
+    gateway_ = std::move(*g);
+    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
+    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/nemotron", true).ok());
+    stub_ = tandem::v1::Gateway::NewStub(
+        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+  }
+
+  struct Streamed {
+    grpc::Status status;
+    std::string text;
+    std::string model;
+    int32_t completion_tokens = 0;
+    int chunks = 0;
+    tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
+  };
+  Streamed Stream(const tandem::v1::GenerateRequest& req) {
+    Streamed out;
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(60));
+    auto reader = stub_->GenerateStream(&ctx, req);
+    tandem::v1::GenerateStreamChunk c;
+    while (reader->Read(&c)) {
+      ++out.chunks;
+      if (c.has_route()) out.model = c.route().model();
+      out.text += c.text();
+      if (c.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+        out.finish = c.finish_reason();
+        out.completion_tokens = c.usage().completion_tokens();
+      }
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  std::vector<Server> workers_;
+  std::vector<std::string> entries_;
+  Server gateway_;
+  std::unique_ptr<tandem::v1::Gateway::Stub> stub_;
+};
+
+TEST_F(NativeServingTest, BothNativeModelsStreamThroughTheGateway) {
+  for (const auto& [objective, model] : std::vector<std::pair<tandem::v1::Objective, std::string>>{
+           {tandem::v1::OBJECTIVE_ACCURACY, "qwen"}, {tandem::v1::OBJECTIVE_LATENCY, "nemotron"}}) {
+    tandem::v1::GenerateRequest req = Prompt("Write a haiku about queues. 日本語も", 12);
+    req.mutable_hints()->set_objective(objective);
+    const Streamed s = Stream(req);
+    ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+    EXPECT_EQ(s.model, model);
+    EXPECT_GT(s.completion_tokens, 0);
+    EXPECT_LE(s.completion_tokens, 12);
+    EXPECT_NE(s.finish, tandem::v1::FINISH_REASON_UNSPECIFIED);
+    EXPECT_GE(s.chunks, 2);
+    // Greedy decoding of the same prompt is reproducible.
+    const Streamed again = Stream(req);
+    EXPECT_EQ(again.text, s.text) << model;
+  }
+  // The workers report the native engine and refuse images (no vision encoder yet).
+  for (const Server& w : workers_) {
+    auto worker = tandem::v1::Worker::NewStub(
+        grpc::CreateChannel(w.grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::WorkerInfo info;
+    ASSERT_TRUE(worker->GetInfo(&ctx, {}, &info).ok());
+    EXPECT_EQ(info.engine(), "native");
+    EXPECT_FALSE(info.vision());
+    EXPECT_THAT(info.model_id(), HasSubstr("random-weights/"));
+  }
+  auto metrics = HttpGet(workers_[0].metrics_address, "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(MetricValue(*metrics, "tandem_worker_sequence_memory_budget_bytes").value_or(0),
+            268435456);
+}
+
+// --random_weights: the worker builds the model from config.json alone, with the weights
+// tandem-make-checkpoint writes for the same seed, so both answer alike; and says so everywhere.
+std::string GreedyText(const std::string& address) {
+  auto stub =
+      tandem::v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  tandem::v1::WorkerGenerateRequest req;
+  req.set_request_id("r");
+  auto* m = req.add_messages();
+  m->set_role("user");
+  m->add_content()->set_text("Write a haiku about queues.");
+  req.mutable_sampling()->set_max_tokens(12);
+  req.mutable_sampling()->set_temperature(0);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(60));
+  auto reader = stub->Generate(&ctx, req);
+  tandem::v1::WorkerGenerateChunk chunk;
+  std::string text;
+  int32_t tokens = 0;
+  while (reader->Read(&chunk)) {
+    text += chunk.text();
+    tokens += chunk.tokens();
+  }
+  const grpc::Status s = reader->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GT(tokens, 0);
+  return text;
+}
+
+TEST(RandomWeightsServingTest, GeneratedWeightsAnswerAsTheWrittenCheckpointAndSaySo) {
+  const std::string dir = MakeCheckpoint("qwen3_5_moe");  // seed 7
+  auto written = StartWorker("qwen", {"--engine=native", "--checkpoint=" + dir,
+                                      "--memory_budget=268435456", "--native_threads=1"});
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto generated = StartWorker(
+      "qwen", {"--engine=native", "--random_weights", "--model_config=" + dir + "/config.json",
+               "--random_weights_seed=7", "--model_id=Qwen/Qwen3.5-35B-A3B",
+               "--memory_budget=268435456", "--native_threads=1"});
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  ASSERT_TRUE(WaitForHealth(written->grpc_address, "", true).ok());
+  ASSERT_TRUE(WaitForHealth(generated->grpc_address, "", true).ok());
+  EXPECT_EQ(GreedyText(generated->grpc_address), GreedyText(written->grpc_address));
+
+  auto worker = tandem::v1::Worker::NewStub(
+      grpc::CreateChannel(generated->grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  tandem::v1::WorkerInfo info;
+  ASSERT_TRUE(worker->GetInfo(&ctx, {}, &info).ok());
+  // A given id still says the weights are random.
+  EXPECT_EQ(info.model_id(), "random-weights/Qwen/Qwen3.5-35B-A3B");
+  EXPECT_EQ(info.engine(), "native");
+  for (const Server* w : {&*written, &*generated}) {
+    auto metrics = HttpGet(w->metrics_address, "/metrics");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    EXPECT_EQ(MetricValue(*metrics, "tandem_worker_info", {{"weights", "random"}}).value_or(0), 1);
+  }
+}
+
+TEST(RandomWeightsServingTest, FlagsAreCheckedBeforeLoading) {
+  const std::string config =
+      std::string(TANDEM_SOURCE_DIR) + "/workers/model/configs/qwen3_5_moe/config.json";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--engine=native", "--random_weights"}, "--random_weights needs --model_config=PATH"},
+      {{"--engine=synthetic", "--random_weights", "--model_config=" + config},
+       "--random_weights needs --engine=native"},
+      {{"--engine=native", "--model_config=" + config}, "--model_config is for --random_weights"},
+      {{"--engine=native", "--random_weights", "--model_config=" + config, "--checkpoint=/tmp"},
+       "drop --checkpoint"},
+      // The released config has no tokenizer beside it; refused before any weight is built.
+      {{"--engine=native", "--random_weights", "--model_config=" + config}, "--tokenizer=PATH"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"--model=qwen", "--device=cpu", "--plaintext"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto [code, log] = RunToExit(TANDEM_WORKER_BIN, args);
+    EXPECT_EQ(code, 2) << log;
+    EXPECT_THAT(log, HasSubstr(message));
+  }
+}
+
+}  // namespace
+}  // namespace tandem::testing

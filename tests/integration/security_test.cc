@@ -1,0 +1,839 @@
+// Transport security and tenants, end to end: real tandem-worker and tandem-gateway processes on
+// loopback with TLS, mutual TLS and API keys; certificates made by openssl per test.
+#include <grpcpp/grpcpp.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/file.h"
+#include "common/tls.h"
+#include "gateway/http_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "policies/tenant_config.h"
+#include "tandem/v1/admin.grpc.pb.h"
+#include "tandem/v1/gateway.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "tests/support/pki.h"
+#include "tests/support/requests.h"
+#include "tests/support/stack.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::shared_ptr<grpc::ChannelCredentials> TlsTo(const std::string& ca,
+                                                const TestCert* client = nullptr) {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = *ReadFileToString(ca);
+  if (client != nullptr) {
+    o.pem_private_key = *ReadFileToString(client->key);
+    o.pem_cert_chain = *ReadFileToString(client->cert);
+  }
+  return grpc::SslCredentials(o);
+}
+
+// A fresh channel each time: a new connection, so a new TLS handshake.
+grpc::Status Generate(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> creds,
+                      const std::string& api_key = "",
+                      tandem::v1::GenerateRequest req = Prompt("hello", 4),
+                      std::multimap<std::string, std::string>* trailers = nullptr) {
+  grpc::ChannelArguments args;
+  // Each call its own connection (no reuse of a subchannel across test channels).
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto stub = tandem::v1::Gateway::NewStub(grpc::CreateCustomChannel(address, creds, args));
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(20));
+  if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
+  tandem::v1::GenerateResponse resp;
+  grpc::Status s = stub->Generate(&ctx, req, &resp);
+  if (trailers != nullptr) {
+    for (const auto& [k, v] : ctx.GetServerTrailingMetadata()) {
+      trailers->emplace(std::string(k.data(), k.size()), std::string(v.data(), v.size()));
+    }
+  }
+  return s;
+}
+
+bool EventuallyOk(const std::function<grpc::Status()>& call) {
+  return WaitUntil([&] { return call().ok(); }, absl::Seconds(30));
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto ca = TestCa::Create("main");
+    ASSERT_TRUE(ca.ok()) << ca.status();
+    ca_ = std::move(*ca);
+    auto other = TestCa::Create("other");
+    ASSERT_TRUE(other.ok()) << other.status();
+    other_ca_ = std::move(*other);
+    for (auto [name, out] : {std::pair<const char*, TestCert*>{"gateway", &gateway_cert_},
+                             {"worker", &worker_cert_},
+                             {"gateway-client", &gateway_client_}}) {
+      auto c = ca_.Issue(name);
+      ASSERT_TRUE(c.ok()) << c.status();
+      *out = *c;
+    }
+    auto rogue = other_ca_.Issue("rogue");
+    ASSERT_TRUE(rogue.ok()) << rogue.status();
+    rogue_ = *rogue;
+  }
+
+  std::vector<std::string> WorkerTls() const {
+    return {"--tls_cert=" + worker_cert_.cert, "--tls_key=" + worker_cert_.key,
+            "--tls_client_ca=" + ca_.ca_cert()};
+  }
+  std::vector<std::string> GatewayTls() const {
+    return {"--tls_cert=" + gateway_cert_.cert,        "--tls_key=" + gateway_cert_.key,
+            "--worker_tls_ca=" + ca_.ca_cert(),        "--worker_tls_cert=" + gateway_client_.cert,
+            "--worker_tls_key=" + gateway_client_.key, "--tls_refresh_interval=1s"};
+  }
+
+  TestCa ca_;
+  TestCa other_ca_;
+  TestCert gateway_cert_, worker_cert_, gateway_client_, rogue_;
+};
+
+TEST_F(TlsTest, MutualTlsEndToEndAndPlaintextPeersAreRefused) {
+  auto qwen = StartWorker("qwen", WorkerTls());
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  auto nemotron = StartWorker("nemotron", WorkerTls());
+  ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
+                              GatewayTls());
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+
+  // The gateway reaches its workers over mutual TLS and serves a TLS client.
+  EXPECT_TRUE(EventuallyOk([&] { return Generate(gateway->grpc_address, TlsTo(ca_.ca_cert())); }));
+  const std::string log = gateway->process->ReadLog();
+  EXPECT_THAT(log, HasSubstr("transport=tls workers_transport=mtls"));
+  EXPECT_THAT(log, Not(HasSubstr("PLAINTEXT")));
+
+  // A plaintext client cannot talk to the TLS port.
+  grpc::Status plain = Generate(gateway->grpc_address, grpc::InsecureChannelCredentials());
+  EXPECT_EQ(plain.error_code(), grpc::StatusCode::UNAVAILABLE) << plain.error_message();
+  // A client that trusts another CA refuses the gateway's certificate.
+  grpc::Status wrong_ca = Generate(gateway->grpc_address, TlsTo(other_ca_.ca_cert()));
+  EXPECT_EQ(wrong_ca.error_code(), grpc::StatusCode::UNAVAILABLE);
+
+  // Workers take only clients with a certificate from their CA.
+  for (const TestCert* client : std::vector<const TestCert*>{nullptr, &rogue_}) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto stub = tandem::v1::Worker::NewStub(
+        grpc::CreateCustomChannel(qwen->grpc_address, TlsTo(ca_.ca_cert(), client), args));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::WorkerInfo info;
+    grpc::Status s = stub->GetInfo(&ctx, {}, &info);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << (client == nullptr ? "no client certificate" : "certificate from another CA");
+  }
+  // ...and the gateway's own client certificate works directly too.
+  {
+    auto stub = tandem::v1::Worker::NewStub(
+        grpc::CreateChannel(qwen->grpc_address, TlsTo(ca_.ca_cert(), &gateway_client_)));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::WorkerInfo info;
+    EXPECT_TRUE(stub->GetInfo(&ctx, {}, &info).ok());
+  }
+}
+
+TEST_F(TlsTest, AGatewayWithAClientCaRequiresClientCertificates) {
+  auto qwen = StartWorker("qwen", WorkerTls());
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  auto nemotron = StartWorker("nemotron", WorkerTls());
+  ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+  std::vector<std::string> args = GatewayTls();
+  args.push_back("--tls_client_ca=" + ca_.ca_cert());
+  auto gateway =
+      StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address}, args);
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  EXPECT_THAT(gateway->process->ReadLog(), HasSubstr("transport=mtls workers_transport=mtls"));
+  // A certificate the client CA signed is served...
+  EXPECT_TRUE(EventuallyOk(
+      [&] { return Generate(gateway->grpc_address, TlsTo(ca_.ca_cert(), &gateway_client_)); }));
+  // ...none, or one from another CA, is refused in the handshake.
+  for (const TestCert* client : std::vector<const TestCert*>{nullptr, &rogue_}) {
+    grpc::ChannelArguments channel_args;
+    channel_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto stub = tandem::v1::Gateway::NewStub(grpc::CreateCustomChannel(
+        gateway->grpc_address, TlsTo(ca_.ca_cert(), client), channel_args));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::ListModelsResponse models;
+    EXPECT_EQ(stub->ListModels(&ctx, {}, &models).error_code(), grpc::StatusCode::UNAVAILABLE)
+        << (client == nullptr ? "no client certificate" : "certificate from another CA");
+  }
+}
+
+TEST_F(TlsTest, RotatedCertificatesApplyWithoutRestart) {
+  auto qwen = StartWorker("qwen", WorkerTls());
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  // The gateway serves from copies of the files, which the test then rotates.
+  const std::string cert = TempPath("served.crt");
+  const std::string key = TempPath("served.key");
+  ASSERT_TRUE(ReplaceFileAtomically(gateway_cert_.cert, cert).ok());
+  ASSERT_TRUE(ReplaceFileAtomically(gateway_cert_.key, key).ok());
+  std::vector<std::string> args = GatewayTls();
+  args[0] = "--tls_cert=" + cert;
+  args[1] = "--tls_key=" + key;
+  args.push_back("--default_model=qwen");
+  args.push_back("--accuracy_model=qwen");
+  args.push_back("--latency_model=qwen");
+  args.push_back("--vision_model=qwen");
+  args.push_back("--long_context_model=qwen");
+  auto gateway = StartGateway({"qwen=" + qwen->grpc_address}, args);
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  ASSERT_TRUE(EventuallyOk([&] { return Generate(gateway->grpc_address, TlsTo(ca_.ca_cert())); }));
+
+  // Rotate to a certificate from another CA (key first: the watcher checks they match).
+  auto next = other_ca_.Issue("gateway-next");
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE(ReplaceFileAtomically(next->key, key).ok());
+  ASSERT_TRUE(ReplaceFileAtomically(next->cert, cert).ok());
+  // New connections get the new certificate once the gateway re-reads the files.
+  EXPECT_TRUE(
+      EventuallyOk([&] { return Generate(gateway->grpc_address, TlsTo(other_ca_.ca_cert())); }));
+  EXPECT_EQ(Generate(gateway->grpc_address, TlsTo(ca_.ca_cert())).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+// GET https://ADDRESS/metrics trusting `ca`, showing `client` when given.
+absl::StatusOr<std::string> GetMetricsOverTls(const std::string& address, const std::string& ca,
+                                              const TestCert* client = nullptr) {
+  TlsFiles tls;
+  tls.ca = ca;
+  if (client != nullptr) {
+    tls.cert = client->cert;
+    tls.key = client->key;
+  }
+  return gateway::CurlHttpClient(tls).Get(absl::StrCat("https://", address, "/metrics"),
+                                          absl::Seconds(10));
+}
+
+TEST_F(TlsTest, MetricsOverTlsAreScrapedWithTheGatewaysClientCertificate) {
+  if (!HavePrometheus()) GTEST_SKIP() << "prometheus was not found at configure time";
+  std::vector<std::string> worker_args = WorkerTls();
+  worker_args.push_back("--metrics_tls");
+  auto qwen = StartWorker("qwen", worker_args);
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  auto nemotron = StartWorker("nemotron", worker_args);
+  ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+  std::vector<std::string> gateway_args = GatewayTls();
+  gateway_args.push_back("--metrics_tls");
+  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
+                              gateway_args);
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  EXPECT_THAT(qwen->process->ReadLog(), HasSubstr("metrics_transport=mtls"));
+  EXPECT_THAT(gateway->process->ReadLog(), HasSubstr("metrics_transport=tls"));
+
+  // The worker's /metrics takes only clients with a certificate from its client CA...
+  EXPECT_FALSE(HttpGet(qwen->metrics_address, "/metrics").ok());
+  EXPECT_FALSE(GetMetricsOverTls(qwen->metrics_address, ca_.ca_cert()).ok());
+  EXPECT_FALSE(GetMetricsOverTls(qwen->metrics_address, ca_.ca_cert(), &rogue_).ok());
+  auto direct = GetMetricsOverTls(qwen->metrics_address, ca_.ca_cert(), &gateway_client_);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_THAT(*direct, HasSubstr("tandem_worker_num_requests_running"));
+
+  // ...such as the gateway's: its scrapes of both workers succeed (and none fails), read from
+  // the gateway's own /metrics, which is HTTPS without client certificates.
+  EXPECT_FALSE(HttpGet(gateway->metrics_address, "/metrics").ok());
+  auto scrapes = [&](const std::string& model, const std::string& result) {
+    auto text = GetMetricsOverTls(gateway->metrics_address, ca_.ca_cert());
+    if (!text.ok()) return -1.0;
+    return MetricValue(*text, "tandem_gateway_worker_scrapes_total",
+                       {{"model_name", model}, {"result", result}})
+        .value_or(-1.0);
+  };
+  EXPECT_TRUE(
+      WaitUntil([&] { return scrapes("qwen", "ok") >= 3 && scrapes("nemotron", "ok") >= 3; }));
+  EXPECT_EQ(scrapes("qwen", "error"), 0);
+  EXPECT_EQ(scrapes("nemotron", "error"), 0);
+
+  // A real Prometheus server scrapes the worker the same way: up only with a client certificate.
+  const std::string tls_config =
+      absl::StrCat("tls_config: {ca_file: '", ca_.ca_cert(), "', cert_file: '",
+                   gateway_client_.cert, "', key_file: '", gateway_client_.key, "'}");
+  auto prometheus =
+      StartPrometheus({qwen->metrics_address}, "200ms", {"scheme: https", tls_config});
+  ASSERT_TRUE(prometheus.ok()) << prometheus.status();
+  auto up = [&] {
+    auto text = HttpGet(prometheus->grpc_address, "/api/v1/query?query=up");
+    return text.ok() ? *text : std::string();
+  };
+  EXPECT_TRUE(WaitUntil([&] { return absl::StrContains(up(), "\"1\"]"); })) << up();
+}
+
+TEST_F(TlsTest, TransportMistakesAreStartupErrors) {
+  struct Case {
+    const char* binary;
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--worker_plaintext", "--allow_unauthenticated"},
+       "needs --tls_cert and --tls_key (TLS), or an explicit --plaintext"},
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--plaintext", "--allow_unauthenticated"},
+       "give --worker_tls_ca, --worker_tls_cert and --worker_tls_key, or an explicit "
+       "--worker_plaintext"},
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--plaintext", "--worker_plaintext"},
+       "give --tenants=FILE"},
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--tls_cert=" + gateway_cert_.cert,
+        "--tls_key=" + worker_cert_.key, "--worker_plaintext", "--allow_unauthenticated"},
+       "does not belong to the certificate"},
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--tls_cert=/nonexistent.pem", "--tls_key=/nonexistent.key",
+        "--worker_plaintext", "--allow_unauthenticated"},
+       "cannot read /nonexistent.pem"},
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--plaintext", "--tls_cert=" + gateway_cert_.cert,
+        "--worker_plaintext", "--allow_unauthenticated"},
+       "contradict each other"},
+      {TANDEM_WORKER_BIN,
+       {"--model=qwen", "--engine=synthetic", "--device=cpu", "--tls_cert=" + worker_cert_.cert,
+        "--tls_key=" + worker_cert_.key},
+       "--tls_client_ca is required"},
+      {TANDEM_WORKER_BIN,
+       {"--model=qwen", "--engine=synthetic", "--device=cpu"},
+       "or an explicit --plaintext"},
+      {TANDEM_WORKER_BIN,
+       {"--model=qwen", "--engine=synthetic", "--device=cpu", "--plaintext", "--metrics_tls"},
+       "it cannot be combined with --plaintext"},
+      {TANDEM_WORKER_BIN,
+       {"--model=qwen", "--engine=synthetic", "--device=cpu", "--plaintext",
+        "--metrics_request_timeout=0s"},
+       "--metrics_request_timeout must be between 100ms and 10m"},
+      {TANDEM_WORKER_BIN,
+       {"--model=qwen", "--engine=synthetic", "--device=cpu", "--plaintext",
+        "--metrics_idle_timeout=100ms"},
+       "--metrics_idle_timeout must be between 1s and 24h"},
+      {TANDEM_GATEWAY_BIN,
+       {"--workers=qwen=127.0.0.1:1", "--plaintext", "--worker_plaintext",
+        "--allow_unauthenticated", "--metrics_max_connections=0"},
+       "--metrics_max_connections must be in [1, 10000]"},
+  };
+  for (const Case& c : cases) {
+    auto [code, log] = RunToExit(c.binary, c.args);
+    EXPECT_EQ(code, 2) << log;
+    EXPECT_THAT(log, HasSubstr(c.message));
+  }
+}
+
+TEST(PlaintextTest, ChosenPlaintextIsSaidLoudly) {
+  auto worker = StartWorker("qwen");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto gateway = StartGateway({"qwen=" + worker->grpc_address, "nemotron=" + worker->grpc_address});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  EXPECT_THAT(worker->process->ReadLog(),
+              HasSubstr("PLAINTEXT: tandem-worker serves gRPC without TLS"));
+  const std::string log = gateway->process->ReadLog();
+  EXPECT_THAT(log, HasSubstr("PLAINTEXT: tandem-gateway serves gRPC without TLS"));
+  EXPECT_THAT(log, HasSubstr("PLAINTEXT: the gateway calls workers without TLS"));
+  EXPECT_THAT(log, HasSubstr("UNAUTHENTICATED: no --tenants file"));
+}
+
+// Tenants over plaintext (transport is covered above).
+class TenantsTest : public ::testing::Test {
+ protected:
+  static std::string Key(const std::string& secret) { return policies::TenantKeyEntry(secret); }
+
+  std::string TenantsYaml(const std::string& extra_search_key = "") const {
+    std::string search_keys = Key("search-secret");
+    if (!extra_search_key.empty()) absl::StrAppend(&search_keys, ", ", Key(extra_search_key));
+    return absl::StrCat(
+        "tenants:\n"
+        "  - name: search\n"
+        "    keys: [",
+        search_keys,
+        "]\n"
+        "    limits: {requests_per_second: 0.2, burst_requests: 2}\n"
+        "  - name: batch\n"
+        "    keys: [",
+        Key("batch-secret"),
+        "]\n"
+        "    models: [nemotron]\n"
+        "  - name: ops\n"
+        "    keys: [",
+        Key("ops-secret"),
+        "]\n"
+        "    admin: true\n");
+  }
+
+  void Start(const std::vector<std::string>& extra = {},
+             const std::vector<std::string>& nemotron_flags = {}) {
+    auto qwen = StartWorker("qwen");
+    ASSERT_TRUE(qwen.ok()) << qwen.status();
+    auto nemotron = StartWorker("nemotron", nemotron_flags);
+    ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+    tenants_path_ = WriteTempFile("tenants.yaml", TenantsYaml());
+    std::vector<std::string> args = {"--tenants=" + tenants_path_, "--policy_watch_interval=100ms"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto gateway =
+        StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address}, args);
+    ASSERT_TRUE(gateway.ok()) << gateway.status();
+    qwen_ = std::move(*qwen);
+    nemotron_ = std::move(*nemotron);
+    gateway_ = std::move(*gateway);
+    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
+    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/nemotron", true).ok());
+  }
+
+  grpc::Status Call(const std::string& key, tandem::v1::GenerateRequest req = Prompt("hi", 4),
+                    std::multimap<std::string, std::string>* trailers = nullptr) {
+    return Generate(gateway_.grpc_address, grpc::InsecureChannelCredentials(), key, req, trailers);
+  }
+
+  grpc::Status GetPolicy(const std::string& key) {
+    auto stub = tandem::v1::Admin::NewStub(
+        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    if (!key.empty()) ctx.AddMetadata("x-api-key", key);
+    tandem::v1::GetPolicyResponse st;
+    return stub->GetPolicy(&ctx, {}, &st);
+  }
+
+  // tandem_gateway_tenants_reloads_total{result}; -1 when unreadable.
+  double ReloadCount(const std::string& result) {
+    auto text = HttpGet(gateway_.metrics_address, "/metrics");
+    if (!text.ok()) return -1;
+    return MetricValue(*text, "tandem_gateway_tenants_reloads_total", {{"result", result}})
+        .value_or(-1);
+  }
+
+  Server qwen_, nemotron_, gateway_;
+  std::string tenants_path_;
+};
+
+TEST_F(TenantsTest, KeysRightsAndRateLimits) {
+  Start();
+  // No key, or a key no tenant has.
+  grpc::Status s = Call("");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  s = Call("wrong-secret");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+
+  // A tenant pinned to a model it has no rights to.
+  tandem::v1::GenerateRequest pinned = Prompt("hi", 4);
+  pinned.mutable_hints()->set_model("qwen");
+  s = Call("batch-secret", pinned);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("tenant 'batch' may not use model 'qwen'"));
+  pinned.mutable_hints()->set_model("nemotron");
+  EXPECT_TRUE(Call("batch-secret", pinned).ok());
+
+  // Routing sees the authenticated tenant, not a caller's `tenant` label.
+  {
+    auto stub = tandem::v1::Gateway::NewStub(
+        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    ctx.AddMetadata("authorization", "Bearer batch-secret");
+    tandem::v1::GenerateRequest r = Prompt("hi", 4);
+    (*r.mutable_labels())["tenant"] = "ops";
+    r.mutable_hints()->set_model("nemotron");
+    tandem::v1::RouteResponse route;
+    ASSERT_TRUE(stub->Route(&ctx, r, &route).ok());
+    EXPECT_EQ(route.features().at("tenant"), "batch");
+  }
+
+  // search: a burst of 2, then one request every 5 s.
+  EXPECT_TRUE(Call("search-secret").ok());
+  EXPECT_TRUE(Call("search-secret").ok());
+  std::multimap<std::string, std::string> trailers;
+  s = Call("search-secret", Prompt("hi", 4), &trailers);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("tenant 'search' is over 0.2 requests/s"));
+  ASSERT_EQ(trailers.count("retry-after-ms"), 1u);
+  const int retry_ms = std::stoi(trailers.find("retry-after-ms")->second);
+  EXPECT_GT(retry_ms, 0);
+  EXPECT_LE(retry_ms, 5000);
+  // The same advice as standard error details (google.rpc.RetryInfo, QuotaFailure).
+  auto details = DecodeErrorDetails(s);
+  ASSERT_TRUE(details.ok()) << details.status();
+  EXPECT_GT(details->retry_delay, absl::ZeroDuration());
+  EXPECT_LE(absl::ToInt64Milliseconds(details->retry_delay), retry_ms);
+  EXPECT_GT(absl::ToInt64Milliseconds(details->retry_delay), retry_ms - 2);
+  EXPECT_THAT(details->quota_subjects, ElementsAre("tenant:search"));
+  // Another tenant is not affected.
+  EXPECT_TRUE(Call("ops-secret").ok());
+
+  // Admin needs admin: true.
+  EXPECT_EQ(GetPolicy("").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(GetPolicy("search-secret").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(GetPolicy("ops-secret").ok());
+
+  // Per-tenant series.
+  auto text = HttpGet(gateway_.metrics_address, "/metrics");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_requests_total",
+                        {{"tenant", "search"}, {"code", "OK"}})
+                .value_or(-1),
+            2);
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_requests_total",
+                        {{"tenant", "search"}, {"code", "RESOURCE_EXHAUSTED"}})
+                .value_or(-1),
+            1);
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_throttled_total",
+                        {{"tenant", "search"}, {"reason", "requests"}})
+                .value_or(-1),
+            1);
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_auth_failures_total", {{"reason", "unknown_key"}})
+                .value_or(-1),
+            1);
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_auth_failures_total", {{"reason", "admin_denied"}})
+                .value_or(-1),
+            1);
+  EXPECT_GT(MetricValue(*text, "tandem_gateway_tenant_tokens_total",
+                        {{"tenant", "batch"}, {"kind", "completion"}})
+                .value_or(-1),
+            0);
+  // Refusals never reached a model: its in-flight gauge is back at 0, not below.
+  for (const char* model : {"qwen", "nemotron"}) {
+    EXPECT_EQ(MetricValue(*text, "tandem_gateway_inflight_requests", {{"model_name", model}})
+                  .value_or(-1),
+              0)
+        << model;
+  }
+  // Latency of the requests that passed the quotas: the two served, not the refused one.
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_request_duration_seconds_count",
+                        {{"tenant", "search"}})
+                .value_or(-1),
+            2);
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_time_to_first_token_seconds_count",
+                        {{"tenant", "search"}})
+                .value_or(-1),
+            2);
+  EXPECT_TRUE(PromtoolCheckMetrics(*text).ok());
+}
+
+TEST_F(TenantsTest, OnlyAdminsSeeThePolicysConditionsAndWorkerAddresses) {
+  // A rule whose condition names customers: an ordinary tenant must not read it.
+  const std::string policy = WriteTempFile("p.yaml", R"(schema: 1
+version: secret-1
+models: {qwen: {}, nemotron: {}}
+classes: [accuracy_critical, latency_critical]
+default_class: latency_critical
+rules:
+  - name: premium
+    when: {label.tenant: {in: [enterprise-customer-x, research]}}
+    action: {route: qwen}
+  - name: rest
+    action: {route: nemotron}
+)");
+  ASSERT_NO_FATAL_FAILURE(Start({"--policy=" + policy}));
+  auto stub = tandem::v1::Gateway::NewStub(
+      grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+  tandem::v1::GenerateRequest req = Prompt("hi", 4);
+  (*req.mutable_labels())["tenant"] = "research";
+  const auto route = [&](const std::string& key, tandem::v1::RouteResponse* out) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    ctx.AddMetadata("x-api-key", key);
+    return stub->Route(&ctx, req, out);
+  };
+  const auto generate = [&](const std::string& key, tandem::v1::GenerateResponse* out) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    ctx.AddMetadata("x-api-key", key);
+    return stub->Generate(&ctx, req, out);
+  };
+
+  tandem::v1::RouteResponse tenant_route, admin_route;
+  ASSERT_TRUE(route("search-secret", &tenant_route).ok());
+  ASSERT_TRUE(route("ops-secret", &admin_route).ok());
+  EXPECT_EQ(tenant_route.route().model(), admin_route.route().model());
+  EXPECT_EQ(tenant_route.route().rule(), "premium");
+  EXPECT_EQ(tenant_route.rules_size(), 0);
+  EXPECT_THAT(tenant_route.ShortDebugString(), Not(HasSubstr("enterprise-customer-x")));
+  EXPECT_GE(admin_route.rules_size(), 1);
+  EXPECT_THAT(admin_route.ShortDebugString(), HasSubstr("enterprise-customer-x"));
+
+  // batch may use nemotron only; the decision is qwen, so it is refused, which says nothing of
+  // the condition either.
+  tandem::v1::GenerateResponse tenant_answer, admin_answer;
+  const grpc::Status refused = generate("batch-secret", &tenant_answer);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(refused.error_message(), Not(HasSubstr("enterprise-customer-x")));
+  (*req.mutable_labels())["tenant"] = "someone";
+  ASSERT_TRUE(generate("batch-secret", &tenant_answer).ok());
+  ASSERT_TRUE(generate("ops-secret", &admin_answer).ok());
+  EXPECT_EQ(tenant_answer.route().worker(), "") << "a worker address shown to a tenant";
+  EXPECT_EQ(admin_answer.route().worker(), nemotron_.grpc_address);
+}
+
+TEST_F(TenantsTest, WorkerAddressesAreShownToTenantsWhenTheOperatorSaysSo) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--expose_worker_addresses"}));
+  auto stub = tandem::v1::Gateway::NewStub(
+      grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(10));
+  ctx.AddMetadata("x-api-key", "batch-secret");
+  tandem::v1::GenerateRequest req = Prompt("hi", 4);
+  req.mutable_hints()->set_model("nemotron");
+  tandem::v1::GenerateResponse answer;
+  ASSERT_TRUE(stub->Generate(&ctx, req, &answer).ok());
+  EXPECT_EQ(answer.route().worker(), nemotron_.grpc_address);
+}
+
+TEST_F(TenantsTest, TenantsFileReloadsWithoutRestart) {
+  Start();
+  EXPECT_EQ(Call("new-secret").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // An invalid file is refused and the live tenants stay.
+  std::ofstream(tenants_path_ + ".tmp") << "tenants:\n  - name: Bad Name\n";
+  ASSERT_EQ(std::rename((tenants_path_ + ".tmp").c_str(), tenants_path_.c_str()), 0);
+  ASSERT_TRUE(WaitUntil([&] { return ReloadCount("error") == 1; }));
+  EXPECT_NE(gateway_.process->ReadLog().find("failed; the live configuration stays"),
+            std::string::npos);
+  EXPECT_TRUE(Call("ops-secret").ok());
+  // A valid edit applies: a new key for search.
+  std::ofstream(tenants_path_ + ".tmp") << TenantsYaml("new-secret");
+  ASSERT_EQ(std::rename((tenants_path_ + ".tmp").c_str(), tenants_path_.c_str()), 0);
+  EXPECT_TRUE(WaitUntil([&] { return Call("new-secret").ok(); }));
+  EXPECT_TRUE(WaitUntil([&] { return ReloadCount("ok") == 1; }));  // counted just after it applies
+  EXPECT_EQ(ReloadCount("error"), 1);  // the bad file was reported once, not every poll
+}
+
+TEST_F(TenantsTest, SighupReloadsTheTenantsFile) {
+  // No polling within the test's life: only the signal can apply the edit.
+  Start({"--policy_watch_interval=1h"});
+  std::ofstream(tenants_path_ + ".tmp") << TenantsYaml("hup-secret");
+  ASSERT_EQ(std::rename((tenants_path_ + ".tmp").c_str(), tenants_path_.c_str()), 0);
+  EXPECT_EQ(Call("hup-secret").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  gateway_.process->Signal(SIGHUP);
+  EXPECT_TRUE(WaitUntil([&] { return Call("hup-secret").ok(); }));
+  EXPECT_TRUE(WaitUntil([&] { return ReloadCount("ok") == 1; }));
+  // A SIGHUP with an invalid file: counted, and the live tenants stay.
+  std::ofstream(tenants_path_) << "tenants: [";
+  gateway_.process->Signal(SIGHUP);
+  EXPECT_TRUE(WaitUntil([&] { return ReloadCount("error") == 1; }));
+  EXPECT_TRUE(Call("hup-secret").ok());
+}
+
+TEST_F(TenantsTest, AdminShowsAndReloadsTheLiveTenants) {
+  Start({"--policy_watch_interval=1h"});  // only the RPC reloads within the test
+  auto ctl = [&](const std::string& key, const std::string& words) {
+    std::vector<std::string> args = {"--plaintext", "--gateway=" + gateway_.grpc_address,
+                                     "--api_key=" + key};
+    for (absl::string_view w : absl::StrSplit(words, ' ')) args.emplace_back(w);
+    return RunToExit(TANDEM_CTL_BIN, args);
+  };
+  auto [code, out] = ctl("ops-secret", "tenants show");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("path=" + tenants_path_ + " sha256="));
+  EXPECT_THAT(out, HasSubstr(" keyless=refused"));
+  EXPECT_THAT(out, HasSubstr("search models=all priority=1 requests/s=0.2 tokens/s=unlimited "
+                             "concurrency=unlimited keys=1 inflight=0"));
+  EXPECT_THAT(out, HasSubstr("batch models=nemotron priority=1 requests/s=unlimited"));
+  EXPECT_THAT(out, HasSubstr("ops models=all priority=1 admin requests/s=unlimited"));
+  EXPECT_EQ(out.find(Key("ops-secret").substr(7)), std::string::npos) << "no key hashes";
+
+  std::tie(code, out) = ctl("search-secret", "tenants show");
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("PERMISSION_DENIED: tenant 'search' may not use tandem.v1.Admin"));
+
+  // A reload answers when the new tenants are live: the new key works at once.
+  std::ofstream(tenants_path_ + ".tmp") << TenantsYaml("new-secret");
+  ASSERT_EQ(std::rename((tenants_path_ + ".tmp").c_str(), tenants_path_.c_str()), 0);
+  std::tie(code, out) = ctl("ops-secret", "tenants reload");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("search models=all priority=1 requests/s=0.2"));
+  EXPECT_THAT(out, HasSubstr("keys=2"));
+  EXPECT_TRUE(Call("new-secret").ok());
+  EXPECT_EQ(ReloadCount("ok"), 1);
+
+  // An invalid file: INVALID_ARGUMENT with FILE:LINE, and the live tenants stay.
+  std::ofstream(tenants_path_) << "tenants:\n  - name: search\n    priority: 1000\n";
+  std::tie(code, out) = ctl("ops-secret", "tenants reload");
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("INVALID_ARGUMENT: " + tenants_path_ + ":"));
+  EXPECT_THAT(out, HasSubstr(tenants_path_ + ":3"));  // the priority's line
+  EXPECT_TRUE(Call("new-secret").ok());
+  EXPECT_EQ(ReloadCount("error"), 1);
+}
+
+TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
+  // One dispatch slot per model: everything else waits in the gateway's queue.
+  Start({"--max_inflight=1", "--max_queued=5"});
+  std::mutex mu;
+  std::vector<std::string> finished;
+  auto request = [&](const std::string& who, const std::string& key) {
+    tandem::v1::GenerateRequest req = Prompt("tell me a long story about " + who, 24);
+    req.mutable_hints()->set_model("nemotron");
+    grpc::Status s = Call(key, req);
+    std::lock_guard<std::mutex> l(mu);
+    finished.push_back(s.ok() ? who : who + ":" + std::to_string(s.error_code()));
+  };
+  std::vector<std::thread> flood;
+  for (int i = 0; i < 6; ++i) flood.emplace_back(request, "ops", "ops-secret");
+  // One runs, five wait: only then does the other tenant arrive. (EXPECT, not ASSERT, while
+  // the threads run: they must be joined.)
+  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
+                            {{"tenant", "ops"}}, 5)
+                  .ok());
+  // The flooder's queue is full: a seventh is refused at once, with retry information.
+  std::multimap<std::string, std::string> trailers;
+  tandem::v1::GenerateRequest seventh = Prompt("one more", 4);
+  seventh.mutable_hints()->set_model("nemotron");  // each model has its own slots
+  grpc::Status full = Call("ops-secret", seventh, &trailers);
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << full.error_message();
+  EXPECT_EQ(trailers.count("retry-after-ms"), 1u);
+  auto details = DecodeErrorDetails(full);
+  EXPECT_TRUE(details.ok()) << details.status();
+  if (details.ok()) {
+    EXPECT_GT(details->retry_delay, absl::ZeroDuration());
+    EXPECT_THAT(details->quota_subjects, ElementsAre("tenant:ops"));
+  }
+  std::thread other(request, "batch", "batch-secret");
+  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
+                            {{"tenant", "batch"}}, 1)
+                  .ok());
+  for (auto& t : flood) t.join();
+  other.join();
+  ASSERT_EQ(finished.size(), 7u);
+  // batch joined behind five queued ops requests yet is served next.
+  const auto pos = std::find(finished.begin(), finished.end(), "batch") - finished.begin();
+  EXPECT_LE(pos, 2) << "finish order: " << absl::StrJoin(finished, ",");
+  EXPECT_EQ(std::count(finished.begin(), finished.end(), "ops"), 6);
+}
+
+TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
+  // The gateway's own limit is far away (--max_inflight 1024): the worker runs one request at a
+  // time and would queue 64. By default the gateway dispatches only the worker's batch plus a
+  // small headroom (--dispatch_headroom), so a flooding tenant's backlog waits in the fair queue,
+  // not in the worker's FIFO, and another tenant's request is served within that many, not
+  // after the flood.
+  constexpr int kBatch = 1;
+  constexpr int kDefaultHeadroom = 2;
+  constexpr int kFlood = 8;
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--max_queued=16"}, {absl::StrCat("--max_batch_size=", kBatch), "--max_queue=64"}));
+  std::mutex mu;
+  std::vector<std::string> finished;
+  auto request = [&](const std::string& who, const std::string& key) {
+    tandem::v1::GenerateRequest req = Prompt("tell me a long story about " + who, 24);
+    req.mutable_hints()->set_model("nemotron");
+    grpc::Status s = Call(key, req);
+    std::lock_guard<std::mutex> l(mu);
+    finished.push_back(s.ok() ? who : who + ":" + std::to_string(s.error_code()));
+  };
+  std::vector<std::thread> flood;
+  for (int i = 0; i < kFlood; ++i) flood.emplace_back(request, "ops", "ops-secret");
+  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_queued_requests",
+                            {{"model_name", "nemotron"}}, kFlood - kBatch - kDefaultHeadroom)
+                  .ok());
+  std::thread other(request, "batch", "batch-secret");
+  for (auto& t : flood) t.join();
+  other.join();
+  ASSERT_EQ(finished.size(), kFlood + 1u);
+  const auto pos = std::find(finished.begin(), finished.end(), "batch") - finished.begin();
+  EXPECT_LE(pos, kBatch + kDefaultHeadroom) << "finish order: " << absl::StrJoin(finished, ",");
+  EXPECT_EQ(std::count(finished.begin(), finished.end(), "ops"), kFlood);
+}
+
+TEST(LimitsTest, EveryLimitIsEnforcedBeforeWork) {
+  auto worker = StartWorker("qwen", {"--synthetic_time_scale=10"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto gateway = StartGateway(
+      {"qwen=" + worker->grpc_address, "nemotron=" + worker->grpc_address},
+      {"--max_labels=2", "--max_label_bytes=8", "--max_prompt_tokens=50", "--max_tokens_limit=64",
+       "--max_stop_sequences=1", "--max_stop_sequence_bytes=4", "--max_messages=2",
+       "--max_parts_per_message=1", "--max_stream_duration=1s"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
+  const auto call = [&](const tandem::v1::GenerateRequest& r) {
+    return Generate(gateway->grpc_address, grpc::InsecureChannelCredentials(), "", r);
+  };
+  struct Case {
+    std::function<void(tandem::v1::GenerateRequest*)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](auto* r) {
+         (*r->mutable_labels())["a"] = "1";
+         (*r->mutable_labels())["b"] = "2";
+         (*r->mutable_labels())["c"] = "3";
+       },
+       "3 labels; the limit is 2 (--max_labels)"},
+      {[](auto* r) { (*r->mutable_labels())["app"] = "far-too-long"; },
+       "over 8 bytes (--max_label_bytes)"},
+      {[](auto* r) {
+         r->mutable_messages(0)->mutable_content(0)->set_text(std::string(2000, 'x'));
+       },
+       "(--max_prompt_tokens)"},
+      {[](auto* r) { r->mutable_sampling()->set_max_tokens(65); }, "(--max_tokens_limit)"},
+      {[](auto* r) {
+         r->mutable_sampling()->add_stop("a");
+         r->mutable_sampling()->add_stop("b");
+       },
+       "2 sequences; the limit is 1"},
+      {[](auto* r) { r->mutable_sampling()->add_stop("abcde"); }, "5 bytes; the limit is 4"},
+      {[](auto* r) {
+         *r->add_messages() = r->messages(0);
+         *r->add_messages() = r->messages(0);
+       },
+       "3 messages; the limit is 2"},
+      {[](auto* r) { r->mutable_messages(0)->add_content()->set_text("x"); }, "the limit is 1"},
+  };
+  for (const Case& c : cases) {
+    tandem::v1::GenerateRequest r = Prompt("hi", 4);
+    c.edit(&r);
+    grpc::Status s = call(r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message;
+    EXPECT_THAT(s.error_message(), HasSubstr(c.message));
+  }
+  // Nothing reached the worker for the refused requests: not admitted, not refused there.
+  auto before = HttpGet(worker->metrics_address, "/metrics");
+  ASSERT_TRUE(before.ok());
+  for (const char* reason : {"stop", "length", "cancelled", "deadline_exceeded", "error"}) {
+    EXPECT_EQ(MetricValue(*before, "tandem_worker_requests_total", {{"finish_reason", reason}})
+                  .value_or(-1),
+              0)
+        << reason;
+  }
+  for (const char* reason : {"queue_full", "invalid_argument", "draining", "loading"}) {
+    EXPECT_EQ(MetricValue(*before, "tandem_worker_rejected_requests_total", {{"reason", reason}})
+                  .value_or(-1),
+              0)
+        << reason;
+  }
+  // A stream may not outlive --max_stream_duration, whatever deadline the caller gave: the
+  // worker is slowed tenfold so that 60 tokens take seconds.
+  tandem::v1::GenerateRequest slow = Prompt("a long answer", 60);
+  auto stub = tandem::v1::Gateway::NewStub(
+      grpc::CreateChannel(gateway->grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(60));
+  const auto start = std::chrono::steady_clock::now();
+  auto reader = stub->GenerateStream(&ctx, slow);
+  tandem::v1::GenerateStreamChunk chunk;
+  while (reader->Read(&chunk)) {
+  }
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+}  // namespace
+}  // namespace tandem::testing

@@ -1,0 +1,116 @@
+#include "router/request_features.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+
+namespace tandem::router {
+namespace {
+
+TEST(EstimateTokensTest, AsciiAtFourBytesAndOnePerNonAsciiCodePoint) {
+  EXPECT_EQ(EstimateTokens(""), 0);
+  EXPECT_EQ(EstimateTokens("abcd"), 1);
+  EXPECT_EQ(EstimateTokens("abcde"), 2);
+  EXPECT_EQ(EstimateTokens("\xE6\x97\xA5\xE6\x9C\xAC"), 2);  // two CJK characters
+}
+
+// The estimate against Qwen3's real tokenizer (counts from tests/tokens/count_tokens.js, see
+// scripts/measure_token_estimate.sh). Prints the error; fails if it grows past the bounds
+// documented in docs/policies.md.
+TEST(EstimateTokensTest, ErrorAgainstQwen3Tokenizer) {
+  std::ifstream in(TANDEM_SOURCE_DIR "/tests/tokens/qwen3_token_counts.jsonl");
+  ASSERT_TRUE(in) << "missing tests/tokens/qwen3_token_counts.jsonl";
+  std::string line;
+  double abs_rel = 0, signed_rel = 0, est_sum = 0, ref_sum = 0, worst = 0;
+  int n = 0;
+  while (std::getline(in, line)) {
+    google::protobuf::Struct row;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(line, &row).ok()) << line;
+    const std::string text = row.fields().at("text").string_value();
+    const double ref = row.fields().at("tokens").number_value();
+    if (ref <= 0) continue;
+    const double est = static_cast<double>(EstimateTokens(text));
+    const double rel = (est - ref) / ref;
+    abs_rel += std::fabs(rel);
+    signed_rel += rel;
+    worst = std::max(worst, std::fabs(rel));
+    est_sum += est;
+    ref_sum += ref;
+    ++n;
+  }
+  ASSERT_GT(n, 1000);
+  const double mape = abs_rel / n;
+  std::printf(
+      "token estimate vs Qwen3 tokenizer over %d texts: mean |error| %.1f%%, mean bias "
+      "%+.1f%%, total %+.1f%%, worst %.0f%%\n",
+      n, 100 * mape, 100 * signed_rel / n, 100 * (est_sum / ref_sum - 1), 100 * worst);
+  EXPECT_LT(mape, 0.25);
+  EXPECT_LT(std::fabs(est_sum / ref_sum - 1), 0.15);
+}
+
+TEST(ExtractFeaturesTest, ReadsEveryField) {
+  tandem::v1::GenerateRequest r;
+  auto* sys = r.add_messages();
+  sys->set_role("system");
+  sys->add_content()->set_text("be brief");
+  auto* user = r.add_messages();
+  user->set_role("user");
+  user->add_content()->set_text("12345678");
+  user->add_content()->mutable_image()->set_data("x");
+  r.add_messages()->set_role("assistant");
+  r.add_messages()->set_role("user");
+  r.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
+  r.mutable_hints()->set_model("nemotron");
+  r.mutable_hints()->mutable_reasoning()->set_mode(tandem::v1::REASONING_MODE_OFF);
+  r.mutable_sampling()->set_max_tokens(77);
+  (*r.mutable_labels())["tenant"] = "acme";
+  (*r.mutable_labels())["app"] = "chat";
+
+  const RequestFeatures f = ExtractFeatures(r);
+  EXPECT_EQ(f.num_messages, 4);
+  EXPECT_EQ(f.num_turns, 2);
+  EXPECT_EQ(f.image_count, 1);
+  EXPECT_EQ(f.prompt_bytes, 16);
+  // 4 messages of template overhead + "be brief" (2) + "12345678" (2).
+  EXPECT_EQ(f.prompt_tokens, 4 * kPerMessageTemplateTokens + 4);
+  EXPECT_FALSE(f.prompt_tokens_exact);
+  EXPECT_EQ(f.objective, Objective::kLatency);
+  EXPECT_EQ(f.pinned_model, "nemotron");
+  EXPECT_EQ(f.reasoning, ReasoningMode::kOff);
+  EXPECT_EQ(f.max_tokens, 77);
+  EXPECT_EQ(f.tenant, "acme");
+  EXPECT_EQ(f.app, "chat");
+  EXPECT_EQ(DescribeFeatures(f).size(), 16u);
+  EXPECT_EQ(f.deadline_ms, -1);
+}
+
+TEST(ContentCuesTest, FindsCodeMathReasoningAndStructuredOutput) {
+  ContentCues c;
+  ScanContentCues("Fix this:\n```python\ndef add(a, b): return a+b\n```", &c);
+  EXPECT_GE(c.code, 2);
+  EXPECT_EQ(c.math, 0);
+  ContentCues m;
+  ScanContentCues("Solve the equation 3 * 4 = x and explain WHY, step by step.", &m);
+  EXPECT_GE(m.math, 3);  // solve, equation, 3 * 4
+  EXPECT_EQ(m.reasoning, 2);
+  EXPECT_EQ(m.code, 0);
+  ContentCues j;
+  ScanContentCues("Extract the names and respond only with JSON matching this schema", &j);
+  EXPECT_EQ(j.structured_output, 3);
+  ContentCues none;
+  ScanContentCues("hey, how are you doing today?", &none);
+  EXPECT_EQ(none.code + none.math + none.reasoning + none.structured_output, 0);
+}
+
+TEST(ContentCuesTest, ScansABoundedPrefix) {
+  ContentCues c;
+  ScanContentCues(std::string(kMaxCueScanBytes, 'a') + "```", &c);
+  EXPECT_EQ(c.code, 0);
+}
+
+}  // namespace
+}  // namespace tandem::router

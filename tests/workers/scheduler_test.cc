@@ -1,0 +1,322 @@
+#include "workers/scheduler.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "workers/simulator/synthetic_tokenizer.h"
+
+namespace tandem::workers {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// An engine whose steps run only when the test allows them, recording each batch.
+class GatedEngine final : public Engine {
+ public:
+  GatedEngine() : tokenizer_(0) {
+    info_.engine = "gated-test";
+    info_.model_name = "qwen";
+    info_.max_context_tokens = 1000;
+    info_.max_output_tokens = 100;
+  }
+  const EngineInfo& Info() const override { return info_; }
+  const Tokenizer& GetTokenizer() const override { return tokenizer_; }
+  absl::Status AddSequence(const SequenceSpec& spec) override {
+    std::lock_guard<std::mutex> l(mu_);
+    live_.insert(spec.id);
+    return absl::OkStatus();
+  }
+  void RemoveSequence(uint64_t id) override {
+    std::lock_guard<std::mutex> l(mu_);
+    live_.erase(id);
+  }
+  absl::Status Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) override {
+    std::unique_lock<std::mutex> l(mu_);
+    ++waiting_steps_;
+    cv_.notify_all();
+    cv_.wait(l, [&] { return allowed_ > 0 || open_; });
+    if (!open_) --allowed_;
+    --waiting_steps_;
+    batches_.emplace_back(ids.begin(), ids.end());
+    for (uint64_t id : ids) out->push_back({id, static_cast<int32_t>(id % 10), false});
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+
+  // Lets `n` more steps run and waits until the engine is blocked again (or idle).
+  void RunSteps(int n) {
+    std::unique_lock<std::mutex> l(mu_);
+    const size_t target = batches_.size() + n;
+    allowed_ += n;
+    cv_.notify_all();
+    cv_.wait(l, [&] { return batches_.size() >= target; });
+  }
+  void WaitBlocked() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return waiting_steps_ > 0; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  std::vector<std::vector<uint64_t>> batches() {
+    std::lock_guard<std::mutex> l(mu_);
+    return batches_;
+  }
+  size_t live() {
+    std::lock_guard<std::mutex> l(mu_);
+    return live_.size();
+  }
+  // A memory budget: each sequence takes `per_sequence` bytes.
+  void SetBudget(int64_t budget, int64_t per_sequence) {
+    budget_ = budget;
+    per_sequence_ = per_sequence;
+  }
+  int64_t SequenceBytes(int64_t, int32_t) const override { return per_sequence_; }
+  int64_t MemoryBudgetBytes() const override { return budget_; }
+  int64_t MemoryReservedBytes() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return static_cast<int64_t>(live_.size()) * per_sequence_;
+  }
+
+ private:
+  EngineInfo info_;
+  SyntheticTokenizer tokenizer_;
+  // Atomic: the test changes the budget while the engine thread reads it (found by TSan).
+  std::atomic<int64_t> budget_ = 0;
+  std::atomic<int64_t> per_sequence_ = 0;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int allowed_ = 0;
+  int waiting_steps_ = 0;
+  bool open_ = false;
+  std::vector<std::vector<uint64_t>> batches_;
+  std::set<uint64_t> live_;
+};
+
+class RecordingSink final : public GenerationSink {
+ public:
+  void OnStarted(int32_t prompt_tokens, double) override {
+    std::lock_guard<std::mutex> l(mu_);
+    prompt_tokens_ = prompt_tokens;
+  }
+  void OnText(std::string_view text, int32_t tokens) override {
+    std::lock_guard<std::mutex> l(mu_);
+    text_ += text;
+    tokens_ += tokens;
+  }
+  void OnFinished(const absl::Status& status, tandem::v1::FinishReason reason,
+                  int32_t completion_tokens) override {
+    std::lock_guard<std::mutex> l(mu_);
+    status_ = status;
+    reason_ = reason;
+    completion_tokens_ = completion_tokens;
+    done_ = true;
+    cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    ASSERT_TRUE(cv_.wait_for(l, std::chrono::seconds(20), [&] { return done_; }));
+  }
+  bool done() {
+    std::lock_guard<std::mutex> l(mu_);
+    return done_;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  absl::Status status_;
+  tandem::v1::FinishReason reason_ = tandem::v1::FINISH_REASON_UNSPECIFIED;
+  std::string text_;
+  int32_t tokens_ = 0;
+  int32_t prompt_tokens_ = 0;
+  int32_t completion_tokens_ = 0;
+};
+
+GenerationRequest Request(int32_t max_tokens, std::vector<std::string> stop = {}) {
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = max_tokens;
+  r.stop = std::move(stop);
+  r.arrival = Clock::Real()->Now();
+  return r;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  // `start` false leaves the engine thread unstarted, so that requests submitted before
+  // scheduler_->Start() are all queued when it first looks.
+  void Make(int32_t max_batch, int32_t max_queue, bool start = true) {
+    metrics_ = std::make_unique<WorkerMetrics>(
+        registry_, WorkerMetrics::Labels{"qwen", "id", "gated-test", "cpu", "cpu"});
+    scheduler_ = std::make_unique<Scheduler>(&engine_, metrics_.get(), Clock::Real(),
+                                             Scheduler::Options{max_batch, max_queue});
+    if (start) scheduler_->Start();
+  }
+  void TearDown() override {
+    engine_.Open();
+    if (scheduler_) scheduler_->Stop();
+  }
+
+  prometheus::Registry registry_;
+  GatedEngine engine_;
+  std::unique_ptr<WorkerMetrics> metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(SchedulerTest, GeneratesUpToMaxTokensThenFinishesWithLength) {
+  Make(4, 4);
+  engine_.Open();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(scheduler_->Submit(Request(5), sink).ok());
+  sink->Wait();
+  EXPECT_TRUE(sink->status_.ok());
+  EXPECT_EQ(sink->reason_, tandem::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(sink->completion_tokens_, 5);
+  EXPECT_EQ(sink->tokens_, 5);
+  EXPECT_EQ(sink->prompt_tokens_, 3);
+  EXPECT_EQ(metrics_->generation_tokens.Value(), 5);
+  EXPECT_EQ(metrics_->finished_length.Value(), 1);
+  EXPECT_TRUE(scheduler_->WaitIdle(Clock::Real()->Now() + std::chrono::seconds(5)));
+  EXPECT_EQ(engine_.live(), 0u);
+}
+
+TEST_F(SchedulerTest, RequestsJoinAndLeaveTheBatchAtStepBoundaries) {
+  Make(4, 4);
+  auto a = std::make_shared<RecordingSink>();
+  auto b = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(scheduler_->Submit(Request(3), a).ok());
+  engine_.WaitBlocked();  // step 1 holds {a}
+  ASSERT_TRUE(scheduler_->Submit(Request(3), b).ok());
+  engine_.RunSteps(1);  // {a}
+  engine_.RunSteps(1);  // {a, b}: b joined at the boundary
+  engine_.RunSteps(1);  // {a, b}: a's third token
+  engine_.RunSteps(1);  // {b}: a left, b's third token
+  a->Wait();
+  b->Wait();
+  const auto batches = engine_.batches();
+  ASSERT_EQ(batches.size(), 4u);
+  EXPECT_EQ(batches[0].size(), 1u);
+  EXPECT_EQ(batches[1].size(), 2u);
+  EXPECT_EQ(batches[2].size(), 2u);
+  EXPECT_THAT(batches[3], ElementsAre(batches[1][1]));
+  EXPECT_EQ(metrics_->batch_size.Collect().histogram.sample_sum, 6);
+}
+
+TEST_F(SchedulerTest, FullQueueIsResourceExhaustedImmediately) {
+  Make(1, 1);
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(scheduler_->Submit(Request(50), running).ok());
+  engine_.WaitBlocked();
+  auto queued = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(scheduler_->Submit(Request(50), queued).ok());
+  EXPECT_EQ(scheduler_->waiting(), 1);
+  auto refused = scheduler_->Submit(Request(50), std::make_shared<RecordingSink>());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--max_queue=1"));
+  EXPECT_EQ(metrics_->rejected_queue_full.Value(), 1);
+}
+
+TEST_F(SchedulerTest, CancellationStopsWorkAtTheNextStep) {
+  Make(4, 4);
+  auto sink = std::make_shared<RecordingSink>();
+  auto cancel = scheduler_->Submit(Request(100), sink);
+  ASSERT_TRUE(cancel.ok());
+  engine_.RunSteps(2);
+  (*cancel)->Cancel();
+  engine_.Open();
+  sink->Wait();
+  EXPECT_EQ(sink->status_.code(), absl::StatusCode::kCancelled);
+  EXPECT_LE(sink->completion_tokens_, 3);
+  EXPECT_EQ(metrics_->finished_cancelled.Value(), 1);
+  EXPECT_TRUE(scheduler_->WaitIdle(Clock::Real()->Now() + std::chrono::seconds(5)));
+  EXPECT_EQ(engine_.live(), 0u);
+}
+
+TEST_F(SchedulerTest, QueuedRequestsPastTheirDeadlineNeverRun) {
+  Make(1, 4);
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(scheduler_->Submit(Request(2), running).ok());
+  engine_.WaitBlocked();
+  auto late = std::make_shared<RecordingSink>();
+  GenerationRequest r = Request(2);
+  r.deadline = Clock::Real()->Now();  // already passed
+  ASSERT_TRUE(scheduler_->Submit(std::move(r), late).ok());
+  engine_.Open();
+  late->Wait();
+  EXPECT_EQ(late->status_.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(late->completion_tokens_, 0);
+  EXPECT_EQ(metrics_->finished_deadline.Value(), 1);
+  running->Wait();
+  EXPECT_TRUE(running->status_.ok());
+}
+
+TEST_F(SchedulerTest, StopSequenceEndsWithStopAndIsExcluded) {
+  Make(2, 2);
+  engine_.Open();
+  // GatedEngine emits id % 10 for sequence 1: token 1, decoded by the synthetic vocabulary as
+  // "request", then " request", ...
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(scheduler_->Submit(Request(10, {" request"}), sink).ok());
+  sink->Wait();
+  EXPECT_EQ(sink->reason_, tandem::v1::FINISH_REASON_STOP);
+  EXPECT_EQ(sink->text_, "request");
+  EXPECT_EQ(sink->completion_tokens_, 2);
+}
+
+TEST_F(SchedulerTest, DrainRefusesNewWorkAndStopEndsAdmittedWork) {
+  Make(1, 4);
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(scheduler_->Submit(Request(50), running).ok());
+  engine_.WaitBlocked();
+  auto queued = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(scheduler_->Submit(Request(50), queued).ok());
+  scheduler_->Drain();
+  auto refused = scheduler_->Submit(Request(1), std::make_shared<RecordingSink>());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(metrics_->rejected_draining.Value(), 1);
+  scheduler_->RequestStop();
+  engine_.Open();
+  scheduler_->Stop();
+  EXPECT_TRUE(running->done());
+  EXPECT_EQ(running->status_.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(queued->done());
+  EXPECT_EQ(queued->status_.code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(SchedulerTest, AdmissionWaitsForSequenceMemoryAndRefusesWhatCanNeverFit) {
+  engine_.SetBudget(/*budget=*/2000, /*per_sequence=*/1000);
+  // All three are queued before the engine thread starts: otherwise it may admit the first
+  // before the others arrive (seen under ThreadSanitizer) and the first batch holds one.
+  Make(/*max_batch=*/8, /*max_queue=*/8, /*start=*/false);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(scheduler_->Submit(Request(2), sinks.back()).ok());
+  }
+  scheduler_->Start();
+  engine_.RunSteps(1);
+  // Batch slots for all three, memory for two: the third waits.
+  ASSERT_EQ(engine_.batches().size(), 1u);
+  EXPECT_EQ(engine_.batches()[0].size(), 2u);
+  engine_.Open();
+  for (auto& s : sinks) s->Wait();
+  for (auto& s : sinks) EXPECT_TRUE(s->status_.ok()) << s->status_;
+  EXPECT_EQ(engine_.live(), 0u);
+  // A sequence larger than the whole budget is refused at once.
+  engine_.SetBudget(500, 1000);
+  auto refused = scheduler_->Submit(Request(2), std::make_shared<RecordingSink>());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--memory_budget"));
+}
+
+}  // namespace
+}  // namespace tandem::workers

@@ -1,0 +1,206 @@
+#include "workers/cpu/cpu_engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "workers/model/safetensors.h"
+#include "workers/tokenizer/chat_template.h"
+
+namespace tandem::workers {
+namespace {
+
+// The routing name (--model) each architecture serves under.
+std::optional<model::Architecture> ArchitectureOfModelName(absl::string_view model_name) {
+  if (model_name == "qwen") return model::Architecture::kQwen35Moe;
+  if (model_name == "nemotron") return model::Architecture::kNemotronH;
+  return std::nullopt;
+}
+
+ChatFamily ChatFamilyOf(model::Architecture architecture) {
+  switch (architecture) {
+    case model::Architecture::kQwen35Moe:
+      return ChatFamily::kQwen35;
+    case model::Architecture::kNemotronH:
+      return ChatFamily::kNemotronH;
+  }
+  return ChatFamily::kQwen35;
+}
+
+}  // namespace
+
+CpuEngine::CpuEngine(std::unique_ptr<cpu::CpuModel> model, std::unique_ptr<Tokenizer> tokenizer,
+                     std::vector<int32_t> stop_ids, CpuEngineOptions options)
+    : model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      stop_ids_(std::move(stop_ids)),
+      options_(std::move(options)),
+      thinking_markers_(ThinkingMarkers::Of(*tokenizer_)) {
+  info_ = NativeEngineInfo(model_->shape(), options_.model_name, options_.model_id,
+                           options_.max_context_tokens, options_.max_output_tokens);
+}
+
+EngineInfo NativeEngineInfo(const model::ModelShape& shape, const std::string& model_name,
+                            const std::string& model_id, int32_t max_context_tokens,
+                            int32_t max_output_tokens) {
+  EngineInfo info;
+  info.engine = "native";
+  info.model_name = model_name;
+  info.model_id = model_id;
+  info.vision = false;
+  info.reasoning = true;
+  info.max_context_tokens = max_context_tokens > 0
+                                ? std::min(max_context_tokens, shape.max_positions)
+                                : shape.max_positions;
+  info.max_output_tokens = max_output_tokens > 0
+                               ? std::min(max_output_tokens, info.max_context_tokens)
+                               : info.max_context_tokens;
+  return info;
+}
+
+int64_t CpuEngine::SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const {
+  const model::ModelShape& s = model_->shape();
+  return s.state_bytes + s.kv_bytes_per_token * (prompt_tokens + std::max(0, max_tokens));
+}
+
+absl::Status CpuEngine::AddSequence(const SequenceSpec& spec) {
+  if (spec.prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  const int64_t need = SequenceBytes(static_cast<int64_t>(spec.prompt.size()), spec.max_tokens);
+  if (reserved_.load() + need > options_.memory_budget_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("sequence memory: %d bytes needed, %d of %d reserved", need,
+                        reserved_.load(), options_.memory_budget_bytes));
+  }
+  Sequence seq;
+  seq.state = model_->NewState();
+  seq.prompt = spec.prompt;
+  seq.sampling = spec.sampling;
+  seq.rng.seed(spec.sampling.seed);
+  seq.reserved = need;
+  seq.thinking = ThinkingBudget(thinking_markers_, spec.thinking_budget, spec.prompt);
+  reserved_.fetch_add(need);
+  sequences_[spec.id] = std::move(seq);
+  return absl::OkStatus();
+}
+
+void CpuEngine::RemoveSequence(uint64_t id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return;
+  reserved_.fetch_sub(it->second.reserved);
+  sequences_.erase(it);
+}
+
+absl::Status CpuEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) {
+  const int32_t vocab = model_->shape().vocab_size;
+  for (const uint64_t id : ids) {
+    auto it = sequences_.find(id);
+    if (it == sequences_.end()) {
+      return absl::InternalError(absl::StrCat("step for unknown sequence ", id));
+    }
+    Sequence& seq = it->second;
+    absl::Status s;
+    if (seq.last_token < 0) {
+      s = model_->Forward(seq.state.get(), seq.prompt, /*all_logits=*/false, &logits_);
+      seq.prompt.clear();
+      seq.prompt.shrink_to_fit();
+    } else {
+      const int32_t token = seq.last_token;
+      s = model_->Forward(seq.state.get(), absl::MakeConstSpan(&token, 1), false, &logits_);
+    }
+    if (!s.ok()) return s;
+    // Thinking budget: once spent, the end of thinking is forced, and the answer follows.
+    const int32_t next =
+        seq.thinking.Next(sampler_.Sample(logits_.data(), vocab, seq.sampling, seq.rng));
+    seq.last_token = next;
+    StepOutput o;
+    o.id = id;
+    o.token = next;
+    o.end_of_sequence = std::find(stop_ids_.begin(), stop_ids_.end(), next) != stop_ids_.end();
+    out->push_back(o);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& tokenizer_json,
+                                                            const model::ModelShape& shape) {
+  auto bpe = BpeTokenizer::Load(tokenizer_json);
+  if (!bpe.ok()) return bpe.status();
+  if ((*bpe)->VocabSize() > shape.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(tokenizer_json, " has ", (*bpe)->VocabSize(),
+                                                   " tokens but the model's vocabulary is ",
+                                                   shape.vocab_size));
+  }
+  auto tokenizer = ModelTokenizer::Create(std::shared_ptr<const BpeTokenizer>(std::move(*bpe)),
+                                          ChatFamilyOf(shape.architecture));
+  if (!tokenizer.ok()) return tokenizer.status();
+  CheckpointTokenizer out;
+  out.stop_ids = shape.eos_token_ids;
+  for (int32_t id : (*tokenizer)->stop_token_ids()) {
+    if (std::find(out.stop_ids.begin(), out.stop_ids.end(), id) == out.stop_ids.end()) {
+      out.stop_ids.push_back(id);
+    }
+  }
+  out.tokenizer = std::move(*tokenizer);
+  return out;
+}
+
+absl::Status CheckModelName(const std::string& dir, const std::string& model_name,
+                            const model::ModelConfig& config, std::string* model_id) {
+  const absl::string_view architecture = model::ArchitectureName(config.architecture());
+  const std::optional<model::Architecture> expected = ArchitectureOfModelName(model_name);
+  if (expected != config.architecture()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " holds a ", architecture, " model, but --model=", model_name, " expects ",
+        expected.has_value() ? model::ArchitectureName(*expected)
+                             : "qwen (qwen3_5_moe) or nemotron (nemotron_h)"));
+  }
+  if (model_id->empty()) {
+    *model_id = config.random_weights ? absl::StrCat("random-weights/", architecture)
+                                      : absl::StrCat("local/", architecture);
+  } else if (config.random_weights && !absl::StartsWith(*model_id, "random-weights/")) {
+    *model_id = absl::StrCat("random-weights/", *model_id);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CpuEngine>> LoadCpuEngine(const WeightsSource& source,
+                                                         CpuEngineOptions options,
+                                                         bool* random_weights) {
+  auto weights = OpenWeights(source);
+  if (!weights.ok()) return weights.status();
+  const model::Checkpoint& checkpoint = *weights->checkpoint;
+  const model::ModelConfig& config = weights->config;
+  // The CPU reference widens every weight to fp32: refuse at once what this machine's memory
+  // cannot hold (a full-size model needs ~140 GB) rather than be killed part way.
+  uint64_t fp32_bytes = 0;
+  for (const auto& [name, t] : checkpoint.tensors()) {
+    fp32_bytes += static_cast<uint64_t>(t->elements()) * 4;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_bytes > 0 &&
+      fp32_bytes > static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(checkpoint.dir(), ": the CPU engine needs ", fp32_bytes,
+                     " bytes for the weights in fp32, more than this machine's ",
+                     static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes),
+                     " bytes of memory (use a GPU, --device=N, or a smaller model)"));
+  }
+  auto model = cpu::LoadCpuModel(checkpoint, config);
+  if (!model.ok()) return model.status();
+  if (absl::Status s =
+          CheckModelName(checkpoint.dir(), options.model_name, config, &options.model_id);
+      !s.ok()) {
+    return s;
+  }
+  *random_weights = config.random_weights;
+  auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, config.shape);
+  if (!tokenizer.ok()) return tokenizer.status();
+  return std::make_unique<CpuEngine>(std::move(*model), std::move(tokenizer->tokenizer),
+                                     std::move(tokenizer->stop_ids), std::move(options));
+}
+
+}  // namespace tandem::workers

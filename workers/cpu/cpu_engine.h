@@ -1,0 +1,107 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "workers/cpu/cpu_model.h"
+#include "workers/engine.h"
+#include "workers/sampler.h"
+#include "workers/thinking_budget.h"
+#include "workers/weights_source.h"
+
+namespace tandem::workers {
+
+struct CpuEngineOptions {
+  // Routing name ("qwen", "nemotron") and upstream id reported in WorkerInfo.
+  std::string model_name;
+  std::string model_id;
+  // KV cache plus recurrent state for all sequences together; admission waits when full.
+  int64_t memory_budget_bytes = 8ll << 30;
+  // Caps; 0 keeps the model's (context: max_position_embeddings).
+  int32_t max_output_tokens = 0;
+  int32_t max_context_tokens = 0;
+};
+
+// The native engine on the CPU: a CpuModel (fp32, the reference) driven one step at a time by the
+// worker's scheduler. Every step runs each listed sequence forward by one token (its whole
+// prompt first), then samples. Sequence memory is reserved for prompt + max_tokens at admission,
+// so a running sequence never runs out.
+class CpuEngine final : public Engine {
+ public:
+  // `stop_ids` end a sequence (the model's EOS and the chat template's end-of-turn tokens).
+  CpuEngine(std::unique_ptr<cpu::CpuModel> model, std::unique_ptr<Tokenizer> tokenizer,
+            std::vector<int32_t> stop_ids, CpuEngineOptions options);
+
+  const EngineInfo& Info() const override { return info_; }
+  const Tokenizer& GetTokenizer() const override { return *tokenizer_; }
+  absl::Status AddSequence(const SequenceSpec& spec) override;
+  void RemoveSequence(uint64_t id) override;
+  absl::Status Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) override;
+  int64_t SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const override;
+  int64_t MemoryBudgetBytes() const override { return options_.memory_budget_bytes; }
+  int64_t MemoryReservedBytes() const override { return reserved_.load(); }
+
+  const cpu::CpuModel& model() const { return *model_; }
+
+ private:
+  struct Sequence {
+    std::unique_ptr<cpu::SequenceState> state;
+    std::vector<int32_t> prompt;
+    SamplingConfig sampling;
+    std::mt19937_64 rng;
+    int32_t last_token = -1;
+    int64_t reserved = 0;
+    ThinkingBudget thinking;
+  };
+
+  const std::unique_ptr<cpu::CpuModel> model_;
+  const std::unique_ptr<Tokenizer> tokenizer_;
+  const std::vector<int32_t> stop_ids_;
+  const CpuEngineOptions options_;
+  // "<think>" and "</think>" of the vocabulary, for every sequence's ThinkingBudget.
+  const ThinkingMarkers thinking_markers_;
+  EngineInfo info_;
+  std::unordered_map<uint64_t, Sequence> sequences_;
+  std::atomic<int64_t> reserved_{0};
+  Sampler sampler_;
+  std::vector<float> logits_;
+};
+
+// What a native engine (CPU or CUDA) reports: caps applied to the model's own limits; no vision
+// until the vision encoder exists, so the gateway routes no images here.
+EngineInfo NativeEngineInfo(const model::ModelShape& shape, const std::string& model_name,
+                            const std::string& model_id, int32_t max_context_tokens,
+                            int32_t max_output_tokens);
+
+// The tokenizer of a checkpoint (its tokenizer.json, the chat template of its architecture)
+// and the ids that end a sequence (the model's EOS and the template's end-of-turn tokens).
+// Checks that the model's vocabulary covers the tokenizer's.
+struct CheckpointTokenizer {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> stop_ids;
+};
+absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& tokenizer_json,
+                                                            const model::ModelShape& shape);
+
+// Checks --model against the checkpoint's architecture (qwen: qwen3_5_moe, nemotron:
+// nemotron_h) and fills a default model id. Random weights (config.random_weights) always show
+// in the id: "random-weights/" comes before any id given.
+absl::Status CheckModelName(const std::string& dir, const std::string& model_name,
+                            const model::ModelConfig& config, std::string* model_id);
+
+// A native engine from a checkpoint directory (config.json, safetensors (single or sharded) and
+// tokenizer.json) or from generated weights (--random_weights). The model's routing name must
+// fit its architecture (qwen: qwen3_5_moe, nemotron: nemotron_h). `random_weights` is set when
+// the weights are random (generated, or config.json says tandem-make-checkpoint wrote them), so
+// the worker can say loudly that its answers are meaningless.
+absl::StatusOr<std::unique_ptr<CpuEngine>> LoadCpuEngine(const WeightsSource& source,
+                                                         CpuEngineOptions options,
+                                                         bool* random_weights);
+
+}  // namespace tandem::workers

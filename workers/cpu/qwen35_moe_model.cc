@@ -1,0 +1,608 @@
+#include "workers/cpu/qwen35_moe_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "workers/cpu/cpu_kernels.h"
+#include "workers/model/qwen35_moe_config.h"
+
+namespace tandem::workers::cpu {
+namespace {
+
+using model::qwen35::TextConfig;
+
+struct GdnWeights {
+  std::vector<float> in_qkv;   // [conv_dim, H]: rows q | k | v
+  std::vector<float> in_z;     // [value_dim, H]
+  std::vector<float> in_b;     // [Hv, H]
+  std::vector<float> in_a;     // [Hv, H]
+  std::vector<float> conv;     // [conv_dim, K] (the [conv_dim, 1, K] tensor)
+  std::vector<float> a_log;    // [Hv]
+  std::vector<float> dt_bias;  // [Hv]
+  std::vector<float> norm;     // [dv], plain weight
+  std::vector<float> out;      // [H, value_dim]
+};
+
+struct AttnWeights {
+  std::vector<float> q;       // [heads * head_dim * (gate ? 2 : 1), H], per head [q | gate]
+  std::vector<float> k;       // [kv_heads * head_dim, H]
+  std::vector<float> v;       // [kv_heads * head_dim, H]
+  std::vector<float> o;       // [H, heads * head_dim]
+  std::vector<float> q_norm;  // [head_dim], (1 + w)
+  std::vector<float> k_norm;  // [head_dim], (1 + w)
+};
+
+struct MoeWeights {
+  std::vector<float> router;        // [E, H]
+  std::vector<float> gate_up;       // [E, 2I, H]: rows 0..I-1 gate, I..2I-1 up
+  std::vector<float> down;          // [E, H, I]
+  std::vector<float> shared_gate;   // [Is, H] (gate_proj)
+  std::vector<float> shared_up;     // [Is, H]
+  std::vector<float> shared_down;   // [H, Is]
+  std::vector<float> shared_scale;  // [1, H]: sigmoid of x . w scales the shared expert
+};
+
+struct Layer {
+  bool full_attention = false;
+  int64_t index = 0;  // among the layers of its kind: KV cache or GDN state slot
+  std::vector<float> input_norm;
+  std::vector<float> post_norm;
+  GdnWeights gdn;
+  AttnWeights attn;
+  MoeWeights moe;
+};
+
+// Loads tensors in order, keeping the first error (which names the tensor and shapes).
+class TensorLoader {
+ public:
+  explicit TensorLoader(const model::Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
+  void Load(const std::string& name, std::vector<int64_t> shape, std::vector<float>* out) {
+    if (!status_.ok()) return;
+    auto t = checkpoint_.GetFloat(name, shape);
+    if (!t.ok()) {
+      status_ = t.status();
+      return;
+    }
+    *out = std::move(*t);
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const model::Checkpoint& checkpoint_;
+  absl::Status status_;
+};
+
+// One value head of the gated delta rule over a run of tokens: row t of q/k/v at ptr + t *
+// stride, its g/beta at ptr[t * gate_stride], its output at out + t * out_stride. q is already
+// L2-normalised and scaled by 1/sqrt(dk); k is L2-normalised.
+struct DeltaRuleHead {
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t stride;
+  const float* g;     // log-decay, <= 0
+  const float* beta;  // write strength, in (0, 1)
+  int64_t gate_stride;
+  float* out;
+  int64_t out_stride;
+};
+
+// Scratch reused across heads and chunks of one call.
+struct DeltaRuleScratch {
+  std::vector<float> cum, ks, kk, qk, delta, kw;
+};
+
+// One token in the recurrent form (the decode path), on the fp32 state S[d][e] (dk x dv):
+//   S *= exp(g); delta = beta (v - S^T k); S += k delta^T; o = S^T q.
+void DeltaRuleStep(const DeltaRuleHead& h, int64_t dk, int64_t dv, float* s,
+                   DeltaRuleScratch* scratch) {
+  std::vector<float>& delta = scratch->delta;
+  delta.assign(dv, 0.0f);  // first S^T k, then delta
+  const float decay = std::exp(h.g[0]);
+  for (int64_t d = 0; d < dk; ++d) {
+    float* row = s + d * dv;
+    for (int64_t e = 0; e < dv; ++e) {
+      row[e] *= decay;
+      delta[e] += row[e] * h.k[d];
+    }
+  }
+  for (int64_t e = 0; e < dv; ++e) delta[e] = h.beta[0] * (h.v[e] - delta[e]);
+  float* o = h.out;
+  std::fill(o, o + dv, 0.0f);
+  for (int64_t d = 0; d < dk; ++d) {
+    float* row = s + d * dv;
+    for (int64_t e = 0; e < dv; ++e) {
+      row[e] += h.k[d] * delta[e];
+      o[e] += row[e] * h.q[d];
+    }
+  }
+}
+
+// n tokens in chunks of kDeltaChunk: the same recurrence in matrix form (the prefill path).
+// Within a chunk of L tokens with start state S0 and cumulative log-decay G[t] = g[0] + .. + g[t]:
+//   delta[t] = beta[t] (v[t] - e^G[t] S0^T k[t] - sum_{m<t} e^(G[t]-G[m]) (k[t].k[m]) delta[m])
+//   o[t]     = e^G[t] S0^T q[t] + sum_{m<=t} e^(G[t]-G[m]) (q[t].k[m]) delta[m]
+//   S        = e^G[L-1] S0 + sum_m e^(G[L-1]-G[m]) k[m] delta[m]^T
+// The delta rows come by forward substitution, the rest as matrix products. Every exponent is
+// <= 0, so nothing overflows.
+constexpr int64_t kDeltaChunk = 64;
+void DeltaRuleChunked(const DeltaRuleHead& h, int64_t n, int64_t dk, int64_t dv, float* s,
+                      DeltaRuleScratch* scratch) {
+  DeltaRuleScratch& w = *scratch;
+  for (int64_t c0 = 0; c0 < n; c0 += kDeltaChunk) {
+    const int64_t L = std::min(kDeltaChunk, n - c0);
+    const float* q = h.q + c0 * h.stride;
+    const float* k = h.k + c0 * h.stride;
+    const float* v = h.v + c0 * h.stride;
+    float* o = h.out + c0 * h.out_stride;
+    w.cum.resize(L);
+    float acc = 0;
+    for (int64_t t = 0; t < L; ++t) {
+      acc += h.g[(c0 + t) * h.gate_stride];
+      w.cum[t] = acc;
+    }
+    w.ks.resize(L * dv);
+    w.kk.resize(L * L);
+    w.qk.resize(L * L);
+    w.delta.resize(L * dv);
+    w.kw.resize(dk * L);
+    MatMul(k, h.stride, s, dv, /*b_transposed=*/false, L, dv, dk, w.ks.data(), dv);  // K S0
+    MatMul(q, h.stride, s, dv, /*b_transposed=*/false, L, dv, dk, o, h.out_stride);  // Q S0
+    MatMul(k, h.stride, k, h.stride, /*b_transposed=*/true, L, L, dk, w.kk.data(), L);
+    MatMul(q, h.stride, k, h.stride, /*b_transposed=*/true, L, L, dk, w.qk.data(), L);
+    for (int64_t t = 0; t < L; ++t) {
+      const float beta = h.beta[(c0 + t) * h.gate_stride];
+      const float decay = std::exp(w.cum[t]);
+      float* dt = w.delta.data() + t * dv;
+      const float* vt = v + t * h.stride;
+      for (int64_t e = 0; e < dv; ++e) dt[e] = beta * (vt[e] - decay * w.ks[t * dv + e]);
+      for (int64_t m = 0; m < t; ++m) {
+        const float coef = beta * std::exp(w.cum[t] - w.cum[m]) * w.kk[t * L + m];
+        const float* dm = w.delta.data() + m * dv;
+        for (int64_t e = 0; e < dv; ++e) dt[e] -= coef * dm[e];
+      }
+      float* ot = o + t * h.out_stride;
+      for (int64_t e = 0; e < dv; ++e) ot[e] *= decay;
+      float* qk = w.qk.data() + t * L;
+      for (int64_t m = 0; m <= t; ++m) qk[m] *= std::exp(w.cum[t] - w.cum[m]);
+      std::fill(qk + t + 1, qk + L, 0.0f);
+    }
+    MatMul(w.qk.data(), L, w.delta.data(), dv, /*b_transposed=*/false, L, dv, L, o, h.out_stride,
+           /*accumulate=*/true);
+    const float last = w.cum[L - 1];
+    for (int64_t m = 0; m < L; ++m) {
+      const float f = std::exp(last - w.cum[m]);
+      for (int64_t d = 0; d < dk; ++d) w.kw[d * L + m] = k[m * h.stride + d] * f;
+    }
+    const float total = std::exp(last);
+    for (int64_t i = 0; i < dk * dv; ++i) s[i] *= total;
+    MatMul(w.kw.data(), L, w.delta.data(), dv, /*b_transposed=*/false, dk, dv, L, s, dv,
+           /*accumulate=*/true);
+  }
+}
+
+class Qwen35MoeModel;
+
+class Qwen35MoeState : public SequenceState {
+ public:
+  int64_t position() const override { return position_; }
+
+ private:
+  friend class Qwen35MoeModel;
+  const Qwen35MoeModel* owner_ = nullptr;
+  int64_t position_ = 0;
+  // Per full-attention layer: [position][kv_heads][head_dim] keys (post-norm, post-RoPE) and
+  // values.
+  std::vector<std::vector<float>> keys_;
+  std::vector<std::vector<float>> values_;
+  // Per GDN layer: the last K-1 pre-conv qkv rows, [K-1][conv_dim] (zeros at sequence start),
+  // and the delta-rule state S, [Hv][dk][dv].
+  std::vector<std::vector<float>> conv_;
+  std::vector<std::vector<float>> recurrent_;
+};
+
+class Qwen35MoeModel : public CpuModel {
+ public:
+  Qwen35MoeModel(TextConfig config, model::ModelShape shape)
+      : c_(std::move(config)), shape_(shape) {}
+
+  absl::Status LoadWeights(const model::Checkpoint& checkpoint);
+
+  const model::ModelShape& shape() const override { return shape_; }
+  std::unique_ptr<SequenceState> NewState() const override;
+  absl::Status Forward(SequenceState* state, absl::Span<const int32_t> tokens, bool all_logits,
+                       std::vector<float>* logits) const override;
+
+ private:
+  // The mixers and the MoE map x [n][hidden] (normed) to out [n][hidden]. The mixers read and
+  // extend the layer's slot in `state` for tokens at positions state->position_ .. + n - 1;
+  // Forward advances the position after the last layer.
+  void GatedDeltaNet(const Layer& layer, const float* x, int64_t n, Qwen35MoeState* state,
+                     float* out) const;
+  void Attention(const Layer& layer, const float* x, int64_t n, Qwen35MoeState* state,
+                 float* out) const;
+  void Moe(const Layer& layer, const float* x, int64_t n, float* out) const;
+
+  const TextConfig c_;
+  const model::ModelShape shape_;
+  int64_t num_full_ = 0;
+  int64_t num_gdn_ = 0;
+  std::vector<float> embed_;    // [V, H]
+  std::vector<float> lm_head_;  // [V, H]; empty when tied to embed_
+  std::vector<float> final_norm_;
+  std::vector<Layer> layers_;
+  // RoPE inverse frequencies, [rotary_dim / 2], computed in fp32 as HF does.
+  std::vector<float> inv_freq_;
+};
+
+absl::Status Qwen35MoeModel::LoadWeights(const model::Checkpoint& checkpoint) {
+  const int64_t H = c_.hidden_size;
+  // The composite checkpoint nests the text model under model.language_model.; a bare text
+  // checkpoint (Qwen3_5MoeForCausalLM) uses model.
+  std::string prefix = "model.language_model.";
+  if (!checkpoint.Has(prefix + "embed_tokens.weight") &&
+      checkpoint.Has("model.embed_tokens.weight")) {
+    prefix = "model.";
+  }
+  TensorLoader l(checkpoint);
+  l.Load(prefix + "embed_tokens.weight", {c_.vocab_size, H}, &embed_);
+  if (!c_.tie_word_embeddings) l.Load("lm_head.weight", {c_.vocab_size, H}, &lm_head_);
+  l.Load(prefix + "norm.weight", {H}, &final_norm_);
+
+  const int64_t hv = c_.linear_value_heads;
+  const int64_t q_rows = c_.num_heads * c_.head_dim * (c_.attn_output_gate ? 2 : 1);
+  const int64_t kv_rows = c_.num_kv_heads * c_.head_dim;
+  const int64_t E = c_.num_experts, I = c_.moe_intermediate, Is = c_.shared_intermediate;
+  layers_.resize(c_.num_layers);
+  for (int64_t i = 0; i < c_.num_layers && l.status().ok(); ++i) {
+    Layer& layer = layers_[i];
+    const std::string p = absl::StrCat(prefix, "layers.", i, ".");
+    layer.full_attention = c_.full_attention[i];
+    layer.index = layer.full_attention ? num_full_++ : num_gdn_++;
+    l.Load(p + "input_layernorm.weight", {H}, &layer.input_norm);
+    l.Load(p + "post_attention_layernorm.weight", {H}, &layer.post_norm);
+    if (layer.full_attention) {
+      AttnWeights& a = layer.attn;
+      l.Load(p + "self_attn.q_proj.weight", {q_rows, H}, &a.q);
+      l.Load(p + "self_attn.k_proj.weight", {kv_rows, H}, &a.k);
+      l.Load(p + "self_attn.v_proj.weight", {kv_rows, H}, &a.v);
+      l.Load(p + "self_attn.o_proj.weight", {H, c_.num_heads * c_.head_dim}, &a.o);
+      l.Load(p + "self_attn.q_norm.weight", {c_.head_dim}, &a.q_norm);
+      l.Load(p + "self_attn.k_norm.weight", {c_.head_dim}, &a.k_norm);
+    } else {
+      GdnWeights& g = layer.gdn;
+      l.Load(p + "linear_attn.in_proj_qkv.weight", {c_.conv_dim(), H}, &g.in_qkv);
+      l.Load(p + "linear_attn.in_proj_z.weight", {c_.value_dim(), H}, &g.in_z);
+      l.Load(p + "linear_attn.in_proj_b.weight", {hv, H}, &g.in_b);
+      l.Load(p + "linear_attn.in_proj_a.weight", {hv, H}, &g.in_a);
+      l.Load(p + "linear_attn.conv1d.weight", {c_.conv_dim(), 1, c_.conv_kernel}, &g.conv);
+      l.Load(p + "linear_attn.A_log", {hv}, &g.a_log);
+      l.Load(p + "linear_attn.dt_bias", {hv}, &g.dt_bias);
+      l.Load(p + "linear_attn.norm.weight", {c_.linear_value_dim}, &g.norm);
+      l.Load(p + "linear_attn.out_proj.weight", {H, c_.value_dim()}, &g.out);
+    }
+    MoeWeights& m = layer.moe;
+    l.Load(p + "mlp.gate.weight", {E, H}, &m.router);
+    l.Load(p + "mlp.experts.gate_up_proj", {E, 2 * I, H}, &m.gate_up);
+    l.Load(p + "mlp.experts.down_proj", {E, H, I}, &m.down);
+    l.Load(p + "mlp.shared_expert.gate_proj.weight", {Is, H}, &m.shared_gate);
+    l.Load(p + "mlp.shared_expert.up_proj.weight", {Is, H}, &m.shared_up);
+    l.Load(p + "mlp.shared_expert.down_proj.weight", {H, Is}, &m.shared_down);
+    l.Load(p + "mlp.shared_expert_gate.weight", {1, H}, &m.shared_scale);
+  }
+  if (!l.status().ok()) return l.status();
+
+  // HF: inv_freq = 1 / theta^(arange(0, dim, 2) / dim), all in fp32.
+  const int64_t half = c_.rotary_dim / 2;
+  inv_freq_.resize(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c_.rotary_dim);
+    inv_freq_[i] = 1.0f / std::pow(c_.rope_theta, exponent);
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<SequenceState> Qwen35MoeModel::NewState() const {
+  auto s = std::make_unique<Qwen35MoeState>();
+  s->owner_ = this;
+  s->keys_.resize(num_full_);
+  s->values_.resize(num_full_);
+  s->conv_.assign(num_gdn_, std::vector<float>((c_.conv_kernel - 1) * c_.conv_dim(), 0.0f));
+  s->recurrent_.assign(
+      num_gdn_,
+      std::vector<float>(c_.linear_value_heads * c_.linear_key_dim * c_.linear_value_dim, 0.0f));
+  return s;
+}
+
+void Qwen35MoeModel::GatedDeltaNet(const Layer& layer, const float* x, int64_t n,
+                                   Qwen35MoeState* state, float* out) const {
+  const GdnWeights& w = layer.gdn;
+  const int64_t H = c_.hidden_size, C = c_.conv_dim(), K = c_.conv_kernel;
+  const int64_t hv = c_.linear_value_heads, dk = c_.linear_key_dim, dv = c_.linear_value_dim;
+  const int64_t kd = c_.key_dim(), vd = c_.value_dim();
+  const int64_t heads_per_key = hv / c_.linear_key_heads;
+
+  // The K-1 carried pre-conv rows followed by this call's n rows: [K-1+n][C].
+  std::vector<float>& conv_state = state->conv_[layer.index];
+  std::vector<float> padded((K - 1 + n) * C);
+  std::copy(conv_state.begin(), conv_state.end(), padded.begin());
+  float* qkv = padded.data() + (K - 1) * C;
+  Linear(x, n, H, w.in_qkv.data(), C, qkv);
+  std::vector<float> z(n * vd), b(n * hv), a(n * hv);
+  Linear(x, n, H, w.in_z.data(), vd, z.data());
+  Linear(x, n, H, w.in_b.data(), hv, b.data());
+  Linear(x, n, H, w.in_a.data(), hv, a.data());
+
+  // Causal depthwise conv (no bias) then silu: u[t][c] = silu(sum_j w[c][j] padded[t+j][c]).
+  std::vector<float> u(n * C);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t ch = 0; ch < C; ++ch) {
+      float acc = 0;
+      for (int64_t j = 0; j < K; ++j) acc += w.conv[ch * K + j] * padded[(t + j) * C + ch];
+      u[t * C + ch] = Silu(acc);
+    }
+  }
+  std::copy(padded.end() - (K - 1) * C, padded.end(), conv_state.begin());
+
+  // L2-normalise q and k per key head in place (eps inside the rsqrt, as FLA's l2norm); scale q.
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  for (int64_t t = 0; t < n; ++t) {
+    float* ut = u.data() + t * C;
+    for (int64_t h = 0; h < c_.linear_key_heads; ++h) {
+      float* qh = ut + h * dk;
+      float* kh = ut + kd + h * dk;
+      float qs = 0, ks = 0;
+      for (int64_t d = 0; d < dk; ++d) {
+        qs += qh[d] * qh[d];
+        ks += kh[d] * kh[d];
+      }
+      const float qi = 1.0f / std::sqrt(qs + 1e-6f), ki = 1.0f / std::sqrt(ks + 1e-6f);
+      for (int64_t d = 0; d < dk; ++d) {
+        qh[d] = qh[d] * qi * q_scale;
+        kh[d] *= ki;
+      }
+    }
+  }
+  // Per token and value head: log-decay g <= 0 and write strength beta.
+  std::vector<float> g(n * hv), beta(n * hv);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < hv; ++j) {
+      g[t * hv + j] = -std::exp(w.a_log[j]) * Softplus(a[t * hv + j] + w.dt_bias[j]);
+      beta[t * hv + j] = Sigmoid(b[t * hv + j]);
+    }
+  }
+
+  // The delta rule per value head j, reading key head j / heads_per_key: views into u (row
+  // stride C); outputs into core (row stride vd).
+  std::vector<float>& s_all = state->recurrent_[layer.index];
+  std::vector<float> core(n * vd);
+  DeltaRuleScratch scratch;
+  for (int64_t j = 0; j < hv; ++j) {
+    const int64_t kh = j / heads_per_key;
+    const DeltaRuleHead head{.q = u.data() + kh * dk,
+                             .k = u.data() + kd + kh * dk,
+                             .v = u.data() + 2 * kd + j * dv,
+                             .stride = C,
+                             .g = g.data() + j,
+                             .beta = beta.data() + j,
+                             .gate_stride = hv,
+                             .out = core.data() + j * dv,
+                             .out_stride = vd};
+    float* s = s_all.data() + j * dk * dv;
+    if (n == 1) {
+      DeltaRuleStep(head, dk, dv, s, &scratch);
+    } else {
+      DeltaRuleChunked(head, n, dk, dv, s, &scratch);
+    }
+  }
+  // Gated RMSNorm per (token, value head) over dv: norm first (plain weight), then silu(z).
+  RmsNorm(core.data(), n * hv, dv, w.norm.data(), c_.rms_norm_eps, /*one_plus_weight=*/false,
+          core.data());
+  for (int64_t i = 0; i < n * vd; ++i) core[i] *= Silu(z[i]);
+  Linear(core.data(), n, vd, w.out.data(), H, out);
+}
+
+void Qwen35MoeModel::Attention(const Layer& layer, const float* x, int64_t n, Qwen35MoeState* state,
+                               float* out) const {
+  const AttnWeights& w = layer.attn;
+  const int64_t H = c_.hidden_size, D = c_.head_dim, nh = c_.num_heads, nkv = c_.num_kv_heads;
+  const int64_t q_stride = D * (c_.attn_output_gate ? 2 : 1);  // per head: [q | gate]
+  std::vector<float> qg(n * nh * q_stride);
+  Linear(x, n, H, w.q.data(), nh * q_stride, qg.data());
+  std::vector<float>& keys = state->keys_[layer.index];
+  std::vector<float>& values = state->values_[layer.index];
+  const int64_t pos0 = state->position_;
+  const int64_t kv_row = nkv * D;
+  keys.resize((pos0 + n) * kv_row);
+  values.resize((pos0 + n) * kv_row);
+  float* new_k = keys.data() + pos0 * kv_row;
+  Linear(x, n, H, w.k.data(), kv_row, new_k);
+  Linear(x, n, H, w.v.data(), kv_row, values.data() + pos0 * kv_row);
+
+  // Per-head (1 + w) RMSNorm, then NeoX RoPE on the first rotary_dim dims (pairs i, i + half).
+  const int64_t half = c_.rotary_dim / 2;
+  std::vector<float> cos_t(half), sin_t(half), q(n * nh * D);
+  auto rotate = [&](float* v) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float x1 = v[i], x2 = v[i + half];
+      v[i] = x1 * cos_t[i] - x2 * sin_t[i];
+      v[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
+    }
+  };
+  for (int64_t t = 0; t < n; ++t) {
+    const float pos = static_cast<float>(pos0 + t);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq_[i];
+      cos_t[i] = std::cos(angle);
+      sin_t[i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < nh; ++h) {
+      float* qh = q.data() + (t * nh + h) * D;
+      RmsNorm(qg.data() + (t * nh + h) * q_stride, 1, D, w.q_norm.data(), c_.rms_norm_eps, true,
+              qh);
+      rotate(qh);
+    }
+    for (int64_t h = 0; h < nkv; ++h) {
+      float* kh = new_k + t * kv_row + h * D;
+      RmsNorm(kh, 1, D, w.k_norm.data(), c_.rms_norm_eps, true, kh);
+      rotate(kh);
+    }
+  }
+
+  // Causal softmax attention over the cache; q head h reads kv head h / (nh / nkv). Blocks of
+  // query rows bound the score buffer ([block][context] floats, at most ~64 MiB).
+  constexpr int64_t kMaxScores = int64_t{1} << 24;
+  const int64_t block = std::clamp<int64_t>(kMaxScores / (pos0 + n), 1, 256);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> o(n * nh * D);
+  std::vector<float> scores(std::min(n, block) * (pos0 + n));
+  for (int64_t t0 = 0; t0 < n; t0 += block) {
+    const int64_t rows = std::min(block, n - t0);
+    const int64_t len = pos0 + t0 + rows;  // keys the last row of the block sees
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t kvh = h / (nh / nkv);
+      MatMul(q.data() + (t0 * nh + h) * D, nh * D, keys.data() + kvh * D, kv_row,
+             /*b_transposed=*/true, rows, len, D, scores.data(), len);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = scores.data() + r * len;
+        const int64_t visible = pos0 + t0 + r + 1;
+        for (int64_t s = 0; s < visible; ++s) row[s] *= scale;
+        Softmax(row, visible);
+        std::fill(row + visible, row + len, 0.0f);
+      }
+      MatMul(scores.data(), len, values.data() + kvh * D, kv_row, /*b_transposed=*/false, rows, D,
+             len, o.data() + (t0 * nh + h) * D, nh * D);
+    }
+  }
+  if (c_.attn_output_gate) {
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t h = 0; h < nh; ++h) {
+        float* oh = o.data() + (t * nh + h) * D;
+        const float* gate = qg.data() + (t * nh + h) * q_stride + D;
+        for (int64_t d = 0; d < D; ++d) oh[d] *= Sigmoid(gate[d]);
+      }
+    }
+  }
+  Linear(o.data(), n, nh * D, w.o.data(), H, out);
+}
+
+void Qwen35MoeModel::Moe(const Layer& layer, const float* x, int64_t n, float* out) const {
+  const MoeWeights& w = layer.moe;
+  const int64_t H = c_.hidden_size, E = c_.num_experts, top = c_.experts_per_token;
+  const int64_t I = c_.moe_intermediate, Is = c_.shared_intermediate;
+
+  // Router: softmax over all experts, top-k, renormalise the k weights.
+  std::vector<float> probs(n * E);
+  Linear(x, n, H, w.router.data(), E, probs.data());
+  std::vector<std::vector<std::pair<int64_t, float>>> by_expert(E);  // (token, weight)
+  std::vector<int64_t> order(E);
+  for (int64_t t = 0; t < n; ++t) {
+    float* p = probs.data() + t * E;
+    Softmax(p, E);
+    for (int64_t e = 0; e < E; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                      [p](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float sum = 0;
+    for (int64_t i = 0; i < top; ++i) sum += p[order[i]];
+    for (int64_t i = 0; i < top; ++i) by_expert[order[i]].emplace_back(t, p[order[i]] / sum);
+  }
+
+  // Each expert runs once on the rows routed to it: SwiGLU from the fused gate|up rows.
+  std::fill(out, out + n * H, 0.0f);
+  std::vector<float> rows, gu, act, y;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& routed = by_expert[e];
+    const int64_t m = static_cast<int64_t>(routed.size());
+    if (m == 0) continue;
+    rows.resize(m * H);
+    for (int64_t i = 0; i < m; ++i) {
+      std::copy(x + routed[i].first * H, x + (routed[i].first + 1) * H, rows.data() + i * H);
+    }
+    gu.resize(m * 2 * I);
+    act.resize(m * I);
+    y.resize(m * H);
+    Linear(rows.data(), m, H, w.gate_up.data() + e * 2 * I * H, 2 * I, gu.data());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < I; ++j) {
+        act[i * I + j] = Silu(gu[i * 2 * I + j]) * gu[i * 2 * I + I + j];
+      }
+    }
+    Linear(act.data(), m, I, w.down.data() + e * H * I, H, y.data());
+    for (int64_t i = 0; i < m; ++i) {
+      float* o = out + routed[i].first * H;
+      const float weight = routed[i].second;
+      for (int64_t d = 0; d < H; ++d) o[d] += weight * y[i * H + d];
+    }
+  }
+
+  // Shared expert, scaled per token by sigmoid(x . shared_expert_gate).
+  std::vector<float> sg(n * Is), su(n * Is), sy(n * H), scale(n);
+  Linear(x, n, H, w.shared_gate.data(), Is, sg.data());
+  Linear(x, n, H, w.shared_up.data(), Is, su.data());
+  for (int64_t i = 0; i < n * Is; ++i) sg[i] = Silu(sg[i]) * su[i];
+  Linear(sg.data(), n, Is, w.shared_down.data(), H, sy.data());
+  Linear(x, n, H, w.shared_scale.data(), 1, scale.data());
+  for (int64_t t = 0; t < n; ++t) {
+    const float s = Sigmoid(scale[t]);
+    for (int64_t d = 0; d < H; ++d) out[t * H + d] += s * sy[t * H + d];
+  }
+}
+
+absl::Status Qwen35MoeModel::Forward(SequenceState* base_state, absl::Span<const int32_t> tokens,
+                                     bool all_logits, std::vector<float>* logits) const {
+  auto* state = dynamic_cast<Qwen35MoeState*>(base_state);
+  if (state == nullptr || state->owner_ != this) {
+    return absl::InvalidArgumentError("qwen3_5_moe: the state was not made by this model");
+  }
+  if (absl::Status s = CheckForwardInput(shape_, state->position_, tokens, logits); !s.ok()) {
+    return s;
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+
+  const int64_t H = c_.hidden_size;
+  std::vector<float> h(n * H), x(n * H), y(n * H);
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy(embed_.begin() + tokens[t] * H, embed_.begin() + (tokens[t] + 1) * H,
+              h.begin() + t * H);
+  }
+  for (const Layer& layer : layers_) {
+    RmsNorm(h.data(), n, H, layer.input_norm.data(), c_.rms_norm_eps, true, x.data());
+    if (layer.full_attention) {
+      Attention(layer, x.data(), n, state, y.data());
+    } else {
+      GatedDeltaNet(layer, x.data(), n, state, y.data());
+    }
+    for (int64_t i = 0; i < n * H; ++i) h[i] += y[i];
+    RmsNorm(h.data(), n, H, layer.post_norm.data(), c_.rms_norm_eps, true, x.data());
+    Moe(layer, x.data(), n, y.data());
+    for (int64_t i = 0; i < n * H; ++i) h[i] += y[i];
+  }
+  state->position_ += n;
+
+  // Final norm and lm_head only for the rows asked for.
+  const int64_t first = all_logits ? 0 : n - 1;
+  const int64_t rows = n - first;
+  RmsNorm(h.data() + first * H, rows, H, final_norm_.data(), c_.rms_norm_eps, true, x.data());
+  logits->resize(rows * c_.vocab_size);
+  const float* head = c_.tie_word_embeddings ? embed_.data() : lm_head_.data();
+  Linear(x.data(), rows, H, head, c_.vocab_size, logits->data());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuModel>> LoadQwen35Moe(const model::Checkpoint& checkpoint,
+                                                        const model::qwen35::TextConfig& config,
+                                                        const model::ModelShape& shape) {
+  auto model = std::make_unique<Qwen35MoeModel>(config, shape);
+  if (absl::Status s = model->LoadWeights(checkpoint); !s.ok()) return s;
+  return model;
+}
+
+}  // namespace tandem::workers::cpu

@@ -1,0 +1,121 @@
+#include "workers/model/checkpoint_writer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tandem::workers::model {
+
+uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+namespace {
+
+// Elements of a tensor to write: its values, or its shape's when generated.
+uint64_t Count(const TensorData& t) {
+  if (!t.random.has_value()) return t.values.size();
+  uint64_t n = 1;
+  for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+absl::Status WriteFile(const std::string& path, const std::vector<const TensorData*>& tensors,
+                       DType dtype) {
+  nlohmann::json header = nlohmann::json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  uint64_t offset = 0;
+  for (const TensorData* t : tensors) {
+    const uint64_t bytes = Count(*t) * DTypeBytes(dtype);
+    header[t->name] = {{"dtype", DTypeName(dtype)},
+                       {"shape", t->shape},
+                       {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  const uint64_t len = text.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::vector<uint16_t> half;
+  std::vector<float> chunk;
+  for (const TensorData* t : tensors) {
+    if (t->random.has_value()) {
+      // Generated in chunks of 1M elements (4 MiB).
+      const uint64_t n = Count(*t);
+      for (uint64_t at = 0; at < n; at += chunk.size()) {
+        chunk.resize(std::min<uint64_t>(n - at, uint64_t{1} << 20));
+        for (size_t i = 0; i < chunk.size(); ++i) {
+          chunk[i] = RandomWeight(*t->random, static_cast<int64_t>(at + i));
+        }
+        if (dtype == DType::kF32) {
+          out.write(reinterpret_cast<const char*>(chunk.data()),
+                    static_cast<std::streamsize>(chunk.size() * 4));
+        } else {
+          half.resize(chunk.size());
+          for (size_t i = 0; i < half.size(); ++i) half[i] = FloatToBf16(chunk[i]);
+          out.write(reinterpret_cast<const char*>(half.data()),
+                    static_cast<std::streamsize>(half.size() * 2));
+        }
+      }
+    } else if (dtype == DType::kF32) {
+      out.write(reinterpret_cast<const char*>(t->values.data()),
+                static_cast<std::streamsize>(t->values.size() * 4));
+    } else {
+      half.resize(t->values.size());
+      for (size_t i = 0; i < half.size(); ++i) half[i] = FloatToBf16(t->values[i]);
+      out.write(reinterpret_cast<const char*>(half.data()),
+                static_cast<std::streamsize>(half.size() * 2));
+    }
+  }
+  if (!out) return absl::InternalError(absl::StrCat("short write to ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteSafetensors(const std::string& dir, std::vector<TensorData> tensors, DType dtype,
+                              uint64_t shard_bytes) {
+  if (dtype == DType::kF16) return absl::UnimplementedError("writing F16 is not supported");
+  std::sort(tensors.begin(), tensors.end(),
+            [](const TensorData& a, const TensorData& b) { return a.name < b.name; });
+  std::vector<std::vector<const TensorData*>> shards(1);
+  uint64_t in_shard = 0;
+  for (const TensorData& t : tensors) {
+    const uint64_t bytes = Count(t) * DTypeBytes(dtype);
+    if (shard_bytes > 0 && in_shard > 0 && in_shard + bytes > shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&t);
+    in_shard += bytes;
+  }
+  if (shard_bytes == 0) return WriteFile(dir + "/model.safetensors", shards[0], dtype);
+  nlohmann::json index;
+  uint64_t total = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string name =
+        absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
+    if (absl::Status s = WriteFile(dir + "/" + name, shards[i], dtype); !s.ok()) return s;
+    for (const TensorData* t : shards[i]) {
+      index["weight_map"][t->name] = name;
+      total += Count(*t) * DTypeBytes(dtype);
+    }
+  }
+  index["metadata"] = {{"total_size", total}};
+  std::ofstream out(dir + "/model.safetensors.index.json");
+  out << index.dump(2) << "\n";
+  return out ? absl::OkStatus() : absl::InternalError("cannot write the index");
+}
+
+}  // namespace tandem::workers::model

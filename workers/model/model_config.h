@@ -1,0 +1,39 @@
+#pragma once
+
+// A checkpoint's config.json, parsed once for every consumer: the CPU reference, the CUDA
+// engine, the random-weights generator and the worker's checks.
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <variant>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "workers/model/architecture.h"
+#include "workers/model/model_shape.h"
+#include "workers/model/nemotron_h_config.h"
+#include "workers/model/qwen35_moe_config.h"
+
+namespace tandem::workers::model {
+
+struct ModelConfig {
+  // shape.architecture says which of `hyperparameters` is held.
+  ModelShape shape;
+  std::variant<qwen35::TextConfig, nemotron_h::Config> hyperparameters;
+  // config.json says tandem-make-checkpoint or --random_weights made the weights
+  // ("tandem_random_weights": true): the model's answers are meaningless.
+  bool random_weights = false;
+
+  Architecture architecture() const { return shape.architecture; }
+};
+
+// Validates `config` (a config.json) by its model_type: qwen3_5_moe (with its nested
+// text_config), qwen3_5_moe_text or nemotron_h. Errors start with `where` (the checkpoint
+// directory) and name the field; another model_type or a quantized config is UNIMPLEMENTED.
+absl::StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& config,
+                                             const std::string& where);
+// The same from config.json's text.
+absl::StatusOr<ModelConfig> ParseModelConfigText(absl::string_view config_json,
+                                                 const std::string& where);
+
+}  // namespace tandem::workers::model

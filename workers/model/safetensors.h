@@ -1,0 +1,95 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "workers/model/random_weights.h"
+
+namespace tandem::workers::model {
+
+// Element types a checkpoint may hold. Quantized formats are refused at load.
+enum class DType { kF32, kF16, kBF16 };
+const char* DTypeName(DType d);
+size_t DTypeBytes(DType d);
+
+// A tensor inside a memory-mapped safetensors file: no copy until asked for. Or a generated
+// one (--random_weights): `random` is set, `data` is null, and every element is computed where
+// it is read (RandomWeight; on the device by the CUDA upload), never stored.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // little-endian elements, row-major
+  size_t bytes = 0;               // as stored (a generated tensor: as it would be stored)
+  std::optional<RandomFill> random = std::nullopt;
+  int64_t elements() const;
+  // Converts to fp32 (BF16 and F16 widened exactly).
+  std::vector<float> ToFloat() const;
+  // One element, widened to fp32 the same way.
+  float Element(int64_t index) const;
+  std::string ShapeString() const;
+};
+
+// One .safetensors file, memory-mapped read-only. The header is validated completely: offsets
+// in range, contiguous and non-overlapping, sizes matching dtype x shape.
+class SafetensorsFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  std::map<std::string, TensorView> tensors_;
+};
+
+// A checkpoint directory: config.json plus model.safetensors, or shards listed in
+// model.safetensors.index.json. Tensors are looked up by their checkpoint names.
+class Checkpoint {
+ public:
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
+  // A checkpoint of tensors described in memory, not read from files: the generated weights of
+  // --random_weights (random_checkpoint.h). `label` stands in for the directory in messages.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> FromTensors(std::string label,
+                                                                 std::string config_json,
+                                                                 std::vector<TensorView> tensors);
+
+  const std::string& dir() const { return dir_; }
+  // The text of config.json.
+  const std::string& config_json() const { return config_json_; }
+  // The tensor `name` with exactly `shape`; NOT_FOUND or INVALID_ARGUMENT naming the tensor,
+  // its shape and the expected one.
+  absl::StatusOr<const TensorView*> Get(const std::string& name,
+                                        absl::Span<const int64_t> shape) const;
+  // Loads `name` (checked against `shape`) as fp32.
+  absl::StatusOr<std::vector<float>> GetFloat(const std::string& name,
+                                              absl::Span<const int64_t> shape) const;
+  bool Has(const std::string& name) const { return index_.contains(name); }
+  // Every tensor, by name.
+  const std::map<std::string, const TensorView*>& tensors() const { return index_; }
+  size_t tensor_count() const { return index_.size(); }
+  // Total bytes of all tensors, as stored.
+  uint64_t stored_bytes() const;
+
+ private:
+  std::string dir_;
+  std::string config_json_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<TensorView> owned_;  // FromTensors' tensors (never resized after it)
+  std::map<std::string, const TensorView*> index_;
+};
+
+}  // namespace tandem::workers::model

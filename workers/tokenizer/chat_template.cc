@@ -1,0 +1,339 @@
+#include "workers/tokenizer/chat_template.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace tandem::workers {
+namespace {
+
+using google::protobuf::RepeatedPtrField;
+using tandem::v1::ChatMessage;
+
+constexpr absl::string_view kImStart = "<|im_start|>";
+constexpr absl::string_view kImEnd = "<|im_end|>";
+constexpr absl::string_view kThinkOpen = "<think>";
+constexpr absl::string_view kThinkClose = "</think>";
+
+// Collects prompt pieces, joining neighbours of the same kind.
+class PromptBuilder {
+ public:
+  void Markup(absl::string_view s) { Add(s, true); }
+  void Text(absl::string_view s) { Add(s, false); }
+  RenderedPrompt Take() { return std::move(prompt_); }
+
+ private:
+  void Add(absl::string_view s, bool markup) {
+    if (s.empty()) return;
+    if (!prompt_.pieces.empty() && prompt_.pieces.back().markup == markup) {
+      prompt_.pieces.back().text.append(s.data(), s.size());
+    } else {
+      prompt_.pieces.push_back({std::string(s), markup});
+    }
+  }
+  RenderedPrompt prompt_;
+};
+
+// Python's str.strip() / Go's strings.TrimSpace, as the templates use, for ASCII whitespace.
+constexpr absl::string_view kSpaces = " \t\n\r\v\f";
+
+absl::string_view Trim(absl::string_view s) {
+  const size_t b = s.find_first_not_of(kSpaces);
+  if (b == absl::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(kSpaces) - b + 1);
+}
+
+absl::string_view TrimLeft(absl::string_view s, absl::string_view chars) {
+  const size_t b = s.find_first_not_of(chars);
+  return b == absl::string_view::npos ? absl::string_view() : s.substr(b);
+}
+
+struct Message {
+  std::string role;
+  std::string content;
+};
+
+// Flattens the proto messages: text parts joined, roles and images checked.
+absl::StatusOr<std::vector<Message>> Flatten(const RepeatedPtrField<ChatMessage>& messages,
+                                             bool continue_final) {
+  if (messages.empty()) return absl::InvalidArgumentError("no messages");
+  std::vector<Message> out;
+  out.reserve(messages.size());
+  for (int i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const std::string& role = m.role();
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: \"", role,
+                                                     "\" is not system, user, assistant or tool"));
+    }
+    Message flat{role, ""};
+    for (const auto& part : m.content()) {
+      if (part.has_image()) {
+        // The vision encoder is not built yet (WorkerInfo says vision=false, so the gateway
+        // sends no images here); a direct caller gets UNIMPLEMENTED.
+        return absl::UnimplementedError(
+            "images: the native engine has no vision encoder yet (this worker reports "
+            "vision=false)");
+      }
+      flat.content.append(part.text());
+    }
+    out.push_back(std::move(flat));
+  }
+  if (continue_final && out.back().role != "assistant") {
+    return absl::InvalidArgumentError(
+        "continue_final needs the last message to be the assistant's");
+  }
+  return out;
+}
+
+bool ThinkingByMode(const tandem::v1::ReasoningOptions& reasoning) {
+  // Both families think by default.
+  return reasoning.mode() != tandem::v1::REASONING_MODE_OFF;
+}
+
+// Qwen3.5 (src: ollama model/renderers/qwen35.go, which follows the HF template).
+RenderedPrompt RenderQwen35(const std::vector<Message>& msgs, bool thinking, bool continue_final) {
+  PromptBuilder b;
+  const int n = static_cast<int>(msgs.size());
+  if (msgs[0].role == "system") {
+    b.Markup(absl::StrCat(kImStart, "system\n"));
+    b.Text(Trim(msgs[0].content));
+    b.Markup(absl::StrCat(kImEnd, "\n"));
+  }
+  // The last real user query; tool results wrapped in a user turn do not count. Only assistant
+  // turns after it keep their reasoning.
+  int last_query = n - 1;
+  for (int i = n - 1; i >= 0; --i) {
+    if (msgs[i].role != "user") continue;
+    const absl::string_view c = Trim(msgs[i].content);
+    if (!(absl::StartsWith(c, "<tool_response>") && absl::EndsWith(c, "</tool_response>"))) {
+      last_query = i;
+      break;
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    const Message& m = msgs[i];
+    const bool last = i == n - 1;
+    const bool prefill = last && continue_final;
+    absl::string_view content = Trim(m.content);
+    if (m.role == "user" || (m.role == "system" && i != 0)) {
+      b.Markup(absl::StrCat(kImStart, m.role, "\n"));
+      b.Text(content);
+      b.Markup(absl::StrCat(kImEnd, "\n"));
+    } else if (m.role == "assistant" && prefill && thinking && i > last_query &&
+               absl::StartsWith(content, kThinkOpen) && !absl::StrContains(content, kThinkClose)) {
+      // A prefill that stops inside its reasoning continues the open think block (the HF
+      // template would close an empty one and put this text after it).
+      b.Markup(absl::StrCat(kImStart, "assistant\n", kThinkOpen, "\n"));
+      b.Text(TrimLeft(content.substr(kThinkOpen.size()), "\n"));
+    } else if (m.role == "assistant") {
+      // Reasoning is whatever precedes </think> (after the last <think>); the answer follows.
+      absl::string_view reasoning;
+      if (const size_t close = content.find(kThinkClose); close != absl::string_view::npos) {
+        const absl::string_view before = content.substr(0, close);
+        const size_t open = before.rfind(kThinkOpen);
+        reasoning =
+            open == absl::string_view::npos ? before : before.substr(open + kThinkOpen.size());
+        content = TrimLeft(content.substr(close + kThinkClose.size()), "\n");
+      }
+      reasoning = Trim(reasoning);
+      if (thinking && i > last_query) {
+        b.Markup(absl::StrCat(kImStart, "assistant\n", kThinkOpen, "\n"));
+        b.Text(reasoning);
+        b.Markup(absl::StrCat("\n", kThinkClose, "\n\n"));
+      } else {
+        b.Markup(absl::StrCat(kImStart, "assistant\n"));
+      }
+      b.Text(content);
+      if (!prefill) b.Markup(absl::StrCat(kImEnd, "\n"));
+    } else if (m.role == "tool") {
+      if (i == 0 || msgs[i - 1].role != "tool") b.Markup(absl::StrCat(kImStart, "user"));
+      b.Markup("\n<tool_response>\n");
+      b.Text(m.content);
+      b.Markup("\n</tool_response>");
+      if (last || msgs[i + 1].role != "tool") b.Markup(absl::StrCat(kImEnd, "\n"));
+    }
+  }
+  if (!continue_final) {
+    b.Markup(absl::StrCat(kImStart, "assistant\n"));
+    b.Markup(thinking ? absl::StrCat(kThinkOpen, "\n")
+                      : absl::StrCat(kThinkOpen, "\n\n", kThinkClose, "\n\n"));
+  }
+  return b.Take();
+}
+
+// Removes the /think and /no_think switches but keeps a real </think>.
+std::string StripThinkToggles(absl::string_view s) {
+  std::string out = absl::StrReplaceAll(s, {{kThinkClose, "<_end_think>"}});
+  out = absl::StrReplaceAll(out, {{"/think", ""}});
+  out = absl::StrReplaceAll(out, {{"/no_think", ""}});
+  return absl::StrReplaceAll(out, {{"<_end_think>", kThinkClose}});
+}
+
+// Assistant text in Nemotron's template carries its think tags through; they are structure the
+// template keeps (or adds), so they are markup while the words around them are not.
+void AssistantText(PromptBuilder& b, absl::string_view s) {
+  while (!s.empty()) {
+    const size_t open = s.find(kThinkOpen), close = s.find(kThinkClose);
+    const size_t at = std::min(open, close);
+    if (at == absl::string_view::npos) {
+      b.Text(s);
+      return;
+    }
+    const size_t len = at == open ? kThinkOpen.size() : kThinkClose.size();
+    b.Text(s.substr(0, at));
+    b.Markup(s.substr(at, len));
+    s.remove_prefix(at + len);
+  }
+}
+
+// Nemotron-3-Nano (src: the HF jinja template and ollama's nemotron3nano.go, which strips the
+// switches from user turns as the newer template does).
+RenderedPrompt RenderNemotron(const std::vector<Message>& msgs, bool thinking,
+                              bool continue_final) {
+  for (const Message& m : msgs) {
+    if (m.role != "user" && m.role != "system") continue;
+    if (absl::StrContains(absl::StrReplaceAll(m.content, {{kThinkClose, ""}}), "/think")) {
+      thinking = true;
+    } else if (absl::StrContains(m.content, "/no_think")) {
+      thinking = false;
+    }
+  }
+  PromptBuilder b;
+  size_t start = 0;
+  std::string system;
+  if (msgs[0].role == "system") {
+    system = StripThinkToggles(msgs[0].content);
+    start = 1;
+  }
+  // A system block is always emitted, empty if there is no system message.
+  b.Markup(absl::StrCat(kImStart, "system\n"));
+  b.Text(system);
+  b.Markup(absl::StrCat(kImEnd, "\n"));
+
+  const size_t n = msgs.size();
+  size_t last_user = 0;
+  bool have_user = false;
+  for (size_t i = start; i < n; ++i) {
+    if (msgs[i].role == "user") {
+      last_user = i;
+      have_user = true;
+    }
+  }
+  for (size_t i = start; i < n; ++i) {
+    const Message& m = msgs[i];
+    const bool last = i == n - 1;
+    if (m.role == "assistant") {
+      std::string content = m.content;
+      if (!absl::StrContains(content, kThinkOpen) && !absl::StrContains(content, kThinkClose)) {
+        content = absl::StrCat(kThinkOpen, kThinkClose, content);
+      }
+      // Turns before the last user message keep only the answer after </think>.
+      if (have_user && i < last_user && absl::StrContains(content, kThinkOpen) &&
+          absl::StrContains(content, kThinkClose)) {
+        const size_t close = absl::string_view(content).rfind(kThinkClose);
+        content = absl::StrCat(kThinkOpen, kThinkClose, content.substr(close + kThinkClose.size()));
+      }
+      b.Markup(absl::StrCat(kImStart, "assistant\n"));
+      AssistantText(b, Trim(content));
+      if (!(last && continue_final)) b.Markup(absl::StrCat(kImEnd, "\n"));
+    } else if (m.role == "user" || m.role == "system") {
+      b.Markup(absl::StrCat(kImStart, m.role, "\n"));
+      b.Text(Trim(StripThinkToggles(m.content)));
+      b.Markup(absl::StrCat(kImEnd, "\n"));
+    } else if (m.role == "tool") {
+      const bool prev_tool = i > start && msgs[i - 1].role == "tool";
+      const bool next_tool = !last && msgs[i + 1].role == "tool";
+      // As in the template, a tool message with nothing before it opens no user block.
+      if (i > start && !prev_tool) b.Markup(absl::StrCat(kImStart, "user\n"));
+      b.Markup("<tool_response>\n");
+      b.Text(m.content);
+      b.Markup("\n</tool_response>\n");
+      if (!next_tool) b.Markup(absl::StrCat(kImEnd, "\n"));
+    }
+  }
+  if (!continue_final) {
+    b.Markup(absl::StrCat(kImStart, "assistant\n"));
+    b.Markup(thinking ? absl::StrCat(kThinkOpen, "\n") : absl::StrCat(kThinkOpen, kThinkClose));
+  }
+  return b.Take();
+}
+
+}  // namespace
+
+absl::StatusOr<ChatFamily> ParseChatFamily(absl::string_view name) {
+  if (name == "qwen3_5") return ChatFamily::kQwen35;
+  if (name == "nemotron_h") return ChatFamily::kNemotronH;
+  return absl::InvalidArgumentError(absl::StrCat("unknown chat family \"", name, "\""));
+}
+
+std::string RenderedPrompt::Text() const {
+  std::string out;
+  for (const PromptPiece& p : pieces) out.append(p.text);
+  return out;
+}
+
+absl::StatusOr<RenderedPrompt> RenderChat(ChatFamily family,
+                                          const RepeatedPtrField<ChatMessage>& messages,
+                                          const tandem::v1::ReasoningOptions& reasoning,
+                                          bool continue_final) {
+  absl::StatusOr<std::vector<Message>> msgs = Flatten(messages, continue_final);
+  if (!msgs.ok()) return msgs.status();
+  const bool thinking = ThinkingByMode(reasoning);
+  switch (family) {
+    case ChatFamily::kQwen35:
+      return RenderQwen35(*msgs, thinking, continue_final);
+    case ChatFamily::kNemotronH:
+      return RenderNemotron(*msgs, thinking, continue_final);
+  }
+  return absl::InvalidArgumentError("unknown chat family");
+}
+
+std::vector<std::string> StopTokenTexts(ChatFamily family) {
+  switch (family) {
+    case ChatFamily::kQwen35:
+      return {std::string(kImEnd), "<|endoftext|>"};
+    case ChatFamily::kNemotronH:
+      return {std::string(kImEnd), "</s>"};
+  }
+  return {std::string(kImEnd)};
+}
+
+absl::StatusOr<std::unique_ptr<ModelTokenizer>> ModelTokenizer::Create(
+    std::shared_ptr<const BpeTokenizer> bpe, ChatFamily family) {
+  if (bpe == nullptr) return absl::InvalidArgumentError("no tokenizer");
+  for (absl::string_view t : {kImStart, kImEnd}) {
+    const std::optional<int32_t> id = bpe->TokenId(std::string_view(t.data(), t.size()));
+    if (!id.has_value() || !bpe->IsAddedToken(*id)) {
+      return absl::FailedPreconditionError(absl::StrCat("tokenizer has no added token ", t));
+    }
+  }
+  std::vector<int32_t> stop;
+  for (const std::string& t : StopTokenTexts(family)) {
+    if (std::optional<int32_t> id = bpe->TokenId(std::string_view(t.data(), t.size()));
+        id.has_value())
+      stop.push_back(*id);
+  }
+  return std::unique_ptr<ModelTokenizer>(new ModelTokenizer(std::move(bpe), family, stop));
+}
+
+absl::StatusOr<std::vector<int32_t>> ModelTokenizer::EncodeChat(
+    const RepeatedPtrField<ChatMessage>& messages, const tandem::v1::ReasoningOptions& reasoning,
+    bool continue_final) const {
+  absl::StatusOr<RenderedPrompt> prompt = RenderChat(family_, messages, reasoning, continue_final);
+  if (!prompt.ok()) return prompt.status();
+  std::vector<TextPiece> pieces;
+  pieces.reserve(prompt->pieces.size());
+  for (const PromptPiece& p : prompt->pieces) pieces.push_back({p.text, p.markup});
+  std::vector<int32_t> ids;
+  bpe_->EncodePieces(pieces, &ids);
+  return ids;
+}
+
+std::unique_ptr<StreamDecoder> ModelTokenizer::NewStreamDecoder() const {
+  return bpe_->NewStreamDecoder();
+}
+
+}  // namespace tandem::workers
