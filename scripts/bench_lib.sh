@@ -39,22 +39,41 @@ bench_start() {
   return 1
 }
 
-# Benchmarks run on loopback: plaintext, no API keys (said loudly in the gateway's log).
+# Benchmarks run on loopback without API keys (said loudly in the gateway's log); plaintext, or
+# TLS on both hops when bench_start_stack gets a certificate directory.
 BENCH_GATEWAY_DEV_FLAGS="--plaintext --worker_plaintext --allow_unauthenticated"
 
-# bench_start_stack BUILD LOGDIR: a synthetic qwen worker with no simulated delay, and a gateway
-# with both model names on it. Sets WORKER_ADDR, GATEWAY_ADDR, GATEWAY_PID. WORKER_FLAGS and
-# GATEWAY_FLAGS add flags (e.g. GATEWAY_FLAGS=--log_level=warning).
+# bench_start_stack BUILD LOGDIR [CERTS]: a synthetic qwen worker with no simulated delay, and a
+# gateway with both model names on it. With CERTS (scripts/make_dev_certs.sh's layout) both hops
+# use TLS: clients verify the gateway, the gateway and the worker verify each other (mutual TLS).
+# Sets WORKER_ADDR, WORKER_PID, GATEWAY_ADDR, GATEWAY_PID and BENCH_CLIENT_TLS (tandem-bench's
+# flags for that stack). SYNTHETIC_OUTPUT_TOKENS (default 16) is the answers' length; WORKER_FLAGS
+# and GATEWAY_FLAGS add flags (e.g. GATEWAY_FLAGS=--log_level=warning).
 bench_start_stack() {
-  local build=$1 logdir=$2
-  # --max_queue: 512 concurrent streams must fit (64 running + the queue).
+  local build=$1 logdir=$2 certs=${3:-}
+  local worker_tls=(--plaintext) gateway_tls=($BENCH_GATEWAY_DEV_FLAGS)
+  BENCH_CLIENT_TLS="--plaintext"
+  if [[ -n $certs ]]; then
+    worker_tls=(--tls_cert="$certs/worker/tls.crt" --tls_key="$certs/worker/tls.key"
+      --tls_client_ca="$certs/worker/ca.crt")
+    gateway_tls=(--tls_cert="$certs/gateway/tls.crt" --tls_key="$certs/gateway/tls.key"
+      --worker_tls_ca="$certs/gateway-client/ca.crt"
+      --worker_tls_cert="$certs/gateway-client/tls.crt"
+      --worker_tls_key="$certs/gateway-client/tls.key" --allow_unauthenticated)
+    # The client certificate lets tandem-bench call the worker directly, as the gateway does.
+    BENCH_CLIENT_TLS="--tls_ca=$certs/ca.crt --tls_cert=$certs/gateway-client/tls.crt"
+    BENCH_CLIENT_TLS+=" --tls_key=$certs/gateway-client/tls.key"
+  fi
+  # --max_queue and the gateway's --max_queued: 512 concurrent streams of one caller must fit.
   bench_start worker "$logdir" "$build/workers/tandem-worker" --model=qwen --engine=synthetic --device=cpu \
-    --synthetic_time_scale=0 --synthetic_output_tokens=16 --max_queue=1024 \
-    --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --plaintext ${WORKER_FLAGS:-} || return 1
+    --synthetic_time_scale=0 --synthetic_output_tokens="${SYNTHETIC_OUTPUT_TOKENS:-16}" \
+    --max_queue=1024 --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 "${worker_tls[@]}" \
+    ${WORKER_FLAGS:-} || return 1
   WORKER_ADDR=$BENCH_ADDR
+  WORKER_PID=$BENCH_PID
   bench_start gateway "$logdir" "$build/gateway/tandem-gateway" \
     --workers="qwen=$WORKER_ADDR,nemotron=$WORKER_ADDR" \
-    --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 $BENCH_GATEWAY_DEV_FLAGS \
+    --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 "${gateway_tls[@]}" --max_queued=1024 \
     ${GATEWAY_FLAGS:-} || return 1
   GATEWAY_ADDR=$BENCH_ADDR
   GATEWAY_PID=$BENCH_PID

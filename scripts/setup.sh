@@ -14,6 +14,7 @@ PACKAGES=(
   libssl-dev openssl  # TLS: certificate checks at start-up; tests make their own certificates
   libicu-dev          # tokenizer: Unicode categories and NFC
   prometheus          # promtool, used by the metrics lint tests
+  nghttp2-client      # h2load: the second load driver of scripts/bench_overhead.sh
   clang-format
   clang               # libFuzzer targets (scripts/fuzz.sh)
   python3             # builds the classifier's labelled data (router/classifier)

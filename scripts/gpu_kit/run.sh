@@ -444,7 +444,7 @@ step_transformers() {
 DAY1_TOKENS=${TANDEM_KIT_DAY1_TOKENS:-128}
 day_one_model() {
   local model=$1 arch=$2 tokenizer=$3 log="$OUT/logs/day1-worker-$1.log" addr="" i p rc=0
-  local bench=("$KIT/bin/tandem-bench" --target=worker --api=stream --max_tokens="$DAY1_TOKENS"
+  local bench=("$KIT/bin/tandem-bench" --plaintext --target=worker --api=stream --max_tokens="$DAY1_TOKENS"
     --timeout=120s --ready_timeout=300s)
   "$KIT/bin/tandem-worker" --model="$model" --engine=native --random_weights --device=0 \
     --model_config="$ROOT/workers/model/configs/$arch/config.json" --tokenizer="$tokenizer" \

@@ -50,10 +50,11 @@ bool WorkerReady(const std::shared_ptr<grpc::Channel>& channel, std::string* why
 
 }  // namespace
 
-// Made once: each set of TLS credentials watches its files with a thread of its own.
-std::shared_ptr<grpc::ChannelCredentials> CredentialsFor(Target target) {
-  if (target == Target::kWorker) return grpc::InsecureChannelCredentials();
-  static const auto* gateway_creds = [] {
+// Made once: each set of TLS credentials watches its files with a thread of its own. Workers and
+// gateways are reached alike (--plaintext, or TLS with --tls_ca and, for a worker that requires
+// client certificates, --tls_cert/--tls_key).
+std::shared_ptr<grpc::ChannelCredentials> CredentialsFor(Target /*target*/) {
+  static const auto* creds = [] {
     auto creds = tandem::ChannelCredentialsFromFlags();
     if (!creds.ok()) {
       std::fprintf(stderr, "%s\n", std::string(creds.status().message()).c_str());
@@ -61,7 +62,7 @@ std::shared_ptr<grpc::ChannelCredentials> CredentialsFor(Target target) {
     }
     return new std::shared_ptr<grpc::ChannelCredentials>(*std::move(creds));
   }();
-  return *gateway_creds;
+  return *creds;
 }
 
 // Channels live until the process exits and are shared by every run to the same address. Besides

@@ -12,9 +12,8 @@
 
 namespace tandem::bench {
 
-// Workers are called in plaintext (a bench worker runs with --plaintext); gateways as the
-// --tls_ca/--tls_cert/--tls_key/--plaintext flags say (common/client_tls_flags.h). Exits with
-// status 2 when those flags are wrong.
+// Workers and gateways alike, as the --tls_ca/--tls_cert/--tls_key/--plaintext flags say
+// (common/client_tls_flags.h). Exits with status 2 when those flags are wrong.
 std::shared_ptr<grpc::ChannelCredentials> CredentialsFor(Target target);
 
 // `n` channels (each its own connection) to `address`, made once per process and address.

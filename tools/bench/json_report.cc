@@ -21,6 +21,10 @@ std::string JsonResult(const RunResult& r) {
   std::vector<std::string> codes, errors;
   for (const auto& [code, n] : r.codes) codes.push_back(absl::StrCat(QuoteForJson(code), ":", n));
   for (const auto& e : r.errors) errors.push_back(QuoteForJson(e));
+  std::vector<std::string> cpu;
+  for (const auto& [label, seconds] : r.cpu_seconds) {
+    cpu.push_back(absl::StrCat(QuoteForJson(label), ":", JsonNumber(r.CpuMicrosPerRequest(label))));
+  }
   const RunSpec& s = r.spec;
   return absl::StrCat(
       "{\"label\":", QuoteForJson(s.label), ",\"target\":", QuoteForJson(TargetName(s.target)),
@@ -37,7 +41,7 @@ std::string JsonResult(const RunResult& r) {
       absl::StrJoin(codes, ","), "},\"errors\":[", absl::StrJoin(errors, ","),
       "],\"e2e_ms\":", JsonPercentiles(r.e2e_ms), ",\"ttft_ms\":", JsonPercentiles(r.ttft_ms),
       ",\"tpot_ms\":", JsonPercentiles(r.tpot_ms), ",\"chunk_gap_ms\":", JsonPercentiles(r.gap_ms),
-      "}");
+      ",\"cpu_us_per_request\":{", absl::StrJoin(cpu, ","), "}}");
 }
 
 }  // namespace

@@ -22,6 +22,15 @@ std::string CodesText(const RunResult& r) {
   return absl::StrJoin(parts, " ");
 }
 
+std::string CpuText(const RunResult& r) {
+  if (r.cpu_seconds.empty()) return "-";
+  std::vector<std::string> parts;
+  for (const auto& [label, seconds] : r.cpu_seconds) {
+    parts.push_back(absl::StrCat(label, " ", Fmt(r.CpuMicrosPerRequest(label))));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
 std::string LoadText(const RunSpec& s) {
   return s.rate > 0 ? absl::StrCat(Fmt(s.rate), "/s ", s.poisson ? "poisson" : "fixed")
                     : absl::StrCat("c=", s.concurrency);
@@ -30,18 +39,18 @@ std::string LoadText(const RunSpec& s) {
 std::string MarkdownTable(const std::vector<RunResult>& results) {
   std::string out =
       "| series | api | prompt | load | ok | req/s | tok/s | e2e p50 | p90 | p99 | p99.9 (ms) | "
-      "TTFT p50 | p99 (ms) | TPOT p50 (ms) | gap p50 | p99 (ms) | codes |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "TTFT p50 | p99 (ms) | TPOT p50 (ms) | gap p50 | p99 (ms) | CPU us/req | codes |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const RunResult& r : results) {
     const bool stream = r.ttft_ms.count > 0;
-    absl::StrAppend(&out, "| ", r.spec.label, " | ", ApiName(r.spec.api), " | ", r.spec.prompt,
-                    " | ", LoadText(r.spec), " | ", r.ok, " | ", Fmt(r.RequestsPerSecond()), " | ",
-                    Fmt(r.TokensPerSecond()), " | ", Fmt(r.e2e_ms.p50), " | ", Fmt(r.e2e_ms.p90),
-                    " | ", Fmt(r.e2e_ms.p99), " | ", Fmt(r.e2e_ms.p999), " | ",
-                    stream ? Fmt(r.ttft_ms.p50) : "-", " | ", stream ? Fmt(r.ttft_ms.p99) : "-",
-                    " | ", r.tpot_ms.count ? Fmt(r.tpot_ms.p50) : "-", " | ",
-                    r.gap_ms.count ? Fmt(r.gap_ms.p50) : "-", " | ",
-                    r.gap_ms.count ? Fmt(r.gap_ms.p99) : "-", " | ", CodesText(r), " |\n");
+    absl::StrAppend(
+        &out, "| ", r.spec.label, " | ", ApiName(r.spec.api), " | ", r.spec.prompt, " | ",
+        LoadText(r.spec), " | ", r.ok, " | ", Fmt(r.RequestsPerSecond()), " | ",
+        Fmt(r.TokensPerSecond()), " | ", Fmt(r.e2e_ms.p50), " | ", Fmt(r.e2e_ms.p90), " | ",
+        Fmt(r.e2e_ms.p99), " | ", Fmt(r.e2e_ms.p999), " | ", stream ? Fmt(r.ttft_ms.p50) : "-",
+        " | ", stream ? Fmt(r.ttft_ms.p99) : "-", " | ", r.tpot_ms.count ? Fmt(r.tpot_ms.p50) : "-",
+        " | ", r.gap_ms.count ? Fmt(r.gap_ms.p50) : "-", " | ",
+        r.gap_ms.count ? Fmt(r.gap_ms.p99) : "-", " | ", CpuText(r), " | ", CodesText(r), " |\n");
   }
   return out;
 }

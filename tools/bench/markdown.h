@@ -13,6 +13,9 @@ std::string Fmt(double v);
 
 // "OK=10 UNAVAILABLE=2": the codes of a run, by name.
 std::string CodesText(const RunResult& r);
+// CPU microseconds per OK request of each watched process, "gateway 182, worker 131"; "-" when
+// none is watched.
+std::string CpuText(const RunResult& r);
 
 // "100/s poisson" or "c=4": the load of a spec.
 std::string LoadText(const RunSpec& s);

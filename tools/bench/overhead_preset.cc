@@ -11,11 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/json_text.h"
 #include "common/status_macros.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tools/bench/channels.h"
 #include "tools/bench/json_report.h"
 #include "tools/bench/markdown.h"
 
@@ -33,7 +35,8 @@ absl::Status OverheadPreset::Run(const OutputFiles& out) {
   runner_.Warmup(gw_unary_);
   runner_.Warmup(gw_stream_);
   // Concurrency 1, interleaved in three rounds so drift hits every series alike.
-  c1_ = runner_.Interleaved({direct_, gw_unary_, gw_stream_}, 3);
+  c1_ = runner_.Interleaved({direct_, gw_unary_, gw_stream_, gw_stream_long_}, 3);
+  RunThroughput();
   RunStreams();
   // RSS under sustainable load (warm-ups, concurrency 1, the concurrent streams), before the
   // sweep pushes the gateway past what it sustains.
@@ -47,8 +50,9 @@ absl::Status OverheadPreset::Run(const OutputFiles& out) {
   }
 
   std::cout << Summary() << sweep_table_ << "\n### Concurrency 1 runs\n\n"
-            << MarkdownTable(c1_) << "\n### Sweep and stream runs\n\n";
-  std::vector<RunResult> rest = sweep_;
+            << MarkdownTable(c1_) << "\n### Throughput, sweep and stream runs\n\n";
+  std::vector<RunResult> rest = throughput_;
+  rest.insert(rest.end(), sweep_.begin(), sweep_.end());
   rest.push_back(streams_);
   std::cout << MarkdownTable(rest) << std::flush;
   std::vector<RunResult> all = c1_;
@@ -69,7 +73,7 @@ absl::Status OverheadPreset::Prepare() {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::Status s =
-      tandem::v1::Worker::NewStub(grpc::CreateChannel(worker, grpc::InsecureChannelCredentials()))
+      tandem::v1::Worker::NewStub(grpc::CreateChannel(worker, CredentialsFor(Target::kWorker)))
           ->GetInfo(&context, {}, &info);
   if (!s.ok()) return FromGrpcStatus(s);
   model_ = info.model_name();
@@ -97,6 +101,17 @@ void OverheadPreset::MakeSpecs() {
   gw_stream_ = gw_unary_;
   gw_stream_.api = Api::kStream;
   gw_stream_.label = "gateway stream";
+  gw_stream_long_ = gw_stream_;
+  gw_stream_long_.max_tokens = 4 * base_.max_tokens;
+  gw_stream_long_.label = "gateway stream x4";
+}
+
+void OverheadPreset::RunThroughput() {
+  RunSpec d = direct_, g = gw_unary_;
+  d.concurrency = g.concurrency = std::max(1, options_.throughput_inflight);
+  d.label = "direct, many in flight";
+  g.label = "gateway unary, many in flight";
+  throughput_ = runner_.Interleaved({d, g}, 3);
 }
 
 void OverheadPreset::RunStreams() {
@@ -164,36 +179,111 @@ bool OverheadPreset::SweepRate(double rate) {
   return sustained;
 }
 
+namespace {
+
+std::string Us(double ms) { return absl::StrFormat("%.0f us", ms * 1000); }
+
+std::string Row(absl::string_view measure, absl::string_view direct, absl::string_view gateway,
+                absl::string_view added, absl::string_view target) {
+  return absl::StrCat("| ", measure, " | ", direct, " | ", gateway, " | ", added, " | ", target,
+                      " |\n");
+}
+
+// "183 us" or "-" for a process not watched.
+std::string CpuUs(const RunResult& r, const std::string& label) {
+  const double v = r.CpuMicrosPerRequest(label);
+  return v < 0 ? std::string("-") : absl::StrFormat("%.0f us", v);
+}
+
+// "gateway/worker 1.42" of one run; "-" without both.
+std::string CpuRatio(const RunResult& r) {
+  const double g = r.CpuMicrosPerRequest("gateway"), w = r.CpuMicrosPerRequest("worker");
+  return g < 0 || w <= 0 ? std::string("-") : absl::StrFormat("gateway/worker %.2f", g / w);
+}
+
+}  // namespace
+
+double OverheadPreset::GatewayCpuPerChunk() const {
+  const RunResult& s = c1_[2];
+  const RunResult& l = c1_[3];
+  const double cs = s.CpuMicrosPerRequest("gateway"), cl = l.CpuMicrosPerRequest("gateway");
+  if (cs < 0 || cl < 0 || s.ok <= 0 || l.ok <= 0) return -1;
+  // Chunks, not tokens: a worker coalesces tokens that come faster than they are read. Each
+  // stream's gaps are its chunks but one.
+  auto chunks_per_stream = [](const RunResult& r) { return double(r.gap_ms.count) / r.ok + 1; };
+  const double chunks = chunks_per_stream(l) - chunks_per_stream(s);
+  return chunks > 0.5 ? (cl - cs) / chunks : -1;
+}
+
+std::string OverheadPreset::CpuSummary() const {
+  const RunResult& d = c1_[0];
+  const RunResult& gu = c1_[1];
+  if (gu.cpu_seconds.count("gateway") == 0) return "";
+  const RunResult& td = throughput_[0];
+  const RunResult& tg = throughput_[1];
+  const std::string many = absl::StrCat("c=", tg.spec.concurrency);
+  const double per_chunk = GatewayCpuPerChunk();
+  return absl::StrCat(
+      Row("gateway CPU per unary request, c=1", "", CpuUs(gu, "gateway"), CpuRatio(gu),
+          "<= 60 us, <= 0.5x the worker's"),
+      Row(absl::StrCat("gateway CPU per unary request, ", many), "", CpuUs(tg, "gateway"),
+          CpuRatio(tg), "<= 60 us, <= 0.5x the worker's"),
+      Row("worker CPU per request, c=1", CpuUs(d, "worker"), CpuUs(gu, "worker"), "", ""),
+      Row(absl::StrCat("worker CPU per request, ", many), CpuUs(td, "worker"), CpuUs(tg, "worker"),
+          "", ""),
+      Row("gateway CPU per relayed stream chunk", "",
+          per_chunk < 0 ? std::string("-") : absl::StrFormat("%.1f us", per_chunk), "", "<= 5 us"));
+}
+
 std::string OverheadPreset::Summary() const {
   const RunResult& d = c1_[0];
   const RunResult& gu = c1_[1];
   const RunResult& gs = c1_[2];
-  auto us = [](double ms) { return absl::StrFormat("%.1f us", ms * 1000); };
+  const RunResult& td = throughput_[0];
+  const RunResult& tg = throughput_[1];
   const int pid = options_.gateway_pid;
+  const double ratio =
+      td.RequestsPerSecond() > 0 ? tg.RequestsPerSecond() / td.RequestsPerSecond() : 0;
+  auto mb = [](int64_t kb) { return absl::StrFormat("%.1f MB", kb / 1024.0); };
   return absl::StrCat(
-      "\n### Gateway overhead (concurrency 1, ", base_.prompt, " prompt, max_tokens ",
-      base_.max_tokens,
-      "; direct = Worker.Generate on the same worker)\n\n| measure | value | "
-      "target |\n|---|---|---|\n| added p50, unary | ",
-      us(gu.e2e_ms.p50 - d.e2e_ms.p50), " | <= 50 us |\n| added p99, unary | ",
-      us(gu.e2e_ms.p99 - d.e2e_ms.p99), " | <= 200 us |\n| added p50, stream | ",
-      us(gs.e2e_ms.p50 - d.e2e_ms.p50), " | <= 50 us |\n| added p99, stream | ",
-      us(gs.e2e_ms.p99 - d.e2e_ms.p99), " | <= 200 us |\n| added TTFT p50 / p99 | ",
-      us(gs.ttft_ms.p50 - d.ttft_ms.p50), " / ", us(gs.ttft_ms.p99 - d.ttft_ms.p99),
-      " | |\n| added per-chunk gap p50 / p99 | ", us(gs.gap_ms.p50 - d.gap_ms.p50), " / ",
-      us(gs.gap_ms.p99 - d.gap_ms.p99), " | p99 <= 10 us |\n| highest rate with added p99 < ",
-      Fmt(options_.p99_bound_ms), " ms | ",
-      best_rate_ > 0 ? absl::StrCat(Fmt(best_rate_), " req/s") : "none of the rates",
-      " | >= 10,000 req/s |\n| ", streams_.spec.concurrency, " concurrent streams | ", streams_.ok,
-      " OK, ", streams_.completion_tokens, " tokens (", CodesText(streams_), ")",
-      streams_clean_ ? ", none lost" : ", LOST OR FAILED", " | >= 512, no lost chunk |\n",
-      "| gateway RSS idle / max under sustained load (c=1, streams) / max in the sweep / 1 s after "
-      "| ",
-      pid > 0
-          ? absl::StrFormat("%.1f MB / %.1f MB / %.1f MB / %.1f MB", rss_idle_kb_ / 1024.0,
-                            rss_load_kb_ / 1024.0, rss_sweep_kb_ / 1024.0, rss_after_kb_ / 1024.0)
-          : "no --gateway_pid",
-      " | <= 64 MB idle |\n");
+      "\n### Gateway overhead (", base_.prompt, " prompt, max_tokens ", base_.max_tokens,
+      "; direct = Worker.Generate on the same worker)\n\n"
+      "| measure | direct | gateway | added / ratio | target |\n|---|---|---|---|---|\n",
+      Row("mean latency, unary, c=1", Us(d.e2e_ms.mean), Us(gu.e2e_ms.mean),
+          Us(gu.e2e_ms.mean - d.e2e_ms.mean), "added <= 100 us"),
+      Row("p50 latency, unary, c=1", Us(d.e2e_ms.p50), Us(gu.e2e_ms.p50),
+          Us(gu.e2e_ms.p50 - d.e2e_ms.p50), ""),
+      Row("p99 latency, unary, c=1", Us(d.e2e_ms.p99), Us(gu.e2e_ms.p99),
+          Us(gu.e2e_ms.p99 - d.e2e_ms.p99), "added <= 250 us"),
+      Row("mean / p99 latency, stream, c=1", Us(d.e2e_ms.mean) + " / " + Us(d.e2e_ms.p99),
+          Us(gs.e2e_ms.mean) + " / " + Us(gs.e2e_ms.p99),
+          Us(gs.e2e_ms.mean - d.e2e_ms.mean) + " / " + Us(gs.e2e_ms.p99 - d.e2e_ms.p99), ""),
+      Row("TTFT p50 / p99, stream", Us(d.ttft_ms.p50) + " / " + Us(d.ttft_ms.p99),
+          Us(gs.ttft_ms.p50) + " / " + Us(gs.ttft_ms.p99),
+          Us(gs.ttft_ms.p50 - d.ttft_ms.p50) + " / " + Us(gs.ttft_ms.p99 - d.ttft_ms.p99), ""),
+      Row("chunk gap p50 / p99, stream", Us(d.gap_ms.p50) + " / " + Us(d.gap_ms.p99),
+          Us(gs.gap_ms.p50) + " / " + Us(gs.gap_ms.p99),
+          Us(gs.gap_ms.p50 - d.gap_ms.p50) + " / " + Us(gs.gap_ms.p99 - d.gap_ms.p99), ""),
+      Row(absl::StrCat("throughput, unary, c=", tg.spec.concurrency),
+          absl::StrCat(Fmt(td.RequestsPerSecond()), " req/s"),
+          absl::StrCat(Fmt(tg.RequestsPerSecond()), " req/s (", CodesText(tg), ")"),
+          absl::StrFormat("%.0f%% of direct", ratio * 100), ">= 85% of direct"),
+      CpuSummary(),
+      Row(absl::StrCat(streams_.spec.concurrency, " concurrent streams"), "",
+          absl::StrCat(streams_.ok, " OK, ", streams_.completion_tokens, " tokens (",
+                       CodesText(streams_), ")",
+                       streams_clean_ ? ", none lost" : ", LOST OR FAILED"),
+          "", ">= 512, no lost chunk"),
+      Row(absl::StrCat("highest rate with added p99 < ", Fmt(options_.p99_bound_ms), " ms"), "",
+          best_rate_ > 0 ? absl::StrCat(Fmt(best_rate_), " req/s") : "none of the rates", "", ""),
+      Row("gateway RSS idle / max under sustained load / max in the sweep / 1 s after", "",
+          pid > 0 ? absl::StrCat(mb(rss_idle_kb_), " / ", mb(rss_load_kb_), " / ",
+                                 mb(rss_sweep_kb_), " / ", mb(rss_after_kb_))
+                  : "no --gateway_pid",
+          pid > 0 && rss_idle_kb_ > 0
+              ? absl::StrFormat("after/idle %.2f", double(rss_after_kb_) / rss_idle_kb_)
+              : "",
+          "after <= 2x idle"));
 }
 
 std::string OverheadPreset::ExtraJson() const {
@@ -213,6 +303,17 @@ std::string OverheadPreset::ExtraJson() const {
       ",\"added_chunk_gap_ms_p50\":", JsonNumber(gs.gap_ms.p50 - d.gap_ms.p50),
       ",\"added_chunk_gap_ms_p99\":", JsonNumber(gs.gap_ms.p99 - d.gap_ms.p99),
       ",\"p99_bound_ms\":", JsonNumber(options_.p99_bound_ms),
+      ",\"added_mean_ms_unary\":", JsonNumber(gu.e2e_ms.mean - d.e2e_ms.mean),
+      ",\"throughput_inflight\":", throughput_[1].spec.concurrency,
+      ",\"throughput_rps_direct\":", JsonNumber(throughput_[0].RequestsPerSecond()),
+      ",\"throughput_rps_gateway\":", JsonNumber(throughput_[1].RequestsPerSecond()),
+      ",\"gateway_cpu_us_per_unary_c1\":", JsonNumber(gu.CpuMicrosPerRequest("gateway")),
+      ",\"worker_cpu_us_per_unary_c1\":", JsonNumber(gu.CpuMicrosPerRequest("worker")),
+      ",\"gateway_cpu_us_per_unary_many\":",
+      JsonNumber(throughput_[1].CpuMicrosPerRequest("gateway")),
+      ",\"worker_cpu_us_per_unary_many\":",
+      JsonNumber(throughput_[1].CpuMicrosPerRequest("worker")),
+      ",\"gateway_cpu_us_per_chunk\":", JsonNumber(GatewayCpuPerChunk()),
       ",\"highest_rate_within_bound\":", JsonNumber(best_rate_), ",\"sweep\":[",
       absl::StrJoin(json_sweep_, ","), "]",
       ",\"streams\":{\"concurrency\":", streams_.spec.concurrency, ",\"ok\":", streams_.ok,

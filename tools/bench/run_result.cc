@@ -51,6 +51,7 @@ RunResult Merge(const std::vector<RunResult>& parts) {
     m.ok += p.ok;
     m.completion_tokens += p.completion_tokens;
     for (const auto& [code, n] : p.codes) m.codes[code] += n;
+    for (const auto& [label, seconds] : p.cpu_seconds) m.cpu_seconds[label] += seconds;
     for (const auto& e : p.errors) {
       if (m.errors.size() < 5 && std::find(m.errors.begin(), m.errors.end(), e) == m.errors.end()) {
         m.errors.push_back(e);
@@ -68,6 +69,12 @@ RunResult Merge(const std::vector<RunResult>& parts) {
   m.gap_ms = Summarize(samples->gaps);
   m.samples = std::move(samples);
   return m;
+}
+
+double RunResult::CpuMicrosPerRequest(const std::string& label) const {
+  auto it = cpu_seconds.find(label);
+  if (it == cpu_seconds.end() || ok <= 0) return -1;
+  return it->second * 1e6 / static_cast<double>(ok);
 }
 
 bool Clean(const RunResult& r) {

@@ -33,12 +33,16 @@ struct RunResult {
     std::vector<double> e2e, ttft, tpot, gaps;  // milliseconds
   };
   std::shared_ptr<const Samples> samples;  // raw, for merging rounds
+  // CPU seconds each watched process (--cpu_pids, by label) used during the run.
+  std::map<std::string, double> cpu_seconds;
 
   // Seconds the rates are over. A timed open-loop run issues its last request before --duration
   // ends and may finish early; its rates are over the whole offered window.
   double Window() const;
   double RequestsPerSecond() const { return Window() > 0 ? ok / Window() : 0; }
   double TokensPerSecond() const { return Window() > 0 ? completion_tokens / Window() : 0; }
+  // CPU microseconds the process `label` used per OK request; -1 when not watched or none was OK.
+  double CpuMicrosPerRequest(const std::string& label) const;
   // The x of plots: requests per second (open loop) or calls in flight (closed loop).
   double Load() const { return spec.rate > 0 ? spec.rate : spec.concurrency; }
 };

@@ -8,7 +8,19 @@ namespace tandem::bench {
 
 RunResult Runner::RunOnce(const RunSpec& spec) const {
   Driver driver(spec, MakeChannels(spec.target, spec.address, options_.channels), options_.driver);
-  return driver.Run();
+  std::vector<double> before;
+  for (const WatchedProcess& p : options_.cpu_processes) {
+    before.push_back(ProcessCpuSeconds(p.pid).value_or(-1));
+  }
+  RunResult result = driver.Run();
+  for (size_t i = 0; i < options_.cpu_processes.size(); ++i) {
+    const absl::StatusOr<double> after = ProcessCpuSeconds(options_.cpu_processes[i].pid);
+    // A process that went away mid-run has no figure rather than a wrong one.
+    if (after.ok() && before[i] >= 0) {
+      result.cpu_seconds[options_.cpu_processes[i].label] = *after - before[i];
+    }
+  }
+  return result;
 }
 
 std::vector<RunResult> Runner::Interleaved(const std::vector<RunSpec>& specs, int rounds) const {

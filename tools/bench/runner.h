@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "tools/bench/driver.h"
+#include "tools/bench/process_cpu.h"
 #include "tools/bench/run_result.h"
 #include "tools/bench/run_spec.h"
 
@@ -17,6 +18,7 @@ struct RunnerOptions {
   int channels = 1;                                  // gRPC channels per address
   int warmup_requests = 50;                          // before each series, not measured
   absl::Duration ready_timeout = absl::Seconds(20);  // of WaitReady
+  std::vector<WatchedProcess> cpu_processes;         // CPU time read around every run
 };
 
 // Runs specs: once, in interleaved rounds, or as a warm-up.

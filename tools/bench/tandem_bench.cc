@@ -24,6 +24,7 @@
 
 #include <sys/prctl.h>
 
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -35,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "tools/bench/driver.h"
 #include "tools/bench/output_files.h"
 #include "tools/bench/overhead_preset.h"
 #include "tools/bench/plain_run.h"
@@ -81,10 +83,18 @@ ABSL_FLAG(absl::Duration, ready_timeout, absl::Seconds(20),
 ABSL_FLAG(std::string, models, "qwen,nemotron",
           "seeds: models to pin (plus the gateway's routing)");
 ABSL_FLAG(int, iterations, 5, "seeds: iterations per prompt size and per concurrency level");
+ABSL_FLAG(std::string, cpu_pids, "",
+          "processes whose CPU time (user + system, /proc/PID/stat) every run reports per OK "
+          "request, as LABEL=PID,... e.g. gateway=1234,worker=1235");
+ABSL_FLAG(std::string, write_grpc_request, "",
+          "write the request of --target, --prompt, --max_tokens and --model as one gRPC "
+          "length-prefixed message to this file (for h2load -d), and exit");
 ABSL_FLAG(std::string, worker_address, "", "overhead: the worker called directly");
 ABSL_FLAG(std::string, gateway_address, "", "overhead: a gateway in front of that same worker");
 ABSL_FLAG(int, gateway_pid, 0, "overhead: gateway process id, for its RSS (/proc/PID/status)");
 ABSL_FLAG(int, streams, 512, "overhead: concurrent gateway streams checked for lost chunks");
+ABSL_FLAG(int, throughput_inflight, 128,
+          "overhead: calls in flight of the throughput comparison (direct vs gateway unary)");
 ABSL_FLAG(bool, sweep_past_failure, false,
           "overhead: keep sweeping after the first rate that is not sustained (errors, drops or "
           "< 90% of the offered rate)");
@@ -133,8 +143,9 @@ absl::StatusOr<RunSpec> BaseSpec() {
 }
 
 // `text_check`: where answers go with --check_text (plain runs only).
-RunnerOptions RunnerOptionsFromFlags(TextCheck* text_check) {
+absl::StatusOr<RunnerOptions> RunnerOptionsFromFlags(TextCheck* text_check) {
   RunnerOptions o;
+  ASSIGN_OR_RETURN(o.cpu_processes, ParseWatchedProcesses(absl::GetFlag(FLAGS_cpu_pids)));
   o.driver.timeout = absl::GetFlag(FLAGS_timeout);
   o.driver.max_inflight = absl::GetFlag(FLAGS_max_inflight);
   o.driver.text_check = absl::GetFlag(FLAGS_check_text) ? text_check : nullptr;
@@ -150,15 +161,39 @@ OverheadOptions OverheadOptionsFromFlags() {
   o.gateway_address = absl::GetFlag(FLAGS_gateway_address);
   o.gateway_pid = absl::GetFlag(FLAGS_gateway_pid);
   o.streams = absl::GetFlag(FLAGS_streams);
+  o.throughput_inflight = absl::GetFlag(FLAGS_throughput_inflight);
   o.rates = absl::GetFlag(FLAGS_rates);
   o.sweep_past_failure = absl::GetFlag(FLAGS_sweep_past_failure);
   o.p99_bound_ms = absl::GetFlag(FLAGS_overhead_p99_bound_ms);
   return o;
 }
 
+// --write_grpc_request: the body h2load sends, the same message the driver would.
+absl::Status WriteGrpcRequest(const std::string& path) {
+  ASSIGN_OR_RETURN(const RunSpec spec, BaseSpec());
+  const Driver driver(spec, {}, DriverOptions{});
+  const std::string message = spec.target == Target::kGateway
+                                  ? driver.gateway_request().SerializeAsString()
+                                  : driver.worker_request().SerializeAsString();
+  // gRPC's framing: a compressed flag (0) and the message length, 4 bytes big-endian.
+  std::string frame(5, '\0');
+  for (int i = 0; i < 4; ++i)
+    frame[1 + i] = static_cast<char>((message.size() >> (24 - 8 * i)) & 0xff);
+  frame += message;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << frame;
+  out.close();
+  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
 absl::Status Main() {
+  if (const std::string path = absl::GetFlag(FLAGS_write_grpc_request); !path.empty()) {
+    return WriteGrpcRequest(path);
+  }
   TextCheck text_check;
-  const Runner runner(RunnerOptionsFromFlags(&text_check));
+  ASSIGN_OR_RETURN(const RunnerOptions runner_options, RunnerOptionsFromFlags(&text_check));
+  const Runner runner(runner_options);
   const OutputFiles out{absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_svg)};
   const std::string preset = absl::GetFlag(FLAGS_preset);
   if (preset.empty()) {
