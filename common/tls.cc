@@ -49,15 +49,13 @@ std::unique_ptr<BIO, BioDeleter> MemBio(const std::string& text) {
       BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
 }
 
-// Refuses to ask for a passphrase: OpenSSL's default callback would prompt on the terminal and
-// hang a server or tool started from a shell.
-int NoPassphrase(char*, int, int, void*) { return 0; }
-
 unsigned RefreshSeconds(absl::Duration d) {
   return static_cast<unsigned>(std::max<int64_t>(1, absl::ToInt64Seconds(d)));
 }
 
 }  // namespace
+
+int NoPassphrase(char*, int, int, void*) { return 0; }
 
 absl::Status CheckTlsFiles(const TlsFiles& files, const std::string& what) {
   if (files.cert.empty() != files.key.empty()) {

@@ -29,6 +29,10 @@ struct TlsFiles {
 // the flags in messages ("--tls_cert/--tls_key").
 absl::Status CheckTlsFiles(const TlsFiles& files, const std::string& what);
 
+// OpenSSL's pem_password_cb that refuses to ask for a passphrase: OpenSSL's default callback
+// would prompt on the terminal and hang a server or tool started from a shell.
+int NoPassphrase(char* buf, int size, int rwflag, void* userdata);
+
 // TLS server credentials watching `files` (cert and key required); with files.ca, clients must
 // present a certificate it signed.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

@@ -13,9 +13,6 @@
 namespace tandem {
 namespace {
 
-// Refuses to ask for a passphrase: OpenSSL's default callback would prompt on the terminal.
-int NoPassphrase(char*, int, int, void*) { return 0; }
-
 // OpenSSL's reason for the last failure, and clears its error queue (which is per thread).
 std::string OpenSslError() {
   std::string out;

@@ -17,6 +17,7 @@
 #include "gateway/intake.h"
 #include "gateway/retry_budget.h"
 #include "gateway/tenants.h"
+#include "gateway/timer_queue.h"
 #include "gateway/worker_pool.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 
@@ -138,6 +139,8 @@ class GatewayService final : public tandem::v1::Gateway::WithRawCallbackMethod_G
   const GatewayServiceOptions& options() const { return options_; }
   RetryBudget& retry_budget() { return retry_budget_; }
   LogRateLimiter& rejected_log() { return rejected_log_; }
+  // The calls' timers and dispatch grants.
+  TimerQueue& timers() { return timers_; }
   // The caller's tenant (an empty Caller without tenants); UNAUTHENTICATED as the registry says.
   absl::StatusOr<TenantRegistry::Caller> Authenticate(
       const grpc::CallbackServerContext* context) const;
@@ -162,6 +165,8 @@ class GatewayService final : public tandem::v1::Gateway::WithRawCallbackMethod_G
   std::atomic<int64_t> last_refused_ns_{0};  // steady clock: the last call refused for draining
   absl::Mutex shadow_mu_;
   std::set<ShadowCall*> shadows_ ABSL_GUARDED_BY(shadow_mu_);
+  // Last: its thread stops first, before anything a callback might use goes.
+  TimerQueue timers_;
 };
 
 }  // namespace tandem::gateway

@@ -112,6 +112,9 @@ GenerationCall::GenerationCall(GatewayService* service, grpc::CallbackServerCont
       parsed_(ParseRequest(*bytes, &request_)),
       rpc_(rpc),
       arrival_(SteadyClock::now()),
+      queue_alarm_(&service->timers()),
+      hedge_alarm_(&service->timers()),
+      stall_alarm_(&service->timers()),
       attempts_(this) {
   grpc_call_ref(server_call_);
 }
@@ -207,12 +210,13 @@ absl::Status GenerationCall::Enqueue() {
     return absl::OkStatus();
   }
   waiter_.tenant = caller_.tenant != nullptr ? caller_.tenant->name() : "anonymous";
-  // Granted from FairQueue::Release on the thread of the call that finished: start on a gRPC
-  // thread instead, so that call is not held up and a run of grants cannot nest (a grant whose
-  // dispatch fails at once releases its slot to the next waiter).
+  // Granted from FairQueue::Release on the thread of the call that finished (or under the
+  // lock of a capacity change): dispatched on the timer thread instead, so that call is not held
+  // up and a run of grants cannot nest (a grant whose dispatch fails at once releases its slot
+  // to the next waiter).
   waiter_.grant = [this] {
     Ref();
-    grant_alarm_.Set(std::chrono::system_clock::now(), [this](bool) {
+    service_->timers().Schedule(SteadyClock::now(), [this] {
       OnGranted();
       Unref();
     });
@@ -254,9 +258,8 @@ void GenerationCall::StartQueueWait() {
   if (caller_.tenant != nullptr) caller_.tenant->metrics().queued->Increment();
   if (auto* m = service_->metrics().ForModel(admission_.pool->name())) m->queued->Increment();
   Ref();
-  const auto deadline = std::chrono::system_clock::now() +
-                        absl::ToChronoMilliseconds(service_->options().max_queue_wait);
-  if (!queue_alarm_.Arm(deadline, [this](bool ok) {
+  if (!queue_alarm_.Arm(absl::ToChronoNanoseconds(service_->options().max_queue_wait),
+                        [this](bool ok) {
         OnQueueAlarm(ok);
         Unref();
       })) {
@@ -323,14 +326,15 @@ void GenerationCall::Dispatch(bool waited) {
   if (model_metrics_ != nullptr) model_metrics_->inflight->Increment();
   service_->retry_budget().RequestStarted(SteadyClock::now());
   started_ = true;
-  spdlog::info("request_id={} rpc={} start model={} class={} rule={} worker={} tenant={}",
-               admission_.request_id, rpc_, d.model, d.request_class, d.rule,
-               admission_.endpoint->address(),
-               caller_.tenant != nullptr ? caller_.tenant->name() : "-");
+  // The end line says all of this too: one info line per request (a log line costs a write).
+  spdlog::debug("request_id={} rpc={} start model={} class={} rule={} worker={} tenant={}",
+                admission_.request_id, rpc_, d.model, d.request_class, d.rule,
+                admission_.endpoint->address(),
+                caller_.tenant != nullptr ? caller_.tenant->name() : "-");
   const auto now = std::chrono::system_clock::now();
   SetDeadlines(now);
   StartFirstAttempt();
-  if (d.hedge_after_seconds > 0) ArmHedge(now);
+  if (d.hedge_after_seconds > 0) ArmHedge();
   if (!d.shadow.empty() && d.shadow != d.model) service_->StartShadow(admission_, d.shadow);
 }
 
@@ -389,7 +393,7 @@ void GenerationCall::StartFirstAttempt() {
   StartStallWatch();
 }
 
-void GenerationCall::ArmHedge(std::chrono::system_clock::time_point now) {
+void GenerationCall::ArmHedge() {
   // The first attempt already runs: its first token (or its end) may cancel the hedge on
   // another thread now (CallAlarm orders that after this). A hedge cancelled before this point
   // is not set at all: it would hold the call (and the drain) for hedge_after_seconds for
@@ -397,7 +401,7 @@ void GenerationCall::ArmHedge(std::chrono::system_clock::time_point now) {
   const auto delay = std::chrono::microseconds(
       static_cast<int64_t>(admission_.decision.hedge_after_seconds * 1e6));
   Ref();
-  if (!hedge_alarm_.Arm(now + delay, [this](bool ok) {
+  if (!hedge_alarm_.Arm(delay, [this](bool ok) {
         OnHedgeAlarm(ok);
         Unref();
       })) {
@@ -557,15 +561,13 @@ void GenerationCall::StartStallWatch() {
 }
 
 void GenerationCall::SetStallAlarm(SteadyClock::duration after, bool first) {
-  const auto deadline = std::chrono::system_clock::now() +
-                        std::chrono::duration_cast<std::chrono::system_clock::duration>(after);
   auto callback = [this](bool ok) {
     OnStallAlarm(ok);
     Unref();
   };
   Ref();
-  const bool set = first ? stall_alarm_.Arm(deadline, std::move(callback))
-                         : stall_alarm_.Rearm(deadline, std::move(callback));
+  const bool set = first ? stall_alarm_.Arm(after, std::move(callback))
+                         : stall_alarm_.Rearm(after, std::move(callback));
   if (!set) Unref();
 }
 
@@ -585,7 +587,7 @@ void GenerationCall::OnStallAlarm(bool ok) {
 }
 
 void GenerationCall::StopTimers() {
-  // Each callback then runs with ok=false on a gRPC thread and drops its reference.
+  // Each pending callback runs now with ok=false and drops its reference.
   hedge_alarm_.Cancel();
   stall_alarm_.Cancel();
 }
@@ -661,9 +663,12 @@ void GenerationCall::Record(const grpc::Status& ended) {
   if (started_ || service_->rejected_log().Allow(&suppressed)) {
     spdlog::info(
         "request_id={} rpc={} end model={} class={} status={} prompt_tokens={} "
-        "completion_tokens={} duration_ms={:.3f}{}{}{}{}",
+        "completion_tokens={} duration_ms={:.3f} rule={} worker={} tenant={}{}{}{}{}",
         admission_.request_id, rpc_, model, klass, GrpcCodeName(status.error_code()),
-        prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3, recovery,
+        prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3,
+        d.rule.empty() ? "-" : d.rule,
+        started_ && admission_.endpoint != nullptr ? admission_.endpoint->address() : "-",
+        caller_.tenant != nullptr ? caller_.tenant->name() : "-", recovery,
         status.ok() ? "" : " message=",
         status.ok() ? "" : QuoteForLog(status.error_message(), kMaxLoggedMessageBytes),
         suppressed > 0 ? absl::StrCat(" (", suppressed, " refusals not logged)") : "");

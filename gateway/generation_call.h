@@ -1,7 +1,6 @@
 #pragma once
 
 #include <grpc/grpc.h>
-#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -112,7 +111,7 @@ class GenerationCall : private GenerationAttempts::Environment {
   bool RepickAfterWait();
   void SetDeadlines(std::chrono::system_clock::time_point now);
   void StartFirstAttempt() ABSL_LOCKS_EXCLUDED(mu_);
-  void ArmHedge(std::chrono::system_clock::time_point now);
+  void ArmHedge();
 
   // Attempt events.
   void OnAttemptChunk(Attempt* a) ABSL_LOCKS_EXCLUDED(mu_);
@@ -212,9 +211,7 @@ class GenerationCall : private GenerationAttempts::Environment {
   // Holds a FairQueue slot (set on the thread that granted it).
   std::atomic<bool> slot_held_{false};
   SteadyClock::time_point queued_at_ ABSL_GUARDED_BY(queue_mu_);
-  CallAlarm queue_alarm_;    // --max_queue_wait
-  grpc::Alarm grant_alarm_;  // runs OnGranted (waiter_.grant) on a gRPC thread
-
+  CallAlarm queue_alarm_;  // --max_queue_wait
   CallAlarm hedge_alarm_;
   CallAlarm stall_alarm_;
   std::atomic<int> refs_{1};

@@ -18,19 +18,13 @@ namespace tandem::gateway {
 namespace {
 
 using ::testing::HasSubstr;
+using tandem::testing::ReplaceFile;
 
 std::string Policy(const std::string& version, const std::string& model) {
   return absl::StrCat("schema: 1\nversion: ", version, "\nmodels: {", model,
                       ": {}}\nclasses: [a]\ndefault_class: a\n"
                       "rules:\n  - {name: all, action: {route: ",
                       model, "}}\n");
-}
-
-// Replaces `path` the way a deploy does: a new file renamed over it.
-void Replace(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".new";
-  std::ofstream(tmp) << text;
-  ASSERT_EQ(std::rename(tmp.c_str(), path.c_str()), 0);
 }
 
 std::string RoutedModel(const RouterHolder& holder) {
@@ -60,7 +54,7 @@ TEST_F(PolicyReloaderTest, AValidFileGoesLiveWithItsVersionAndHash) {
   EXPECT_EQ(RoutedModel(holder_), "qwen");
   const std::string v1_hash = reloader_.Live().second;
 
-  Replace(path_, Policy("v2", "nemotron"));
+  ReplaceFile(path_, Policy("v2", "nemotron"));
   ASSERT_TRUE(reloader_.Reload("SIGHUP").ok());
   EXPECT_EQ(reloader_.Live().first, "v2");
   EXPECT_NE(reloader_.Live().second, v1_hash);
@@ -70,7 +64,7 @@ TEST_F(PolicyReloaderTest, AValidFileGoesLiveWithItsVersionAndHash) {
 TEST_F(PolicyReloaderTest, AnInvalidFileIsRefusedAndTheLivePolicyStays) {
   ASSERT_TRUE(reloader_.Reload("start").ok());
   const auto live = holder_.Current();
-  Replace(path_, "schema: 1\nversion: broken\nrules: [");
+  ReplaceFile(path_, "schema: 1\nversion: broken\nrules: [");
   const absl::Status s = reloader_.Reload("SIGHUP");
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), HasSubstr(path_));
@@ -80,7 +74,7 @@ TEST_F(PolicyReloaderTest, AnInvalidFileIsRefusedAndTheLivePolicyStays) {
 
 TEST_F(PolicyReloaderTest, APolicyRoutingToAModelWithoutWorkersIsRefused) {
   ASSERT_TRUE(reloader_.Reload("start").ok());
-  Replace(path_, Policy("v2", "llama"));
+  ReplaceFile(path_, Policy("v2", "llama"));
   const absl::Status s = reloader_.Reload("admin");
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), HasSubstr("llama"));
@@ -92,7 +86,7 @@ TEST_F(PolicyReloaderTest, TheFileWatchReloadsOnlyWhenTheFileChanges) {
   const auto live = holder_.Current();
   reloader_.CheckFile();
   EXPECT_EQ(holder_.Current(), live);  // unchanged: not reloaded
-  Replace(path_, Policy("v2", "nemotron"));
+  ReplaceFile(path_, Policy("v2", "nemotron"));
   reloader_.CheckFile();
   EXPECT_EQ(reloader_.Live().first, "v2");
   EXPECT_NE(holder_.Current(), live);

@@ -26,13 +26,7 @@ namespace tandem::gateway {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Replaces `path` the way a deploy does: a new file renamed over it.
-void Replace(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".new";
-  std::ofstream(tmp) << text;
-  ASSERT_EQ(std::rename(tmp.c_str(), path.c_str()), 0);
-}
+using tandem::testing::ReplaceFile;
 
 // Makes `path` a symlink to /dev/zero, as in the red-team report.
 void LinkToZero(const std::string& path) {
@@ -103,7 +97,7 @@ TEST_F(ReloadLimitsTest, APolicyOverItsLimitsIsRefusedAndTheLiveOneStays) {
   EXPECT_EQ(error_count(), 0);
 
   // Nested aliases: refused by the node count before any tree is walked.
-  Replace(path, Laughs(1000));
+  ReplaceFile(path, Laughs(1000));
   absl::Status s = reloader.Reload("SIGHUP");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("(--max_policy_yaml_nodes)"));
@@ -128,7 +122,7 @@ TEST_F(ReloadLimitsTest, APolicyOverItsLimitsIsRefusedAndTheLiveOneStays) {
   EXPECT_EQ(holder.Current(), live_router);
 
   // Restored: the watch picks the new file up (it was not left reading /dev/zero).
-  Replace(path, Policy("v2"));
+  ReplaceFile(path, Policy("v2"));
   reloader.CheckFile();
   EXPECT_EQ(reloader.Live().first, "v2");
   EXPECT_NE(holder.Current(), live_router);
@@ -139,7 +133,7 @@ TEST_F(ReloadLimitsTest, APolicyOverItsLimitsIsRefusedAndTheLiveOneStays) {
   policies::PolicyLimits one_rule;
   one_rule.max_rules = 1;
   PolicyReloader strict(path, &pools, &holder, &metrics_, nullptr, one_rule);
-  Replace(path, absl::StrCat(Policy("v3"), "  - {name: never, action: {route: qwen}}\n"));
+  ReplaceFile(path, absl::StrCat(Policy("v3"), "  - {name: never, action: {route: qwen}}\n"));
   s = strict.Reload("start");
   EXPECT_THAT(s.message(), HasSubstr("rules: 2 entries, more than 1 (--max_policy_rules)"));
   EXPECT_EQ(reloader.Live().first, "v2");
@@ -166,7 +160,7 @@ TEST_F(ReloadLimitsTest, ATenantsFileOverItsLimitsIsRefusedAndTheLiveOneStays) {
   };
 
   // Over --max_tenants: refused, the live tenants stay.
-  Replace(path, tenants(3));
+  ReplaceFile(path, tenants(3));
   absl::Status s = registry.Reload("SIGHUP");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("tenants: 3 tenants, more than 2 (--max_tenants)"));
@@ -188,7 +182,7 @@ TEST_F(ReloadLimitsTest, ATenantsFileOverItsLimitsIsRefusedAndTheLiveOneStays) {
   EXPECT_TRUE(registry.Authenticate("key0").ok());
 
   // Restored: the watch applies the new file.
-  Replace(path, tenants(2));
+  ReplaceFile(path, tenants(2));
   registry.CheckFile();
   EXPECT_NE(registry.Describe().sha256, live_sha);
   EXPECT_TRUE(registry.Authenticate("key1").ok());

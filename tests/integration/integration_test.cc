@@ -30,7 +30,9 @@ namespace tandem::testing {
 namespace {
 
 using tandem::v1::GenerateRequest;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::unique_ptr<tandem::v1::Gateway::Stub> GatewayStub(const std::string& address) {
   return tandem::v1::Gateway::NewStub(
@@ -483,9 +485,12 @@ TEST_F(StackTest, RequestIdReachesTheWorkerLogs) {
   EXPECT_THAT(worker_log, HasSubstr("request_id=trace-4242 end status=OK"));
   EXPECT_THAT(worker_log, HasSubstr("request_id=meta-777 end status=OK"));
   const std::string gateway_log = gateway_.process->ReadLog();
-  EXPECT_THAT(gateway_log, HasSubstr("request_id=trace-4242 rpc=Generate start model=qwen"));
+  // One line per request, with where it went.
   EXPECT_THAT(gateway_log, HasSubstr("request_id=trace-4242 rpc=Generate end model=qwen "
                                      "class=accuracy_critical status=OK"));
+  EXPECT_THAT(gateway_log, ContainsRegex("request_id=trace-4242 rpc=Generate end .* rule=[^ ]+ "
+                                         "worker=127\\.0\\.0\\.1:[0-9]+ tenant=anonymous"));
+  EXPECT_THAT(gateway_log, Not(HasSubstr("request_id=trace-4242 rpc=Generate start")));
 }
 
 struct CommandResult {

@@ -52,4 +52,10 @@ std::string WriteTempFile(const std::string& name, const std::string& text) {
   return path;
 }
 
+void ReplaceFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".new";
+  std::ofstream(tmp) << text;
+  ASSERT_EQ(std::rename(tmp.c_str(), path.c_str()), 0) << path;
+}
+
 }  // namespace tandem::testing

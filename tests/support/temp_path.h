@@ -13,4 +13,8 @@ std::string TempPath(const std::string& name);
 // Writes `text` to a fresh temp file and returns its path.
 std::string WriteTempFile(const std::string& name, const std::string& text);
 
+// Replaces `path` the way a deploy does: a new file written beside it, renamed over it. A
+// failure is a test failure.
+void ReplaceFile(const std::string& path, const std::string& text);
+
 }  // namespace tandem::testing
