@@ -97,7 +97,9 @@ else
   root="$TMP/root"
   mkdir -p "$root/kit" "$root/cublas"
   cp -al "$KIT/lib" "$KIT/libexec" "$root/kit/" 2>/dev/null || cp -r "$KIT/lib" "$KIT/libexec" "$root/kit/"
-  cublas=$(ldconfig -p | awk '/libcublas\.so\.13 .*x86-64/ {print $NF; exit}')
+  # awk reads to the end: an early exit would kill ldconfig with SIGPIPE, which pipefail turns
+  # into a failure of the whole script whenever ldconfig is still writing (seen under load).
+  cublas=$(ldconfig -p | awk '/libcublas\.so\.13 .*x86-64/ && !found {print $NF; found = 1}')
   have_cublas=0
   if [[ -n $cublas ]] && ln "$(readlink -f "$cublas")" "$root/cublas/libcublas.so.13" 2>/dev/null &&
     ln "$(readlink -f "$(dirname "$cublas")/libcublasLt.so.13")" "$root/cublas/libcublasLt.so.13" 2>/dev/null; then
@@ -110,7 +112,7 @@ else
       tandem-kit-probe) args=() want=3 ;;  # no driver in there
       *) args=(--version) want=0 ;;
     esac
-    if ((!have_cublas)) && readelf -d "$bin" | grep -q 'libcublas'; then
+    if ((!have_cublas)) && readelf -d "$bin" | grep 'libcublas' >/dev/null; then
       echo "$name: skipped (cuBLAS could not be linked into the empty root)"
       continue
     fi
