@@ -222,12 +222,12 @@ prometheus::Counter& GatewayMetrics::Child(prometheus::Family<prometheus::Counte
                                            const std::string& third) {
   absl::MutexLock l(&mu_);
   ChildCache& children = this->*cache;
-  Key key = std::make_tuple(model, request_class, third);
-  auto it = children.find(key);
+  auto it = children.find(std::make_tuple(std::string_view(model), std::string_view(request_class),
+                                          std::string_view(third)));
   if (it != children.end()) return *it->second;
   prometheus::Counter& c =
       family.Add({{"model_name", model}, {"class", request_class}, {third_label, third}});
-  children.emplace(std::move(key), &c);
+  children.emplace(std::make_tuple(model, request_class, third), &c);
   return c;
 }
 
@@ -246,14 +246,16 @@ void GatewayMetrics::CountShadow(const std::string& model, const std::string& re
 void GatewayMetrics::CountDecision(const std::string& model, const std::string& request_class,
                                    const std::string& rule, const std::string& policy_version) {
   absl::MutexLock l(&mu_);
-  auto key = std::make_tuple(model, request_class, rule, policy_version);
-  auto it = decision_children_.find(key);
+  auto it = decision_children_.find(
+      std::make_tuple(std::string_view(model), std::string_view(request_class),
+                      std::string_view(rule), std::string_view(policy_version)));
   if (it == decision_children_.end()) {
     prometheus::Counter& c = decisions_.Add({{"model_name", model},
                                              {"class", request_class},
                                              {"rule", rule},
                                              {"policy_version", policy_version}});
-    it = decision_children_.emplace(std::move(key), &c).first;
+    it = decision_children_.emplace(std::make_tuple(model, request_class, rule, policy_version), &c)
+             .first;
   }
   it->second->Increment();
 }

@@ -3,6 +3,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -120,8 +121,22 @@ class GatewayMetrics {
   prometheus::Counter& decision_log_dropped() { return decision_log_dropped_; }
 
  private:
+  // Orders tuples of strings and of string_views alike, so that a hit (every request) is looked
+  // up by string_views, without copying the labels.
+  struct ViewLess {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Views(a) < Views(b);
+    }
+    template <typename Tuple>
+    static auto Views(const Tuple& t) {
+      return std::apply([](const auto&... s) { return std::make_tuple(std::string_view(s)...); },
+                        t);
+    }
+  };
   using Key = std::tuple<std::string, std::string, std::string>;
-  using ChildCache = std::map<Key, prometheus::Counter*>;
+  using ChildCache = std::map<Key, prometheus::Counter*, ViewLess>;
   // `cache` names the member (guarded by mu_) that caches the family's children.
   void AddModels(prometheus::Registry& r, const std::vector<std::string>& models);
   void SeedSeries(const std::vector<std::string>& models, const std::vector<std::string>& classes);
@@ -189,7 +204,8 @@ class GatewayMetrics {
   prometheus::Counter& Labelled(prometheus::Family<prometheus::Counter>& family,
                                 const prometheus::Labels& labels) ABSL_LOCKS_EXCLUDED(mu_);
   std::map<std::pair<void*, std::string>, prometheus::Counter*> labelled_ ABSL_GUARDED_BY(mu_);
-  std::map<std::tuple<std::string, std::string, std::string, std::string>, prometheus::Counter*>
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, prometheus::Counter*,
+           ViewLess>
       decision_children_ ABSL_GUARDED_BY(mu_);
   // Policy versions whose decision series are kept, oldest first.
   static constexpr size_t kDecisionVersionsKept = 3;

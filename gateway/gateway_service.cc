@@ -142,6 +142,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
     }
     Record(status);
     Finish(Detailed(status));
+    ReleaseSlot();
   }
 
   tandem::v1::GenerateResponse response_;
@@ -227,6 +228,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, publ
     }
     Record(status);
     Finish(Detailed(status));
+    ReleaseSlot();
   }
 
   // Written by Relay only, one chunk at a time.
@@ -258,7 +260,7 @@ void GatewayService::StartShadow(const Admission& a, const std::string& model) {
   absl::StatusOr<std::shared_ptr<Endpoint>> endpoint = absl::UnavailableError("no pool");
   if (pool == nullptr) {
     refused = "UNAVAILABLE";
-  } else if (a.features.image_count > 0 && !pool->Status().capabilities().vision()) {
+  } else if (a.features.image_count > 0 && !pool->Facts().vision) {
     refused = "INVALID_ARGUMENT";  // the shadow model cannot take this request
   } else if (endpoint = pool->Pick(pools_->pick()); !endpoint.ok()) {
     refused = "UNAVAILABLE";

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,6 +29,23 @@ using tandem::v1::WorkerGenerateChunk;
 constexpr absl::string_view kNone = "none";
 
 double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Runs `fn` now, unless this thread is already inside a call of this function: then `fn` runs
+// when the outermost one returns. A dispatch grant runs on the thread that freed the slot; one
+// whose dispatch fails at once frees its slot in turn, and would otherwise grant the next waiter
+// from inside itself, down the whole queue.
+void RunUnnested(std::function<void()> fn) {
+  thread_local std::vector<std::function<void()>>* pending = nullptr;
+  if (pending != nullptr) {
+    pending->push_back(std::move(fn));
+    return;
+  }
+  std::vector<std::function<void()>> queue;
+  pending = &queue;
+  fn();
+  for (size_t i = 0; i < queue.size(); ++i) std::function<void()>(std::move(queue[i]))();
+  pending = nullptr;
+}
 
 AttemptTarget ToAttemptTarget(Target target) {
   auto shared = std::make_shared<const Target>(std::move(target));
@@ -210,13 +229,12 @@ absl::Status GenerationCall::Enqueue() {
     return absl::OkStatus();
   }
   waiter_.tenant = caller_.tenant != nullptr ? caller_.tenant->name() : "anonymous";
-  // Granted from FairQueue::Release on the thread of the call that finished (or under the
-  // lock of a capacity change): dispatched on the timer thread instead, so that call is not held
-  // up and a run of grants cannot nest (a grant whose dispatch fails at once releases its slot
-  // to the next waiter).
+  // Granted from FairQueue::Release on the thread of the call that finished, or from a capacity
+  // change on a health probe's thread: dispatched right there, with no hop to another thread
+  // (the dispatch only starts a call; nothing in it blocks or waits for a pool change).
   waiter_.grant = [this] {
     Ref();
-    service_->timers().Schedule(SteadyClock::now(), [this] {
+    RunUnnested([this] {
       OnGranted();
       Unref();
     });
@@ -260,9 +278,9 @@ void GenerationCall::StartQueueWait() {
   Ref();
   if (!queue_alarm_.Arm(absl::ToChronoNanoseconds(service_->options().max_queue_wait),
                         [this](bool ok) {
-        OnQueueAlarm(ok);
-        Unref();
-      })) {
+                          OnQueueAlarm(ok);
+                          Unref();
+                        })) {
     Unref();
   }
 }
@@ -673,16 +691,18 @@ void GenerationCall::Record(const grpc::Status& ended) {
         status.ok() ? "" : QuoteForLog(status.error_message(), kMaxLoggedMessageBytes),
         suppressed > 0 ? absl::StrCat(" (", suppressed, " refusals not logged)") : "");
   }
-  // The slot goes back now, for the next waiter; the drain's count (CallEnded) only in the
-  // destructor, so a drain waiting for it never sees the queue still in use.
-  if (slot_held_.load()) {
-    FairQueue* queue = nullptr;
-    {
-      absl::MutexLock l(&queue_mu_);
-      queue = queue_;
-    }
-    queue->Release();
+}
+
+void GenerationCall::ReleaseSlot() {
+  // The drain's count (CallEnded) only goes in the destructor, so a drain waiting for it never
+  // sees the queue still in use.
+  if (!slot_held_.exchange(false)) return;
+  FairQueue* queue = nullptr;
+  {
+    absl::MutexLock l(&queue_mu_);
+    queue = queue_;
   }
+  queue->Release();
 }
 
 void GenerationCall::RecordTenant(const grpc::Status& status, SteadyClock::time_point now) {

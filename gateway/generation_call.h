@@ -69,6 +69,10 @@ class GenerationCall : private GenerationAttempts::Environment {
                  tandem::v1::Recovery* recovery) const ABSL_LOCKS_EXCLUDED(mu_);
   // Metrics and the end log line; exactly once per call.
   void Record(const grpc::Status& ended) ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives the dispatch slot, if this call holds one, to the next waiter, whose dispatch runs on
+  // this thread: called after Finish, so this call's answer does not wait for that. The caller
+  // holds a reference across it (a reaction, an attempt's end).
+  void ReleaseSlot() ABSL_LOCKS_EXCLUDED(queue_mu_);
   // The status the caller gets: with retry advice when a refusal may be retried.
   grpc::Status Detailed(const grpc::Status& status) const;
 

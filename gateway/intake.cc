@@ -113,15 +113,15 @@ absl::Status Intake::CheckModel(const tandem::v1::GenerateRequest& request, Admi
                         out->decision.model, out->decision.rule));
   }
   // Model-specific checks use what the model's workers reported.
-  const tandem::v1::ModelStatus status = out->pool->Status();
-  const bool known = !status.model_id().empty();
-  if (known && out->features.image_count > 0 && !status.capabilities().vision()) {
+  const ModelFacts facts = out->pool->Facts();
+  if (facts.known && out->features.image_count > 0 && !facts.vision) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "messages: %d image(s) given, but model '%s' (rule '%s') does not accept images",
         out->features.image_count, out->decision.model, out->decision.rule));
   }
-  const int32_t limit = status.capabilities().max_output_tokens();
-  if (known && request.sampling().has_max_tokens() && request.sampling().max_tokens() > limit) {
+  const int32_t limit = facts.max_output_tokens;
+  if (facts.known && request.sampling().has_max_tokens() &&
+      request.sampling().max_tokens() > limit) {
     return absl::InvalidArgumentError(
         absl::StrFormat("sampling.max_tokens: %d exceeds the limit of model '%s' (%d)",
                         request.sampling().max_tokens(), out->decision.model, limit));
@@ -190,11 +190,11 @@ absl::StatusOr<Target> Intake::PickTarget(const Admission& a,
   const auto try_model = [&](const std::string& model, bool primary) -> std::optional<Target> {
     ModelPool* pool = pools_->Find(model);
     if (pool == nullptr) return std::nullopt;
-    const tandem::v1::ModelStatus st = pool->Status();
-    const int32_t limit = st.capabilities().max_output_tokens();
+    const ModelFacts facts = pool->Facts();
+    const int32_t limit = facts.max_output_tokens;
     if (!primary) {
       // A fallback must be able to take the request as it is.
-      if (a.features.image_count > 0 && !st.capabilities().vision()) return std::nullopt;
+      if (a.features.image_count > 0 && !facts.vision) return std::nullopt;
       if (a.features.max_tokens > 0 && a.features.max_tokens > limit) return std::nullopt;
     }
     absl::StatusOr<std::shared_ptr<Endpoint>> e = pool->Pick(pools_->pick(), exclude);

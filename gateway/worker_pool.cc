@@ -73,6 +73,18 @@ tandem::v1::WorkerInfo Endpoint::info() const {
   return info_;
 }
 
+namespace {
+constexpr uint64_t kFactsKnown = uint64_t{1} << 32;
+constexpr uint64_t kFactsVision = uint64_t{1} << 33;
+}  // namespace
+
+ModelFacts Endpoint::facts() const {
+  const uint64_t packed = facts_.load(std::memory_order_acquire);
+  return ModelFacts{.known = (packed & kFactsKnown) != 0,
+                    .vision = (packed & kFactsVision) != 0,
+                    .max_output_tokens = static_cast<int32_t>(packed & 0xffffffffu)};
+}
+
 std::string Endpoint::not_ready_reason() const {
   absl::MutexLock l(&mu_);
   if (!not_ready_reason_.empty()) return not_ready_reason_;
@@ -244,6 +256,10 @@ void Endpoint::ProbeDone(const grpc::Status& status, const std::string& health_f
     const bool was_usable = usable();
     if (health_failure.empty() && status.ok()) {
       info_ = probe_response_;
+      facts_.store((info_.model_id().empty() ? 0 : kFactsKnown) |
+                       (info_.vision() ? kFactsVision : 0) |
+                       static_cast<uint32_t>(info_.max_output_tokens()),
+                   std::memory_order_release);
       engine = info_.engine();
       device = info_.device().id();
     }
@@ -406,6 +422,19 @@ tandem::v1::ModelStatus ModelPool::Status() const {
     }
   }
   return s;
+}
+
+ModelFacts ModelPool::Facts() const {
+  const auto list = endpoints_.load();
+  // As Status: a ready endpoint's view first, otherwise any endpoint that was ever seen.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& e : *list) {
+      if (pass == 0 && !e->ready()) continue;
+      const ModelFacts f = e->facts();
+      if (f.known) return f;
+    }
+  }
+  return ModelFacts{};
 }
 
 absl::StatusOr<std::vector<std::string>> ResolveWithGetaddrinfo(const std::string& host, int port) {

@@ -54,6 +54,14 @@ struct EndpointOptions {
 
 // One worker endpoint and what the gateway knows about it: active health (grpc.health.v1
 // Check, then GetInfo), passive outlier detection, outstanding calls and scraped load.
+// What the intake checks each request against, from a worker's last successful WorkerInfo;
+// `known` is false before any probe succeeded.
+struct ModelFacts {
+  bool known = false;
+  bool vision = false;
+  int32_t max_output_tokens = 0;
+};
+
 class Endpoint : public std::enable_shared_from_this<Endpoint> {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
@@ -88,6 +96,8 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
 
   // Last successful WorkerInfo, and the reason it is not usable (empty when usable).
   tandem::v1::WorkerInfo info() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The model facts of that WorkerInfo, read without a lock or a copy.
+  ModelFacts facts() const;
   std::string not_ready_reason() const ABSL_LOCKS_EXCLUDED(mu_);
   tandem::v1::EndpointStatus Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -124,6 +134,8 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   std::atomic<int> probe_timeouts_allowed_{3};
   std::atomic<bool> probes_timed_out_{false};  // until a probe is answered
   std::atomic<bool> stall_ejected_{false};     // until readmitted
+  // ModelFacts packed: max_output_tokens in the low 32 bits, known and vision above.
+  std::atomic<uint64_t> facts_{0};
 
   mutable absl::Mutex mu_;
   absl::CondVar probe_cv_;  // probe_in_flight_ became false
@@ -180,6 +192,8 @@ class ModelPool {
   int ReadyCount() const;
   // Model facts from the most recently seen worker info (empty before any probe succeeded).
   tandem::v1::ModelStatus Status() const;
+  // The same facts without building a ModelStatus, for the per-request checks.
+  ModelFacts Facts() const;
   // How many requests the usable endpoints take at once: each one's max_batch_size (from
   // GetInfo) plus `headroom`, at most its own max_queue (all of it when negative); 0 when none
   // is usable or none has reported its batch size.
