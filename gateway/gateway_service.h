@@ -139,7 +139,7 @@ class GatewayService final : public tandem::v1::Gateway::WithRawCallbackMethod_G
   const GatewayServiceOptions& options() const { return options_; }
   RetryBudget& retry_budget() { return retry_budget_; }
   LogRateLimiter& rejected_log() { return rejected_log_; }
-  // The calls' timers and dispatch grants.
+  // The calls' timers (queue wait, hedge, stall watch).
   TimerQueue& timers() { return timers_; }
   // The caller's tenant (an empty Caller without tenants); UNAUTHENTICATED as the registry says.
   absl::StatusOr<TenantRegistry::Caller> Authenticate(

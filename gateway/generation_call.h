@@ -33,9 +33,9 @@ namespace tandem::gateway {
 // the committed attempt's chunks to the caller and finishes the call.
 //
 // Lifetime: one reference for the server reactor, one per live attempt, one per pending timer
-// (queue wait, dispatch grant, hedge, stall watch); the object deletes itself when the last
-// goes. An attempt has its own references: gRPC's, dropped in OnDone, and one for each Cancel in
-// progress on another thread.
+// (queue wait, hedge, stall watch) and one while a dispatch grant runs; the object deletes itself
+// when the last goes. An attempt has its own references: gRPC's, dropped in OnDone, and one for
+// each Cancel in progress on another thread.
 class GenerationCall : private GenerationAttempts::Environment {
  public:
   GenerationCall(const GenerationCall&) = delete;

@@ -12,8 +12,8 @@
 
 namespace tandem::gateway {
 
-// The gateway's timers (a call's queue wait, hedge delay and stall watch) and its deferred work
-// (a dispatch slot's grant): one thread that runs each callback at its deadline. It replaces a
+// The gateway's timers (a call's queue wait, hedge delay and stall watch): one thread that runs
+// each callback at its deadline. It replaces a
 // grpc::Alarm per timer, which allocates, takes gRPC's global timer lock and, when cancelled,
 // still hops to a gRPC thread to run its callback; nearly every call cancels its timers, so
 // here a cancel that finds its timer pending just removes it, on the caller's thread.
