@@ -13,12 +13,31 @@
 
 namespace tandem {
 
-void InitLogging(const std::string& process_name, const std::string& level) {
+void InitLogging(const std::string& process_name, const std::string& level,
+                 absl::Duration flush_interval) {
+  // spdlog 1.10 flushes every whole number of seconds.
+  const bool valid = flush_interval == absl::ZeroDuration() || flush_interval >= absl::Seconds(1);
+  const bool buffered = valid && flush_interval > absl::ZeroDuration();
+  // Before anything is written to stderr: setvbuf must come first. gRPC's own log lines share
+  // the buffer and the flushes.
+  if (buffered) {
+    static char buffer[64 << 10];
+    std::setvbuf(stderr, buffer, _IOFBF, sizeof(buffer));
+  }
   auto logger = spdlog::stderr_color_mt(process_name);
   logger->set_pattern("[%Y-%m-%dT%H:%M:%S.%e] [%n] [%l] %v");
   logger->set_level(spdlog::level::from_str(level));
   spdlog::set_default_logger(logger);
-  spdlog::flush_on(spdlog::level::info);
+  if (!valid) {
+    Fatal(absl::StrFormat("--log_flush_interval=%s: 0 (every line at once) or at least 1s",
+                          absl::FormatDuration(flush_interval)));
+  }
+  if (buffered) {
+    spdlog::flush_on(spdlog::level::warn);
+    spdlog::flush_every(absl::ToChronoSeconds(flush_interval));
+  } else {
+    spdlog::flush_on(spdlog::level::trace);
+  }
   RouteProtobufLogsToSpdlog();
 }
 
@@ -56,6 +75,8 @@ int WaitForTerminationSignal(const std::function<void()>& on_hangup) {
 
 void AnnounceListening(const std::string& process, const std::string& grpc_address,
                        const std::string& metrics_address) {
+  // What start-up logged is on stderr before anyone who waited for this line reads it.
+  spdlog::default_logger_raw()->flush();
   std::printf("%s listening grpc=%s metrics=%s\n", process.c_str(), grpc_address.c_str(),
               metrics_address.c_str());
   std::fflush(stdout);

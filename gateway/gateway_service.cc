@@ -121,6 +121,11 @@ class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
 
   void OnCancel() override { CancelAll(); }
   void OnDone() override { Unref(); }
+  // gRPC 1.51's hook ("not API", server_callback.h) for reactions that may run where gRPC
+  // completes the call instead of on its executor thread. Ours may: OnDone drops a reference
+  // and OnCancel cancels the attempts, both short and never blocking, taking only the call's
+  // own locks, which nothing holds while waiting on gRPC. When it pays: InlineReactions.
+  bool InternalInlineable() override { return service()->InlineReactions(); }
 
  private:
   void Relay(const WorkerGenerateChunk& chunk) override {
@@ -182,6 +187,11 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, publ
   }
   void OnCancel() override { CancelAll(); }
   void OnDone() override { Unref(); }
+  // gRPC 1.51's hook ("not API", server_callback.h) for reactions that may run where gRPC
+  // completes the call instead of on its executor thread. Ours may: OnDone drops a reference
+  // and OnCancel cancels the attempts, both short and never blocking, taking only the call's
+  // own locks, which nothing holds while waiting on gRPC. When it pays: InlineReactions.
+  bool InternalInlineable() override { return service()->InlineReactions(); }
 
  private:
   void Relay(const WorkerGenerateChunk& chunk) override {
@@ -399,19 +409,12 @@ grpc::ServerUnaryReactor* GatewayService::ListModels(grpc::CallbackServerContext
   return reactor;
 }
 
-void GatewayService::CallStarted() {
-  absl::MutexLock l(&mu_);
-  ++inflight_;
-}
+void GatewayService::CallStarted() { inflight_.fetch_add(1, std::memory_order_relaxed); }
 
 void GatewayService::CallEnded() {
+  if (inflight_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   absl::MutexLock l(&mu_);
-  if (--inflight_ == 0) idle_cv_.SignalAll();
-}
-
-int64_t GatewayService::inflight() const {
-  absl::MutexLock l(&mu_);
-  return inflight_;
+  idle_cv_.SignalAll();
 }
 
 void GatewayService::RefusedWhileDraining() {
@@ -432,9 +435,9 @@ void GatewayService::WaitQuiet(std::chrono::steady_clock::duration quiet,
 
 bool GatewayService::WaitIdle(std::chrono::steady_clock::time_point deadline) {
   absl::MutexLock l(&mu_);
-  while (inflight_ != 0 && WaitUntil(idle_cv_, mu_, deadline)) {
+  while (inflight() != 0 && WaitUntil(idle_cv_, mu_, deadline)) {
   }
-  return inflight_ == 0;
+  return inflight() == 0;
 }
 
 }  // namespace tandem::gateway

@@ -22,7 +22,7 @@ bool HasRecovery(const tandem::v1::Recovery& r) {
 
 GenerationAttempts::NewAttempt GenerationAttempts::Start(Options options, AttemptTarget first) {
   options_ = std::move(options);
-  return Add(std::move(first), *options_.request, /*hedge=*/false);
+  return Add(std::move(first), std::nullopt, /*hedge=*/false);
 }
 
 GenerationAttempts::ChunkActions GenerationAttempts::OnChunk(
@@ -232,12 +232,13 @@ std::optional<GenerationAttempts::NewAttempt> GenerationAttempts::OnHedgeDue() {
   recovery_.set_hedged(true);
   recovery_.add_events(absl::StrCat("hedge: no first token after ", options_.hedge_after_seconds,
                                     "s -> ", target->model, " at ", Shown(*target)));
-  tandem::v1::WorkerGenerateRequest request = *options_.request;
+  std::optional<tandem::v1::WorkerGenerateRequest> changed;
   if (target->max_output_tokens > 0 &&
-      request.sampling().max_tokens() > target->max_output_tokens) {
-    request.mutable_sampling()->set_max_tokens(target->max_output_tokens);
+      options_.request->sampling().max_tokens() > target->max_output_tokens) {
+    changed = *options_.request;
+    changed->mutable_sampling()->set_max_tokens(target->max_output_tokens);
   }
-  return Add(std::move(*target), std::move(request), /*hedge=*/true);
+  return Add(std::move(*target), std::move(changed), /*hedge=*/true);
 }
 
 GenerationAttempts::StallCheck GenerationAttempts::CheckStalls() {
@@ -327,20 +328,21 @@ const GenerationAttempts::Attempt* GenerationAttempts::Find(AttemptId id) const 
 }
 
 GenerationAttempts::NewAttempt GenerationAttempts::Add(AttemptTarget target,
-                                                       tandem::v1::WorkerGenerateRequest request,
-                                                       bool hedge) {
+                                                       std::optional<tandem::v1::WorkerGenerateRequest> changed, bool hedge) {
   Attempt a;
   a.id = attempts_++;
   a.target = target;
   a.hedge = hedge;
   a.holds_hedge_unit = hedge;
-  a.continuation = request.continue_final_message();
   a.created = env_->Now();
+  NewAttempt start{.id = a.id,
+                   .target = std::move(target),
+                   .admitted = options_.request,
+                   .changed = std::move(changed),
+                   .hedge = hedge};
+  a.continuation = start.request().continue_final_message();
   live_.push_back(std::move(a));
-  return NewAttempt{.id = live_.back().id,
-                    .target = std::move(target),
-                    .request = std::move(request),
-                    .hedge = hedge};
+  return start;
 }
 
 void GenerationAttempts::ReleaseHedgeUnit(Attempt* a) {

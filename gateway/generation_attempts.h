@@ -108,8 +108,16 @@ class GenerationAttempts {
   struct NewAttempt {
     AttemptId id = 0;
     AttemptTarget target;
-    tandem::v1::WorkerGenerateRequest request;
+    // The admitted request (Options::request), sent as it is unless this attempt changes it
+    // (a retry's or hedge's max_tokens, a failover's partial answer): then `changed`. The first
+    // attempt never copies it.
+    const tandem::v1::WorkerGenerateRequest* admitted = nullptr;
+    std::optional<tandem::v1::WorkerGenerateRequest> changed;
     bool hedge = false;
+
+    const tandem::v1::WorkerGenerateRequest& request() const {
+      return changed.has_value() ? *changed : *admitted;
+    }
   };
 
   struct ChunkActions {
@@ -201,7 +209,9 @@ class GenerationAttempts {
 
   Attempt* Find(AttemptId id);
   const Attempt* Find(AttemptId id) const;
-  NewAttempt Add(AttemptTarget target, tandem::v1::WorkerGenerateRequest request, bool hedge);
+  // `changed`: the attempt's own request, when it is not the admitted one.
+  NewAttempt Add(AttemptTarget target, std::optional<tandem::v1::WorkerGenerateRequest> changed,
+                 bool hedge);
   void Commit(const Attempt& winner, std::vector<AttemptId>* losers);
   void CountRelayed(const tandem::v1::WorkerGenerateChunk& chunk);
   void ReleaseHedgeUnit(Attempt* attempt);

@@ -65,17 +65,18 @@ class GenerationCall::Attempt final : public grpc::ClientReadReactor<WorkerGener
       : owner_(owner),
         id_(start.id),
         target_(*start.target.target),
-        request_(std::move(start.request)),
+        changed_(std::move(start.changed)),
+        request_(changed_.has_value() ? &*changed_ : start.admitted),
         context_(grpc::ClientContext::FromCallbackServerContext(*owner->context_)) {
     // Propagation already bounds this by the caller's deadline; this adds the default.
     context_->set_deadline(owner->attempt_deadline_);
     AddWorkerTimeout(owner->worker_deadline_, context_.get());
-    context_->AddMetadata("x-request-id", request_.request_id());
+    context_->AddMetadata("x-request-id", request_->request_id());
   }
 
   void Start() {
     target_.endpoint->AddOutstanding(1);
-    target_.endpoint->client().Generate(context_.get(), &request_, this);
+    target_.endpoint->client().Generate(context_.get(), request_, this);
     // The hold keeps the call alive until its end of stream is read: reads are started from
     // other reactions, and without it the call could complete between them.
     AddHold();
@@ -117,7 +118,10 @@ class GenerationCall::Attempt final : public grpc::ClientReadReactor<WorkerGener
   GenerationCall* const owner_;
   const GenerationAttempts::AttemptId id_;
   const Target target_;
-  const tandem::v1::WorkerGenerateRequest request_;
+  // What this attempt sends: changed_ when it has one, else the call's admitted request (the
+  // owner outlives its attempts).
+  const std::optional<tandem::v1::WorkerGenerateRequest> changed_;
+  const tandem::v1::WorkerGenerateRequest* const request_;
   std::unique_ptr<grpc::ClientContext> context_;
   WorkerGenerateChunk in_;
   std::atomic<int> refs_{1};  // gRPC's until OnDone, plus one per CancelAndUnref to come

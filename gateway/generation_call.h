@@ -59,6 +59,7 @@ class GenerationCall : private GenerationAttempts::Environment {
   // The outcome of the whole call; called exactly once, after the last Relay.
   virtual void Complete(const grpc::Status& status) = 0;
 
+  GatewayService* service() const { return service_; }
   // Reads the next chunk of the committed attempt.
   void Resume() ABSL_LOCKS_EXCLUDED(mu_);
   // The caller went away: leaves the queue, or cancels every attempt and timer.

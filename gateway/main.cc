@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
 #include "common/process.h"
 #include "gateway/gateway.h"
@@ -16,6 +17,9 @@
 ABSL_FLAG(std::string, validate_policy, "",
           "Check this policy file, print every error, and exit (0 valid, 1 invalid).");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
+ABSL_FLAG(absl::Duration, log_flush_interval, absl::Seconds(1),
+          "How often log lines below warn are written out, in whole seconds (warn and above at "
+          "once, and all at exit); 0 writes every line at once.");
 
 namespace tandem::gateway {
 namespace {
@@ -63,6 +67,7 @@ int main(int argc, char** argv) {
   // CPU in perf); lock-order bugs are for a ThreadSanitizer build to find.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   tandem::BlockTerminationSignals();
-  tandem::InitLogging("tandem-gateway", absl::GetFlag(FLAGS_log_level));
+  tandem::InitLogging("tandem-gateway", absl::GetFlag(FLAGS_log_level),
+                      absl::GetFlag(FLAGS_log_flush_interval));
   return tandem::gateway::Run();
 }

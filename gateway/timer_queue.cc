@@ -18,9 +18,11 @@ TimerQueue::~TimerQueue() {
 TimerQueue::Handle TimerQueue::Schedule(Clock::time_point deadline, Callback callback) {
   absl::MutexLock l(&mu_);
   const Handle handle{deadline, next_sequence_++};
-  auto it = pending_.emplace(Key{deadline, handle.sequence}, std::move(callback)).first;
-  // Only a new earliest deadline changes how long the thread sleeps.
-  if (it == pending_.begin()) changed_.Signal();
+  pending_.emplace(Key{deadline, handle.sequence}, std::move(callback));
+  if (deadline < wake_at_) {
+    wake_at_ = deadline;
+    changed_.Signal();
+  }
   return handle;
 }
 
@@ -33,13 +35,20 @@ bool TimerQueue::Cancel(const Handle& handle) {
 void TimerQueue::Run() {
   mu_.Lock();
   while (!stopping_) {
-    if (pending_.empty()) {
-      changed_.Wait(&mu_);
-      continue;
-    }
-    const Clock::duration wait = pending_.begin()->first.first - Clock::now();
-    if (wait > Clock::duration::zero()) {
-      changed_.WaitWithTimeout(&mu_, absl::FromChrono(wait));
+    const Clock::time_point now = Clock::now();
+    if (pending_.empty() || pending_.begin()->first.first > now) {
+      // Sleep until the earliest deadline; with none, keep the wake already planned while it is
+      // ahead (a timer set meanwhile that is no earlier needs no signal), else until signalled.
+      if (!pending_.empty()) {
+        wake_at_ = pending_.begin()->first.first;
+      } else if (wake_at_ <= now) {
+        wake_at_ = Clock::time_point::max();
+      }
+      if (wake_at_ == Clock::time_point::max()) {
+        changed_.Wait(&mu_);
+      } else {
+        changed_.WaitWithTimeout(&mu_, absl::FromChrono(wake_at_ - now));
+      }
       continue;
     }
     Callback callback = std::move(pending_.begin()->second);

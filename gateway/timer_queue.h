@@ -49,7 +49,11 @@ class TimerQueue {
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Mutex mu_;
-  absl::CondVar changed_;  // a new earliest deadline, or stopping
+  absl::CondVar changed_;  // a deadline before wake_at_, or stopping
+  // When the thread wakes next at the latest (max: not until signalled). Schedule signals only a
+  // deadline before it: with one call at a time, each call's stall watch is alone in the queue,
+  // and waking the thread for each one cost two context switches per request.
+  Clock::time_point wake_at_ ABSL_GUARDED_BY(mu_) = Clock::time_point::max();
   std::map<Key, Callback> pending_ ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

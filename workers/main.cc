@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
 #include "common/process.h"
 #include "spdlog/spdlog.h"
@@ -14,6 +15,9 @@
 #include "workers/worker_flags.h"
 
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
+ABSL_FLAG(absl::Duration, log_flush_interval, absl::Seconds(1),
+          "How often log lines below warn are written out, in whole seconds (warn and above at "
+          "once, and all at exit); 0 writes every line at once.");
 
 namespace tandem::workers {
 namespace {
@@ -55,6 +59,7 @@ int main(int argc, char** argv) {
   // CPU in perf); lock-order bugs are for a ThreadSanitizer build to find.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   tandem::BlockTerminationSignals();
-  tandem::InitLogging("tandem-worker", absl::GetFlag(FLAGS_log_level));
+  tandem::InitLogging("tandem-worker", absl::GetFlag(FLAGS_log_level),
+                      absl::GetFlag(FLAGS_log_flush_interval));
   return tandem::workers::Run();
 }

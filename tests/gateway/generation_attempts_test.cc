@@ -114,7 +114,8 @@ class GenerationAttemptsTest : public ::testing::Test {
     GenerationAttempts::NewAttempt first = attempts_.Start(options, env_.workers[0]);
     EXPECT_EQ(first.target.address, "10.0.0.1:7101");
     EXPECT_FALSE(first.hedge);
-    EXPECT_EQ(first.request.SerializeAsString(), request_.SerializeAsString());
+    EXPECT_FALSE(first.changed.has_value());  // the admitted request itself, not a copy
+    EXPECT_EQ(&first.request(), &request_);
     return first.id;
   }
 
@@ -195,7 +196,7 @@ TEST_F(GenerationAttemptsTest, AFailureBeforeAnythingWasRelayedIsRetriedElsewher
   EXPECT_NE(end.start->id, first);
   EXPECT_EQ(end.start->target.address, "10.0.0.2:7101");
   EXPECT_FALSE(end.start->hedge);
-  EXPECT_EQ(end.start->request.SerializeAsString(), request_.SerializeAsString());
+  EXPECT_EQ(end.start->request().SerializeAsString(), request_.SerializeAsString());
   EXPECT_EQ(env_.retries_left, 99);
   EXPECT_THAT(env_.picks, ElementsAre(ElementsAre("10.0.0.1:7101")));
   EXPECT_THAT(env_.counters, ElementsAre("retry qwen worker_error"));
@@ -221,7 +222,7 @@ TEST_F(GenerationAttemptsTest, AFullQueueIsRetriedAndCappedAtTheNewModelsLimit) 
       Fail(first, absl::ResourceExhaustedError("queue full"), /*worker_fault=*/false);
   ASSERT_TRUE(end.start.has_value());
   EXPECT_EQ(end.start->target.model, "nemotron");
-  EXPECT_EQ(end.start->request.sampling().max_tokens(), 6);
+  EXPECT_EQ(end.start->request().sampling().max_tokens(), 6);
   EXPECT_THAT(env_.counters, ElementsAre("retry nemotron resource_exhausted"));
   EXPECT_THAT(recovery().events(),
               ElementsAre("retry: 10.0.0.1:7101 RESOURCE_EXHAUSTED: queue full -> nemotron at "
@@ -235,7 +236,7 @@ TEST_F(GenerationAttemptsTest, AMidStreamFailoverContinuesTheRelayedText) {
   Chunk(first, ", wor", 2);
   GenerationAttempts::EndActions end = Fail(first, absl::UnavailableError("worker died"));
   ASSERT_TRUE(end.start.has_value());
-  const tandem::v1::WorkerGenerateRequest& r = end.start->request;
+  const tandem::v1::WorkerGenerateRequest& r = end.start->request();
   EXPECT_TRUE(r.continue_final_message());
   ASSERT_EQ(r.messages_size(), 2);
   EXPECT_EQ(r.messages(1).role(), "assistant");
@@ -254,8 +255,8 @@ TEST_F(GenerationAttemptsTest, AMidStreamFailoverContinuesTheRelayedText) {
   GenerationAttempts::EndActions again = Fail(end.start->id, absl::UnavailableError("again"));
   ASSERT_TRUE(again.start.has_value());
   EXPECT_EQ(again.start->target.model, "nemotron");
-  EXPECT_EQ(again.start->request.messages(1).content(0).text(), "Hello, world");
-  EXPECT_EQ(again.start->request.sampling().max_tokens(), 5);
+  EXPECT_EQ(again.start->request().messages(1).content(0).text(), "Hello, world");
+  EXPECT_EQ(again.start->request().sampling().max_tokens(), 5);
   EXPECT_THAT(env_.picks.back(), ElementsAre("10.0.0.1:7101", "10.0.0.2:7101"));
 }
 
@@ -458,7 +459,7 @@ TEST_F(GenerationAttemptsTest, AHedgeIsCappedAtItsModelsLimit) {
   Start();
   std::optional<GenerationAttempts::NewAttempt> hedge = attempts_.OnHedgeDue();
   ASSERT_TRUE(hedge.has_value());
-  EXPECT_EQ(hedge->request.sampling().max_tokens(), 6);
+  EXPECT_EQ(hedge->request().sampling().max_tokens(), 6);
 }
 
 // ---- The stall watch ----
@@ -489,7 +490,7 @@ TEST_F(GenerationAttemptsTest, ACommittedReadWaitingPastTheStallTimeoutIsGivenUp
   GenerationAttempts::EndActions end = attempts_.OnEnd(
       first, {.status = absl::CancelledError("cancelled"), .worker_fault = false, .stalled = true});
   ASSERT_TRUE(end.start.has_value());
-  EXPECT_TRUE(end.start->request.continue_final_message());
+  EXPECT_TRUE(end.start->request().continue_final_message());
   EXPECT_THAT(recovery().events(),
               ElementsAre("failover after 1 tokens: 10.0.0.1:7101 UNAVAILABLE: stalled: no "
                           "token within the stall timeout (--stall_timeout_min, "
@@ -550,7 +551,7 @@ TEST_F(GenerationAttemptsTest, BeforeTheFirstTokenOnlyAnUnresponsiveWorkerIsGive
   GenerationAttempts::EndActions end = attempts_.OnEnd(
       first, {.status = absl::CancelledError("cancelled"), .worker_fault = false, .stalled = true});
   ASSERT_TRUE(end.start.has_value());
-  EXPECT_FALSE(end.start->request.continue_final_message());
+  EXPECT_FALSE(end.start->request().continue_final_message());
   EXPECT_EQ(recovery().retries(), 1);
 }
 

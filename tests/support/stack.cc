@@ -36,8 +36,17 @@ std::string Field(const std::string& line, const std::string& key) {
   return line.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
+bool HasFlag(const std::vector<std::string>& args, const std::string& prefix) {
+  for (const std::string& a : args) {
+    if (a.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<Server> StartServer(const std::string& binary, const std::string& name,
-                                   const std::vector<std::string>& args) {
+                                   std::vector<std::string> args) {
+  // Tests read a server's log right after what they check: every line written at once.
+  if (!HasFlag(args, "--log_flush_interval")) args.push_back("--log_flush_interval=0");
   auto process = ChildProcess::Start(binary, args, TempPath(name + ".log"));
   if (!process.ok()) return process.status();
   auto line = (*process)->WaitForLine(" listening ", absl::Seconds(30));
@@ -47,13 +56,6 @@ absl::StatusOr<Server> StartServer(const std::string& binary, const std::string&
   s.metrics_address = Field(*line, "metrics");
   s.process = std::move(*process);
   return s;
-}
-
-bool HasFlag(const std::vector<std::string>& args, const std::string& prefix) {
-  for (const std::string& a : args) {
-    if (a.rfind(prefix, 0) == 0) return true;
-  }
-  return false;
 }
 
 }  // namespace
