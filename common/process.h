@@ -13,7 +13,8 @@ namespace tandem {
 // Configures spdlog: one line per event on stderr, "[time] [process] [level] message".
 // Lines at warn and above are written at once. Lower ones (the per-request lines) go through a
 // 64 KiB buffer written every `flush_interval` (whole seconds; and when full, and at exit): one
-// write(2) per line was a tenth of the gateway's CPU per request. Zero writes every line at once.
+// write(2) per line was several percent of the gateway's CPU per request. Zero, or stderr on a
+// terminal, writes every line at once.
 void InitLogging(const std::string& process_name, const std::string& level,
                  absl::Duration flush_interval);
 
