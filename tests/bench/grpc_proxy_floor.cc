@@ -9,8 +9,10 @@
 //                    that serves calls and makes their upstream calls, so a call's every step
 //                    runs on the thread that polled it, with no hand-off.
 //
-// A measuring tool, not part of Tandem: no TLS, no metadata or deadline forwarding, and a call
-// the client cancels runs to its end upstream. Prints "listening grpc=HOST:PORT mode=MODE" and
+// A measuring tool, not part of Tandem: no metadata or deadline forwarding, and a call the client
+// cancels runs to its end upstream. TLS, when asked for, on both hops as the gateway does it:
+// --tls_cert/--tls_key to clients, mutual TLS (--upstream_ca, --upstream_cert, --upstream_key) to
+// the upstream. Prints "listening grpc=HOST:PORT mode=MODE" and
 // runs until SIGTERM or SIGINT.
 
 #include <grpcpp/generic/async_generic_service.h>
@@ -22,7 +24,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +41,11 @@ ABSL_FLAG(std::string, mode, "cq", "callback or cq");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve on (port 0: any free port)");
 ABSL_FLAG(std::string, upstream, "", "HOST:PORT every call is forwarded to (plaintext)");
 ABSL_FLAG(int, threads, 2, "cq: threads, each with its own completion queue");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate served to clients (TLS; with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, upstream_ca, "", "PEM CA the upstream's certificate is checked against");
+ABSL_FLAG(std::string, upstream_cert, "", "PEM client certificate presented to the upstream");
+ABSL_FLAG(std::string, upstream_key, "", "PEM private key of --upstream_cert");
 
 namespace {
 
@@ -198,6 +208,36 @@ class alignas(16) CqCall {
   grpc::Status status_;
 };
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    std::cerr << "cannot read " << path << "\n";
+    std::exit(2);
+  }
+  return text.str();
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
+  if (absl::GetFlag(FLAGS_tls_cert).empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back(
+      {ReadFile(absl::GetFlag(FLAGS_tls_key)), ReadFile(absl::GetFlag(FLAGS_tls_cert))});
+  return grpc::SslServerCredentials(options);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> UpstreamCredentials() {
+  if (absl::GetFlag(FLAGS_upstream_ca).empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ReadFile(absl::GetFlag(FLAGS_upstream_ca));
+  if (!absl::GetFlag(FLAGS_upstream_cert).empty()) {
+    options.pem_cert_chain = ReadFile(absl::GetFlag(FLAGS_upstream_cert));
+    options.pem_private_key = ReadFile(absl::GetFlag(FLAGS_upstream_key));
+  }
+  return grpc::SslCredentials(options);
+}
+
 // Waits for SIGTERM or SIGINT (blocked in every thread, so only this wait sees them).
 void WaitForSignal(const sigset_t& signals) {
   int signal = 0;
@@ -216,11 +256,10 @@ int Run() {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_upstream), grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_upstream), UpstreamCredentials());
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), ServerCredentials(), &port);
   CallbackProxy callback_proxy(channel);
   grpc::AsyncGenericService cq_service;
   grpc::GenericStub cq_stub(channel);
