@@ -46,9 +46,9 @@ void InitLogging(const std::string& process_name, const std::string& level,
     std::setvbuf(stderr, buffer, _IOFBF, sizeof(buffer));
   }
   std::shared_ptr<spdlog::logger> logger =
-      buffered ? std::make_shared<spdlog::logger>(process_name,
-                                                  std::make_shared<BufferedStderrSink>())
-               : spdlog::stderr_color_mt(process_name);
+      buffered
+          ? std::make_shared<spdlog::logger>(process_name, std::make_shared<BufferedStderrSink>())
+          : spdlog::stderr_color_mt(process_name);
   logger->set_pattern("[%Y-%m-%dT%H:%M:%S.%e] [%n] [%l] %v");
   logger->set_level(spdlog::level::from_str(level));
   spdlog::set_default_logger(logger);

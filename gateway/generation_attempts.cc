@@ -327,8 +327,8 @@ const GenerationAttempts::Attempt* GenerationAttempts::Find(AttemptId id) const 
   return nullptr;
 }
 
-GenerationAttempts::NewAttempt GenerationAttempts::Add(AttemptTarget target,
-                                                       std::optional<tandem::v1::WorkerGenerateRequest> changed, bool hedge) {
+GenerationAttempts::NewAttempt GenerationAttempts::Add(
+    AttemptTarget target, std::optional<tandem::v1::WorkerGenerateRequest> changed, bool hedge) {
   Attempt a;
   a.id = attempts_++;
   a.target = target;
