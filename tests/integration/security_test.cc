@@ -674,8 +674,11 @@ TEST_F(TenantsTest, AdminShowsAndReloadsTheLiveTenants) {
 }
 
 TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
-  // One dispatch slot per model: everything else waits in the gateway's queue.
-  Start({"--max_inflight=1", "--max_queued=5"});
+  // One dispatch slot per model: everything else waits in the gateway's queue. The worker runs
+  // 5x slower than H200 timings (about a second per answer), so the running request is still
+  // running while the queue is arranged below, even under ThreadSanitizer; at 1x it sometimes
+  // ended first there, and the queue had room for the seventh.
+  Start({"--max_inflight=1", "--max_queued=5"}, {"--synthetic_time_scale=5"});
   std::mutex mu;
   std::vector<std::string> finished;
   auto request = [&](const std::string& who, const std::string& key) {
