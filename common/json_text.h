@@ -11,5 +11,7 @@ namespace tandem {
 // text stays readable. Unlike QuoteForLog (common/log_text.h) nothing is cut and no \xNN escape
 // (which JSON has not) is written; the text is not checked for valid UTF-8.
 std::string QuoteForJson(absl::string_view text);
+// QuoteForJson appended to `out`, for writers that reuse one buffer.
+void AppendJsonString(absl::string_view text, std::string* out);
 
 }  // namespace tandem

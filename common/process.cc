@@ -98,11 +98,11 @@ int WaitForTerminationSignal(const std::function<void()>& on_hangup) {
 }
 
 void AnnounceListening(const std::string& process, const std::string& grpc_address,
-                       const std::string& metrics_address) {
+                       const std::string& metrics_address, const std::string& http_address) {
   // What start-up logged is on stderr before anyone who waited for this line reads it.
   spdlog::default_logger_raw()->flush();
-  std::printf("%s listening grpc=%s metrics=%s\n", process.c_str(), grpc_address.c_str(),
-              metrics_address.c_str());
+  std::printf("%s listening grpc=%s metrics=%s%s%s\n", process.c_str(), grpc_address.c_str(),
+              metrics_address.c_str(), http_address.empty() ? "" : " http=", http_address.c_str());
   std::fflush(stdout);
 }
 

@@ -28,10 +28,10 @@ int WaitForTerminationSignal(const std::function<void()>& on_hangup = nullptr);
 void BlockTerminationSignals();
 
 // Prints the machine-readable line tests and scripts wait for:
-//   "<process> listening grpc=HOST:PORT metrics=HOST:PORT"
-// on stdout, flushed.
+//   "<process> listening grpc=HOST:PORT metrics=HOST:PORT[ http=HOST:PORT]"
+// on stdout, flushed; http= when `http_address` is not empty.
 void AnnounceListening(const std::string& process, const std::string& grpc_address,
-                       const std::string& metrics_address);
+                       const std::string& metrics_address, const std::string& http_address = "");
 
 // Logs `message` as critical and exits with status 2: for configuration and start-up errors.
 [[noreturn]] void Fatal(const std::string& message);

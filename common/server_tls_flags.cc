@@ -95,12 +95,19 @@ absl::StatusOr<MetricsServerOptions> MetricsServerOptionsFromFlags() {
           "--metrics_tls serves /metrics with the gRPC port's --tls_cert/--tls_key; it cannot be "
           "combined with --plaintext");
     }
-    options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
-    options.tls.key = absl::GetFlag(FLAGS_tls_key);
-    options.tls.ca = absl::GetFlag(FLAGS_tls_client_ca);
-    options.tls.refresh = absl::GetFlag(FLAGS_tls_refresh_interval);
+    options.tls = ServerTlsFilesFromFlags();
   }
   return options;
+}
+
+TlsFiles ServerTlsFilesFromFlags() {
+  TlsFiles files;
+  if (absl::GetFlag(FLAGS_plaintext)) return files;
+  files.cert = absl::GetFlag(FLAGS_tls_cert);
+  files.key = absl::GetFlag(FLAGS_tls_key);
+  files.ca = absl::GetFlag(FLAGS_tls_client_ca);
+  files.refresh = absl::GetFlag(FLAGS_tls_refresh_interval);
+  return files;
 }
 
 std::string MetricsTransportFromFlags() {

@@ -22,6 +22,11 @@ namespace tandem {
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFlags(
     const std::string& binary, bool require_client_ca);
 
+// The gRPC port's TLS files (--tls_cert, --tls_key, --tls_client_ca, --tls_refresh_interval),
+// for other ports that serve with them; empty with --plaintext. Call after
+// ServerCredentialsFromFlags has accepted them.
+TlsFiles ServerTlsFilesFromFlags();
+
 // --tls_refresh_interval, for other TLS files the server reads (the gateway's worker client).
 absl::Duration TlsRefreshIntervalFromFlags();
 

@@ -193,12 +193,19 @@ absl::Status Gateway::StartServing() {
     health_.SetServingStatus("tandem.v1.Gateway", true);
     serving_health_ = &health_;
   }
+  if (!config_.http_listen.empty()) {
+    HttpServerOptions http = config_.http;
+    http.max_body_bytes = config_.intake.max_request_bytes;
+    ASSIGN_OR_RETURN(openai_, OpenAiFront::Start(config_.http_listen, http, service_.get()));
+  }
   pools_->Start();
   signals_->Start();
   spdlog::info(
-      "serving grpc={} transport={} workers_transport={} tenants={} metrics={} "
+      "serving grpc={} transport={} http={} workers_transport={} tenants={} metrics={} "
       "metrics_transport={} models={} version={}",
-      grpc_address_, config_.server_transport, config_.worker_plaintext ? "plaintext" : "mtls",
+      grpc_address_, config_.server_transport,
+      openai_ != nullptr ? absl::StrCat(openai_->Scheme(), "://", openai_->Address()) : "off",
+      config_.worker_plaintext ? "plaintext" : "mtls",
       config_.tenants_path.empty() ? "none (anonymous)" : config_.tenants_path, metrics_address_,
       config_.metrics_transport, absl::StrJoin(models_, ","), kVersion);
   if (reloader_) reloader_->Start(config_.policy_watch_interval);
@@ -264,6 +271,7 @@ void Gateway::Drain() {
 
 void Gateway::Stop() {
   StopGrpcServer(server_.get(), &health_, /*grace_seconds=*/5);
+  openai_.reset();  // closes its connections; drained like the gRPC calls
   // Client-side calls (cancelled shadows) must end before what they use is destroyed.
   service_->WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   signals_->Stop();

@@ -19,6 +19,7 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_service.h"
 #include "gateway/intake.h"
+#include "gateway/openai_front.h"
 #include "gateway/policy_reloader.h"
 #include "gateway/router_holder.h"
 #include "gateway/signal_engine.h"
@@ -41,6 +42,8 @@ class Gateway {
 
   const std::string& grpc_address() const { return grpc_address_; }
   const std::string& metrics_address() const { return metrics_address_; }
+  // The HTTP front's HOST:PORT; empty without --http_listen.
+  std::string http_address() const { return openai_ != nullptr ? openai_->Address() : ""; }
   const std::vector<std::string>& models() const { return models_; }
 
   // Re-reads the policy and tenants files in the background; an invalid file is logged and
@@ -80,6 +83,7 @@ class Gateway {
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<MetricsServer> metrics_server_;
+  std::unique_ptr<OpenAiFront> openai_;  // null without --http_listen
   HealthService health_;
   std::unique_ptr<grpc::Server> server_;
   std::string grpc_address_;

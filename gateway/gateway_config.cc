@@ -15,6 +15,17 @@ absl::Status ValidateTransport(const GatewayConfig& c) {
   if (c.max_connection_age < absl::ZeroDuration()) {
     return Invalid("--max_connection_age must be >= 0");
   }
+  const HttpServerOptions& h = c.http;
+  if (h.threads < 1 || h.threads > 64) return Invalid("--http_threads must be in [1, 64]");
+  if (h.max_connections < 1 || h.max_connections > 1000000) {
+    return Invalid("--http_max_connections must be in [1, 1000000]");
+  }
+  if (h.max_header_bytes < 1024 || h.max_header_bytes > (1 << 20)) {
+    return Invalid("--http_max_header_bytes must be in [1024, 1048576]");
+  }
+  if (h.read_timeout < absl::Milliseconds(100) || h.write_timeout < absl::Milliseconds(100)) {
+    return Invalid("--http_read_timeout and --http_write_timeout must be >= 100ms");
+  }
   const TlsFiles& t = c.worker_tls;
   const bool any_tls = !t.ca.empty() || !t.cert.empty() || !t.key.empty();
   if (c.worker_plaintext && any_tls) {

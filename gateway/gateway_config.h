@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/http_server.h"
 #include "common/metrics_server.h"
 #include "common/tls.h"
 #include "gateway/fair_queue.h"
@@ -36,6 +37,11 @@ struct GatewayConfig {
   int64_t grpc_memory_limit = 2ll << 30;
   // Clients' connections get GOAWAY after this age (0: never).
   absl::Duration max_connection_age = absl::Minutes(10);
+
+  // The OpenAI-compatible HTTP front (empty: off), on the gRPC port's TLS files unless that is
+  // plaintext. Its body limit is intake.max_request_bytes.
+  std::string http_listen;
+  HttpServerOptions http;
 
   // The /metrics port.
   std::string metrics_listen = "127.0.0.1:0";

@@ -148,8 +148,36 @@ ABSL_FLAG(absl::Duration, drain_quiet_period, absl::Milliseconds(200),
           "CANCELLED from gRPC instead.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish.");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT of the OpenAI-compatible HTTP front (POST /v1/chat/completions, GET "
+          "/v1/models); empty: off. HTTPS with the gRPC port's --tls_cert/--tls_key (and, with "
+          "--tls_client_ca, client certificates required) unless --plaintext.");
+ABSL_FLAG(int32_t, http_threads, 2, "Threads running the HTTP front's connections (1-64).");
+ABSL_FLAG(int32_t, http_max_connections, 1024,
+          "HTTP connections open at once; one beyond it is closed when accepted.");
+ABSL_FLAG(int32_t, http_max_header_bytes, 16 << 10,
+          "Bytes of one HTTP request's line and headers (431 beyond); its body is bounded by "
+          "--max_request_bytes (413 beyond).");
+ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
+          "The most an HTTP connection may take to deliver a whole request, waiting for it "
+          "included (a kept-alive connection idle that long is closed).");
+ABSL_FLAG(absl::Duration, http_write_timeout, absl::Seconds(30),
+          "The most one write to an HTTP client may take; a client that stopped reading is cut "
+          "off and its request cancelled.");
+
 namespace tandem::gateway {
 namespace {
+
+absl::Status ReadHttp(GatewayConfig& c) {
+  c.http_listen = absl::GetFlag(FLAGS_http_listen);
+  c.http.threads = absl::GetFlag(FLAGS_http_threads);
+  c.http.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  c.http.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
+  c.http.read_timeout = absl::GetFlag(FLAGS_http_read_timeout);
+  c.http.write_timeout = absl::GetFlag(FLAGS_http_write_timeout);
+  c.http.tls = ServerTlsFilesFromFlags();
+  return absl::OkStatus();
+}
 
 absl::Status ReadTransport(GatewayConfig& c) {
   c.listen = absl::GetFlag(FLAGS_listen);
@@ -160,7 +188,7 @@ absl::Status ReadTransport(GatewayConfig& c) {
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   ASSIGN_OR_RETURN(c.metrics_server, MetricsServerOptionsFromFlags());
   c.metrics_transport = MetricsTransportFromFlags();
-  return absl::OkStatus();
+  return ReadHttp(c);
 }
 
 absl::Status ReadWorkers(GatewayConfig& c) {

@@ -27,8 +27,10 @@ const Histogram::BucketBoundaries kDurationBuckets = {
 
 GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::string>& models,
                                const std::vector<std::string>& classes, const std::string& version)
-    : requests_(CounterFamily(r, "tandem_gateway_requests_total",
-                              "Requests finished, by model, request class and gRPC status code.")),
+    : requests_(CounterFamily(
+          r, "tandem_gateway_requests_total",
+          "Requests finished, by model, request class, gRPC status code and the API they came "
+          "by (grpc or openai).")),
       decisions_(CounterFamily(
           r, "tandem_gateway_route_decisions_total",
           "Routing decisions, by chosen model, class, deciding rule and policy version.")),
@@ -206,7 +208,7 @@ void GatewayMetrics::SeedSeries(const std::vector<std::string>& models,
   }
   // Refusals before routing, so error-ratio alerts have a series from the start.
   for (const char* code : {"INVALID_ARGUMENT", "UNAVAILABLE", "RESOURCE_EXHAUSTED"}) {
-    Child(requests_, &GatewayMetrics::request_children_, "code", "none", "none", code);
+    Child(requests_, &GatewayMetrics::request_children_, "code", "none", "none", code, "grpc");
   }
 }
 
@@ -219,21 +221,24 @@ prometheus::Counter& GatewayMetrics::Child(prometheus::Family<prometheus::Counte
                                            ChildCache GatewayMetrics::*cache,
                                            const char* third_label, const std::string& model,
                                            const std::string& request_class,
-                                           const std::string& third) {
+                                           const std::string& third, const char* api) {
+  const std::string_view api_view = api != nullptr ? api : "";
   absl::MutexLock l(&mu_);
   ChildCache& children = this->*cache;
   auto it = children.find(std::make_tuple(std::string_view(model), std::string_view(request_class),
-                                          std::string_view(third)));
+                                          std::string_view(third), api_view));
   if (it != children.end()) return *it->second;
-  prometheus::Counter& c =
-      family.Add({{"model_name", model}, {"class", request_class}, {third_label, third}});
-  children.emplace(std::make_tuple(model, request_class, third), &c);
+  prometheus::Labels labels = {
+      {"model_name", model}, {"class", request_class}, {third_label, third}};
+  if (api != nullptr) labels.emplace("api", api);
+  prometheus::Counter& c = family.Add(labels);
+  children.emplace(std::make_tuple(model, request_class, third, std::string(api_view)), &c);
   return c;
 }
 
 void GatewayMetrics::CountRequest(const std::string& model, const std::string& request_class,
-                                  const char* code) {
-  Child(requests_, &GatewayMetrics::request_children_, "code", model, request_class, code)
+                                  const char* code, const char* api) {
+  Child(requests_, &GatewayMetrics::request_children_, "code", model, request_class, code, api)
       .Increment();
 }
 

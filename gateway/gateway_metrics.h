@@ -42,8 +42,9 @@ class GatewayMetrics {
 
   // nullptr for an unknown model.
   Model* ForModel(const std::string& model);
-  void CountRequest(const std::string& model, const std::string& request_class, const char* code)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `api`: the front the request came by, "grpc" or "openai".
+  void CountRequest(const std::string& model, const std::string& request_class, const char* code,
+                    const char* api) ABSL_LOCKS_EXCLUDED(mu_);
   // A shadow copy finished (or could not start) with `code`.
   void CountShadow(const std::string& model, const std::string& request_class, const char* code)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -135,7 +136,7 @@ class GatewayMetrics {
                         t);
     }
   };
-  using Key = std::tuple<std::string, std::string, std::string>;
+  using Key = std::tuple<std::string, std::string, std::string, std::string>;
   using ChildCache = std::map<Key, prometheus::Counter*, ViewLess>;
   // `cache` names the member (guarded by mu_) that caches the family's children.
   void AddModels(prometheus::Registry& r, const std::vector<std::string>& models);
@@ -143,7 +144,8 @@ class GatewayMetrics {
   prometheus::Counter& Child(prometheus::Family<prometheus::Counter>& family,
                              ChildCache GatewayMetrics::*cache, const char* third_label,
                              const std::string& model, const std::string& request_class,
-                             const std::string& third) ABSL_LOCKS_EXCLUDED(mu_);
+                             const std::string& third, const char* api = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Counter>& decisions_;

@@ -14,6 +14,7 @@
 #include "common/steady_wait.h"
 #include "gateway/generation_attempts.h"
 #include "gateway/generation_call.h"
+#include "gateway/grpc_caller_context.h"
 #include "router/decision_record.h"
 
 namespace tandem::gateway {
@@ -110,8 +111,9 @@ class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
  public:
   UnaryCall(GatewayService* service, grpc::CallbackServerContext* context,
             const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
-      : GenerationCall(service, context, request, "Generate"), response_bytes_(response) {
-    absl::Status s = Begin();
+      : GenerationCall(service, std::make_unique<GrpcCallerContext>(context), "Generate"),
+        response_bytes_(response) {
+    absl::Status s = Begin(ParseRequest(*request, &this->request()));
     if (!s.ok()) {
       const grpc::Status status = ToGrpcStatus(s);
       Record(status);
@@ -160,8 +162,8 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, publ
  public:
   StreamCall(GatewayService* service, grpc::CallbackServerContext* context,
              const grpc::ByteBuffer* request)
-      : GenerationCall(service, context, request, "GenerateStream") {
-    absl::Status s = Begin();
+      : GenerationCall(service, std::make_unique<GrpcCallerContext>(context), "GenerateStream") {
+    absl::Status s = Begin(ParseRequest(*request, &this->request()));
     if (!s.ok()) {
       const grpc::Status status = ToGrpcStatus(s);
       Record(status);
@@ -313,20 +315,26 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::GenerateStream(
   return new StreamCall(this, context, request);
 }
 
-std::string ApiKeyFromMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
-  if (auto it = md.find("authorization"); it != md.end()) {
-    const absl::string_view v(it->second.data(), it->second.size());
+std::string ApiKeyFromHeaders(absl::string_view authorization, absl::string_view x_api_key) {
+  if (!authorization.empty()) {
     constexpr absl::string_view kBearer = "Bearer ";
-    if (v.size() > kBearer.size() && absl::EqualsIgnoreCase(v.substr(0, kBearer.size()), kBearer)) {
-      return std::string(v.substr(kBearer.size()));
+    if (authorization.size() > kBearer.size() &&
+        absl::EqualsIgnoreCase(authorization.substr(0, kBearer.size()), kBearer)) {
+      return std::string(authorization.substr(kBearer.size()));
     }
     // Present but not a bearer token: treated as a (wrong) key, never as "no key".
-    return std::string(v);
+    return std::string(authorization);
   }
-  if (auto it = md.find("x-api-key"); it != md.end()) {
-    return std::string(it->second.data(), it->second.size());
-  }
-  return "";
+  return std::string(x_api_key);
+}
+
+std::string ApiKeyFromMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
+  auto view = [&md](const char* key) {
+    auto it = md.find(key);
+    return it == md.end() ? absl::string_view()
+                          : absl::string_view(it->second.data(), it->second.size());
+  };
+  return ApiKeyFromHeaders(view("authorization"), view("x-api-key"));
 }
 
 FairQueue* GatewayService::QueueFor(const std::string& model) const {
@@ -343,16 +351,38 @@ Disclosure GatewayService::DisclosureFor(const TenantRegistry::Caller& caller) c
 }
 
 absl::StatusOr<TenantRegistry::Caller> GatewayService::Authenticate(
-    const grpc::CallbackServerContext* context) const {
+    const std::string& api_key) const {
   if (options_.tenants == nullptr) return TenantRegistry::Caller{};
-  return options_.tenants->Authenticate(ApiKeyFromMetadata(context->client_metadata()));
+  return options_.tenants->Authenticate(api_key);
+}
+
+std::string GatewayService::ResolveModel(const std::string& name_or_id) const {
+  if (name_or_id.empty() || pools_->Find(name_or_id) != nullptr) return name_or_id;
+  for (const auto& [name, pool] : pools_->pools()) {
+    if (absl::EqualsIgnoreCase(pool->Status().model_id(), name_or_id)) return name;
+  }
+  return name_or_id;
+}
+
+std::vector<tandem::v1::ModelStatus> GatewayService::VisibleModels(
+    const TenantRegistry::Caller& caller) const {
+  std::vector<tandem::v1::ModelStatus> models;
+  for (const auto& [name, pool] : pools_->pools()) {
+    // A tenant sees the models it may use.
+    if (caller.spec == nullptr || caller.spec->models.empty() ||
+        caller.spec->models.contains(name)) {
+      models.push_back(pool->Status());
+    }
+  }
+  return models;
 }
 
 grpc::ServerUnaryReactor* GatewayService::Route(grpc::CallbackServerContext* context,
                                                 const grpc::ByteBuffer* request_bytes,
                                                 grpc::ByteBuffer* response_bytes) {
   auto* reactor = context->DefaultReactor();
-  absl::StatusOr<TenantRegistry::Caller> caller = Authenticate(context);
+  absl::StatusOr<TenantRegistry::Caller> caller =
+      Authenticate(ApiKeyFromMetadata(context->client_metadata()));
   if (!caller.ok()) {
     reactor->Finish(ToGrpcStatus(caller.status()));
     return reactor;
@@ -393,18 +423,13 @@ grpc::ServerUnaryReactor* GatewayService::ListModels(grpc::CallbackServerContext
                                                      const tandem::v1::ListModelsRequest*,
                                                      tandem::v1::ListModelsResponse* response) {
   auto* reactor = context->DefaultReactor();
-  absl::StatusOr<TenantRegistry::Caller> caller = Authenticate(context);
+  absl::StatusOr<TenantRegistry::Caller> caller =
+      Authenticate(ApiKeyFromMetadata(context->client_metadata()));
   if (!caller.ok()) {
     reactor->Finish(ToGrpcStatus(caller.status()));
     return reactor;
   }
-  for (const auto& [name, pool] : pools_->pools()) {
-    // A tenant sees the models it may use.
-    if (caller->spec == nullptr || caller->spec->models.empty() ||
-        caller->spec->models.contains(name)) {
-      *response->add_models() = pool->Status();
-    }
-  }
+  for (auto& m : VisibleModels(*caller)) *response->add_models() = std::move(m);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -6,8 +6,10 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/log_rate_limiter.h"
@@ -76,6 +78,7 @@ struct Disclosure {
 };
 
 // The API key of a call: "authorization: Bearer KEY", else "x-api-key: KEY"; empty when none.
+std::string ApiKeyFromHeaders(absl::string_view authorization, absl::string_view x_api_key);
 std::string ApiKeyFromMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata);
 
 // The call's x-request-id metadata value; empty when none.
@@ -150,8 +153,12 @@ class GatewayService final : public tandem::v1::Gateway::WithRawCallbackMethod_G
   // The calls' timers (queue wait, hedge, stall watch).
   TimerQueue& timers() { return timers_; }
   // The caller's tenant (an empty Caller without tenants); UNAUTHENTICATED as the registry says.
-  absl::StatusOr<TenantRegistry::Caller> Authenticate(
-      const grpc::CallbackServerContext* context) const;
+  absl::StatusOr<TenantRegistry::Caller> Authenticate(const std::string& api_key) const;
+  // The routing name of an upstream model id ("Qwen/Qwen3.5-35B-A3B" -> "qwen", any case); other
+  // names unchanged.
+  std::string ResolveModel(const std::string& name_or_id) const;
+  // The models `caller` may use, in --models order, with their workers' state.
+  std::vector<tandem::v1::ModelStatus> VisibleModels(const TenantRegistry::Caller& caller) const;
   Disclosure DisclosureFor(const TenantRegistry::Caller& caller) const;
   FairQueue* QueueFor(const std::string& model) const;
   // Sends a copy of an admitted request to `model`, answer discarded, measured in metrics.

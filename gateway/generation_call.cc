@@ -67,7 +67,7 @@ class GenerationCall::Attempt final : public grpc::ClientReadReactor<WorkerGener
         target_(*start.target.target),
         changed_(std::move(start.changed)),
         request_(changed_.has_value() ? &*changed_ : start.admitted),
-        context_(grpc::ClientContext::FromCallbackServerContext(*owner->context_)) {
+        context_(owner->context_->NewWorkerContext()) {
     // Propagation already bounds this by the caller's deadline; this adds the default.
     context_->set_deadline(owner->attempt_deadline_);
     AddWorkerTimeout(owner->worker_deadline_, context_.get());
@@ -127,23 +127,18 @@ class GenerationCall::Attempt final : public grpc::ClientReadReactor<WorkerGener
   std::atomic<int> refs_{1};  // gRPC's until OnDone, plus one per CancelAndUnref to come
 };
 
-GenerationCall::GenerationCall(GatewayService* service, grpc::CallbackServerContext* context,
-                               const grpc::ByteBuffer* bytes, const char* rpc)
+GenerationCall::GenerationCall(GatewayService* service, std::unique_ptr<CallerContext> caller,
+                               const char* rpc)
     : service_(service),
-      context_(context),
-      server_call_(context->c_call()),
-      parsed_(ParseRequest(*bytes, &request_)),
+      context_(std::move(caller)),
       rpc_(rpc),
       arrival_(SteadyClock::now()),
       queue_alarm_(&service->timers()),
       hedge_alarm_(&service->timers()),
       stall_alarm_(&service->timers()),
-      attempts_(this) {
-  grpc_call_ref(server_call_);
-}
+      attempts_(this) {}
 
 GenerationCall::~GenerationCall() {
-  grpc_call_unref(server_call_);
   // Here, not when the caller got its answer: a copy that lost a hedge race, or a pending
   // timer, may call into this object until its last reference goes, and a drain must wait for
   // that too.
@@ -152,19 +147,19 @@ GenerationCall::~GenerationCall() {
 
 // ---- Intake ----
 
-absl::Status GenerationCall::Begin() {
+absl::Status GenerationCall::Begin(const absl::Status& parsed) {
   // Named before anything can refuse the request, so every end line carries it (Admit
   // validates it, and replaces it when invalid).
-  admission_.request_id = LoggableRequestId(request_, MetadataRequestId(context_));
+  admission_.request_id = LoggableRequestId(request_, context_->RequestIdHeader());
   if (service_->draining()) {
     service_->RefusedWhileDraining();
     return absl::UnavailableError("gateway is draining; retry on another replica");
   }
-  absl::StatusOr<TenantRegistry::Caller> caller = service_->Authenticate(context_);
+  absl::StatusOr<TenantRegistry::Caller> caller = service_->Authenticate(context_->ApiKey());
   if (!caller.ok()) return caller.status();
   caller_ = std::move(*caller);
   disclosure_ = service_->DisclosureFor(caller_);
-  if (!parsed_.ok()) return parsed_;
+  if (!parsed.ok()) return parsed;
   if (absl::Status s = Admit(); !s.ok()) return s;
   CountAdmitted();
   if (absl::Status s = ReserveTenantTokens(); !s.ok()) return s;
@@ -176,7 +171,7 @@ absl::Status GenerationCall::Begin() {
 
 absl::Status GenerationCall::Admit() {
   const auto admit_start = SteadyClock::now();
-  absl::Status s = service_->intake().Admit(request_, MetadataRequestId(context_),
+  absl::Status s = service_->intake().Admit(request_, context_->RequestIdHeader(),
                                             context_->deadline(), &admission_, caller_.spec);
   service_->metrics().decision_duration().Observe(Seconds(SteadyClock::now() - admit_start));
   if (s.ok()) return s;
@@ -292,8 +287,7 @@ void GenerationCall::StartQueueWait() {
 void GenerationCall::SetRetryAfter(double seconds, std::string quota_subject) {
   retry_after_ = absl::Seconds(seconds);
   quota_subject_ = std::move(quota_subject);
-  context_->AddTrailingMetadata("retry-after-ms",
-                                std::to_string(static_cast<int64_t>(std::ceil(seconds * 1000))));
+  context_->SetRetryAfterMs(static_cast<int64_t>(std::ceil(seconds * 1000)));
 }
 
 grpc::Status GenerationCall::Detailed(const grpc::Status& status) const {
@@ -653,7 +647,8 @@ void GenerationCall::Record(const grpc::Status& ended) {
   const bool routed = started_ || !d.model.empty();
   const std::string model = routed ? d.model : std::string(kNone);
   const std::string klass = routed || d.shed ? d.request_class : std::string(kNone);
-  service_->metrics().CountRequest(model, klass, GrpcCodeName(status.error_code()));
+  service_->metrics().CountRequest(model, klass, GrpcCodeName(status.error_code()),
+                                   context_->api());
   if (model_metrics_ != nullptr && started_) {  // Dispatch incremented inflight
     model_metrics_->inflight->Decrement();
     model_metrics_->request_duration->Observe(Seconds(now - arrival_));

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gateway/call_alarm.h"
+#include "gateway/caller_context.h"
 #include "gateway/fair_queue.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_service.h"
@@ -42,16 +43,18 @@ class GenerationCall : private GenerationAttempts::Environment {
   GenerationCall& operator=(const GenerationCall&) = delete;
 
  protected:
-  // `bytes` is the request as received; it is parsed here, and a parse error is the call's
-  // answer once the caller is authenticated.
-  GenerationCall(GatewayService* service, grpc::CallbackServerContext* context,
-                 const grpc::ByteBuffer* bytes, const char* rpc);
+  // `rpc` names the call in logs ("Generate", "chat.completions", ...).
+  GenerationCall(GatewayService* service, std::unique_ptr<CallerContext> caller, const char* rpc);
   ~GenerationCall() override;
 
+  // The request; the subclass fills it (from the caller's bytes) before Begin.
+  tandem::v1::GenerateRequest& request() { return request_; }
+
   // Authenticates, validates, routes and applies the tenant's quotas; then starts the first
-  // attempt, or queues for a dispatch slot (the attempt then starts when one frees). An error
-  // means nothing was started and the caller finishes the call with it.
-  absl::Status Begin() ABSL_LOCKS_EXCLUDED(mu_, queue_mu_);
+  // attempt, or queues for a dispatch slot (the attempt then starts when one frees). `parsed` is
+  // how decoding request() went: an error is the call's answer once the caller is authenticated.
+  // An error means nothing was started and the caller finishes the call with it.
+  absl::Status Begin(const absl::Status& parsed) ABSL_LOCKS_EXCLUDED(mu_, queue_mu_);
 
   // A chunk of the committed attempt; the subclass relays it and calls Resume() when ready for
   // the next.
@@ -60,6 +63,7 @@ class GenerationCall : private GenerationAttempts::Environment {
   virtual void Complete(const grpc::Status& status) = 0;
 
   GatewayService* service() const { return service_; }
+  CallerContext& caller() const { return *context_; }
   // Reads the next chunk of the committed attempt.
   void Resume() ABSL_LOCKS_EXCLUDED(mu_);
   // The caller went away: leaves the queue, or cancels every attempt and timer.
@@ -76,9 +80,13 @@ class GenerationCall : private GenerationAttempts::Environment {
   void ReleaseSlot() ABSL_LOCKS_EXCLUDED(queue_mu_);
   // The status the caller gets: with retry advice when a refusal may be retried.
   grpc::Status Detailed(const grpc::Status& status) const;
+  // The retry advice of a refusal; zero when none.
+  absl::Duration retry_after() const { return retry_after_; }
 
   // Drops the server reactor's reference (its OnDone).
   void Unref();
+  // Another reference, for a front that may call in after it let the call go (Unref).
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
 
   const Admission& admission() const { return admission_; }
   const Disclosure& disclosure() const { return disclosure_; }
@@ -154,7 +162,6 @@ class GenerationCall : private GenerationAttempts::Environment {
   grpc::Status AsCallerSawIt(const grpc::Status& status) const;
   // An endpoint choice's error as the caller may see it: Pick lists every endpoint and why.
   absl::Status ForCaller(const absl::Status& status) const;
-  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
 
   // GenerationAttempts::Environment. Called with mu_ held.
   SteadyClock::time_point Now() const override;
@@ -173,14 +180,9 @@ class GenerationCall : private GenerationAttempts::Environment {
   void CountStall(const std::string& model) override;
 
   GatewayService* const service_;
-  grpc::CallbackServerContext* const context_;
-  // The caller's call, referenced for as long as this object lives: an attempt's ClientContext
-  // keeps only a raw pointer to it (for deadline and cancellation propagation) until its call
-  // is created in Start, and a hedge may start on the alarm's thread just after the caller's
-  // call finished (its first copy answered) and gRPC released it.
-  grpc_call* const server_call_;
+  // Lives as long as this object: attempts' contexts may refer to the caller's call.
+  const std::unique_ptr<CallerContext> context_;
   tandem::v1::GenerateRequest request_;
-  const absl::Status parsed_;
   const char* const rpc_;
   const SteadyClock::time_point arrival_;
   // Set by Begin and Dispatch, read-only once the first attempt starts.

@@ -82,7 +82,8 @@ int Run() {
   if (absl::Status s = config->Validate(); !s.ok()) Fatal(std::string(s.message()));
   absl::StatusOr<std::unique_ptr<Gateway>> gateway = Gateway::Start(*std::move(config));
   if (!gateway.ok()) Fatal(std::string(gateway.status().message()));
-  AnnounceListening("tandem-gateway", (*gateway)->grpc_address(), (*gateway)->metrics_address());
+  AnnounceListening("tandem-gateway", (*gateway)->grpc_address(), (*gateway)->metrics_address(),
+                    (*gateway)->http_address());
   const FreeMemoryReturner free_memory;
 
   const int sig = WaitForTerminationSignal([&] { (*gateway)->Reload("SIGHUP"); });

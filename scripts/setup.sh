@@ -9,6 +9,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcurl4-openssl-dev nlohmann-json3-dev   # gateway: worker scrapes and PromQL queries
+  libboost1.81-dev    # gateway: the OpenAI-compatible HTTP front (Boost.Beast, header-only)
   libopenblas-dev libopenblas0-pthread   # native engine: matrix products on the CPU
   libblas-dev libgfortran-12-dev         # GPU kit: static reference BLAS (scripts/gpu_kit.sh)
   libssl-dev openssl  # TLS: certificate checks at start-up; tests make their own certificates
@@ -48,9 +49,9 @@ else
   echo "[setup] all packages present"
 fi
 
-# The Node client example's packages (@grpc/grpc-js), pinned by its package-lock.json, from npm.
+# The Node client examples' packages (@grpc/grpc-js, the openai SDK), pinned by its package-lock.json, from npm.
 EXAMPLE_NODE="$(dirname "$0")/../examples/node"
-if [[ ! -d "$EXAMPLE_NODE/node_modules/@grpc/grpc-js" ]]; then
+if [[ ! -d "$EXAMPLE_NODE/node_modules/@grpc/grpc-js" || ! -d "$EXAMPLE_NODE/node_modules/openai" ]]; then
   echo "[setup] npm ci in examples/node"
   (cd "$EXAMPLE_NODE" && npm ci --no-audit --no-fund --loglevel=error)
 fi

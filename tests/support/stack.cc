@@ -54,6 +54,7 @@ absl::StatusOr<Server> StartServer(const std::string& binary, const std::string&
   Server s;
   s.grpc_address = Field(*line, "grpc");
   s.metrics_address = Field(*line, "metrics");
+  s.http_address = Field(*line, "http");
   s.process = std::move(*process);
   return s;
 }
@@ -61,11 +62,12 @@ absl::StatusOr<Server> StartServer(const std::string& binary, const std::string&
 }  // namespace
 
 std::pair<int, std::string> RunToExit(const std::string& binary,
-                                      const std::vector<std::string>& args) {
+                                      const std::vector<std::string>& args,
+                                      absl::Duration timeout) {
   auto p = ChildProcess::Start(binary, args, TempPath("run_to_exit.log"));
   if (!p.ok()) return {-1, std::string(p.status().message())};
   // Stdout first: drained before waiting, so a chatty child never blocks on a full pipe.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  const absl::Time deadline = absl::Now() + timeout;
   std::string out = (*p)->ReadStdoutToEnd(deadline - absl::Now());
   const int status = (*p)->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out + (*p)->ReadLog()};

@@ -21,12 +21,15 @@ struct Server {
   std::unique_ptr<ChildProcess> process;
   std::string grpc_address;
   std::string metrics_address;
+  // A gateway's --http_listen address; empty when it has none.
+  std::string http_address;
 };
 
-// Runs a binary expected to exit by itself (e.g. to refuse its flags) for up to 20 s; returns its
-// exit code (-1 if it did not exit normally) and its output (stdout, then stderr).
+// Runs a binary expected to exit by itself (e.g. to refuse its flags) for up to `timeout`; returns
+// its exit code (-1 if it did not exit normally) and its output (stdout, then stderr).
 std::pair<int, std::string> RunToExit(const std::string& binary,
-                                      const std::vector<std::string>& args);
+                                      const std::vector<std::string>& args,
+                                      absl::Duration timeout = absl::Seconds(20));
 
 // Starts tandem-worker --model=MODEL --device=cpu plus `extra_args`, and waits for its
 // "listening" line.

@@ -1,0 +1,220 @@
+#include "gateway/openai_call.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+
+namespace tandem::gateway {
+
+using tandem::v1::WorkerGenerateChunk;
+
+// The link from the connection's OnClientGone back to the call, cut when the call lets go of
+// the connection: the callback may come after that, when the call may be gone.
+struct OpenAiCall::Link {
+  absl::Mutex mu;
+  OpenAiCall* call ABSL_GUARDED_BY(mu) = nullptr;
+};
+
+void OpenAiCall::Start(GatewayService* service, std::shared_ptr<HttpExchange> exchange,
+                       absl::StatusOr<openai::ChatRequest> decoded,
+                       std::chrono::system_clock::time_point deadline) {
+  auto caller = std::make_unique<HttpCallerContext>(exchange->request(), deadline);
+  HttpCallerContext* view = caller.get();
+  auto* call = new OpenAiCall(service, std::move(exchange), std::move(caller), view);
+  absl::Status parsed = decoded.status();
+  if (decoded.ok()) {
+    call->stream_ = decoded->stream;
+    call->include_usage_ = decoded->include_usage;
+    call->request() = std::move(decoded->request);
+    call->splitter_ =
+        ThinkSplitter(call->request().hints().reasoning().mode() != tandem::v1::REASONING_MODE_OFF);
+  }
+  const absl::Status s = call->Begin(parsed);
+  if (!s.ok()) {
+    const grpc::Status status = ToGrpcStatus(s);
+    call->Record(status);
+    call->RespondError(status);
+    call->Unref();
+    return;
+  }
+  {
+    absl::MutexLock l(&call->link_->mu);
+    call->link_->call = call;
+  }
+  call->exchange_->OnClientGone([link = call->link_] {
+    OpenAiCall* c = nullptr;
+    {
+      absl::MutexLock l(&link->mu);
+      c = link->call;
+      if (c == nullptr) return;
+      c->Ref();
+    }
+    c->http_->Cancel();
+    c->CancelAll();
+    c->Unref();
+  });
+}
+
+OpenAiCall::OpenAiCall(GatewayService* service, std::shared_ptr<HttpExchange> exchange,
+                       std::unique_ptr<HttpCallerContext> caller, HttpCallerContext* caller_view)
+    : GenerationCall(service, std::move(caller), "chat.completions"),
+      exchange_(std::move(exchange)),
+      http_(caller_view),
+      link_(std::make_shared<Link>()),
+      created_(absl::ToUnixSeconds(absl::Now())) {}
+
+openai::AnswerMeta OpenAiCall::Meta() const {
+  return openai::AnswerMeta{.id = absl::StrCat("chatcmpl-", admission().request_id),
+                            .created = created_,
+                            .model = admission().decision.model};
+}
+
+HttpResponse OpenAiCall::Head(int status, const char* content_type) const {
+  HttpResponse r;
+  r.status = status;
+  r.headers.emplace_back("content-type", content_type);
+  const Admission& a = admission();
+  if (!a.request_id.empty()) r.headers.emplace_back("x-tandem-request-id", a.request_id);
+  if (!a.decision.model.empty()) {
+    r.headers.emplace_back("x-tandem-model", a.decision.model);
+    r.headers.emplace_back("x-tandem-class", a.decision.request_class);
+    r.headers.emplace_back("x-tandem-rule", a.decision.rule);
+  }
+  return r;
+}
+
+void OpenAiCall::Relay(const WorkerGenerateChunk& chunk) {
+  reasoning_.clear();
+  content_.clear();
+  if (chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+    finish_ = chunk.finish_reason();
+  }
+  if (!stream_) {
+    // Gathered whole: the splitter appends to the answer so far.
+    splitter_.Feed(chunk.text(), &answer_reasoning_, &answer_content_);
+    Resume();
+    return;
+  }
+  splitter_.Feed(chunk.text(), &reasoning_, &content_);
+  const bool last = chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED;
+  if (last) splitter_.Flush(&reasoning_, &content_);
+  const bool first = !started_stream_;
+  if (first) {
+    HttpResponse head = Head(200, "text/event-stream");
+    head.headers.emplace_back("cache-control", "no-cache");
+    exchange_->StartStream(std::move(head));
+    started_stream_ = true;
+  }
+  out_.clear();
+  if (first || last || !reasoning_.empty() || !content_.empty()) {
+    openai::AppendChunkEvent(Meta(), first, reasoning_, content_, chunk.finish_reason(), &out_);
+  }
+  if (last && include_usage_) {
+    tandem::v1::Usage usage;
+    tandem::v1::Timings timings;
+    tandem::v1::Recovery recovery;
+    FillFinal(&usage, &timings, &recovery);
+    openai::AppendUsageEvent(Meta(), usage, &out_);
+  }
+  if (out_.empty()) {
+    Resume();
+    return;
+  }
+  {
+    absl::MutexLock l(&write_mu_);
+    write_in_flight_ = true;
+  }
+  exchange_->Write(out_, [this](bool ok) { OnWriteDone(ok); });
+}
+
+void OpenAiCall::OnWriteDone(bool ok) {
+  bool upstream_done = false;
+  {
+    absl::MutexLock l(&write_mu_);
+    write_in_flight_ = false;
+    if (!ok) client_gone_ = true;
+    upstream_done = upstream_done_;
+  }
+  if (upstream_done) {
+    FinishOnce();
+    return;
+  }
+  if (!ok) {
+    // The client is gone: stop the workers; the reads then end and release the holds.
+    http_->Cancel();
+    CancelAll();
+  }
+  Resume();
+}
+
+void OpenAiCall::Complete(const grpc::Status& status) {
+  {
+    absl::MutexLock l(&write_mu_);
+    upstream_done_ = true;
+    upstream_status_ = status;
+    if (write_in_flight_) return;  // OnWriteDone finishes
+  }
+  FinishOnce();
+}
+
+void OpenAiCall::FinishOnce() {
+  grpc::Status status;
+  {
+    absl::MutexLock l(&write_mu_);
+    if (finished_) return;
+    finished_ = true;
+    // A stream the client stopped reading did not succeed, whatever the worker said.
+    status = client_gone_ && upstream_status_.ok()
+                 ? grpc::Status(grpc::StatusCode::CANCELLED, "the client went away")
+                 : upstream_status_;
+  }
+  Record(status);
+  {
+    absl::MutexLock l(&link_->mu);
+    link_->call = nullptr;
+  }
+  if (!started_stream_) {
+    if (status.ok()) {
+      splitter_.Flush(&answer_reasoning_, &answer_content_);
+      tandem::v1::Usage usage;
+      tandem::v1::Timings timings;
+      tandem::v1::Recovery recovery;
+      FillFinal(&usage, &timings, &recovery);
+      HttpResponse r = Head(200, "application/json");
+      r.body = openai::CompletionJson(Meta(), answer_reasoning_, answer_content_, finish_, usage);
+      exchange_->Respond(std::move(r));
+    } else {
+      RespondError(status);
+    }
+  } else {
+    // The status line went out with the first chunk: an error now is an event in the stream.
+    out_.clear();
+    if (status.ok()) {
+      openai::AppendDoneEvent(&out_);
+    } else {
+      openai::AppendErrorEvent(openai::ForOpenAi(FromGrpcStatus(status)), &out_);
+    }
+    exchange_->EndStream(out_);
+  }
+  ReleaseSlot();
+  Unref();
+}
+
+void OpenAiCall::RespondError(const grpc::Status& grpc_status) {
+  const absl::Status status = openai::ForOpenAi(FromGrpcStatus(grpc_status));
+  HttpResponse r = Head(openai::HttpStatusFor(status.code()), "application/json");
+  if (retry_after() > absl::ZeroDuration()) {
+    // Retry-After in whole seconds (HTTP's), and retry-after-ms, which OpenAI's SDKs read first.
+    r.headers.emplace_back(
+        "retry-after",
+        absl::StrCat(static_cast<int64_t>(std::ceil(absl::ToDoubleSeconds(retry_after())))));
+    r.headers.emplace_back("retry-after-ms", absl::StrCat(http_->retry_after_ms()));
+  }
+  r.body = openai::ErrorJson(status);
+  exchange_->Respond(std::move(r));
+}
+
+}  // namespace tandem::gateway

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/http_server.h"
+#include "gateway/generation_call.h"
+#include "gateway/http_caller_context.h"
+#include "gateway/openai_codec.h"
+#include "gateway/think_splitter.h"
+
+namespace tandem::gateway {
+
+// POST /v1/chat/completions: the same request path as Generate and GenerateStream (intake,
+// router, tenants, queue, retries, failover, hedging), answered in OpenAI's JSON, whole or as
+// Server-Sent Events. The routing decision travels in x-tandem-* response headers. Owns itself:
+// the last reference (its own until the answer is handed to the connection, the attempts',
+// the timers') deletes it.
+class OpenAiCall final : public GenerationCall {
+ public:
+  // Starts the call: `decoded` is the decoded body or why it could not be (answered once the
+  // caller is authenticated).
+  static void Start(GatewayService* service, std::shared_ptr<HttpExchange> exchange,
+                    absl::StatusOr<openai::ChatRequest> decoded,
+                    std::chrono::system_clock::time_point deadline);
+
+ private:
+  struct Link;
+
+  OpenAiCall(GatewayService* service, std::shared_ptr<HttpExchange> exchange,
+             std::unique_ptr<HttpCallerContext> caller, HttpCallerContext* caller_view);
+
+  void Relay(const tandem::v1::WorkerGenerateChunk& chunk) override;
+  void Complete(const grpc::Status& status) override;
+
+  void OnWriteDone(bool ok) ABSL_LOCKS_EXCLUDED(write_mu_);
+  void FinishOnce() ABSL_LOCKS_EXCLUDED(write_mu_);
+  // The answer's head: status, content type and the x-tandem-* headers.
+  HttpResponse Head(int status, const char* content_type) const;
+  void RespondError(const grpc::Status& status);
+  openai::AnswerMeta Meta() const;
+
+  const std::shared_ptr<HttpExchange> exchange_;
+  HttpCallerContext* const http_;  // owned by GenerationCall
+  const std::shared_ptr<Link> link_;
+  bool stream_ = false;
+  bool include_usage_ = false;
+  const int64_t created_;  // Unix seconds
+  // Written by Relay only, one chunk at a time.
+  ThinkSplitter splitter_{true};
+  std::string reasoning_;  // of one streamed chunk
+  std::string content_;
+  std::string answer_reasoning_;  // of a whole answer
+  std::string answer_content_;
+  std::string out_;
+  tandem::v1::FinishReason finish_ = tandem::v1::FINISH_REASON_UNSPECIFIED;
+  bool started_stream_ = false;
+  absl::Mutex write_mu_;
+  bool write_in_flight_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool upstream_done_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool client_gone_ ABSL_GUARDED_BY(write_mu_) = false;
+  grpc::Status upstream_status_ ABSL_GUARDED_BY(write_mu_);
+};
+
+}  // namespace tandem::gateway

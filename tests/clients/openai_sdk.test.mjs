@@ -1,0 +1,169 @@
+// The official `openai` npm SDK against a real Tandem gateway's HTTP front (started by
+// tests/integration/openai_sdk_test.cc, which passes the addresses and keys in the environment).
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { test } from 'node:test';
+
+const require = createRequire(`${process.env.TANDEM_NODE_MODULES}/`);
+const { OpenAI } = require('openai');
+
+const baseURL = process.env.TANDEM_OPENAI_URL;
+const client = new OpenAI({ baseURL, apiKey: process.env.TANDEM_API_KEY, maxRetries: 0 });
+const prompt = [{ role: 'user', content: 'Write a Python function that reverses a list.' }];
+
+async function metric(name, labels) {
+  const text = await (await fetch(`${process.env.TANDEM_METRICS_URL}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`)) continue;
+    if (Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) {
+      sum += Number(line.split(' ').pop());
+    }
+  }
+  return sum;
+}
+
+async function eventually(check, what) {
+  const deadline = Date.now() + 20000;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+test('models lists the routing names and auto', async () => {
+  const ids = [];
+  for await (const m of client.models.list()) ids.push(m.id);
+  assert.deepEqual(ids.sort(), ['auto', 'nemotron', 'qwen']);
+});
+
+test('a whole chat answers with usage and the routing headers', async () => {
+  const before = await metric('tandem_gateway_requests_total', { api: 'openai', code: 'OK' });
+  const { data, response } = await client.chat.completions
+    .create({ model: 'auto', messages: prompt, max_tokens: 8, reasoning_effort: 'none' })
+    .withResponse();
+  assert.equal(data.object, 'chat.completion');
+  assert.match(data.model, /^(qwen|nemotron)$/);
+  assert.equal(response.headers.get('x-tandem-model'), data.model);
+  assert.ok(response.headers.get('x-tandem-rule'));
+  assert.equal(data.id, `chatcmpl-${response.headers.get('x-tandem-request-id')}`);
+  const choice = data.choices[0];
+  assert.equal(choice.message.role, 'assistant');
+  assert.ok(choice.message.content.length > 0);
+  assert.equal(choice.finish_reason, 'length');
+  assert.equal(data.usage.completion_tokens, 8);
+  assert.ok(data.usage.prompt_tokens > 0);
+  assert.equal(data.usage.total_tokens, data.usage.prompt_tokens + 8);
+  await eventually(async () =>
+    (await metric('tandem_gateway_requests_total', { api: 'openai', code: 'OK' })) > before,
+  'the request counted with api="openai"');
+});
+
+test('a pinned model serves, by routing name and by upstream id', async () => {
+  const ids = {};
+  for await (const m of client.models.list()) ids[m.id] = m.root;
+  for (const model of ['nemotron', ids.qwen]) {
+    const r = await client.chat.completions.create({ model, messages: prompt, max_tokens: 2 });
+    assert.equal(r.model, model === 'nemotron' ? 'nemotron' : 'qwen');
+  }
+});
+
+test('thinking arrives as reasoning_content', async () => {
+  const r = await client.chat.completions.create({
+    model: 'qwen', messages: prompt, max_tokens: 4, reasoning_effort: 'high' });
+  // The simulator never closes its think block: all of it is reasoning.
+  assert.ok(r.choices[0].message.reasoning_content.length > 0);
+  assert.equal(r.choices[0].message.content, '');
+});
+
+test('a streamed chat relays deltas, the finish reason and the usage', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'auto', messages: prompt, max_completion_tokens: 6, reasoning_effort: 'none',
+    stream: true, stream_options: { include_usage: true },
+  });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunk.choices.length > 0) {
+      text += chunk.choices[0].delta.content ?? '';
+      finish = chunk.choices[0].finish_reason ?? finish;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.ok(chunks >= 3);
+  assert.ok(text.length > 0);
+  assert.equal(finish, 'length');
+  assert.equal(usage.completion_tokens, 6);
+});
+
+test('a wrong key is refused with 401', async () => {
+  const bad = new OpenAI({ baseURL, apiKey: 'not-a-key', maxRetries: 0 });
+  await assert.rejects(
+    bad.chat.completions.create({ model: 'auto', messages: prompt }),
+    (e) => e instanceof OpenAI.AuthenticationError && e.status === 401 &&
+      e.error.type === 'authentication_error');
+  await assert.rejects(bad.models.list(), (e) => e.status === 401);
+});
+
+test('a bad field is a 400 naming it', async () => {
+  for (const [extra, param] of [[{ n: 2 }, 'n'], [{ temperature: 7 }, 'temperature'],
+    [{ frobnicate: true }, 'frobnicate'], [{ max_tokens: 0 }, 'max_tokens']]) {
+    await assert.rejects(
+      client.chat.completions.create({ model: 'auto', messages: prompt, ...extra }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === param &&
+        e.error.type === 'invalid_request_error',
+      `param ${param}`);
+  }
+  await assert.rejects(
+    client.chat.completions.create({ model: 'auto', messages: [{ role: 'user',
+      content: [{ type: 'image_url', image_url: { url: 'https://example.com/cat.png' } }] }] }),
+    (e) => e.status === 400 && e.param === 'messages[0].content[0].image_url.url');
+});
+
+test('an unknown model is a 404', async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: 'gpt-4o', messages: prompt }),
+    (e) => e instanceof OpenAI.NotFoundError && e.error.code === 'model_not_found');
+});
+
+test('a tenant over its quota gets 429 with Retry-After', async () => {
+  const limited = new OpenAI({ baseURL, apiKey: process.env.TANDEM_LIMITED_KEY, maxRetries: 0 });
+  let refused = null;
+  for (let i = 0; i < 3 && refused === null; i++) {
+    try {
+      await limited.chat.completions.create({ model: 'auto', messages: prompt, max_tokens: 1 });
+    } catch (e) {
+      refused = e;
+    }
+  }
+  assert.ok(refused instanceof OpenAI.RateLimitError, String(refused));
+  assert.equal(refused.status, 429);
+  assert.ok(Number(refused.headers.get('retry-after')) >= 1);
+  assert.ok(Number(refused.headers.get('retry-after-ms')) > 0);
+});
+
+test('a client that goes away cancels the generation', async () => {
+  const before = await metric('tandem_gateway_requests_total', { api: 'openai', code: 'CANCELLED' });
+  const controller = new AbortController();
+  const stream = await client.chat.completions.create(
+    { model: 'qwen', messages: prompt, max_tokens: 4000, stream: true },
+    { signal: controller.signal });
+  let chunks = 0;
+  try {
+    for await (const chunk of stream) {
+      chunks++;
+      controller.abort();  // the SDK then ends the iteration (or throws, by version)
+    }
+  } catch (e) {
+    assert.match(e.name, /Abort/);
+  }
+  assert.ok(chunks >= 1);
+  await eventually(async () =>
+    (await metric('tandem_gateway_requests_total', { api: 'openai', code: 'CANCELLED' })) > before,
+  'the cancelled request counted with api="openai"');
+});

@@ -1,0 +1,180 @@
+#include "gateway/openai_codec.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::gateway::openai {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+absl::StatusOr<ChatRequest> Decode(const json& body) { return DecodeChatRequest(body.dump()); }
+
+json Body(json extra = json::object()) {
+  json b = {{"model", "auto"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  b.update(extra);
+  return b;
+}
+
+TEST(OpenAiCodecTest, DecodesMessagesSamplingAndOptions) {
+  auto r = Decode(Body({{"model", "qwen"},
+                        {"messages",
+                         {{{"role", "developer"}, {"content", "be brief"}},
+                          {{"role", "user"},
+                           {"content",
+                            {{{"type", "text"}, {"text", "what is this?"}},
+                             {{"type", "image_url"},
+                              {"image_url", {{"url", "data:image/png;base64,aGVsbG8="}}}}}}}}},
+                        {"max_tokens", 10},
+                        {"max_completion_tokens", 20},
+                        {"temperature", 0.5},
+                        {"top_p", 0.9},
+                        {"seed", 7},
+                        {"stop", "END"},
+                        {"n", 1},
+                        {"stream", true},
+                        {"stream_options", {{"include_usage", true}}},
+                        {"reasoning_effort", "low"},
+                        {"user", "u-1"},
+                        {"frequency_penalty", 0},
+                        {"metadata", {{"k", "v"}}}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& g = r->request;
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_EQ(g.hints().model(), "qwen");
+  ASSERT_EQ(g.messages_size(), 2);
+  EXPECT_EQ(g.messages(0).role(), "system");
+  EXPECT_EQ(g.messages(1).content(1).image().mime_type(), "image/png");
+  EXPECT_EQ(g.messages(1).content(1).image().data(), "hello");
+  EXPECT_EQ(g.sampling().max_tokens(), 20);  // max_completion_tokens wins
+  EXPECT_FLOAT_EQ(g.sampling().temperature(), 0.5f);
+  EXPECT_EQ(g.sampling().seed(), 7u);
+  EXPECT_EQ(g.sampling().stop(0), "END");
+  EXPECT_EQ(g.hints().reasoning().mode(), tandem::v1::REASONING_MODE_ON);
+  EXPECT_EQ(g.hints().reasoning().thinking_budget_tokens(), 1024);
+  EXPECT_EQ(g.labels().at("user"), "u-1");
+}
+
+TEST(OpenAiCodecTest, AutoAndAbsentModelLeaveTheRouterFree) {
+  for (const json& b : {Body(), Body({{"model", ""}})}) {
+    auto r = Decode(b);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->request.hints().model(), "");
+  }
+  json no_model = Body();
+  no_model.erase("model");
+  EXPECT_TRUE(Decode(no_model).ok());
+}
+
+TEST(OpenAiCodecTest, RefusalsNameTheField) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {Body({{"n", 2}}), "n"},
+      {Body({{"frobnicate", 1}}), "frobnicate"},
+      {Body({{"max_tokens", 0}}), "max_tokens"},
+      {Body({{"seed", -1}}), "seed"},
+      {Body({{"stream", "yes"}}), "stream"},
+      {Body({{"logprobs", true}}), "logprobs"},
+      {Body({{"presence_penalty", 1.5}}), "presence_penalty"},
+      {Body({{"tools", {{{"type", "function"}}}}}), "tools"},
+      {Body({{"reasoning_effort", "extreme"}}), "reasoning_effort"},
+      {Body({{"messages", json::array()}}), "messages"},
+      {Body({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}), "messages[0].role"},
+      {Body({{"messages", {{{"role", "user"}, {"content", 5}}}}}), "messages[0].content"},
+      {Body({{"messages",
+              {{{"role", "user"},
+                {"content",
+                 {{{"type", "image_url"}, {"image_url", {{"url", "http://x/y.png"}}}}}}}}}}),
+       "messages[0].content[0].image_url.url"},
+  };
+  for (const auto& [body, param] : cases) {
+    auto r = Decode(body);
+    ASSERT_FALSE(r.ok()) << body.dump();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << body.dump();
+    EXPECT_EQ(ParamOf(r.status()), param) << r.status();
+    const json error = json::parse(ErrorJson(r.status()))["error"];
+    EXPECT_EQ(error["param"], param);
+    EXPECT_EQ(error["type"], "invalid_request_error");
+  }
+}
+
+TEST(OpenAiCodecTest, NotJsonSaysWhere) {
+  auto r = DecodeChatRequest("{\"messages\": [");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("not valid JSON"));
+  EXPECT_FALSE(DecodeChatRequest("[1, 2]").ok());
+}
+
+TEST(OpenAiCodecTest, IntakeMessagesMapToOpenAiParams) {
+  EXPECT_EQ(ParamOf(absl::InvalidArgumentError("sampling.temperature: must be in [0, 2]")),
+            "temperature");
+  EXPECT_EQ(ParamOf(absl::NotFoundError("hints.model: unknown model 'x'")), "model");
+  EXPECT_EQ(ParamOf(absl::InvalidArgumentError("messages[0].content[0].text: empty")),
+            "messages[0].content[0].text");
+  EXPECT_EQ(ParamOf(absl::UnavailableError("model 'qwen' has no usable worker; retry later")), "");
+}
+
+TEST(OpenAiCodecTest, StatusesMapToHttp) {
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kUnauthenticated), 401);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kPermissionDenied), 403);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kInternal), 500);
+}
+
+TEST(OpenAiCodecTest, AnswersAreOpenAiJson) {
+  const AnswerMeta meta{.id = "chatcmpl-r1", .created = 1700000000, .model = "qwen"};
+  tandem::v1::Usage usage;
+  usage.set_prompt_tokens(3);
+  usage.set_completion_tokens(2);
+  usage.set_total_tokens(5);
+  const json whole = json::parse(
+      CompletionJson(meta, "hmm", "say \"hi\"\n", tandem::v1::FINISH_REASON_STOP, usage));
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "say \"hi\"\n");
+  EXPECT_EQ(whole["choices"][0]["message"]["reasoning_content"], "hmm");
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(whole["usage"]["total_tokens"], 5);
+
+  std::string events;
+  AppendChunkEvent(meta, true, "", "a", tandem::v1::FINISH_REASON_UNSPECIFIED, &events);
+  AppendChunkEvent(meta, false, "", "", tandem::v1::FINISH_REASON_LENGTH, &events);
+  AppendUsageEvent(meta, usage, &events);
+  AppendDoneEvent(&events);
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < events.size();) {
+    const size_t end = events.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos);
+    lines.push_back(events.substr(at, end - at));
+    at = end + 2;
+  }
+  ASSERT_EQ(lines.size(), 4u);
+  const json first = json::parse(lines[0].substr(6));
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(first["choices"][0]["delta"]["content"], "a");
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(json::parse(lines[1].substr(6))["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(json::parse(lines[2].substr(6))["choices"].empty());
+  EXPECT_EQ(lines[3], "data: [DONE]");
+}
+
+TEST(OpenAiCodecTest, ModelList) {
+  tandem::v1::ModelStatus qwen;
+  qwen.set_name("qwen");
+  qwen.set_model_id("Qwen/Qwen3.5-35B-A3B");
+  const json list = json::parse(ModelListJson({qwen}, 1));
+  ASSERT_EQ(list["data"].size(), 2u);
+  EXPECT_EQ(list["data"][0]["id"], "qwen");
+  EXPECT_EQ(list["data"][0]["root"], "Qwen/Qwen3.5-35B-A3B");
+  EXPECT_EQ(list["data"][1]["id"], "auto");
+}
+
+}  // namespace
+}  // namespace tandem::gateway::openai

@@ -1,0 +1,121 @@
+// The OpenAI-compatible HTTP front against a real gateway and workers: the official `openai` npm
+// SDK's test suite (tests/clients/openai_sdk.test.mjs), the examples docs/clients.md shows
+// (examples/node/openai_chat.mjs, examples/curl/chat_stream.sh), and what a raw socket can
+// send that a client library never does (malformed, oversized, pipelined requests).
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "policies/tenant_config.h"
+#include "tests/support/pki.h"
+#include "tests/support/stack.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::string kNodeModules = std::string(TANDEM_SOURCE_DIR) + "/examples/node/node_modules";
+
+class OpenAiSdkTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto ca = TestCa::Create("openai");
+    ASSERT_TRUE(ca.ok()) << ca.status();
+    ca_ = new TestCa(std::move(*ca));
+    auto cert = ca_->Issue("gateway");
+    ASSERT_TRUE(cert.ok()) << cert.status();
+    std::vector<std::string> entries;
+    for (const char* model : {"qwen", "nemotron"}) {
+      auto w = StartWorker(model);
+      ASSERT_TRUE(w.ok()) << w.status();
+      entries.push_back(absl::StrCat(model, "=", w->grpc_address));
+      workers_.push_back(std::move(*w));
+    }
+    const std::string tenants = WriteTempFile(
+        "tenants.yaml",
+        absl::StrCat("tenants:\n  - name: app\n    keys: [", policies::TenantKeyEntry("app-secret"),
+                     "]\n  - name: tiny\n    keys: [", policies::TenantKeyEntry("tiny-secret"),
+                     "]\n    limits: {requests_per_second: 0.01, burst_requests: 1}\n"));
+    auto gateway = StartGateway(entries, {"--tls_cert=" + cert->cert, "--tls_key=" + cert->key,
+                                          "--tenants=" + tenants, "--http_listen=127.0.0.1:0"});
+    ASSERT_TRUE(gateway.ok()) << gateway.status();
+    gateway_ = std::move(*gateway);
+    ASSERT_FALSE(gateway_.http_address.empty());
+    ASSERT_TRUE(WaitUntil([] {
+      auto m = HttpGet(gateway_.metrics_address, "/metrics");
+      return m.ok() &&
+             MetricValue(*m, "tandem_gateway_ready_workers", {{"model_name", "qwen"}})
+                     .value_or(0) == 1 &&
+             MetricValue(*m, "tandem_gateway_ready_workers", {{"model_name", "nemotron"}})
+                     .value_or(0) == 1;
+    }));
+  }
+  static void TearDownTestSuite() {
+    gateway_ = {};
+    workers_.clear();
+    delete ca_;
+  }
+
+  static std::string BaseUrl() { return absl::StrCat("https://", gateway_.http_address, "/v1"); }
+
+  // Runs `command` with the gateway's CA trusted by Node and the key in TANDEM_API_KEY.
+  static std::pair<int, std::string> RunWithEnv(std::vector<std::string> command) {
+    std::vector<std::string> args = {"NODE_EXTRA_CA_CERTS=" + ca_->ca_cert(),
+                                     "TANDEM_API_KEY=app-secret"};
+    args.insert(args.end(), command.begin(), command.end());
+    return RunToExit("/usr/bin/env", args, absl::Seconds(60));
+  }
+
+  static TestCa* ca_;
+  static std::vector<Server> workers_;
+  static Server gateway_;
+};
+
+TestCa* OpenAiSdkTest::ca_ = nullptr;
+std::vector<Server> OpenAiSdkTest::workers_;
+Server OpenAiSdkTest::gateway_;
+
+TEST_F(OpenAiSdkTest, OfficialSdkSuite) {
+  struct stat st;
+  ASSERT_EQ(stat((kNodeModules + "/openai").c_str(), &st), 0)
+      << "run scripts/setup.sh: it installs the examples' npm packages";
+  const auto [code, out] =
+      RunWithEnv({"TANDEM_NODE_MODULES=" + kNodeModules, "TANDEM_OPENAI_URL=" + BaseUrl(),
+                  "TANDEM_LIMITED_KEY=tiny-secret",
+                  "TANDEM_METRICS_URL=http://" + gateway_.metrics_address, "/usr/bin/node",
+                  "--test", std::string(TANDEM_SOURCE_DIR) + "/tests/clients/openai_sdk.test.mjs"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("# fail 0")) << out;
+}
+
+TEST_F(OpenAiSdkTest, NodeExample) {
+  const auto [code, out] = RunWithEnv(
+      {"/usr/bin/node", std::string(TANDEM_SOURCE_DIR) + "/examples/node/openai_chat.mjs",
+       BaseUrl(), "Hello there"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ContainsRegex("^\\[(qwen|nemotron), rule [a-z_-]+\\] [^\n]+")) << out;
+  EXPECT_THAT(out, ContainsRegex("\\([0-9]+ tokens\\)\n$")) << out;
+}
+
+TEST_F(OpenAiSdkTest, CurlExample) {
+  const auto [code, out] =
+      RunWithEnv({std::string(TANDEM_SOURCE_DIR) + "/examples/curl/chat_stream.sh", BaseUrl(),
+                  ca_->ca_cert()});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, StartsWith("data: {\"id\":\"chatcmpl-")) << out;
+  EXPECT_THAT(out, HasSubstr("\"finish_reason\":\"length\"")) << out;
+  EXPECT_THAT(out, HasSubstr("data: [DONE]\n\n")) << out;
+}
+
+}  // namespace
+}  // namespace tandem::testing
