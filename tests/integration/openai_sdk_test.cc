@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/file.h"
 #include "policies/tenant_config.h"
 #include "tests/support/pki.h"
 #include "tests/support/stack.h"
@@ -115,6 +116,18 @@ TEST_F(OpenAiSdkTest, CurlExample) {
   EXPECT_THAT(out, StartsWith("data: {\"id\":\"chatcmpl-")) << out;
   EXPECT_THAT(out, HasSubstr("\"finish_reason\":\"length\"")) << out;
   EXPECT_THAT(out, HasSubstr("data: [DONE]\n\n")) << out;
+}
+
+// docs/clients.md shows the examples this test runs, verbatim.
+TEST(OpenAiDocsTest, ClientsDocShowsTheExamplesCiRuns) {
+  const std::string root = TANDEM_SOURCE_DIR;
+  auto doc = ReadFileToString(root + "/docs/clients.md");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  for (const char* example : {"/examples/node/openai_chat.mjs", "/examples/curl/chat_stream.sh"}) {
+    auto text = ReadFileToString(root + example);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_THAT(*doc, HasSubstr(*text)) << example << " differs from its copy in docs/clients.md";
+  }
 }
 
 }  // namespace
