@@ -15,6 +15,8 @@ ABSL_FLAG(int32_t, max_stop_sequences, tandem::RequestLimits{}.max_stop_sequence
           "Most stop sequences in one request.");
 ABSL_FLAG(int32_t, max_stop_sequence_bytes, tandem::RequestLimits{}.max_stop_sequence_bytes,
           "Longest stop sequence, in bytes.");
+ABSL_FLAG(int32_t, max_tools, tandem::RequestLimits{}.max_tools,
+          "Most tools (functions the model may call) in one request; 0 refuses tools.");
 ABSL_FLAG(double, rejected_log_per_second, tandem::RequestLimits{}.rejected_log_per_second,
           "Log lines a second for refused requests (bursts of twice that; the next line logged "
           "says how many were dropped); 0 logs every one.");
@@ -29,6 +31,7 @@ absl::StatusOr<RequestLimits> RequestLimitsFromFlags() {
   l.max_image_bytes = absl::GetFlag(FLAGS_max_image_bytes);
   l.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
   l.max_stop_sequence_bytes = absl::GetFlag(FLAGS_max_stop_sequence_bytes);
+  l.max_tools = absl::GetFlag(FLAGS_max_tools);
   l.rejected_log_per_second = absl::GetFlag(FLAGS_rejected_log_per_second);
   if (!(l.rejected_log_per_second >= 0)) {
     return absl::InvalidArgumentError("--rejected_log_per_second must be >= 0");
@@ -42,8 +45,9 @@ absl::StatusOr<RequestLimits> RequestLimitsFromFlags() {
     if (value < 1) return absl::InvalidArgumentError(absl::StrCat(flag, " must be >= 1"));
   }
   // Zero is a meaningful limit for these: no images, no stop sequences.
-  if (l.max_images < 0 || l.max_stop_sequences < 0) {
-    return absl::InvalidArgumentError("--max_images and --max_stop_sequences must be >= 0");
+  if (l.max_images < 0 || l.max_stop_sequences < 0 || l.max_tools < 0) {
+    return absl::InvalidArgumentError(
+        "--max_images, --max_stop_sequences and --max_tools must be >= 0");
   }
   return l;
 }

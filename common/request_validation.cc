@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log_text.h"
 #include "common/utf8.h"
+#include "nlohmann/json.hpp"
 
 namespace tandem {
 namespace {
@@ -53,6 +56,71 @@ bool IsSupportedImageMimeType(absl::string_view mime_type) {
   return false;
 }
 
+namespace {
+
+bool ValidToolName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (const char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '_' && c != '.' && c != '-') return false;
+  }
+  return true;
+}
+
+// An object's JSON text (empty counts as {}).
+bool IsJsonObject(const std::string& text) {
+  if (text.empty()) return true;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return !j.is_discarded() && j.is_object();
+}
+
+absl::Status ValidateToolCalls(const tandem::v1::ChatMessage& message, const std::string& prefix) {
+  if (message.tool_calls().empty()) return absl::OkStatus();
+  if (message.role() != "assistant") {
+    return Invalid(prefix + ".tool_calls", "only assistant messages carry tool calls");
+  }
+  for (int c = 0; c < message.tool_calls_size(); ++c) {
+    const auto& call = message.tool_calls(c);
+    const std::string field = absl::StrFormat("%s.tool_calls[%d]", prefix, c);
+    if (!ValidToolName(call.name())) {
+      return Invalid(field + ".name", absl::StrCat(QuoteForLog(call.name()),
+                                                   " is not 1-64 bytes of [A-Za-z0-9_.-]"));
+    }
+    if (!IsJsonObject(call.arguments_json())) {
+      return Invalid(field + ".arguments_json", "not a JSON object");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateTools(const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
+                           const RequestLimits& limits) {
+  if (tools.size() > limits.max_tools) {
+    return Invalid("tools", absl::StrFormat("%d tools; the limit is %d (--max_tools)", tools.size(),
+                                            limits.max_tools));
+  }
+  std::set<std::string> names;
+  for (int t = 0; t < tools.size(); ++t) {
+    const auto& tool = tools[t];
+    const std::string field = absl::StrFormat("tools[%d]", t);
+    if (!ValidToolName(tool.name())) {
+      return Invalid(field + ".name", absl::StrCat(QuoteForLog(tool.name()),
+                                                   " is not 1-64 bytes of [A-Za-z0-9_.-]"));
+    }
+    if (!names.insert(tool.name()).second) {
+      return Invalid(field + ".name", absl::StrCat(QuoteForLog(tool.name()), " is given twice"));
+    }
+    if (!IsValidUtf8(tool.description())) {
+      return Invalid(field + ".description", "not valid UTF-8");
+    }
+    if (!IsJsonObject(tool.parameters_json())) {
+      return Invalid(field + ".parameters_json", "not a JSON object");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateMessages(
     const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
     const RequestLimits& limits) {
@@ -70,7 +138,10 @@ absl::Status ValidateMessages(
                      absl::StrFormat("unknown role %s; expected system, user, assistant or tool",
                                      QuoteForLog(message.role())));
     }
-    if (message.content().empty()) return Invalid(prefix + ".content", "no content parts");
+    if (absl::Status s = ValidateToolCalls(message, prefix); !s.ok()) return s;
+    if (message.content().empty() && message.tool_calls().empty()) {
+      return Invalid(prefix + ".content", "no content parts");
+    }
     if (message.content_size() > limits.max_parts_per_message) {
       return Invalid(prefix + ".content",
                      absl::StrFormat("%d parts; the limit is %d", message.content_size(),

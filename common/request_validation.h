@@ -19,6 +19,7 @@ struct RequestLimits {
   int64_t max_image_bytes = 20ll << 20;
   int32_t max_stop_sequences = 16;
   int32_t max_stop_sequence_bytes = 256;
+  int32_t max_tools = 128;
   int32_t max_labels = 32;
   int32_t max_label_bytes = 256;
   // Log lines a second for refused requests (burst: twice that); 0 logs every one. Invalid
@@ -28,11 +29,19 @@ struct RequestLimits {
 
 // INVALID_ARGUMENT naming the offending field ("messages[2].content[0].text: ...") for: no
 // messages, unknown role, a message without content, empty or non-UTF-8 text, an image without
-// data or with an unsupported MIME type (IsSupportedImageMimeType), and counts over the limits.
+// data or with an unsupported MIME type (IsSupportedImageMimeType), and counts over the limits;
+// tool calls on a message that is not the assistant's, or with a bad name or arguments that are
+// not a JSON object (an assistant message with tool calls may have no content).
 // Caller text in a message is quoted, escaped and cut (QuoteForLog).
 absl::Status ValidateMessages(
     const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
     const RequestLimits& limits);
+
+// INVALID_ARGUMENT naming the field for more than max_tools tools, a name that is not 1-64
+// bytes of [A-Za-z0-9_.-] or is given twice, a description that is not UTF-8, or parameters that
+// are not a JSON object.
+absl::Status ValidateTools(const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
+                           const RequestLimits& limits);
 
 // Request ids become gRPC metadata to the worker and a field of every log line: INVALID_ARGUMENT
 // unless 1 to kMaxRequestIdBytes bytes of visible ASCII (no space, control or non-ASCII byte).

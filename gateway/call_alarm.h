@@ -30,8 +30,7 @@ class CallAlarm {
   // was set (the callback then never runs).
   bool Arm(std::chrono::steady_clock::duration after, Callback callback) ABSL_LOCKS_EXCLUDED(mu_);
   // Sets it again, for a timer that fired (e.g. from its own callback). False once cancelled.
-  bool Rearm(std::chrono::steady_clock::duration after, Callback callback)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  bool Rearm(std::chrono::steady_clock::duration after, Callback callback) ABSL_LOCKS_EXCLUDED(mu_);
   // Cancels a pending timer (its callback runs now with ok=false) and every later Arm or Rearm.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -15,6 +16,7 @@
 #include "gateway/generation_attempts.h"
 #include "gateway/generation_call.h"
 #include "gateway/grpc_caller_context.h"
+#include "gateway/tool_call_parser.h"
 #include "router/decision_record.h"
 
 namespace tandem::gateway {
@@ -106,6 +108,36 @@ class ShadowCall final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
 
 namespace {
 
+// The gRPC answers' text and tool calls: a request with tools has its calls parsed out of the
+// text (ToolCallParser); one without passes the text as it is.
+class AnswerToolCalls {
+ public:
+  void Relay(GenerationCall& call, const WorkerGenerateChunk& chunk, std::string* text,
+             google::protobuf::RepeatedPtrField<tandem::v1::ToolCall>* calls) {
+    if (!checked_) {
+      checked_ = true;
+      if (call.request().tools_size() > 0) {
+        parser_.emplace(call.request().tools(), call.admission().request_id);
+      }
+    }
+    if (!parser_.has_value()) {
+      text->append(chunk.text());
+      return;
+    }
+    found_.clear();
+    parser_->Feed(chunk.text(), text, &found_);
+    for (auto& c : found_) *calls->Add() = std::move(c);
+  }
+  tandem::v1::FinishReason Finish(tandem::v1::FinishReason worker, std::string* text) {
+    return parser_.has_value() ? parser_->Finish(worker, text) : worker;
+  }
+
+ private:
+  bool checked_ = false;
+  std::optional<ToolCallParser> parser_;
+  std::vector<tandem::v1::ToolCall> found_;
+};
+
 // Generate: the answer is gathered from the committed attempt's chunks and sent whole.
 class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
  public:
@@ -131,9 +163,9 @@ class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
 
  private:
   void Relay(const WorkerGenerateChunk& chunk) override {
-    response_.mutable_text()->append(chunk.text());
+    tools_.Relay(*this, chunk, response_.mutable_text(), response_.mutable_tool_calls());
     if (chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
-      response_.set_finish_reason(chunk.finish_reason());
+      response_.set_finish_reason(tools_.Finish(chunk.finish_reason(), response_.mutable_text()));
     }
     Resume();
   }
@@ -154,6 +186,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor, public GenerationCall {
 
   tandem::v1::GenerateResponse response_;
   grpc::ByteBuffer* const response_bytes_;
+  AnswerToolCalls tools_;
 };
 
 // GenerateStream: each chunk of the committed attempt is written as it comes, one write in
@@ -203,9 +236,9 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, publ
       out_.set_request_id(admission().request_id);
       FillRoute(admission(), disclosure(), out_.mutable_route());
     }
-    out_.set_text(chunk.text());
+    tools_.Relay(*this, chunk, out_.mutable_text(), out_.mutable_tool_calls());
     if (chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
-      out_.set_finish_reason(chunk.finish_reason());
+      out_.set_finish_reason(tools_.Finish(chunk.finish_reason(), out_.mutable_text()));
       FillFinal(out_.mutable_usage(), out_.mutable_timings(), out_.mutable_recovery());
       if (!HasRecovery(out_.recovery())) out_.clear_recovery();
     }
@@ -247,6 +280,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, publ
   tandem::v1::GenerateStreamChunk out_;
   grpc::ByteBuffer out_bytes_;  // out_ as sent; one write is in flight at a time
   bool first_ = true;
+  AnswerToolCalls tools_;
   absl::Mutex write_mu_;
   bool write_in_flight_ ABSL_GUARDED_BY(write_mu_) = false;
   bool upstream_done_ ABSL_GUARDED_BY(write_mu_) = false;

@@ -40,15 +40,16 @@ namespace tandem::gateway {
 class GenerationCall : private GenerationAttempts::Environment {
  public:
   GenerationCall(const GenerationCall&) = delete;
+  // The request; the subclass fills it (from the caller's bytes) before Begin.
+  tandem::v1::GenerateRequest& request() { return request_; }
+  // What Begin decided (set once the first attempt starts).
+  const Admission& admission() const { return admission_; }
   GenerationCall& operator=(const GenerationCall&) = delete;
 
  protected:
   // `rpc` names the call in logs ("Generate", "chat.completions", ...).
   GenerationCall(GatewayService* service, std::unique_ptr<CallerContext> caller, const char* rpc);
   ~GenerationCall() override;
-
-  // The request; the subclass fills it (from the caller's bytes) before Begin.
-  tandem::v1::GenerateRequest& request() { return request_; }
 
   // Authenticates, validates, routes and applies the tenant's quotas; then starts the first
   // attempt, or queues for a dispatch slot (the attempt then starts when one frees). `parsed` is
@@ -88,7 +89,6 @@ class GenerationCall : private GenerationAttempts::Environment {
   // Another reference, for a front that may call in after it let the call go (Unref).
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
 
-  const Admission& admission() const { return admission_; }
   const Disclosure& disclosure() const { return disclosure_; }
 
  private:

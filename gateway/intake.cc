@@ -53,6 +53,7 @@ absl::Status Intake::ValidateRequest(const tandem::v1::GenerateRequest& request)
   if (absl::Status s = ValidateMessages(request.messages(), options_.limits); !s.ok()) return s;
   // The model's own max_tokens limit is checked once the model is known.
   if (absl::Status s = ValidateSampling(request.sampling(), 0, options_.limits); !s.ok()) return s;
+  if (absl::Status s = ValidateTools(request.tools(), options_.limits); !s.ok()) return s;
   if (absl::Status s = ValidateLabels(request.labels(), options_.limits); !s.ok()) return s;
   if (absl::Status s = ValidateHints(request.hints()); !s.ok()) return s;
   if (options_.max_tokens_limit > 0 &&
@@ -173,6 +174,7 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   auto& w = out->worker_request;
   w.set_request_id(out->request_id);
   *w.mutable_messages() = request.messages();
+  *w.mutable_tools() = request.tools();
   *w.mutable_sampling() = request.sampling();
   if (!request.sampling().has_max_tokens()) {
     const int32_t model_limit = target->max_output_tokens;

@@ -86,21 +86,37 @@ HttpResponse OpenAiCall::Head(int status, const char* content_type) const {
   return r;
 }
 
-void OpenAiCall::Relay(const WorkerGenerateChunk& chunk) {
+void OpenAiCall::Split(const WorkerGenerateChunk& chunk, bool last) {
   reasoning_.clear();
   content_.clear();
+  piece_calls_.clear();
+  if (!parser_checked_) {
+    parser_checked_ = true;
+    if (request().tools_size() > 0) parser_.emplace(request().tools(), admission().request_id);
+  }
+  std::string* content = parser_.has_value() ? &unparsed_ : &content_;
+  unparsed_.clear();
+  splitter_.Feed(chunk.text(), &reasoning_, content);
+  if (last) splitter_.Flush(&reasoning_, content);
   if (chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
     finish_ = chunk.finish_reason();
   }
+  if (!parser_.has_value()) return;
+  // Tool calls are looked for in the answer, after the thinking.
+  parser_->Feed(unparsed_, &content_, &piece_calls_);
+  if (last) finish_ = parser_->Finish(finish_, &content_);
+}
+
+void OpenAiCall::Relay(const WorkerGenerateChunk& chunk) {
+  const bool last = chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED;
+  Split(chunk, last);
   if (!stream_) {
-    // Gathered whole: the splitter appends to the answer so far.
-    splitter_.Feed(chunk.text(), &answer_reasoning_, &answer_content_);
+    answer_reasoning_ += reasoning_;
+    answer_content_ += content_;
+    for (auto& c : piece_calls_) answer_calls_.push_back(std::move(c));
     Resume();
     return;
   }
-  splitter_.Feed(chunk.text(), &reasoning_, &content_);
-  const bool last = chunk.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED;
-  if (last) splitter_.Flush(&reasoning_, &content_);
   const bool first = !started_stream_;
   if (first) {
     HttpResponse head = Head(200, "text/event-stream");
@@ -109,8 +125,10 @@ void OpenAiCall::Relay(const WorkerGenerateChunk& chunk) {
     started_stream_ = true;
   }
   out_.clear();
-  if (first || last || !reasoning_.empty() || !content_.empty()) {
-    openai::AppendChunkEvent(Meta(), first, reasoning_, content_, chunk.finish_reason(), &out_);
+  if (first || last || !reasoning_.empty() || !content_.empty() || !piece_calls_.empty()) {
+    openai::AppendChunkEvent(Meta(), first, reasoning_, content_, piece_calls_, calls_sent_,
+                             last ? finish_ : tandem::v1::FINISH_REASON_UNSPECIFIED, &out_);
+    calls_sent_ += static_cast<int>(piece_calls_.size());
   }
   if (last && include_usage_) {
     tandem::v1::Usage usage;
@@ -178,13 +196,13 @@ void OpenAiCall::FinishOnce() {
   }
   if (!started_stream_) {
     if (status.ok()) {
-      splitter_.Flush(&answer_reasoning_, &answer_content_);
       tandem::v1::Usage usage;
       tandem::v1::Timings timings;
       tandem::v1::Recovery recovery;
       FillFinal(&usage, &timings, &recovery);
       HttpResponse r = Head(200, "application/json");
-      r.body = openai::CompletionJson(Meta(), answer_reasoning_, answer_content_, finish_, usage);
+      r.body = openai::CompletionJson(Meta(), answer_reasoning_, answer_content_, answer_calls_,
+                                      finish_, usage);
       exchange_->Respond(std::move(r));
     } else {
       RespondError(status);

@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -12,6 +14,7 @@
 #include "gateway/http_caller_context.h"
 #include "gateway/openai_codec.h"
 #include "gateway/think_splitter.h"
+#include "gateway/tool_call_parser.h"
 
 namespace tandem::gateway {
 
@@ -37,6 +40,8 @@ class OpenAiCall final : public GenerationCall {
   void Relay(const tandem::v1::WorkerGenerateChunk& chunk) override;
   void Complete(const grpc::Status& status) override;
 
+  // The chunk's text as reasoning_, content_ and piece_calls_ (finish_ updated).
+  void Split(const tandem::v1::WorkerGenerateChunk& chunk, bool last);
   void OnWriteDone(bool ok) ABSL_LOCKS_EXCLUDED(write_mu_);
   void FinishOnce() ABSL_LOCKS_EXCLUDED(write_mu_);
   // The answer's head: status, content type and the x-tandem-* headers.
@@ -54,8 +59,15 @@ class OpenAiCall final : public GenerationCall {
   ThinkSplitter splitter_{true};
   std::string reasoning_;  // of one streamed chunk
   std::string content_;
+  std::vector<tandem::v1::ToolCall> piece_calls_;
+  std::string unparsed_;          // content before the tool-call parser
   std::string answer_reasoning_;  // of a whole answer
   std::string answer_content_;
+  std::vector<tandem::v1::ToolCall> answer_calls_;
+  // Made at the first chunk when the request has tools.
+  std::optional<ToolCallParser> parser_;
+  bool parser_checked_ = false;
+  int calls_sent_ = 0;  // tool calls streamed so far (their delta index)
   std::string out_;
   tandem::v1::FinishReason finish_ = tandem::v1::FINISH_REASON_UNSPECIFIED;
   bool started_stream_ = false;

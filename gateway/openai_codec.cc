@@ -17,7 +17,8 @@
 namespace tandem::gateway::openai {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: a tool's schema keeps its keys in the caller's order, as the chat templates print it.
+using json = nlohmann::ordered_json;
 
 // "PARAM: message": the form every refusal naming a field takes, here and in the intake, so that
 // ParamOf finds the field after the status crossed gRPC's (payload-less) status type.
@@ -56,8 +57,6 @@ bool Neutral(const std::string& key, const json& v) {
   if (key == "logprobs" || key == "store") return v.is_boolean() && !v.get<bool>();
   if (key == "logit_bias") return v.is_object() && v.empty();
   if (key == "response_format") return v.is_object() && v.value("type", "") == "text";
-  if (key == "tool_choice") return v.is_string() && v == "none";
-  if (key == "tools") return v.is_array() && v.empty();
   return false;
 }
 
@@ -122,6 +121,76 @@ absl::Status DecodeContent(const json& content, const std::string& where,
   return absl::OkStatus();
 }
 
+absl::Status DecodeToolCalls(const json& calls, const std::string& where,
+                             tandem::v1::ChatMessage* m) {
+  if (!calls.is_array()) return BadParam(where, "expected an array");
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const std::string cw = absl::StrCat(where, "[", c, "]");
+    const json& call = calls[c];
+    const json* fn = call.is_object() && call.contains("function") ? &call["function"] : nullptr;
+    if (fn == nullptr || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return BadParam(cw + ".function.name", "expected a string");
+    }
+    tandem::v1::ToolCall* out = m->add_tool_calls();
+    out->set_name((*fn)["name"].get<std::string>());
+    if (call.contains("id") && call["id"].is_string()) out->set_id(call["id"].get<std::string>());
+    if (fn->contains("arguments")) {
+      const json& a = (*fn)["arguments"];
+      // OpenAI sends arguments as a JSON object's text; an object is taken too.
+      if (a.is_string()) {
+        out->set_arguments_json(a.get<std::string>());
+      } else if (a.is_object()) {
+        out->set_arguments_json(a.dump());
+      } else {
+        return BadParam(cw + ".function.arguments", "expected a JSON object's text");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeTools(const json& tools, tandem::v1::GenerateRequest* r) {
+  if (!tools.is_array()) return BadParam("tools", "expected an array");
+  for (size_t t = 0; t < tools.size(); ++t) {
+    const std::string tw = absl::StrCat("tools[", t, "]");
+    const json& tool = tools[t];
+    if (!tool.is_object() || tool.value("type", "") != "function") {
+      return BadParam(tw + ".type", "expected \"function\"");
+    }
+    const json* fn = tool.contains("function") ? &tool["function"] : nullptr;
+    if (fn == nullptr || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return BadParam(tw + ".function.name", "expected a string");
+    }
+    tandem::v1::Tool* out = r->add_tools();
+    out->set_name((*fn)["name"].get<std::string>());
+    if (fn->contains("description")) {
+      if (!(*fn)["description"].is_string()) {
+        return BadParam(tw + ".function.description", "expected a string");
+      }
+      out->set_description((*fn)["description"].get<std::string>());
+    }
+    if (fn->contains("parameters")) {
+      if (!(*fn)["parameters"].is_object()) {
+        return BadParam(tw + ".function.parameters", "expected a JSON Schema object");
+      }
+      out->set_parameters_json((*fn)["parameters"].dump());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// tool_choice: "auto" (the default) and "none" (the tools are not offered). A model cannot be
+// forced to call ("required", or a named function), so those are refused.
+absl::Status DecodeToolChoice(const json& v, ChatRequest* out) {
+  if (v.is_null() || v == "auto") return absl::OkStatus();
+  if (v == "none") {
+    out->tool_choice_none = true;
+    return absl::OkStatus();
+  }
+  return BadParam("tool_choice",
+                  "only \"auto\" and \"none\": neither model can be forced to call a tool");
+}
+
 absl::Status DecodeMessages(const json& messages, tandem::v1::GenerateRequest* r) {
   if (!messages.is_array() || messages.empty()) {
     return BadParam("messages", "expected a non-empty array of messages");
@@ -139,14 +208,22 @@ absl::Status DecodeMessages(const json& messages, tandem::v1::GenerateRequest* r
       return BadParam(where + ".role",
                       "expected \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"");
     }
-    if (msg.contains("tool_calls") && !msg["tool_calls"].is_null() &&
-        !(msg["tool_calls"].is_array() && msg["tool_calls"].empty())) {
-      return BadParam(where + ".tool_calls", "tool calls are not supported by this gateway");
-    }
     tandem::v1::ChatMessage* m = r->add_messages();
     m->set_role(name);
+    if (auto calls = msg.find("tool_calls"); calls != msg.end() && !calls->is_null()) {
+      if (name != "assistant")
+        return BadParam(where + ".tool_calls", "only for assistant messages");
+      if (absl::Status s = DecodeToolCalls(*calls, where + ".tool_calls", m); !s.ok()) return s;
+    }
+    if (auto id = msg.find("tool_call_id"); id != msg.end() && !id->is_null()) {
+      if (!id->is_string()) return BadParam(where + ".tool_call_id", "expected a string");
+      m->set_tool_call_id(id->get<std::string>());
+    }
     auto content = msg.find("content");
-    if (content == msg.end() || content->is_null()) {
+    const bool may_be_empty = m->tool_calls_size() > 0;
+    if (content == msg.end() || content->is_null() ||
+        (may_be_empty && content->is_string() && content->get_ref<const std::string&>().empty())) {
+      if (may_be_empty) continue;
       return BadParam(where + ".content", "expected a string or an array of parts");
     }
     if (absl::Status s = DecodeContent(*content, where + ".content", m); !s.ok()) return s;
@@ -243,8 +320,12 @@ absl::Status DecodeField(const std::string& key, const json& v, ChatRequest* out
     if (!v.is_number_integer() || v.get<int64_t>() < 0) return BadParam("top_k", "expected >= 0");
     sampling->set_top_k(static_cast<int32_t>(std::min<int64_t>(v.get<int64_t>(), 1 << 30)));
   } else if (!Ignored(key)) {
-    if (key == "tools" || key == "tool_choice" || key == "functions" || key == "function_call") {
-      if (!Neutral(key, v)) return BadParam(key, "tool calls are not supported by this gateway");
+    if (key == "tools") {
+      if (!v.is_null()) return DecodeTools(v, &r);
+    } else if (key == "tool_choice") {
+      return DecodeToolChoice(v, out);
+    } else if (key == "functions" || key == "function_call") {
+      return BadParam(key, "the deprecated functions API: use tools and tool_choice");
     } else if (key == "frequency_penalty" || key == "presence_penalty" || key == "logprobs" ||
                key == "store" || key == "logit_bias" || key == "response_format" ||
                key == "top_logprobs") {
@@ -260,6 +341,25 @@ void AppendUsage(const tandem::v1::Usage& u, std::string* out) {
   absl::StrAppend(out, R"("usage":{"prompt_tokens":)", u.prompt_tokens(),
                   R"(,"completion_tokens":)", u.completion_tokens(), R"(,"total_tokens":)",
                   u.total_tokens(), "}");
+}
+
+// [{"index"?, "id", "type": "function", "function": {"name", "arguments"}}, ...]
+void AppendToolCalls(const std::vector<tandem::v1::ToolCall>& calls, int first_index, bool indexed,
+                     std::string* out) {
+  out->push_back('[');
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    out->push_back('{');
+    if (indexed) absl::StrAppend(out, R"("index":)", first_index + static_cast<int>(i), ",");
+    absl::StrAppend(out, R"("id":)");
+    AppendJsonString(calls[i].id(), out);
+    absl::StrAppend(out, R"(,"type":"function","function":{"name":)");
+    AppendJsonString(calls[i].name(), out);
+    absl::StrAppend(out, R"(,"arguments":)");
+    AppendJsonString(calls[i].arguments_json(), out);
+    absl::StrAppend(out, "}}");
+  }
+  out->push_back(']');
 }
 
 void AppendHead(const AnswerMeta& meta, const char* object, std::string* out) {
@@ -285,6 +385,7 @@ absl::StatusOr<ChatRequest> DecodeChatRequest(absl::string_view body) {
   for (const auto& [key, value] : doc.items()) {
     if (absl::Status s = DecodeField(key, value, &out); !s.ok()) return s;
   }
+  if (out.tool_choice_none) out.request.clear_tools();
   return out;
 }
 
@@ -392,19 +493,32 @@ const char* FinishReasonName(tandem::v1::FinishReason reason) {
       return "stop";
     case tandem::v1::FINISH_REASON_LENGTH:
       return "length";
+    case tandem::v1::FINISH_REASON_TOOL_CALLS:
+      return "tool_calls";
+    case tandem::v1::FINISH_REASON_MALFORMED_TOOL_CALL:
+      return "malformed_tool_call";
     default:
       return "";
   }
 }
 
 std::string CompletionJson(const AnswerMeta& meta, absl::string_view reasoning,
-                           absl::string_view content, tandem::v1::FinishReason finish,
-                           const tandem::v1::Usage& usage) {
+                           absl::string_view content,
+                           const std::vector<tandem::v1::ToolCall>& calls,
+                           tandem::v1::FinishReason finish, const tandem::v1::Usage& usage) {
   std::string out;
   out.reserve(256 + reasoning.size() + content.size());
   AppendHead(meta, "chat.completion", &out);
   absl::StrAppend(&out, R"(,"choices":[{"index":0,"message":{"role":"assistant","content":)");
-  AppendJsonString(content, &out);
+  if (content.empty() && !calls.empty()) {
+    absl::StrAppend(&out, "null");
+  } else {
+    AppendJsonString(content, &out);
+  }
+  if (!calls.empty()) {
+    absl::StrAppend(&out, R"(,"tool_calls":)");
+    AppendToolCalls(calls, 0, /*indexed=*/false, &out);
+  }
   if (!reasoning.empty()) {
     absl::StrAppend(&out, R"(,"reasoning_content":)");
     AppendJsonString(reasoning, &out);
@@ -417,8 +531,8 @@ std::string CompletionJson(const AnswerMeta& meta, absl::string_view reasoning,
 }
 
 void AppendChunkEvent(const AnswerMeta& meta, bool first, absl::string_view reasoning,
-                      absl::string_view content, tandem::v1::FinishReason finish,
-                      std::string* out) {
+                      absl::string_view content, const std::vector<tandem::v1::ToolCall>& calls,
+                      int first_call_index, tandem::v1::FinishReason finish, std::string* out) {
   absl::StrAppend(out, "data: ");
   AppendHead(meta, "chat.completion.chunk", out);
   absl::StrAppend(out, R"(,"choices":[{"index":0,"delta":{)");
@@ -432,9 +546,14 @@ void AppendChunkEvent(const AnswerMeta& meta, bool first, absl::string_view reas
     AppendJsonString(reasoning, out);
     sep = ",";
   }
-  if (!content.empty() || (first && reasoning.empty())) {
+  if (!content.empty() || (first && reasoning.empty() && calls.empty())) {
     absl::StrAppend(out, sep, R"("content":)");
     AppendJsonString(content, out);
+    sep = ",";
+  }
+  if (!calls.empty()) {
+    absl::StrAppend(out, sep, R"("tool_calls":)");
+    AppendToolCalls(calls, first_call_index, /*indexed=*/true, out);
   }
   const char* name = FinishReasonName(finish);
   absl::StrAppend(out, R"(},"logprobs":null,"finish_reason":)",

@@ -18,6 +18,8 @@ struct ChatRequest {
   bool stream = false;
   // stream_options.include_usage: a last chunk with the usage and no choices.
   bool include_usage = false;
+  // tool_choice "none": the tools are not offered to the model.
+  bool tool_choice_none = false;
 };
 
 // Decodes a POST /v1/chat/completions body. `model` "auto", "" or absent lets the router decide;
@@ -41,7 +43,8 @@ int HttpStatusFor(absl::StatusCode code);
 // OpenAI's error body: {"error": {"message", "type", "param", "code"}}.
 std::string ErrorJson(const absl::Status& status);
 
-// "stop", "length" (or "" while unfinished), as OpenAI names a finish reason.
+// "stop", "length", "tool_calls" (or "" while unfinished), as OpenAI names a finish reason; a
+// malformed tool call (its raw text is the content) is "malformed_tool_call".
 const char* FinishReasonName(tandem::v1::FinishReason reason);
 
 // What every answer of one request shares.
@@ -51,15 +54,19 @@ struct AnswerMeta {
   std::string model;    // the served model's upstream id
 };
 
-// A whole chat.completion. `reasoning` is the thinking text (omitted when empty).
+// A whole chat.completion. `reasoning` is the thinking text (omitted when empty); `calls` the
+// tool calls (content is null when it is empty and there are calls).
 std::string CompletionJson(const AnswerMeta& meta, absl::string_view reasoning,
-                           absl::string_view content, tandem::v1::FinishReason finish,
-                           const tandem::v1::Usage& usage);
+                           absl::string_view content,
+                           const std::vector<tandem::v1::ToolCall>& calls,
+                           tandem::v1::FinishReason finish, const tandem::v1::Usage& usage);
 
 // One Server-Sent Event ("data: {...}\n\n") of a chat.completion.chunk, appended to `out`: the
-// delta's role when `first`, its reasoning and content when not empty, the finish reason when set.
+// delta's role when `first`, its reasoning and content when not empty, its tool calls (each
+// whole, numbered from `first_call_index`), the finish reason when set.
 void AppendChunkEvent(const AnswerMeta& meta, bool first, absl::string_view reasoning,
-                      absl::string_view content, tandem::v1::FinishReason finish, std::string* out);
+                      absl::string_view content, const std::vector<tandem::v1::ToolCall>& calls,
+                      int first_call_index, tandem::v1::FinishReason finish, std::string* out);
 // The usage chunk of stream_options.include_usage (no choices).
 void AppendUsageEvent(const AnswerMeta& meta, const tandem::v1::Usage& usage, std::string* out);
 // An error in the middle of a stream, then the end: "data: {"error": ...}\n\n".

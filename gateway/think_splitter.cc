@@ -8,12 +8,12 @@
 namespace tandem::gateway {
 namespace {
 
-constexpr absl::string_view kClose = "</think>";
+constexpr absl::string_view kThinkClose = "</think>";
 
 // The length of the longest suffix of `text` that is a proper prefix of "</think>".
 size_t HeldLength(absl::string_view text) {
-  for (size_t n = std::min(text.size(), kClose.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == kClose.substr(0, n)) return n;
+  for (size_t n = std::min(text.size(), kThinkClose.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == kThinkClose.substr(0, n)) return n;
   }
   return 0;
 }
@@ -28,11 +28,11 @@ void ThinkSplitter::Feed(absl::string_view text, std::string* reasoning, std::st
     held_.clear();
     text = joined;
   }
-  const size_t close = text.find(kClose);
+  const size_t close = text.find(kThinkClose);
   if (close != absl::string_view::npos) {
     reasoning->append(text.data(), close);
     thinking_ = false;
-    return AppendContent(text.substr(close + kClose.size()), content);
+    return AppendContent(text.substr(close + kThinkClose.size()), content);
   }
   const size_t held = HeldLength(text);
   reasoning->append(text.data(), text.size() - held);

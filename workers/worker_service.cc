@@ -57,9 +57,11 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     if (status.ok()) status = ValidateReasoning(request->reasoning(), "reasoning");
     if (status.ok()) status = ValidateMessages(request->messages(), limits);
     if (status.ok()) status = ValidateSampling(request->sampling(), info.max_output_tokens, limits);
+    if (status.ok()) status = ValidateTools(request->tools(), limits);
     absl::StatusOr<std::vector<int32_t>> prompt =
-        status.ok() ? engine->GetTokenizer().EncodeChat(request->messages(), request->reasoning(),
-                                                        request->continue_final_message())
+        status.ok() ? engine->GetTokenizer().EncodeChatWithTools(
+                          request->messages(), request->tools(), request->reasoning(),
+                          request->continue_final_message())
                     : absl::StatusOr<std::vector<int32_t>>(status);
     if (prompt.ok() && static_cast<int64_t>(prompt->size()) >= info.max_context_tokens) {
       prompt = absl::InvalidArgumentError(absl::StrFormat(

@@ -101,6 +101,35 @@ test('a streamed chat relays deltas, the finish reason and the usage', async () 
   assert.equal(usage.completion_tokens, 6);
 });
 
+test('tools, the calls an assistant made and their results travel the whole path', async () => {
+  const tools = [{
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'The weather in a city',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    },
+  }];
+  const r = await client.chat.completions.create({
+    model: 'qwen', tools, tool_choice: 'auto', max_tokens: 4, reasoning_effort: 'none',
+    messages: [
+      ...prompt,
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+        function: { name: 'get_weather', arguments: '{"city": "Oslo"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '-3C and snow' },
+    ],
+  });
+  assert.equal(r.choices[0].finish_reason, 'length');
+  await assert.rejects(
+    client.chat.completions.create({ model: 'qwen', messages: prompt, tools,
+      tool_choice: 'required' }),
+    (e) => e.status === 400 && e.param === 'tool_choice');
+  await assert.rejects(
+    client.chat.completions.create({ model: 'qwen', messages: prompt,
+      tools: [{ type: 'function', function: { name: 'bad name!' } }] }),
+    (e) => e.status === 400 && e.param === 'tools[0].name');
+});
+
 test('a wrong key is refused with 401', async () => {
   const bad = new OpenAI({ baseURL, apiKey: 'not-a-key', maxRetries: 0 });
   await assert.rejects(

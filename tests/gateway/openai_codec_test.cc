@@ -80,7 +80,9 @@ TEST(OpenAiCodecTest, RefusalsNameTheField) {
       {Body({{"stream", "yes"}}), "stream"},
       {Body({{"logprobs", true}}), "logprobs"},
       {Body({{"presence_penalty", 1.5}}), "presence_penalty"},
-      {Body({{"tools", {{{"type", "function"}}}}}), "tools"},
+      {Body({{"tools", {{{"type", "function"}}}}}), "tools[0].function.name"},
+      {Body({{"tool_choice", "required"}}), "tool_choice"},
+      {Body({{"functions", json::array()}}), "functions"},
       {Body({{"reasoning_effort", "extreme"}}), "reasoning_effort"},
       {Body({{"messages", json::array()}}), "messages"},
       {Body({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}), "messages[0].role"},
@@ -100,6 +102,72 @@ TEST(OpenAiCodecTest, RefusalsNameTheField) {
     EXPECT_EQ(error["param"], param);
     EXPECT_EQ(error["type"], "invalid_request_error");
   }
+}
+
+TEST(OpenAiCodecTest, DecodesToolsCallsAndResults) {
+  auto r = Decode(Body(
+      {{"tools",
+        {{{"type", "function"},
+          {"function",
+           {{"name", "get_weather"},
+            {"description", "Weather"},
+            {"parameters", {{"type", "object"}, {"properties", {{"z", 1}, {"a", 2}}}}}}}}}},
+       {"tool_choice", "auto"},
+       {"messages",
+        {{{"role", "user"}, {"content", "weather?"}},
+         {{"role", "assistant"},
+          {"content", nullptr},
+          {"tool_calls",
+           {{{"id", "call_1"},
+             {"type", "function"},
+             {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Oslo\"}"}}}}}}},
+         {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "-3C"}}}}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& g = r->request;
+  ASSERT_EQ(g.tools_size(), 1);
+  EXPECT_EQ(g.tools(0).name(), "get_weather");
+  // The schema keeps the caller's key order (the templates print it so).
+  auto ordered = DecodeChatRequest(
+      R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",)"
+      R"( "function": {"name": "f", "parameters": {"type": "object", "properties": {"z": {},)"
+      R"( "a": {}}}}}]})");
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  EXPECT_EQ(ordered->request.tools(0).parameters_json(),
+            R"({"type":"object","properties":{"z":{},"a":{}}})");
+  ASSERT_EQ(g.messages(1).tool_calls_size(), 1);
+  EXPECT_EQ(g.messages(1).content_size(), 0);
+  EXPECT_EQ(g.messages(1).tool_calls(0).id(), "call_1");
+  EXPECT_EQ(g.messages(1).tool_calls(0).arguments_json(), "{\"city\": \"Oslo\"}");
+  EXPECT_EQ(g.messages(2).tool_call_id(), "call_1");
+
+  json none = Body({{"tool_choice", "none"},
+                    {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}});
+  auto n = Decode(none);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->request.tools_size(), 0);  // not offered
+}
+
+TEST(OpenAiCodecTest, ToolCallsInAnswers) {
+  const AnswerMeta meta{.id = "chatcmpl-r1", .created = 1, .model = "qwen"};
+  tandem::v1::ToolCall call;
+  call.set_id("call_r1_0");
+  call.set_name("get_weather");
+  call.set_arguments_json(R"({"city":"Oslo"})");
+  const json whole =
+      json::parse(CompletionJson(meta, "", "", {call}, tandem::v1::FINISH_REASON_TOOL_CALLS, {}));
+  const json& message = whole["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  EXPECT_EQ(message["tool_calls"][0]["id"], "call_r1_0");
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"city":"Oslo"})");
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+
+  std::string event;
+  AppendChunkEvent(meta, false, "", "", {call}, 2, tandem::v1::FINISH_REASON_UNSPECIFIED, &event);
+  const json delta = json::parse(event.substr(6))["choices"][0]["delta"];
+  EXPECT_EQ(delta["tool_calls"][0]["index"], 2);
+  EXPECT_EQ(delta["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_FALSE(delta.contains("content"));
 }
 
 TEST(OpenAiCodecTest, NotJsonSaysWhere) {
@@ -136,7 +204,7 @@ TEST(OpenAiCodecTest, AnswersAreOpenAiJson) {
   usage.set_completion_tokens(2);
   usage.set_total_tokens(5);
   const json whole = json::parse(
-      CompletionJson(meta, "hmm", "say \"hi\"\n", tandem::v1::FINISH_REASON_STOP, usage));
+      CompletionJson(meta, "hmm", "say \"hi\"\n", {}, tandem::v1::FINISH_REASON_STOP, usage));
   EXPECT_EQ(whole["object"], "chat.completion");
   EXPECT_EQ(whole["choices"][0]["message"]["content"], "say \"hi\"\n");
   EXPECT_EQ(whole["choices"][0]["message"]["reasoning_content"], "hmm");
@@ -144,8 +212,8 @@ TEST(OpenAiCodecTest, AnswersAreOpenAiJson) {
   EXPECT_EQ(whole["usage"]["total_tokens"], 5);
 
   std::string events;
-  AppendChunkEvent(meta, true, "", "a", tandem::v1::FINISH_REASON_UNSPECIFIED, &events);
-  AppendChunkEvent(meta, false, "", "", tandem::v1::FINISH_REASON_LENGTH, &events);
+  AppendChunkEvent(meta, true, "", "a", {}, 0, tandem::v1::FINISH_REASON_UNSPECIFIED, &events);
+  AppendChunkEvent(meta, false, "", "", {}, 0, tandem::v1::FINISH_REASON_LENGTH, &events);
   AppendUsageEvent(meta, usage, &events);
   AppendDoneEvent(&events);
   std::vector<std::string> lines;

@@ -17,8 +17,8 @@
 namespace tandem::gateway {
 namespace {
 
-using ::testing::HasSubstr;
 using tandem::testing::ReplaceFile;
+using ::testing::HasSubstr;
 
 std::string Policy(const std::string& version, const std::string& model) {
   return absl::StrCat("schema: 1\nversion: ", version, "\nmodels: {", model,

@@ -25,8 +25,8 @@
 namespace tandem::gateway {
 namespace {
 
-using ::testing::HasSubstr;
 using tandem::testing::ReplaceFile;
+using ::testing::HasSubstr;
 
 // Makes `path` a symlink to /dev/zero, as in the red-team report.
 void LinkToZero(const std::string& path) {

@@ -37,6 +37,15 @@ class SyntheticTokenizer final : public Tokenizer {
   absl::StatusOr<std::vector<int32_t>> EncodeChat(
       const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
       const tandem::v1::ReasoningOptions& reasoning, bool continue_final = false) const override;
+  // The simulator's prompt ignores the tools (its token counts are a measuring tool's, not a
+  // model's), so tool requests run on it.
+  absl::StatusOr<std::vector<int32_t>> EncodeChatWithTools(
+      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+      const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
+      const tandem::v1::ReasoningOptions& reasoning, bool continue_final) const override {
+    (void)tools;
+    return EncodeChat(messages, reasoning, continue_final);
+  }
   std::unique_ptr<StreamDecoder> NewStreamDecoder() const override;
   std::unique_ptr<StreamDecoder> NewStreamDecoderAfter(
       absl::Span<const int32_t> prompt) const override;

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "workers/tokenizer/tool_prompt.h"
 
 namespace tandem::workers {
 namespace {
@@ -53,7 +54,14 @@ absl::string_view TrimLeft(absl::string_view s, absl::string_view chars) {
 struct Message {
   std::string role;
   std::string content;
+  const RepeatedPtrField<tandem::v1::ToolCall>* calls = nullptr;  // assistant turns
 };
+
+using Tools = RepeatedPtrField<tandem::v1::Tool>;
+
+void AddPieces(PromptBuilder& b, const ToolPromptPieces& pieces) {
+  for (const ToolPromptPiece& p : pieces) p.markup ? b.Markup(p.text) : b.Text(p.text);
+}
 
 // Flattens the proto messages: text parts joined, roles and images checked.
 absl::StatusOr<std::vector<Message>> Flatten(const RepeatedPtrField<ChatMessage>& messages,
@@ -68,7 +76,7 @@ absl::StatusOr<std::vector<Message>> Flatten(const RepeatedPtrField<ChatMessage>
       return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: \"", role,
                                                      "\" is not system, user, assistant or tool"));
     }
-    Message flat{role, ""};
+    Message flat{role, "", &m.tool_calls()};
     for (const auto& part : m.content()) {
       if (part.has_image()) {
         // The vision encoder is not built yet (WorkerInfo says vision=false, so the gateway
@@ -94,14 +102,42 @@ bool ThinkingByMode(const tandem::v1::ReasoningOptions& reasoning) {
 }
 
 // Qwen3.5 (src: ollama model/renderers/qwen35.go, which follows the HF template).
-RenderedPrompt RenderQwen35(const std::vector<Message>& msgs, bool thinking, bool continue_final) {
-  PromptBuilder b;
-  const int n = static_cast<int>(msgs.size());
-  if (msgs[0].role == "system") {
+// Qwen3.5's system turn: the tools first (when any), then the system message's text.
+void QwenSystem(PromptBuilder& b, const std::vector<Message>& msgs, const Tools& tools) {
+  const bool system = msgs[0].role == "system";
+  if (tools.empty()) {
+    if (!system) return;
     b.Markup(absl::StrCat(kImStart, "system\n"));
     b.Text(Trim(msgs[0].content));
     b.Markup(absl::StrCat(kImEnd, "\n"));
+    return;
   }
+  b.Markup(absl::StrCat(kImStart, "system\n"));
+  AddPieces(b, QwenToolsBlock(tools));
+  b.Markup(kToolCallInstructions);
+  if (system && !Trim(msgs[0].content).empty()) {
+    b.Markup("\n\n");
+    b.Text(Trim(msgs[0].content));
+  }
+  b.Markup(absl::StrCat(kImEnd, "\n"));
+}
+
+// The calls of an assistant turn, after its content (Qwen3.5: a blank line after content, calls
+// joined by a newline, none after the last).
+void QwenCalls(PromptBuilder& b, const Message& m, absl::string_view content) {
+  if (m.calls == nullptr) return;
+  for (int c = 0; c < m.calls->size(); ++c) {
+    if (c == 0 && !Trim(content).empty()) b.Markup("\n\n");
+    if (c > 0) b.Markup("\n");
+    AddPieces(b, ToolCallXml((*m.calls)[c]));
+  }
+}
+
+RenderedPrompt RenderQwen35(const std::vector<Message>& msgs, const Tools& tools, bool thinking,
+                            bool continue_final) {
+  PromptBuilder b;
+  const int n = static_cast<int>(msgs.size());
+  QwenSystem(b, msgs, tools);
   // The last real user query; tool results wrapped in a user turn do not count. Only assistant
   // turns after it keep their reasoning.
   int last_query = n - 1;
@@ -147,6 +183,7 @@ RenderedPrompt RenderQwen35(const std::vector<Message>& msgs, bool thinking, boo
         b.Markup(absl::StrCat(kImStart, "assistant\n"));
       }
       b.Text(content);
+      QwenCalls(b, m, content);
       if (!prefill) b.Markup(absl::StrCat(kImEnd, "\n"));
     } else if (m.role == "tool") {
       if (i == 0 || msgs[i - 1].role != "tool") b.Markup(absl::StrCat(kImStart, "user"));
@@ -191,7 +228,35 @@ void AssistantText(PromptBuilder& b, absl::string_view s) {
 
 // Nemotron-3-Nano (src: the HF jinja template and ollama's nemotron3nano.go, which strips the
 // switches from user turns as the newer template does).
-RenderedPrompt RenderNemotron(const std::vector<Message>& msgs, bool thinking,
+// Nemotron's assistant turn with tool calls: its content (before the last user message, only
+// what follows </think>), a newline, then each call and a newline.
+void NemotronCallTurn(PromptBuilder& b, const Message& m, bool include_content) {
+  std::string content = m.content;
+  if (!absl::StrContains(content, kThinkOpen) && !absl::StrContains(content, kThinkClose)) {
+    content = absl::StrCat(kThinkOpen, kThinkClose, content);
+  }
+  b.Markup(absl::StrCat(kImStart, "assistant\n"));
+  if (include_content) {
+    AssistantText(b, Trim(content));
+  } else {
+    absl::string_view c = content;
+    if (const size_t close = c.rfind(kThinkClose); close != absl::string_view::npos) {
+      c = c.substr(close + kThinkClose.size());
+    } else if (const size_t open = c.find(kThinkOpen); open != absl::string_view::npos) {
+      c = c.substr(0, open);
+    }
+    b.Markup(absl::StrCat(kThinkOpen, kThinkClose));
+    b.Text(Trim(c));
+  }
+  b.Markup("\n");
+  for (const tandem::v1::ToolCall& call : *m.calls) {
+    AddPieces(b, ToolCallXml(call));
+    b.Markup("\n");
+  }
+  b.Markup(absl::StrCat(kImEnd, "\n"));
+}
+
+RenderedPrompt RenderNemotron(const std::vector<Message>& msgs, const Tools& tools, bool thinking,
                               bool continue_final) {
   for (const Message& m : msgs) {
     if (m.role != "user" && m.role != "system") continue;
@@ -208,9 +273,15 @@ RenderedPrompt RenderNemotron(const std::vector<Message>& msgs, bool thinking,
     system = StripThinkToggles(msgs[0].content);
     start = 1;
   }
-  // A system block is always emitted, empty if there is no system message.
+  // A system block is always emitted, empty if there is no system message; tools follow the
+  // system text.
   b.Markup(absl::StrCat(kImStart, "system\n"));
   b.Text(system);
+  if (!tools.empty()) {
+    if (!system.empty()) b.Markup("\n\n");
+    AddPieces(b, NemotronToolsBlock(tools));
+    b.Markup(kToolCallInstructions);
+  }
   b.Markup(absl::StrCat(kImEnd, "\n"));
 
   const size_t n = msgs.size();
@@ -225,7 +296,10 @@ RenderedPrompt RenderNemotron(const std::vector<Message>& msgs, bool thinking,
   for (size_t i = start; i < n; ++i) {
     const Message& m = msgs[i];
     const bool last = i == n - 1;
-    if (m.role == "assistant") {
+    if (m.role == "assistant" && m.calls != nullptr && !m.calls->empty() &&
+        !(last && continue_final)) {
+      NemotronCallTurn(b, m, !(have_user && i < last_user));
+    } else if (m.role == "assistant") {
       std::string content = m.content;
       if (!absl::StrContains(content, kThinkOpen) && !absl::StrContains(content, kThinkClose)) {
         content = absl::StrCat(kThinkOpen, kThinkClose, content);
@@ -279,14 +353,22 @@ absl::StatusOr<RenderedPrompt> RenderChat(ChatFamily family,
                                           const RepeatedPtrField<ChatMessage>& messages,
                                           const tandem::v1::ReasoningOptions& reasoning,
                                           bool continue_final) {
+  return RenderChat(family, messages, Tools(), reasoning, continue_final);
+}
+
+absl::StatusOr<RenderedPrompt> RenderChat(ChatFamily family,
+                                          const RepeatedPtrField<ChatMessage>& messages,
+                                          const Tools& tools,
+                                          const tandem::v1::ReasoningOptions& reasoning,
+                                          bool continue_final) {
   absl::StatusOr<std::vector<Message>> msgs = Flatten(messages, continue_final);
   if (!msgs.ok()) return msgs.status();
   const bool thinking = ThinkingByMode(reasoning);
   switch (family) {
     case ChatFamily::kQwen35:
-      return RenderQwen35(*msgs, thinking, continue_final);
+      return RenderQwen35(*msgs, tools, thinking, continue_final);
     case ChatFamily::kNemotronH:
-      return RenderNemotron(*msgs, thinking, continue_final);
+      return RenderNemotron(*msgs, tools, thinking, continue_final);
   }
   return absl::InvalidArgumentError("unknown chat family");
 }
@@ -322,7 +404,14 @@ absl::StatusOr<std::unique_ptr<ModelTokenizer>> ModelTokenizer::Create(
 absl::StatusOr<std::vector<int32_t>> ModelTokenizer::EncodeChat(
     const RepeatedPtrField<ChatMessage>& messages, const tandem::v1::ReasoningOptions& reasoning,
     bool continue_final) const {
-  absl::StatusOr<RenderedPrompt> prompt = RenderChat(family_, messages, reasoning, continue_final);
+  return EncodeChatWithTools(messages, Tools(), reasoning, continue_final);
+}
+
+absl::StatusOr<std::vector<int32_t>> ModelTokenizer::EncodeChatWithTools(
+    const RepeatedPtrField<ChatMessage>& messages, const Tools& tools,
+    const tandem::v1::ReasoningOptions& reasoning, bool continue_final) const {
+  absl::StatusOr<RenderedPrompt> prompt =
+      RenderChat(family_, messages, tools, reasoning, continue_final);
   if (!prompt.ok()) return prompt.status();
   std::vector<TextPiece> pieces;
   pieces.reserve(prompt->pieces.size());

@@ -43,6 +43,12 @@ struct RenderedPrompt {
 absl::StatusOr<RenderedPrompt> RenderChat(
     ChatFamily family, const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
     const tandem::v1::ReasoningOptions& reasoning, bool continue_final);
+// The same with `tools` in the system turn and assistant messages' tool_calls in their turns, as
+// the released templates write them (workers/tokenizer/tool_prompt.h).
+absl::StatusOr<RenderedPrompt> RenderChat(
+    ChatFamily family, const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+    const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
+    const tandem::v1::ReasoningOptions& reasoning, bool continue_final);
 
 // Token texts that end a turn or the text, for stop handling ("<|im_end|>" first).
 std::vector<std::string> StopTokenTexts(ChatFamily family);
@@ -57,6 +63,10 @@ class ModelTokenizer final : public Tokenizer {
   absl::StatusOr<std::vector<int32_t>> EncodeChat(
       const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
       const tandem::v1::ReasoningOptions& reasoning, bool continue_final = false) const override;
+  absl::StatusOr<std::vector<int32_t>> EncodeChatWithTools(
+      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+      const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
+      const tandem::v1::ReasoningOptions& reasoning, bool continue_final) const override;
   std::unique_ptr<StreamDecoder> NewStreamDecoder() const override;
   int32_t SpecialTokenId(std::string_view text) const override {
     return bpe_->TokenId(text).value_or(-1);

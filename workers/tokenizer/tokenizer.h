@@ -31,6 +31,17 @@ class Tokenizer {
   virtual absl::StatusOr<std::vector<int32_t>> EncodeChat(
       const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
       const tandem::v1::ReasoningOptions& reasoning, bool continue_final = false) const = 0;
+  // The same with the tools the model may call, rendered as the model's chat template does. The
+  // default serves a request without tools and refuses one with them.
+  virtual absl::StatusOr<std::vector<int32_t>> EncodeChatWithTools(
+      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+      const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
+      const tandem::v1::ReasoningOptions& reasoning, bool continue_final) const {
+    if (!tools.empty()) {
+      return absl::UnimplementedError("tools: this engine's tokenizer renders no tools");
+    }
+    return EncodeChat(messages, reasoning, continue_final);
+  }
   virtual std::unique_ptr<StreamDecoder> NewStreamDecoder() const = 0;
   // A decoder for the tokens generated after `prompt` (as EncodeChat made it). A continuation
   // (`continue_final`) may need one that joins its text to the partial answer's, e.g. with a
