@@ -119,6 +119,46 @@ TEST_F(NativeServingTest, BothNativeModelsStreamThroughTheGateway) {
             268435456);
 }
 
+// The tool loop on the native engines: tools rendered into the prompt by the real tokenizer and
+// template (the prompt grows by their block), then the assistant's call and its result sent
+// back, answered like any turn. Random weights write no calls; the parsing is
+// tool_calls_test's.
+TEST_F(NativeServingTest, ToolRequestsAndResultsRunOnBothNativeModels) {
+  for (const std::string model : {"qwen", "nemotron"}) {
+    tandem::v1::GenerateRequest plain = Prompt("What is the weather in Oslo?", 4);
+    plain.mutable_hints()->set_model(model);
+    tandem::v1::GenerateRequest with_tools = plain;
+    auto* tool = with_tools.add_tools();
+    tool->set_name("get_weather");
+    tool->set_description("The weather in a city");
+    tool->set_parameters_json(R"({"type": "object", "properties": {"city": {"type": "string"}}})");
+    auto prompt_tokens = [this](const tandem::v1::GenerateRequest& r) {
+      grpc::ClientContext ctx;
+      Deadline(&ctx, std::chrono::seconds(60));
+      tandem::v1::GenerateResponse response;
+      const grpc::Status s = stub_->Generate(&ctx, r, &response);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      return response.usage().prompt_tokens();
+    };
+    const int32_t without = prompt_tokens(plain);
+    const int32_t with = prompt_tokens(with_tools);
+    EXPECT_GT(with, without + 100) << model;  // the tools block and the instructions
+
+    tandem::v1::GenerateRequest results = with_tools;
+    auto* assistant = results.add_messages();
+    assistant->set_role("assistant");
+    auto* call = assistant->add_tool_calls();
+    call->set_id("call_1");
+    call->set_name("get_weather");
+    call->set_arguments_json(R"({"city": "Oslo"})");
+    auto* result = results.add_messages();
+    result->set_role("tool");
+    result->set_tool_call_id("call_1");
+    result->add_content()->set_text("-3C, snow");
+    EXPECT_GT(prompt_tokens(results), with) << model;
+  }
+}
+
 // --random_weights: the worker builds the model from config.json alone, with the weights
 // tandem-make-checkpoint writes for the same seed, so both answer alike; and says so everywhere.
 std::string GreedyText(const std::string& address) {
