@@ -36,7 +36,8 @@ absl::string_view HttpRequest::Header(absl::string_view name) const {
   return {};
 }
 
-namespace {
+// Not anonymous: HttpServer::Impl (declared in the header) holds these types.
+namespace http_internal {
 
 class SessionBase;
 
@@ -48,7 +49,10 @@ struct Pending {
   std::function<void(bool)> done;
 };
 
-}  // namespace
+}  // namespace http_internal
+
+using http_internal::Pending;
+using http_internal::SessionBase;
 
 struct HttpServer::Impl {
   HttpServerOptions options;
@@ -69,7 +73,7 @@ struct HttpServer::Impl {
   void Stop();
 };
 
-namespace {
+namespace http_internal {
 
 // The connection's side that the exchange drives; every method runs on the session's strand.
 class SessionBase : public std::enable_shared_from_this<SessionBase> {
@@ -375,7 +379,11 @@ class Session final : public SessionBase {
   std::optional<http::response_serializer<http::empty_body>> head_serializer_;
 };
 
-}  // namespace
+}  // namespace http_internal
+
+using http_internal::PlainStream;
+using http_internal::Session;
+using http_internal::TlsStream;
 
 void HttpServer::Impl::Accept(const std::shared_ptr<Impl>& self) {
   auto socket = std::make_shared<tcp::socket>(net::make_strand(ioc));

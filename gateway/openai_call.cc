@@ -32,17 +32,27 @@ void OpenAiCall::Start(GatewayService* service, std::shared_ptr<HttpExchange> ex
     call->splitter_ =
         ThinkSplitter(call->request().hints().reasoning().mode() != tandem::v1::REASONING_MODE_OFF);
   }
+  // Linked before Begin, so that FinishOnce (which may run on a worker's thread before Begin
+  // returns) always cuts the link after it was made.
+  {
+    absl::MutexLock l(&call->link_->mu);
+    call->link_->call = call;
+  }
+  // Held through Start: the answer may complete, and drop the front's reference, on another
+  // thread while Begin is still running here.
+  call->Ref();
   const absl::Status s = call->Begin(parsed);
   if (!s.ok()) {
     const grpc::Status status = ToGrpcStatus(s);
     call->Record(status);
+    {
+      absl::MutexLock l(&call->link_->mu);
+      call->link_->call = nullptr;
+    }
     call->RespondError(status);
     call->Unref();
+    call->Unref();
     return;
-  }
-  {
-    absl::MutexLock l(&call->link_->mu);
-    call->link_->call = call;
   }
   call->exchange_->OnClientGone([link = call->link_] {
     OpenAiCall* c = nullptr;
@@ -56,6 +66,7 @@ void OpenAiCall::Start(GatewayService* service, std::shared_ptr<HttpExchange> ex
     c->CancelAll();
     c->Unref();
   });
+  call->Unref();
 }
 
 OpenAiCall::OpenAiCall(GatewayService* service, std::shared_ptr<HttpExchange> exchange,
