@@ -201,13 +201,13 @@ absl::Status Gateway::StartServing() {
   pools_->Start();
   signals_->Start();
   spdlog::info(
-      "serving grpc={} transport={} http={} workers_transport={} tenants={} metrics={} "
-      "metrics_transport={} models={} version={}",
-      grpc_address_, config_.server_transport,
-      openai_ != nullptr ? absl::StrCat(openai_->Scheme(), "://", openai_->Address()) : "off",
-      config_.worker_plaintext ? "plaintext" : "mtls",
+      "serving grpc={} transport={} workers_transport={} tenants={} metrics={} "
+      "metrics_transport={} http={} models={} version={}",
+      grpc_address_, config_.server_transport, config_.worker_plaintext ? "plaintext" : "mtls",
       config_.tenants_path.empty() ? "none (anonymous)" : config_.tenants_path, metrics_address_,
-      config_.metrics_transport, absl::StrJoin(models_, ","), kVersion);
+      config_.metrics_transport,
+      openai_ != nullptr ? absl::StrCat(openai_->Scheme(), "://", openai_->Address()) : "off",
+      absl::StrJoin(models_, ","), kVersion);
   if (reloader_) reloader_->Start(config_.policy_watch_interval);
   if (!config_.tenants_path.empty()) tenants_->Watch(config_.policy_watch_interval);
   return absl::OkStatus();

@@ -91,11 +91,20 @@ for _ in $(seq "$ROUNDS"); do
   grpc_round grpc_stream "$CONNECTIONS" nemotron GenerateStream | tee -a "$OUT_DIR/rounds.txt"
   http_round http_stream "$CONNECTIONS" nemotron true | tee -a "$OUT_DIR/rounds.txt"
 done
+# The gateway's memory after every round: a per-chunk allocation that is never given back would
+# show as growth here.
+grep -E '^Vm(HWM|RSS)' "/proc/$GATEWAY_PID/status" | tr -s ' ' | sed 's/^/gateway /'
 python3 - "$OUT_DIR/rounds.txt" "$STREAM_TOKENS" <<'EOF'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1]) if line.strip()]
 tokens = int(sys.argv[2])
 med = lambda xs: statistics.median(xs)
+# h2load's mean request time, with its unit ("712us", "7.28ms", "1.2s"), in milliseconds.
+def ms(v):
+    for unit, scale in (("us", 1e-3), ("ms", 1.0), ("s", 1e3)):
+        if v.endswith(unit):
+            return float(v[: -len(unit)]) * scale
+    return float(v)
 print("| front, answer | in flight | req/s | mean ms | gateway CPU us/req | HTTP/gRPC CPU (median of rounds) |")
 print("|---|---|---|---|---|---|")
 for kind in ("whole", "stream"):
@@ -106,6 +115,6 @@ for kind in ("whole", "stream"):
         for name, rs in (("gRPC", g), ("HTTP", h)):
             extra = f" ({med([float(r[4]) for r in rs]) / tokens:.1f} us/chunk)" if kind == "stream" else ""
             print(f"| {name}, {kind} | {c} | {med([float(r[2]) for r in rs]):.0f} | "
-                  f"{med([float(r[3]) for r in rs]):.2f} | {med([float(r[4]) for r in rs]):.0f}{extra} | "
+                  f"{med([ms(r[3]) for r in rs]):.2f} | {med([float(r[4]) for r in rs]):.0f}{extra} | "
                   f"{ratio:.2f} |")
 EOF
