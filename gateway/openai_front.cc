@@ -24,6 +24,16 @@ void RespondError(HttpExchange& exchange, const absl::Status& status) {
   exchange.Respond(std::move(r));
 }
 
+// 405 with the method the path takes.
+void RespondWrongMethod(HttpExchange& exchange, absl::string_view path, const char* allowed) {
+  HttpResponse r;
+  r.status = 405;
+  r.headers.emplace_back("content-type", "application/json");
+  r.headers.emplace_back("allow", allowed);
+  r.body = openai::ErrorJson(absl::InvalidArgumentError(absl::StrCat(path, " takes ", allowed)));
+  exchange.Respond(std::move(r));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const std::string& address,
@@ -44,10 +54,7 @@ void OpenAiFront::Handle(std::shared_ptr<HttpExchange> exchange) {
   absl::string_view path = r.target;
   path = path.substr(0, path.find('?'));
   if (path == "/v1/chat/completions") {
-    if (r.method != "POST") {
-      return RespondError(*exchange, absl::Status(absl::StatusCode::kFailedPrecondition,
-                                                  "/v1/chat/completions takes POST"));
-    }
+    if (r.method != "POST") return RespondWrongMethod(*exchange, path, "POST");
     return ChatCompletions(std::move(exchange));
   }
   if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {

@@ -24,7 +24,8 @@
     Service in front of the gateway pods as clients dial it (NAME, NAME.NS, NAME.NS.svc,
     NAME.NS.svc.cluster.local) in the rendered namespace; rendered without a namespace it fails;
   - selectors match the pod template labels; every Service selects pods and maps its ports onto
-    container ports, which equal the ports in the --listen / --metrics_listen flags;
+    container ports, which equal the ports in the --listen / --metrics_listen (/ --http_listen)
+    flags;
   - every flag in args is one the binary defines (ABSL_FLAG in its main.cc and *_flags.cc);
   - the policy ConfigMap is mounted as a directory (no subPath, so hot reload sees updates) and
     holds the file --policy names;
@@ -112,8 +113,13 @@ class Checker:
             self.err(f"{what}: --listen and --metrics_listen must be set")
             return c, {}
         ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
-        if ports != {"grpc": port_of(listen), "metrics": port_of(metrics)}:
-            self.err(f"{what}: container ports {ports} do not match --listen={listen} --metrics_listen={metrics}")
+        want = {"grpc": port_of(listen), "metrics": port_of(metrics)}
+        http = flag(args, "http_listen")  # the gateway's OpenAI-compatible front, when served
+        if http:
+            want["https"] = port_of(http)
+        if ports != want:
+            self.err(f"{what}: container ports {ports} do not match --listen={listen} "
+                     f"--metrics_listen={metrics}" + (f" --http_listen={http}" if http else ""))
         plaintext = on(args, "plaintext")
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             p = c.get(probe)

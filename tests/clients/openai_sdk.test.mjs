@@ -176,6 +176,26 @@ test('a tenant over its quota gets 429 with Retry-After', async () => {
   assert.ok(Number(refused.headers.get('retry-after-ms')) > 0);
 });
 
+test('a deadline that passes is a 504', async () => {
+  await assert.rejects(
+    client.chat.completions.create(
+      { model: 'qwen', messages: prompt, max_tokens: 4000, reasoning_effort: 'none' },
+      { headers: { 'x-tandem-timeout-ms': '100' } }),
+    (e) => e.status === 504 && e.error.type === 'timeout_error');
+});
+
+test('a wrong method and an unknown path are refused in OpenAI\'s error form', async () => {
+  const base = process.env.TANDEM_OPENAI_URL;
+  const auth = { authorization: `Bearer ${process.env.TANDEM_API_KEY}` };
+  const get = await fetch(`${base}/chat/completions`, { headers: auth });
+  assert.equal(get.status, 405);
+  assert.equal(get.headers.get('allow'), 'POST');
+  assert.equal((await get.json()).error.type, 'invalid_request_error');
+  const missing = await fetch(`${base}/embeddings`, { method: 'POST', headers: auth, body: '{}' });
+  assert.equal(missing.status, 404);
+  assert.match((await missing.json()).error.message, /no such endpoint/);
+});
+
 test('a client that goes away cancels the generation', async () => {
   const before = await metric('tandem_gateway_requests_total', { api: 'openai', code: 'CANCELLED' });
   const controller = new AbortController();

@@ -83,6 +83,25 @@ TEST(TimerQueueTest, ACallbackMayScheduleAndCancelTimers) {
   EXPECT_FALSE(cancelled_ran);
 }
 
+// The thread is woken only for a deadline before the wake it planned: a timer scheduled into an
+// empty queue while the thread still sleeps towards a cancelled, later deadline must still fire
+// on time, and one scheduled behind a nearer deadline must fire too.
+TEST(TimerQueueTest, AnEarlierDeadlineWakesTheThreadAfterALaterOneWasCancelled) {
+  TimerQueue q;
+  const auto far = TimerQueue::Clock::now() + std::chrono::hours(1);
+  const TimerQueue::Handle later = q.Schedule(far, [] {});
+  EXPECT_TRUE(q.Cancel(later));
+  absl::Notification near_ran;
+  q.Schedule(TimerQueue::Clock::now() + std::chrono::milliseconds(5),
+             [&near_ran] { near_ran.Notify(); });
+  absl::Notification behind_ran;
+  q.Schedule(TimerQueue::Clock::now() + std::chrono::milliseconds(10),
+             [&behind_ran] { behind_ran.Notify(); });
+  // Minutes would mean the thread slept towards the hour; seconds of slack for a loaded machine.
+  EXPECT_TRUE(near_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(behind_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+}
+
 TEST(TimerQueueTest, PendingCallbacksAreDroppedWhenTheQueueGoes) {
   auto owned = std::make_shared<int>(7);
   std::weak_ptr<int> watch = owned;

@@ -53,14 +53,7 @@ class ClientsTest : public ::testing::Test {
     gateway_ = std::move(*gateway);
     // Health over plaintext would be refused: wait for the gateway's "ready" view through a
     // client instead, below, by retrying nothing: the examples run once models are ready.
-    ASSERT_TRUE(WaitUntil([] {
-      auto m = HttpGet(gateway_.metrics_address, "/metrics");
-      return m.ok() &&
-             MetricValue(*m, "tandem_gateway_ready_workers", {{"model_name", "qwen"}})
-                     .value_or(0) == 1 &&
-             MetricValue(*m, "tandem_gateway_ready_workers", {{"model_name", "nemotron"}})
-                     .value_or(0) == 1;
-    }));
+    ASSERT_TRUE(WaitForReadyModels(gateway_.metrics_address, {"qwen", "nemotron"}));
   }
   static void TearDownTestSuite() {
     gateway_ = {};

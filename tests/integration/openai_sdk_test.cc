@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/file.h"
 #include "policies/tenant_config.h"
 #include "tests/support/pki.h"
 #include "tests/support/stack.h"
@@ -52,14 +52,7 @@ class OpenAiSdkTest : public ::testing::Test {
     ASSERT_TRUE(gateway.ok()) << gateway.status();
     gateway_ = std::move(*gateway);
     ASSERT_FALSE(gateway_.http_address.empty());
-    ASSERT_TRUE(WaitUntil([] {
-      auto m = HttpGet(gateway_.metrics_address, "/metrics");
-      return m.ok() &&
-             MetricValue(*m, "tandem_gateway_ready_workers", {{"model_name", "qwen"}})
-                     .value_or(0) == 1 &&
-             MetricValue(*m, "tandem_gateway_ready_workers", {{"model_name", "nemotron"}})
-                     .value_or(0) == 1;
-    }));
+    ASSERT_TRUE(WaitForReadyModels(gateway_.metrics_address, {"qwen", "nemotron"}));
   }
   static void TearDownTestSuite() {
     gateway_ = {};

@@ -272,6 +272,23 @@ bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
   return done();
 }
 
+bool WaitForReadyModels(const std::string& metrics_address, const std::vector<std::string>& models,
+                        absl::Duration timeout) {
+  return WaitUntil(
+      [&] {
+        auto m = HttpGet(metrics_address, "/metrics");
+        if (!m.ok()) return false;
+        for (const std::string& model : models) {
+          if (MetricValue(*m, "tandem_gateway_ready_workers", {{"model_name", model}})
+                  .value_or(0) != 1) {
+            return false;
+          }
+        }
+        return true;
+      },
+      timeout);
+}
+
 bool HavePrometheus() { return !std::string(TANDEM_PROMETHEUS).empty(); }
 
 absl::StatusOr<Server> StartPrometheus(const std::vector<std::string>& targets,

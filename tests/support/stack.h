@@ -86,4 +86,9 @@ absl::StatusOr<Server> StartPrometheus(const std::vector<std::string>& targets,
 // For conditions another process reaches asynchronously (never a fixed sleep).
 bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(20));
 
+// Waits until the gateway's /metrics (plain HTTP at `metrics_address`) shows one ready worker for
+// each of `models`: for gateways whose gRPC health needs TLS. False at the timeout.
+bool WaitForReadyModels(const std::string& metrics_address, const std::vector<std::string>& models,
+                        absl::Duration timeout = absl::Seconds(20));
+
 }  // namespace tandem::testing
