@@ -77,10 +77,14 @@ OpenAiCall::OpenAiCall(GatewayService* service, std::shared_ptr<HttpExchange> ex
       link_(std::make_shared<Link>()),
       created_(absl::ToUnixSeconds(absl::Now())) {}
 
-openai::AnswerMeta OpenAiCall::Meta() const {
-  return openai::AnswerMeta{.id = absl::StrCat("chatcmpl-", admission().request_id),
-                            .created = created_,
-                            .model = admission().decision.model};
+const openai::AnswerMeta& OpenAiCall::Meta() {
+  // Built once, at the first chunk (the decision is final by then), not per streamed chunk.
+  if (!meta_.has_value()) {
+    meta_ = openai::AnswerMeta{.id = absl::StrCat("chatcmpl-", admission().request_id),
+                               .created = created_,
+                               .model = admission().decision.model};
+  }
+  return *meta_;
 }
 
 HttpResponse OpenAiCall::Head(int status, const char* content_type) const {

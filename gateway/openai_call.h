@@ -47,7 +47,9 @@ class OpenAiCall final : public GenerationCall {
   // The answer's head: status, content type and the x-tandem-* headers.
   HttpResponse Head(int status, const char* content_type) const;
   void RespondError(const grpc::Status& status);
-  openai::AnswerMeta Meta() const;
+  // What every event of the answer repeats; called only from the relay and the end, never at
+  // once.
+  const openai::AnswerMeta& Meta();
 
   const std::shared_ptr<HttpExchange> exchange_;
   HttpCallerContext* const http_;  // owned by GenerationCall
@@ -55,6 +57,7 @@ class OpenAiCall final : public GenerationCall {
   bool stream_ = false;
   bool include_usage_ = false;
   const int64_t created_;  // Unix seconds
+  std::optional<openai::AnswerMeta> meta_;
   // Written by Relay only, one chunk at a time.
   ThinkSplitter splitter_{true};
   std::string reasoning_;  // of one streamed chunk
