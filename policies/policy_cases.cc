@@ -121,6 +121,8 @@ CaseResult RunCase(const router::Policy& policy, const YAML::Node& c, const std:
   }
   const tandem::v1::GenerateRequest req = BuildRequest(r);
   router::RequestFeatures f = router::ExtractFeatures(req);
+  // The tenant the case's caller authenticates as; a `tenant` label stays only a label.
+  if (r["tenant"]) f.tenant = r["tenant"].Scalar();
   f.split_key = std::hash<std::string>{}(req.request_id());
   const router::PolicyRouter router(p);
   auto d = router.Route(f, signals);
@@ -181,7 +183,8 @@ absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& pol
         if (const YAML::Node r = cases[i]["request"]) {
           if (KnownKeys(r, path + ".request",
                         {"text", "system", "prompt_tokens", "turns", "images", "objective", "model",
-                         "reasoning", "max_tokens", "labels", "request_id", "signals", "triggers"},
+                         "reasoning", "max_tokens", "labels", "tenant", "request_id", "signals",
+                         "triggers"},
                         &problems)) {
             // Bounds keep a typo from building an enormous request.
             for (const auto& [key, lo, hi] :

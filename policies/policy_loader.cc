@@ -668,7 +668,14 @@ class Parser : public YamlReader {
             "unknown field; expected prompt_tokens, prompt_bytes, image_count, num_messages, "
             "num_turns, max_tokens, confidence, code_cues, math_cues, reasoning_cues, "
             "structured_output_cues, deadline_ms, objective, reasoning, class, hint.model, "
-            "label.KEY, signal.NAME or trigger.NAME");
+            "tenant, label.KEY, signal.NAME or trigger.NAME");
+      return;
+    }
+    if (field == "label.tenant") {
+      // A label is whatever the caller wrote: a rule on it would let anyone buy the routing.
+      Error(key, path,
+            "a `tenant` label is set by the caller and proves nothing; test `tenant` (the tenant "
+            "the caller's API key authenticates, absent for anonymous callers) instead");
       return;
     }
     if (field.rfind("signal.", 0) == 0 && !p->signals.contains(field.substr(7))) {

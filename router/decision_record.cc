@@ -14,6 +14,7 @@ tandem::v1::DecisionRecord ToRecord(const RequestFeatures& f, const RouteDecisio
   r.set_reasoning(ReasoningModeName(f.reasoning));
   r.set_max_tokens(f.max_tokens);
   r.mutable_labels()->insert(f.labels.begin(), f.labels.end());
+  r.set_tenant(f.tenant);
   r.set_code_cues(f.cues.code);
   r.set_math_cues(f.cues.math);
   r.set_reasoning_cues(f.cues.reasoning);
@@ -45,7 +46,7 @@ RequestFeatures FeaturesFromRecord(const tandem::v1::DecisionRecord& r) {
                                          : ReasoningMode::kDefault;
   f.max_tokens = r.max_tokens();
   f.labels.insert(r.labels().begin(), r.labels().end());
-  if (auto it = f.labels.find("tenant"); it != f.labels.end()) f.tenant = it->second;
+  f.tenant = r.tenant();
   if (auto it = f.labels.find("app"); it != f.labels.end()) f.app = it->second;
   f.cues.code = r.code_cues();
   f.cues.math = r.math_cues();

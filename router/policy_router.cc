@@ -74,6 +74,7 @@ FieldValue Resolve(const std::string& field, const Context& c) {
   if (field == "reasoning") return Text(ReasoningModeName(f.reasoning));
   if (field == "class") return Text(c.request_class);
   if (field == "hint.model") return Text(f.pinned_model);
+  if (field == "tenant") return Text(f.tenant);
   if (absl::StartsWith(field, "label.")) {
     auto it = f.labels.find(field.substr(6));
     return it == f.labels.end() ? FieldValue{} : Text(it->second);
@@ -175,7 +176,7 @@ std::optional<FieldKind> KindOfField(const std::string& field) {
                                    "reasoning_cues",
                                    "structured_output_cues",
                                    "deadline_ms"};
-  static const char* kStrings[] = {"objective", "reasoning", "class", "hint.model"};
+  static const char* kStrings[] = {"objective", "reasoning", "class", "hint.model", "tenant"};
   for (const char* n : kNumbers) {
     if (field == n) return FieldKind::kNumber;
   }

@@ -70,9 +70,6 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
   }
   if (request.sampling().has_max_tokens()) f.max_tokens = request.sampling().max_tokens();
   f.labels.insert(request.labels().begin(), request.labels().end());
-  if (auto it = request.labels().find("tenant"); it != request.labels().end()) {
-    f.tenant = it->second;
-  }
   if (auto it = request.labels().find("app"); it != request.labels().end()) f.app = it->second;
   return f;
 }
@@ -110,7 +107,7 @@ std::vector<std::pair<std::string, std::string>> DescribeFeatures(const RequestF
       {"pinned_model", f.pinned_model},
       {"reasoning", ReasoningModeName(f.reasoning)},
       {"max_tokens", f.max_tokens == 0 ? "default" : absl::StrCat(f.max_tokens)},
-      {"tenant", f.tenant},
+      {"tenant", f.tenant.empty() ? "(anonymous)" : f.tenant},
       {"app", f.app},
       {"code_cues", absl::StrCat(f.cues.code)},
       {"math_cues", absl::StrCat(f.cues.math)},

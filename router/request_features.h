@@ -30,6 +30,8 @@ struct RequestFeatures {
   ReasoningMode reasoning = ReasoningMode::kDefault;
   // 0 when the request leaves it to the default.
   int32_t max_tokens = 0;
+  // The tenant its credentials authenticate (the gateway's --tenants); empty for an anonymous
+  // caller. Never taken from the request's content: a `tenant` label is only a label.
   std::string tenant;
   std::string app;
   // Every label, for policy conditions on label.KEY.

@@ -426,6 +426,55 @@ class TenantsTest : public ::testing::Test {
   std::string tenants_path_;
 };
 
+// Request content never grants rights: a `tenant` label buys no routing, quota or models.
+TEST_F(TenantsTest, ALabelCannotBuyRoutingQuotaOrModels) {
+  const std::string policy = WriteTempFile("by-tenant.yaml", R"(schema: 1
+version: by-tenant-1
+models: {qwen: {vision: true}, nemotron: {}}
+classes: [any]
+default_class: any
+rules:
+  - name: pinned
+    when: {hint.model: {present: true}}
+    action: {route_to_pinned: true}
+  - name: ops_get_qwen
+    when: {tenant: ops}
+    action: {route: qwen}
+  - name: rest
+    action: {route: nemotron}
+)");
+  Start({"--policy=" + policy});
+  auto route = [&](const std::string& key, const std::string& label) {
+    auto stub = tandem::v1::Gateway::NewStub(
+        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    ctx.AddMetadata("authorization", "Bearer " + key);
+    tandem::v1::GenerateRequest r = Prompt("hi", 4);
+    (*r.mutable_labels())["tenant"] = label;
+    tandem::v1::RouteResponse out;
+    EXPECT_TRUE(stub->Route(&ctx, r, &out).ok());
+    return out.route().rule();
+  };
+  // Routing: only the key that authenticates as ops gets the ops rule.
+  EXPECT_EQ(route("ops-secret", "ops"), "ops_get_qwen");
+  EXPECT_EQ(route("search-secret", "ops"), "rest");
+  EXPECT_EQ(route("batch-secret", "ops"), "rest");
+  // Models: batch may use nemotron only, whoever its label claims to be.
+  tandem::v1::GenerateRequest pinned = Prompt("hi", 4);
+  pinned.mutable_hints()->set_model("qwen");
+  (*pinned.mutable_labels())["tenant"] = "ops";
+  EXPECT_EQ(Call("batch-secret", pinned).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // Quota: search's burst of 2 is search's, with or without another tenant's label.
+  tandem::v1::GenerateRequest labelled = Prompt("hi", 4);
+  (*labelled.mutable_labels())["tenant"] = "ops";
+  EXPECT_TRUE(Call("search-secret", labelled).ok());
+  EXPECT_TRUE(Call("search-secret", labelled).ok());
+  const grpc::Status s = Call("search-secret", labelled);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("tenant 'search'"));
+}
+
 TEST_F(TenantsTest, KeysRightsAndRateLimits) {
   Start();
   // No key, or a key no tenant has.
@@ -537,7 +586,7 @@ classes: [accuracy_critical, latency_critical]
 default_class: latency_critical
 rules:
   - name: premium
-    when: {label.tenant: {in: [enterprise-customer-x, research]}}
+    when: {label.team: {in: [enterprise-customer-x, research]}}
     action: {route: qwen}
   - name: rest
     action: {route: nemotron}
@@ -546,7 +595,7 @@ rules:
   auto stub = tandem::v1::Gateway::NewStub(
       grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
   tandem::v1::GenerateRequest req = Prompt("hi", 4);
-  (*req.mutable_labels())["tenant"] = "research";
+  (*req.mutable_labels())["team"] = "research";
   const auto route = [&](const std::string& key, tandem::v1::RouteResponse* out) {
     grpc::ClientContext ctx;
     Deadline(&ctx, std::chrono::seconds(10));
@@ -576,7 +625,7 @@ rules:
   const grpc::Status refused = generate("batch-secret", &tenant_answer);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(refused.error_message(), Not(HasSubstr("enterprise-customer-x")));
-  (*req.mutable_labels())["tenant"] = "someone";
+  (*req.mutable_labels())["team"] = "someone";
   ASSERT_TRUE(generate("batch-secret", &tenant_answer).ok());
   ASSERT_TRUE(generate("ops-secret", &admin_answer).ok());
   EXPECT_EQ(tenant_answer.route().worker(), "") << "a worker address shown to a tenant";

@@ -162,23 +162,50 @@ TEST(PolicyRouterTest, DefaultPolicyMatchesTheSeedsRouting) {
 TEST(PolicyRouterTest, ExplanationListsEveryRuleConsidered) {
   auto p = MustParse(std::string(kHeader) + R"(rules:
   - name: big
-    when: {prompt_tokens: {ge: 1000}, label.tenant: {in: [acme, initech]}}
+    when: {prompt_tokens: {ge: 1000}, tenant: {in: [acme, initech]}}
     action: {route: nemotron}
   - name: rest
     action: {route: qwen}
 )");
   router::PolicyRouter r(p);
   auto f = Features();
-  f.labels["tenant"] = "acme";
+  f.tenant = "acme";
   auto d = r.Route(f);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->rule, "rest");
   ASSERT_EQ(d->trace.size(), 2u);
   EXPECT_FALSE(d->trace[0].matched);
   EXPECT_EQ(d->trace[0].detail,
-            "prompt_tokens=100 ge 1000: no; label.tenant='acme' in [acme, initech]: yes");
+            "prompt_tokens=100 ge 1000: no; tenant='acme' in [acme, initech]: yes");
   f.prompt_tokens = 1000;
   EXPECT_EQ(r.Route(f)->model, "nemotron");
+}
+
+TEST(PolicyLoaderTest, ALabelCalledTenantIsRefusedInFavourOfTheAuthenticatedTenant) {
+  const auto errors = Errors(std::string(kHeader) + R"(rules:
+  - name: premium
+    when: {label.tenant: {in: [enterprise]}}
+    action: {route: qwen}
+  - name: rest
+    action: {route: nemotron}
+)");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_THAT(errors[0], HasSubstr("rules[0].when.label.tenant"));
+  EXPECT_THAT(errors[0], HasSubstr("test `tenant`"));
+  // `tenant` is absent for an anonymous caller, whatever its labels say.
+  auto p = MustParse(std::string(kHeader) + R"(rules:
+  - name: premium
+    when: {tenant: enterprise}
+    action: {route: qwen}
+  - name: rest
+    action: {route: nemotron}
+)");
+  router::PolicyRouter r(p);
+  auto f = Features();
+  f.labels["tenant"] = "enterprise";
+  EXPECT_EQ(r.Route(f)->rule, "rest");
+  f.tenant = "enterprise";
+  EXPECT_EQ(r.Route(f)->rule, "premium");
 }
 
 TEST(PolicyRouterTest, WeightedSplitIsStablePerKeyAndHonoursWeights) {

@@ -82,7 +82,9 @@ TEST(ExtractFeaturesTest, ReadsEveryField) {
   EXPECT_EQ(f.pinned_model, "nemotron");
   EXPECT_EQ(f.reasoning, ReasoningMode::kOff);
   EXPECT_EQ(f.max_tokens, 77);
-  EXPECT_EQ(f.tenant, "acme");
+  // The tenant comes from authentication (the gateway sets it), never from a label.
+  EXPECT_EQ(f.tenant, "");
+  EXPECT_EQ(f.labels.at("tenant"), "acme");
   EXPECT_EQ(f.app, "chat");
   EXPECT_EQ(DescribeFeatures(f).size(), 16u);
   EXPECT_EQ(f.deadline_ms, -1);
