@@ -33,7 +33,8 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
           "by (grpc or openai).")),
       decisions_(CounterFamily(
           r, "tandem_gateway_route_decisions_total",
-          "Routing decisions, by chosen model, class, deciding rule and policy version.")),
+          "Routing decisions, by chosen model, class, deciding rule, policy version and the "
+          "decided reasoning (on, off, or default: the model's own).")),
       shadows_(CounterFamily(r, "tandem_gateway_shadow_requests_total",
                              "Shadow copies of requests (answer discarded), by shadow model, the "
                              "request's class and gRPC status code.")),
@@ -249,17 +250,20 @@ void GatewayMetrics::CountShadow(const std::string& model, const std::string& re
 }
 
 void GatewayMetrics::CountDecision(const std::string& model, const std::string& request_class,
-                                   const std::string& rule, const std::string& policy_version) {
+                                   const std::string& rule, const std::string& policy_version,
+                                   const std::string& reasoning) {
   absl::MutexLock l(&mu_);
-  auto it = decision_children_.find(
-      std::make_tuple(std::string_view(model), std::string_view(request_class),
-                      std::string_view(rule), std::string_view(policy_version)));
+  auto it = decision_children_.find(std::make_tuple(
+      std::string_view(model), std::string_view(request_class), std::string_view(rule),
+      std::string_view(policy_version), std::string_view(reasoning)));
   if (it == decision_children_.end()) {
     prometheus::Counter& c = decisions_.Add({{"model_name", model},
                                              {"class", request_class},
                                              {"rule", rule},
-                                             {"policy_version", policy_version}});
-    it = decision_children_.emplace(std::make_tuple(model, request_class, rule, policy_version), &c)
+                                             {"policy_version", policy_version},
+                                             {"reasoning", reasoning}});
+    it = decision_children_
+             .emplace(std::make_tuple(model, request_class, rule, policy_version, reasoning), &c)
              .first;
   }
   it->second->Increment();

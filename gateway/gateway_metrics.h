@@ -48,9 +48,10 @@ class GatewayMetrics {
   // A shadow copy finished (or could not start) with `code`.
   void CountShadow(const std::string& model, const std::string& request_class, const char* code)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // `reasoning`: the decided thinking mode, "on", "off" or "default" (the model's own).
   void CountDecision(const std::string& model, const std::string& request_class,
-                     const std::string& rule, const std::string& policy_version)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                     const std::string& rule, const std::string& policy_version,
+                     const std::string& reasoning = "default") ABSL_LOCKS_EXCLUDED(mu_);
   // Policy reloads by result ("ok" or "error"), and the live policy's identity.
   void CountPolicyReload(bool ok);
   void SetLivePolicy(const std::string& version, const std::string& sha256)
@@ -206,8 +207,8 @@ class GatewayMetrics {
   prometheus::Counter& Labelled(prometheus::Family<prometheus::Counter>& family,
                                 const prometheus::Labels& labels) ABSL_LOCKS_EXCLUDED(mu_);
   std::map<std::pair<void*, std::string>, prometheus::Counter*> labelled_ ABSL_GUARDED_BY(mu_);
-  std::map<std::tuple<std::string, std::string, std::string, std::string>, prometheus::Counter*,
-           ViewLess>
+  std::map<std::tuple<std::string, std::string, std::string, std::string, std::string>,
+           prometheus::Counter*, ViewLess>
       decision_children_ ABSL_GUARDED_BY(mu_);
   // Policy versions whose decision series are kept, oldest first.
   static constexpr size_t kDecisionVersionsKept = 3;

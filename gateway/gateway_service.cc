@@ -38,6 +38,11 @@ void FillRoute(const Admission& a, Disclosure disclosure, tandem::v1::RouteInfo*
   route->set_reason(disclosure.explain ? a.decision.reason
                                        : absl::StrCat("rule '", a.decision.rule, "' matched"));
   route->set_policy_version(a.decision.policy_version);
+  route->set_reasoning(router::ReasoningModeName(a.decision.reasoning));
+  route->set_thinking_budget_tokens(a.decision.thinking_budget);
+  route->set_reasoning_source(a.decision.reasoning_source);
+  route->set_prompt_tokens(a.features.prompt_tokens);
+  route->set_prompt_tokens_source(a.features.prompt_tokens_exact ? "tokenizer" : "estimate");
   if (a.endpoint != nullptr && disclosure.workers) route->set_worker(a.endpoint->address());
 }
 

@@ -193,7 +193,8 @@ void GenerationCall::CountAdmitted() {
     service_->metrics().CountFallback(admission_.fell_back_from, d.model);
   }
   model_metrics_ = service_->metrics().ForModel(d.model);
-  service_->metrics().CountDecision(d.model, d.request_class, d.rule, d.policy_version);
+  service_->metrics().CountDecision(d.model, d.request_class, d.rule, d.policy_version,
+                                    router::ReasoningModeName(d.reasoning));
   if (DecisionLog* log = service_->decision_log()) {
     tandem::v1::DecisionRecord record = router::ToRecord(admission_.features, d);
     record.set_request_id(admission_.request_id);

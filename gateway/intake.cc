@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/call_metadata.h"
 #include "common/log_text.h"
+#include "router/reasoning_decision.h"
 
 namespace tandem::gateway {
 
@@ -41,6 +42,21 @@ std::string LoggableRequestId(const tandem::v1::GenerateRequest& request,
 std::string NewRequestId() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return absl::StrFormat("%016x", rng());
+}
+
+void SetWorkerReasoning(const router::RouteDecision& d, tandem::v1::ReasoningOptions* out) {
+  out->Clear();
+  switch (d.reasoning) {
+    case router::ReasoningMode::kOn:
+      out->set_mode(tandem::v1::REASONING_MODE_ON);
+      break;
+    case router::ReasoningMode::kOff:
+      out->set_mode(tandem::v1::REASONING_MODE_OFF);
+      break;
+    default:
+      break;
+  }
+  out->set_thinking_budget_tokens(d.thinking_budget);
 }
 
 absl::Status Intake::ValidateRequest(const tandem::v1::GenerateRequest& request) const {
@@ -149,6 +165,9 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
   // that route by tenant must not be steerable by a label.
   if (out->tenant != nullptr) out->features.tenant = out->tenant->name;
   if (absl::Status s = Route(deadline, out); !s.ok()) return s;
+  if (out->tenant != nullptr) {
+    router::CapThinking(out->tenant->limits.max_thinking_tokens, out->tenant->name, &out->decision);
+  }
   return CheckModel(request, out);
 }
 
@@ -182,7 +201,7 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
                                              ? std::min(options_.default_max_tokens, model_limit)
                                              : options_.default_max_tokens);
   }
-  *w.mutable_reasoning() = request.hints().reasoning();
+  SetWorkerReasoning(out->decision, w.mutable_reasoning());
   return absl::OkStatus();
 }
 

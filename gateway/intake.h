@@ -111,6 +111,9 @@ inline constexpr size_t kMaxModelNameBytes = 64;
 // budget, or a hints.model that is not a model name.
 absl::Status ValidateHints(const tandem::v1::RoutingHints& hints);
 
+// The worker's reasoning options for a decision (mode and thinking budget).
+void SetWorkerReasoning(const router::RouteDecision& d, tandem::v1::ReasoningOptions* out);
+
 // The caller's request id: the field, else the x-request-id metadata value; empty when neither.
 const std::string& CallerRequestId(const tandem::v1::GenerateRequest& request,
                                    const std::string& metadata_request_id);

@@ -29,8 +29,6 @@ void OpenAiCall::Start(GatewayService* service, std::shared_ptr<HttpExchange> ex
     call->stream_ = decoded->stream;
     call->include_usage_ = decoded->include_usage;
     call->request() = std::move(decoded->request);
-    call->splitter_ =
-        ThinkSplitter(call->request().hints().reasoning().mode() != tandem::v1::REASONING_MODE_OFF);
   }
   // Linked before Begin, so that FinishOnce (which may run on a worker's thread before Begin
   // returns) always cuts the link after it was made.
@@ -108,6 +106,9 @@ void OpenAiCall::Split(const WorkerGenerateChunk& chunk, bool last) {
   if (!parser_checked_) {
     parser_checked_ = true;
     if (request().tools_size() > 0) parser_.emplace(request().tools(), admission().request_id);
+    // The answer opens inside a thinking block unless the decision (the caller's, a rule's)
+    // turned thinking off.
+    splitter_ = ThinkSplitter(admission().decision.reasoning != router::ReasoningMode::kOff);
   }
   std::string* content = parser_.has_value() ? &unparsed_ : &content_;
   unparsed_.clear();

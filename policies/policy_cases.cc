@@ -80,6 +80,9 @@ tandem::v1::GenerateRequest BuildRequest(const YAML::Node& r) {
                                       : tandem::v1::OBJECTIVE_UNSPECIFIED);
   }
   if (r["model"]) h->set_model(r["model"].Scalar());
+  if (r["thinking_budget"]) {
+    h->mutable_reasoning()->set_thinking_budget_tokens(r["thinking_budget"].as<int32_t>(0));
+  }
   if (r["reasoning"]) {
     const std::string m = r["reasoning"].Scalar();
     h->mutable_reasoning()->set_mode(m == "on"    ? tandem::v1::REASONING_MODE_ON
@@ -139,19 +142,23 @@ CaseResult RunCase(const router::Policy& policy, const YAML::Node& c, const std:
     for (const auto& [key, got] : {std::pair<const char*, std::string>{"model", d->model},
                                    {"class", d->request_class},
                                    {"rule", d->rule},
-                                   {"shed", d->shed ? "true" : "false"}}) {
+                                   {"shed", d->shed ? "true" : "false"},
+                                   {"reasoning", router::ReasoningModeName(d->reasoning)},
+                                   {"thinking_budget", absl::StrCat(d->thinking_budget)}}) {
       if (e[key] && e[key].Scalar() != got) {
         wrong.push_back(absl::StrCat(key, " ", e[key].Scalar(), " expected, got ", got));
       }
     }
   }
   result.passed = wrong.empty();
-  result.detail = result.passed
-                      ? (d.ok() ? absl::StrCat("model=", d->model, " class=", d->request_class,
-                                               " rule=", d->rule)
-                                : d.status().ToString())
-                      : absl::StrCat(absl::StrJoin(wrong, "; "),
-                                     d.ok() ? absl::StrCat(" (reason: ", d->reason, ")") : "");
+  result.detail =
+      result.passed ? (d.ok() ? absl::StrCat("model=", d->model, " class=", d->request_class,
+                                             " rule=", d->rule,
+                                             " reasoning=", router::ReasoningModeName(d->reasoning),
+                                             " thinking_budget=", d->thinking_budget)
+                              : d.status().ToString())
+                    : absl::StrCat(absl::StrJoin(wrong, "; "),
+                                   d.ok() ? absl::StrCat(" (reason: ", d->reason, ")") : "");
   return result;
 }
 
@@ -183,15 +190,16 @@ absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& pol
         if (const YAML::Node r = cases[i]["request"]) {
           if (KnownKeys(r, path + ".request",
                         {"text", "system", "prompt_tokens", "turns", "images", "objective", "model",
-                         "reasoning", "max_tokens", "labels", "tenant", "request_id", "signals",
-                         "triggers"},
+                         "reasoning", "thinking_budget", "max_tokens", "labels", "tenant",
+                         "request_id", "signals", "triggers"},
                         &problems)) {
             // Bounds keep a typo from building an enormous request.
             for (const auto& [key, lo, hi] :
                  {std::tuple<const char*, int64_t, int64_t>{"turns", 1, 1000},
                   {"images", 0, 16},
                   {"prompt_tokens", 0, 1000000},
-                  {"max_tokens", 1, 1000000}}) {
+                  {"max_tokens", 1, 1000000},
+                  {"thinking_budget", 0, 1 << 30}}) {
               if (!r[key]) continue;
               const int64_t v = r[key].as<int64_t>(lo - 1);
               if (v < lo || v > hi) {
@@ -201,7 +209,8 @@ absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& pol
             }
           }
         }
-        KnownKeys(cases[i]["expect"], path + ".expect", {"model", "class", "rule", "shed", "error"},
+        KnownKeys(cases[i]["expect"], path + ".expect",
+                  {"model", "class", "rule", "shed", "error", "reasoning", "thinking_budget"},
                   &problems);
       }
       if (problems.lines.empty()) {

@@ -512,7 +512,8 @@ class Parser : public YamlReader {
   void ParseAction(const YAML::Node& node, const std::string& path, const Policy* p,
                    router::Action* a) {
     if (!Map(node, path,
-             {"route", "split", "route_to_pinned", "shed", "shadow", "fallback", "hedge"})) {
+             {"route", "split", "route_to_pinned", "shed", "shadow", "fallback", "hedge",
+              "reasoning"})) {
       return;
     }
     const int kinds = (node["route"] ? 1 : 0) + (node["split"] ? 1 : 0) +
@@ -526,7 +527,7 @@ class Parser : public YamlReader {
       if (Map(sh, spath, {"retry_after"}) && sh["retry_after"]) {
         Duration(sh["retry_after"], spath + ".retry_after", &a->retry_after_seconds);
       }
-      for (const char* other : {"shadow", "fallback", "hedge"}) {
+      for (const char* other : {"shadow", "fallback", "hedge", "reasoning"}) {
         if (node[other]) Error(node[other], path + "." + other, "has no meaning with shed");
       }
     }
@@ -553,6 +554,9 @@ class Parser : public YamlReader {
           Error(h, hpath, "min is above max");
         }
       }
+    }
+    if (const YAML::Node& r = node["reasoning"]) {
+      ParseReasoning(r, path + ".reasoning", p, &a->reasoning);
     }
     if (const YAML::Node& r = node["route"]) {
       router::WeightedModel t;
@@ -615,6 +619,62 @@ class Parser : public YamlReader {
             a->fallback.push_back(m);
           }
         }
+      }
+    }
+  }
+
+  // `reasoning: on|off` or {mode, budget, shrink: {signal, from, to, min}}.
+  void ParseReasoning(const YAML::Node& node, const std::string& path, const Policy* p,
+                      router::ReasoningAction* r) {
+    std::string mode;
+    const bool scalar = node.IsScalar();
+    if (scalar) {
+      mode = node.Scalar();
+    } else if (!Map(node, path, {"mode", "budget", "shrink"})) {
+      return;
+    } else if (!node["mode"]) {
+      Error(node, path, "mode (on or off) is required");
+      return;
+    } else if (!String(node["mode"], path + ".mode", &mode)) {
+      return;
+    }
+    const YAML::Node& at = scalar ? node : node["mode"];
+    if (mode != "on" && mode != "off") {
+      Error(at, scalar ? path : path + ".mode", "expected on or off");
+      return;
+    }
+    r->set = true;
+    r->on = mode == "on";
+    if (scalar) return;
+    int64_t v = 0;
+    if (node["budget"] && Integer(node["budget"], path + ".budget", 1, 1 << 30, &v)) {
+      r->budget_tokens = static_cast<int32_t>(v);
+    }
+    if (!r->on && (node["budget"] || node["shrink"])) {
+      Error(node, path, "budget and shrink have no meaning with mode off");
+    }
+    const YAML::Node& sh = node["shrink"];
+    if (!sh) return;
+    const std::string spath = path + ".shrink";
+    if (!Map(sh, spath, {"signal", "from", "to", "min"})) return;
+    for (const char* key : {"signal", "from", "to", "min"}) {
+      if (!sh[key]) Error(sh, spath, absl::StrCat(key, " is required"));
+    }
+    if (!node["budget"]) Error(sh, spath, "shrinks a budget: give budget too");
+    if (sh["signal"] && String(sh["signal"], spath + ".signal", &r->shrink_signal) &&
+        !p->signals.contains(r->shrink_signal)) {
+      Error(sh["signal"], spath + ".signal",
+            absl::StrCat("signal '", r->shrink_signal, "' is not declared in `signals`"));
+    }
+    if (sh["from"]) Number(sh["from"], spath + ".from", &r->shrink_from);
+    if (sh["to"] && Number(sh["to"], spath + ".to", &r->shrink_to) &&
+        r->shrink_to <= r->shrink_from) {
+      Error(sh["to"], spath + ".to", "must be above from");
+    }
+    if (sh["min"] && Integer(sh["min"], spath + ".min", 0, 1 << 30, &v)) {
+      r->shrink_min_tokens = static_cast<int32_t>(v);
+      if (r->shrink_min_tokens > r->budget_tokens && r->budget_tokens > 0) {
+        Error(sh["min"], spath + ".min", "is above budget");
       }
     }
   }

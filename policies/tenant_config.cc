@@ -139,7 +139,7 @@ class TenantParser : public YamlReader {
   void ParseLimits(const YAML::Node& l, const std::string& path, TenantLimits* out) {
     if (!Map(l, path,
              {"requests_per_second", "burst_requests", "tokens_per_second", "burst_tokens",
-              "max_concurrency"})) {
+              "max_concurrency", "max_thinking_tokens"})) {
       return;
     }
     for (const auto& [key, field] :
@@ -155,6 +155,12 @@ class TenantParser : public YamlReader {
       int64_t c = 0;
       if (Integer(l["max_concurrency"], path + ".max_concurrency", 0, 1 << 20, &c)) {
         out->max_concurrency = static_cast<int32_t>(c);
+      }
+    }
+    if (l["max_thinking_tokens"]) {
+      int64_t c = 0;
+      if (Integer(l["max_thinking_tokens"], path + ".max_thinking_tokens", 0, 1 << 30, &c)) {
+        out->max_thinking_tokens = static_cast<int32_t>(c);
       }
     }
   }

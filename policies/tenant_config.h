@@ -22,6 +22,9 @@ struct TenantLimits {
   double burst_tokens = 0;
   // Requests in flight or queued at the gateway at once.
   int32_t max_concurrency = 0;
+  // Thinking tokens per request, whatever the caller or the policy asks (0: no cap). A request
+  // with thinking off stays off.
+  int32_t max_thinking_tokens = 0;
 };
 
 struct TenantSpec {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "router/reasoning_decision.h"
 
 namespace tandem::router {
 namespace {
@@ -23,6 +24,7 @@ absl::StatusOr<RouteDecision> BuiltinRouter::Route(const RequestFeatures& f,
     d.model = std::move(model);
     d.request_class = std::move(klass);
     d.reason = std::move(reason);
+    DecideReasoning(f, nullptr, d.rule, {}, &d);
     return d;
   };
   auto skip = [&](std::string rule, std::string detail) {

@@ -13,6 +13,7 @@ tandem::v1::DecisionRecord ToRecord(const RequestFeatures& f, const RouteDecisio
   r.set_pinned_model(f.pinned_model);
   r.set_reasoning(ReasoningModeName(f.reasoning));
   r.set_max_tokens(f.max_tokens);
+  r.set_requested_thinking_budget_tokens(f.thinking_budget);
   r.mutable_labels()->insert(f.labels.begin(), f.labels.end());
   r.set_tenant(f.tenant);
   r.set_code_cues(f.cues.code);
@@ -27,6 +28,9 @@ tandem::v1::DecisionRecord ToRecord(const RequestFeatures& f, const RouteDecisio
   r.set_policy_version(d.policy_version);
   r.set_learned_class(d.learned_class);
   r.set_learned_confidence(d.learned_confidence);
+  r.set_decided_reasoning(ReasoningModeName(d.reasoning));
+  r.set_thinking_budget_tokens(d.thinking_budget);
+  r.set_reasoning_source(d.reasoning_source);
   return r;
 }
 
@@ -45,6 +49,7 @@ RequestFeatures FeaturesFromRecord(const tandem::v1::DecisionRecord& r) {
                 : r.reasoning() == "off" ? ReasoningMode::kOff
                                          : ReasoningMode::kDefault;
   f.max_tokens = r.max_tokens();
+  f.thinking_budget = r.requested_thinking_budget_tokens();
   f.labels.insert(r.labels().begin(), r.labels().end());
   f.tenant = r.tenant();
   if (auto it = f.labels.find("app"); it != f.labels.end()) f.app = it->second;

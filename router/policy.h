@@ -71,6 +71,20 @@ struct Hedge {
   double max_seconds = 10;
 };
 
+// Thinking for the requests a rule routes, when the caller left it to the default.
+struct ReasoningAction {
+  bool set = false;
+  bool on = true;
+  // Thinking tokens when on; 0 for no budget beyond max_tokens.
+  int32_t budget_tokens = 0;
+  // While this signal rises from `shrink_from` to `shrink_to`, the budget falls linearly to
+  // `shrink_min_tokens` (e.g. a model's queue per worker: think less while it is saturated).
+  std::string shrink_signal;
+  double shrink_from = 0;
+  double shrink_to = 0;
+  int32_t shrink_min_tokens = 0;
+};
+
 struct Action {
   // Refuse with RESOURCE_EXHAUSTED and a retry hint instead of queueing (load shedding).
   bool shed = false;
@@ -84,6 +98,7 @@ struct Action {
   std::string shadow;
   // Models to try, in order, when the chosen one has no ready worker.
   std::vector<std::string> fallback;
+  ReasoningAction reasoning;
 };
 
 struct Rule {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "router/reasoning_decision.h"
 
 namespace tandem::router {
 namespace {
@@ -287,6 +288,10 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,
     }
     d.reason = absl::StrFormat("class %s (by %s); rule '%s' matched: %s", request_class, class_rule,
                                rule.name, detail);
+    if (!d.shed) {
+      DecideReasoning(f, &a.reasoning, rule.name, signals, &d);
+      absl::StrAppend(&d.reason, "; reasoning ", DescribeReasoning(d));
+    }
     return d;
   }
   return absl::FailedPreconditionError(

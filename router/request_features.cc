@@ -1,5 +1,7 @@
 #include "router/request_features.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem::router {
@@ -68,6 +70,7 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
       f.reasoning = ReasoningMode::kDefault;
       break;
   }
+  f.thinking_budget = std::max(0, hints.reasoning().thinking_budget_tokens());
   if (request.sampling().has_max_tokens()) f.max_tokens = request.sampling().max_tokens();
   f.labels.insert(request.labels().begin(), request.labels().end());
   if (auto it = request.labels().find("app"); it != request.labels().end()) f.app = it->second;

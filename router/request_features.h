@@ -28,6 +28,8 @@ struct RequestFeatures {
   // Empty when not pinned.
   std::string pinned_model;
   ReasoningMode reasoning = ReasoningMode::kDefault;
+  // The caller's thinking budget in tokens; 0 when it sets none.
+  int32_t thinking_budget = 0;
   // 0 when the request leaves it to the default.
   int32_t max_tokens = 0;
   // The tenant its credentials authenticate (the gateway's --tenants); empty for an anonymous

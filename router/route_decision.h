@@ -1,7 +1,10 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "router/request_features.h"
 
 namespace tandem::router {
 
@@ -32,6 +35,13 @@ struct RouteDecision {
   double retry_after_seconds = 0;
   // Hedge after this many seconds without a first token; 0 for no hedging.
   double hedge_after_seconds = 0;
+  // Thinking for the worker: kDefault leaves the model's own default (see reasoning_decision.h).
+  ReasoningMode reasoning = ReasoningMode::kDefault;
+  // Thinking tokens when it may think; 0 for no budget.
+  int32_t thinking_budget = 0;
+  // Who decided: "caller", "rule 'NAME'" (with any live shrink), "model default"; a tenant's cap
+  // is appended.
+  std::string reasoning_source = "model default";
   // The learned tier's answer when it was consulted (empty otherwise).
   std::string learned_class;
   double learned_confidence = 0;

@@ -87,7 +87,7 @@ TEST_F(TenantStateTest, DecisionSeriesOfOldPolicyVersionsGo) {
   for (int v = 1; v <= 5; ++v) {
     const std::string version = "v" + std::to_string(v);
     metrics_.SetLivePolicy(version, "sha");
-    metrics_.CountDecision("qwen", "c", "rule", version);
+    metrics_.CountDecision("qwen", "c", "rule", version, "default");
   }
   EXPECT_EQ(decision_series("v1"), 0);
   EXPECT_EQ(decision_series("v2"), 0);

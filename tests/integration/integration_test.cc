@@ -847,8 +847,19 @@ TEST(PolicyFallbackTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
   EXPECT_EQ(resp.route().model(), "qwen");
   EXPECT_EQ(resp.route().rule(), "latency");
   EXPECT_EQ(resp.route().request_class(), "latency_critical");
-  EXPECT_EQ(resp.route().policy_version(), "default-3");
+  EXPECT_EQ(resp.route().policy_version(), "default-4");
   EXPECT_THAT(resp.route().reason(), HasSubstr("fell back from 'nemotron'"));
+  // The rule's reasoning holds on the fallback model too, and says who decided it.
+  EXPECT_EQ(resp.route().reasoning(), "off");
+  EXPECT_EQ(resp.route().reasoning_source(), "rule 'latency'");
+  EXPECT_EQ(resp.route().prompt_tokens_source(), "estimate");
+  EXPECT_GT(resp.route().prompt_tokens(), 0);
+  auto text = HttpGet(gateway->metrics_address, "/metrics");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(MetricValue(*text, "tandem_gateway_route_decisions_total",
+                        {{"rule", "latency"}, {"reasoning", "off"}})
+                .value_or(-1),
+            1);
 }
 
 TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcReloads) {
@@ -874,7 +885,8 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   auto stub = GatewayStub(gateway->grpc_address);
   // Two accuracy requests, a chat greeting from an anonymous caller that labels itself a premium
   // tenant, and a latency-hinted turn.
-  std::vector<GenerateRequest> requests = {Prompt("Write a parser", 2), Prompt("Prove it", 2),
+  std::vector<GenerateRequest> requests = {Prompt("Write a parser", 2),
+                                           Prompt("Implement a thread-safe LRU cache in C++", 2),
                                            Prompt("hello", 2), Prompt("hi", 2)};
   (*requests[2].mutable_labels())["tenant"] = "enterprise";
   requests[3].mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
@@ -891,7 +903,7 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   std::ifstream logged(log);
   std::string first;
   std::getline(logged, first);
-  EXPECT_THAT(first, HasSubstr("\"policy_version\":\"default-3\""));
+  EXPECT_THAT(first, HasSubstr("\"policy_version\":\"default-4\""));
   EXPECT_THAT(first, ::testing::Not(HasSubstr("Write a parser")));  // no prompt text by default
 
   // cost-saver sends the two accuracy requests to nemotron; the "hello" stays on nemotron: its
@@ -902,7 +914,7 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
                               " --new=" TANDEM_SOURCE_DIR "/policies/cost-saver.yaml"));
   EXPECT_EQ(replay.exit_code, 0) << replay.out;
   EXPECT_THAT(replay.out, HasSubstr("4 recorded decisions replayed: 2 change (50.0%) from "
-                                    "default-3 to cost-saver-1"));
+                                    "default-4 to cost-saver-1"));
   EXPECT_THAT(replay.out, HasSubstr("qwen -> nemotron: 2"));
   EXPECT_THAT(replay.out, Not(HasSubstr("nemotron -> qwen")));
   EXPECT_THAT(replay.out, HasSubstr("accuracy_critical -> latency_critical: 2"));

@@ -373,6 +373,7 @@ class TenantsTest : public ::testing::Test {
         Key("batch-secret"),
         "]\n"
         "    models: [nemotron]\n"
+        "    limits: {max_thinking_tokens: 256}\n"
         "  - name: ops\n"
         "    keys: [",
         Key("ops-secret"),
@@ -505,6 +506,9 @@ TEST_F(TenantsTest, KeysRightsAndRateLimits) {
     tandem::v1::RouteResponse route;
     ASSERT_TRUE(stub->Route(&ctx, r, &route).ok());
     EXPECT_EQ(route.features().at("tenant"), "batch");
+    // batch's cap on thinking bounds the model's default thinking.
+    EXPECT_EQ(route.route().thinking_budget_tokens(), 256);
+    EXPECT_THAT(route.route().reasoning_source(), HasSubstr("capped at 256 by tenant 'batch'"));
   }
 
   // search: a burst of 2, then one request every 5 s.

@@ -49,9 +49,9 @@ TEST(PolicyLoaderTest, TheShippedDefaultPolicyIsValid) {
   std::vector<PolicyError> errors;
   auto p = LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ((*p)->version, "default-3");
+  EXPECT_EQ((*p)->version, "default-4");
   EXPECT_EQ((*p)->sha256.size(), 64u);
-  EXPECT_EQ((*p)->rules.size(), 8u);
+  EXPECT_TRUE((*p)->rules.back().when.MatchesEverything());
   EXPECT_EQ((*p)->triggers.size(), 2u);
 }
 
@@ -137,7 +137,7 @@ TEST(PolicyRouterTest, DefaultPolicyMatchesTheSeedsRouting) {
   EXPECT_EQ(d->model, "qwen");
   EXPECT_EQ(d->rule, "accuracy");
   EXPECT_EQ(d->request_class, "accuracy_critical");
-  EXPECT_EQ(d->policy_version, "default-3");
+  EXPECT_EQ(d->policy_version, "default-4");
   EXPECT_THAT(d->fallback, ElementsAre("nemotron"));
 
   auto f = Features();
@@ -206,6 +206,49 @@ TEST(PolicyLoaderTest, ALabelCalledTenantIsRefusedInFavourOfTheAuthenticatedTena
   EXPECT_EQ(r.Route(f)->rule, "rest");
   f.tenant = "enterprise";
   EXPECT_EQ(r.Route(f)->rule, "premium");
+}
+
+TEST(PolicyLoaderTest, ReasoningActionsAreParsedAndTheirMistakesReported) {
+  auto p = MustParse(std::string(kHeader) + R"(signals: {q: 1}
+rules:
+  - name: chat
+    when: {num_turns: {gt: 1}}
+    action: {route: nemotron, reasoning: off}
+  - name: rest
+    action:
+      route: qwen
+      reasoning: {mode: on, budget: 4000, shrink: {signal: q, from: 1, to: 5, min: 500}}
+)");
+  EXPECT_TRUE(p->rules[0].action.reasoning.set);
+  EXPECT_FALSE(p->rules[0].action.reasoning.on);
+  const router::ReasoningAction& r = p->rules[1].action.reasoning;
+  EXPECT_TRUE(r.set && r.on);
+  EXPECT_EQ(r.budget_tokens, 4000);
+  EXPECT_EQ(r.shrink_signal, "q");
+  EXPECT_EQ(r.shrink_min_tokens, 500);
+  const auto errors = Errors(std::string(kHeader) + R"(rules:
+  - name: a
+    when: {num_turns: 1}
+    action: {route: qwen, reasoning: maybe}
+  - name: b
+    when: {num_turns: 2}
+    action: {route: qwen, reasoning: {mode: off, budget: 10}}
+  - name: c
+    when: {num_turns: 3}
+    action: {route: qwen, reasoning: {mode: on, budget: 10, shrink: {signal: nope, from: 5, to: 1, min: 20}}}
+  - name: d
+    when: {num_turns: 4}
+    action: {shed: {}, reasoning: on}
+  - name: rest
+    action: {route: qwen}
+)");
+  const std::string all = ::testing::PrintToString(errors);
+  EXPECT_THAT(all, HasSubstr("rules[0].action.reasoning: expected on or off"));
+  EXPECT_THAT(all, HasSubstr("rules[1].action.reasoning: budget and shrink have no meaning"));
+  EXPECT_THAT(all, HasSubstr("rules[2].action.reasoning.shrink.signal: signal 'nope' is not"));
+  EXPECT_THAT(all, HasSubstr("rules[2].action.reasoning.shrink.to: must be above from"));
+  EXPECT_THAT(all, HasSubstr("rules[2].action.reasoning.shrink.min: is above budget"));
+  EXPECT_THAT(all, HasSubstr("rules[3].action.reasoning: has no meaning with shed"));
 }
 
 TEST(PolicyRouterTest, WeightedSplitIsStablePerKeyAndHonoursWeights) {

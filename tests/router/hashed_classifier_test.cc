@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "router/classifier/calibration.h"
 
 namespace tandem::router {
 namespace {
@@ -60,6 +61,60 @@ TEST(HashedClassifierTest, ShippedModelLoadsAndSeparatesTheSeedsClasses) {
   EXPECT_EQ(m->classes()[m->Predict("Write a Rust function that parses a config file").label],
             "accuracy_critical");
   EXPECT_EQ(m->classes()[m->Predict("set a timer for ten minutes").label], "latency_critical");
+}
+
+// Four predictions, two classes: bins over [0.5, 1] of width 0.25.
+//   [0.50, 0.75): 0.6 right, 0.7 wrong -> mean confidence 0.65, accuracy 0.5, gap 0.15
+//   [0.75, 1.00]: 0.9 right, 1.0 right -> mean confidence 0.95, accuracy 1.0, gap 0.05
+// ECE = (2 * 0.15 + 2 * 0.05) / 4 = 0.1.
+TEST(CalibrationTest, ReliabilityBinsAndExpectedCalibrationErrorByHand) {
+  const std::vector<classifier::Scored> scored = {
+      {0, 0, 0.6}, {1, 0, 0.7}, {1, 1, 0.9}, {0, 0, 1.0}};
+  const auto bins = classifier::Reliability(scored, 2, 2);
+  ASSERT_EQ(bins.size(), 2u);
+  EXPECT_DOUBLE_EQ(bins[0].lo, 0.5);
+  EXPECT_DOUBLE_EQ(bins[1].hi, 1.0);
+  EXPECT_EQ(bins[0].count, 2);
+  EXPECT_NEAR(bins[0].mean_confidence, 0.65, 1e-12);
+  EXPECT_NEAR(bins[0].accuracy, 0.5, 1e-12);
+  EXPECT_EQ(bins[1].count, 2);  // 1.0 falls in the last bin, not past it
+  EXPECT_NEAR(bins[1].accuracy, 1.0, 1e-12);
+  EXPECT_NEAR(classifier::ExpectedCalibrationError(bins), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(classifier::ExpectedCalibrationError({}), 0);
+}
+
+TEST(CalibrationTest, RoutedAccuracySendsUnsureAnswersToTheDefaultClass) {
+  // Class 1 predicted at 0.6 (right) and 0.95 (right); class 0 at 0.55 (wrong: truly 1).
+  const std::vector<classifier::Scored> scored = {{1, 1, 0.6}, {1, 1, 0.95}, {1, 0, 0.55}};
+  // At 0.7 with default class 0: only the 0.95 answer stays class 1.
+  const auto routed = classifier::RoutedAccuracy(scored, 2, 0.7, 0);
+  EXPECT_NEAR(routed[1], 1.0 / 3, 1e-12);
+  EXPECT_DOUBLE_EQ(routed[0], 0);  // no true class-0 examples
+}
+
+TEST(CalibrationTest, MinConfidenceIsTheLowestThresholdMeetingTheRule) {
+  std::vector<classifier::Scored> scored;
+  // 0.55: half right; 0.80 and above: all right.
+  for (int i = 0; i < 10; ++i) scored.push_back({i % 2, 0, 0.55});
+  for (int i = 0; i < 90; ++i) scored.push_back({1, 1, 0.8 + 0.001 * i});
+  // Pooled rule alone: at 0.50, 95 of 100 right (< 97%); from 0.56 everything is right.
+  auto choice = classifier::RecommendMinConfidence(scored, 2, 0.97);
+  ASSERT_TRUE(choice.found);
+  EXPECT_DOUBLE_EQ(choice.threshold, 0.56);
+  EXPECT_DOUBLE_EQ(choice.coverage, 0.9);
+  // Below 97% everywhere: nothing found.
+  EXPECT_FALSE(classifier::RecommendMinConfidence({{0, 1, 0.99}}, 2, 0.97).found);
+  // The band rule. Class 1 only: 90 right at 0.9, and 3 right and 2 wrong at 0.6. Pooled, 93
+  // of 95 (97.9%) are right from 0.50 on, but the least sure trusted answers (0.60-0.65) are
+  // 60% right: with a 90% band target the threshold rises past them, to 0.61.
+  std::vector<classifier::Scored> banded;
+  for (int i = 0; i < 90; ++i) banded.push_back({1, 1, 0.9});
+  for (int i = 0; i < 5; ++i) banded.push_back({i < 3 ? 1 : 0, 1, 0.6});
+  EXPECT_DOUBLE_EQ(classifier::RecommendMinConfidence(banded, 2, 0.97).threshold, 0.5);
+  choice = classifier::RecommendMinConfidence(banded, 2, 0.97, 0.9);
+  ASSERT_TRUE(choice.found);
+  EXPECT_DOUBLE_EQ(choice.threshold, 0.61);
+  EXPECT_NEAR(choice.coverage, 90.0 / 95, 1e-12);
 }
 
 }  // namespace
