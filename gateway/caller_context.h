@@ -22,6 +22,10 @@ class CallerContext {
   virtual std::string ApiKey() const = 0;
   // The request id the caller set outside the request body (x-request-id); empty when none.
   virtual std::string RequestIdHeader() const = 0;
+  // The session id and route token the caller sent outside the request body (x-session-id and
+  // x-tandem-session-token); empty when none. The request's own fields win.
+  virtual std::string SessionIdHeader() const = 0;
+  virtual std::string SessionTokenHeader() const = 0;
   // The caller's deadline; system_clock's max when it set none.
   virtual std::chrono::system_clock::time_point deadline() const = 0;
   // The caller went away (or its deadline passed and the front noticed).

@@ -138,7 +138,13 @@ absl::Status Gateway::StartRouting() {
                                          metrics_.get(), signals_.get(), config_.policy_limits);
     RETURN_IF_ERROR(reloader_->Reload("start"));
   }
-  intake_ = std::make_unique<Intake>(router_.get(), pools_.get(), config_.intake, signals_.get());
+  sessions_ =
+      std::make_unique<Sessions>(config_.sessions,
+                                 config_.session_key.empty() ? SessionToken::WithRandomKey()
+                                                             : SessionToken(config_.session_key),
+                                 metrics_.get());
+  intake_ = std::make_unique<Intake>(router_.get(), pools_.get(), config_.intake, signals_.get(),
+                                     sessions_.get());
   if (!config_.decision_log_path.empty()) {
     ASSIGN_OR_RETURN(decision_log_,
                      DecisionLog::Open(

@@ -114,6 +114,14 @@ absl::Status ValidateTenancy(const GatewayConfig& c) {
   if (c.drain_timeout < absl::ZeroDuration() || c.drain_quiet_period < absl::ZeroDuration()) {
     return Invalid("--drain_timeout and --drain_quiet_period must be >= 0");
   }
+  if (c.sessions.ttl < std::chrono::seconds(1) || c.sessions.ttl > std::chrono::hours(24 * 30)) {
+    return Invalid("--session_ttl must be between 1s and 720h");
+  }
+  if (c.sessions.max_sessions < 0) return Invalid("--max_sessions must be >= 0");
+  if (!c.session_key.empty() && c.session_key.size() < SessionToken::kMinKeyBytes) {
+    return Invalid(absl::StrCat("--session_key_file must hold at least ",
+                                SessionToken::kMinKeyBytes, " bytes of secret"));
+  }
   return absl::OkStatus();
 }
 

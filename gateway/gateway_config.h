@@ -76,6 +76,11 @@ struct GatewayConfig {
   std::string tenants_path;
   TenantRegistryOptions tenants;
 
+  // Sessions: the table's bounds and the route tokens' key (empty: a random key of this process,
+  // so only this replica honours its tokens). Read from --session_key_file.
+  SessionOptions sessions;
+  std::string session_key;
+
   // Decision log (empty path: none); records the writer may fall behind before dropping.
   std::string decision_log_path;
   int64_t decision_log_queue = 10000;

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "common/file.h"
 #include "common/limit_flags.h"
 #include "common/server_tls_flags.h"
 #include "common/status_macros.h"
@@ -78,6 +80,16 @@ ABSL_FLAG(bool, worker_plaintext, false,
 ABSL_FLAG(std::string, tenants, "",
           "Tenants file (API key hashes, models, quotas, priorities); reloaded on SIGHUP and when "
           "it changes.");
+ABSL_FLAG(absl::Duration, session_ttl, absl::Minutes(30),
+          "A session not seen for this long is forgotten; also the lifetime of its route token "
+          "(1s-720h).");
+ABSL_FLAG(int64_t, max_sessions, 100000,
+          "Sessions this replica remembers (least recently used forgotten first; about 160 bytes "
+          "plus the id's bytes each). 0: no table, only route tokens keep sessions.");
+ABSL_FLAG(std::string, session_key_file, "",
+          "File holding the secret (>= 32 bytes) that signs session route tokens. Give every "
+          "replica the same file so that any of them honours a session; without one each replica "
+          "signs with its own random key.");
 ABSL_FLAG(bool, allow_unauthenticated, false,
           "Serve requests without an API key as tenant 'anonymous' (unlimited unless the tenants "
           "file defines it). Without --tenants this is required and everyone is anonymous.");
@@ -279,6 +291,14 @@ absl::Status ReadRequests(GatewayConfig& c) {
 
 absl::Status ReadTenancy(GatewayConfig& c) {
   c.tenants_path = absl::GetFlag(FLAGS_tenants);
+  c.sessions.ttl = absl::ToChronoSeconds(absl::GetFlag(FLAGS_session_ttl));
+  c.sessions.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  if (const std::string key_file = absl::GetFlag(FLAGS_session_key_file); !key_file.empty()) {
+    // A secret: bounded like any file read at start-up; trailing newlines are not part of it.
+    absl::StatusOr<std::string> key = ReadFileToString(key_file, 4096, "--session_key_file");
+    if (!key.ok()) return key.status();
+    c.session_key = std::string(absl::StripTrailingAsciiWhitespace(*key));
+  }
   c.tenants.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
   c.tenants.max_tenant_labels = absl::GetFlag(FLAGS_max_tenant_labels);
   ASSIGN_OR_RETURN(c.tenants.file_limits, policies::TenantsFileLimitsFromFlags());

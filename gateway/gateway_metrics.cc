@@ -116,6 +116,27 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
       queue_wait_(HistogramFamily(r, "tandem_gateway_queue_wait_seconds",
                                   "Time requests waited for a dispatch slot (--max_inflight).")
                       .Add({}, kDurationBuckets)),
+      session_turns_family_(CounterFamily(
+          r, "tandem_gateway_session_turns_total",
+          "Turns of named sessions routed, by where the session's previous model was known from: "
+          "token (the caller's route token), table (this replica's session table), new (neither: "
+          "a first turn, or a miss). Sticky hits are token + table.")),
+      session_turns_{&session_turns_family_.Add({{"source", "token"}}),
+                     &session_turns_family_.Add({{"source", "table"}}),
+                     &session_turns_family_.Add({{"source", "new"}})},
+      session_switches_(CounterFamily(r, "tandem_gateway_session_model_switches_total",
+                                      "Turns of a session routed to another model than its "
+                                      "previous turn (a rule moved it, or its model was down).")
+                            .Add({})),
+      sessions_(GaugeFamily(r, "tandem_gateway_sessions",
+                            "Sessions this replica remembers (--max_sessions bounds them).")
+                    .Add({})),
+      session_evictions_family_(
+          CounterFamily(r, "tandem_gateway_session_evictions_total",
+                        "Sessions forgotten, by reason: ttl (idle past --session_ttl) or "
+                        "capacity (the least recently used, past --max_sessions).")),
+      session_evictions_{&session_evictions_family_.Add({{"reason", "ttl"}}),
+                         &session_evictions_family_.Add({{"reason", "capacity"}})},
       reloads_ok_(
           CounterFamily(r, "tandem_policy_reloads_total", "Policy reload attempts, by result.")
               .Add({{"result", "ok"}})),
@@ -437,6 +458,17 @@ void GatewayMetrics::CountTenantRequest(const std::string& label, const char* co
 
 void GatewayMetrics::CountThrottled(const std::string& label, const char* reason) {
   Labelled(tenant_throttled_, {{"tenant", label}, {"reason", reason}}).Increment();
+}
+
+void GatewayMetrics::CountSessionTurn(const char* source, bool switched, size_t remembered) {
+  const std::string_view s(source);
+  session_turns_[s == "token" ? 0 : s == "table" ? 1 : 2]->Increment();
+  if (switched) session_switches_.Increment();
+  sessions_.Set(static_cast<double>(remembered));
+}
+
+void GatewayMetrics::CountSessionEviction(const char* reason) {
+  session_evictions_[std::string_view(reason) == "ttl" ? 0 : 1]->Increment();
 }
 
 void GatewayMetrics::CountAuthFailure(const char* reason) {

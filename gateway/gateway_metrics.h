@@ -118,6 +118,13 @@ class GatewayMetrics {
   // Time requests waited for a dispatch slot (--max_inflight), granted or not.
   prometheus::Histogram& queue_wait() { return queue_wait_; }
 
+  // A turn of a named session was routed: `source` is where its previous model was known from
+  // ("token", "table", "new"), `switched` whether this turn moved it; `remembered` the sessions
+  // the replica now holds.
+  void CountSessionTurn(const char* source, bool switched, size_t remembered);
+  // reason: ttl, capacity.
+  void CountSessionEviction(const char* reason);
+
   // Decision-log records written and dropped (writer behind).
   prometheus::Counter& decision_log_written() { return decision_log_written_; }
   prometheus::Counter& decision_log_dropped() { return decision_log_dropped_; }
@@ -180,6 +187,13 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Histogram>& tenant_ttft_;
   prometheus::Family<prometheus::Counter>& auth_failures_;
   prometheus::Histogram& queue_wait_;
+  prometheus::Family<prometheus::Counter>& session_turns_family_;
+  // By source: token, table, new.
+  prometheus::Counter* session_turns_[3];
+  prometheus::Counter& session_switches_;
+  prometheus::Gauge& sessions_;
+  prometheus::Family<prometheus::Counter>& session_evictions_family_;
+  prometheus::Counter* session_evictions_[2];                              // ttl, capacity
   std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);             // by label
   std::map<std::string, std::string> tenant_labels_ ABSL_GUARDED_BY(mu_);  // name -> label
   prometheus::Counter& reloads_ok_;

@@ -43,15 +43,20 @@ void FillRoute(const Admission& a, Disclosure disclosure, tandem::v1::RouteInfo*
   route->set_reasoning_source(a.decision.reasoning_source);
   route->set_prompt_tokens(a.features.prompt_tokens);
   route->set_prompt_tokens_source(a.features.prompt_tokens_exact ? "tokenizer" : "estimate");
+  if (!a.session.id().empty()) *route->mutable_session() = a.session;
   if (a.endpoint != nullptr && disclosure.workers) route->set_worker(a.endpoint->address());
 }
 
 }  // namespace
 
-std::string MetadataRequestId(const grpc::CallbackServerContext* context) {
+std::string MetadataValue(const grpc::CallbackServerContext* context, std::string_view key) {
   const auto& md = context->client_metadata();
-  auto it = md.find("x-request-id");
+  auto it = md.find(grpc::string_ref(key.data(), key.size()));
   return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+std::string MetadataRequestId(const grpc::CallbackServerContext* context) {
+  return MetadataValue(context, "x-request-id");
 }
 
 // A copy of a request sent to another model to measure it; the answer is read and discarded.
@@ -430,6 +435,12 @@ grpc::ServerUnaryReactor* GatewayService::Route(grpc::CallbackServerContext* con
   Admission admission;
   absl::Status s = ParseRequest(*request_bytes, &request);
   if (s.ok()) {
+    if (request.session_id().empty()) {
+      request.set_session_id(MetadataValue(context, "x-session-id"));
+    }
+    if (request.session_token().empty()) {
+      request.set_session_token(MetadataValue(context, "x-tandem-session-token"));
+    }
     s = intake_->Decide(request, MetadataRequestId(context), context->deadline(), &admission,
                         caller->spec);
   }

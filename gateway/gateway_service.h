@@ -83,6 +83,8 @@ std::string ApiKeyFromMetadata(const std::multimap<grpc::string_ref, grpc::strin
 
 // The call's x-request-id metadata value; empty when none.
 std::string MetadataRequestId(const grpc::CallbackServerContext* context);
+// The value of one metadata key (lower case); empty when absent.
+std::string MetadataValue(const grpc::CallbackServerContext* context, std::string_view key);
 
 // tandem.v1.Gateway over the callback API. No thread is held per request: each call is a
 // reactor pair (server side to the client, client side to the worker) that relays chunk by

@@ -160,6 +160,10 @@ absl::Status GenerationCall::Begin(const absl::Status& parsed) {
   caller_ = std::move(*caller);
   disclosure_ = service_->DisclosureFor(caller_);
   if (!parsed.ok()) return parsed;
+  if (request_.session_id().empty()) request_.set_session_id(context_->SessionIdHeader());
+  if (request_.session_token().empty()) {
+    request_.set_session_token(context_->SessionTokenHeader());
+  }
   if (absl::Status s = Admit(); !s.ok()) return s;
   CountAdmitted();
   if (absl::Status s = ReserveTenantTokens(); !s.ok()) return s;

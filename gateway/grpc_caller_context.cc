@@ -19,6 +19,14 @@ std::string GrpcCallerContext::ApiKey() const {
 
 std::string GrpcCallerContext::RequestIdHeader() const { return MetadataRequestId(context_); }
 
+std::string GrpcCallerContext::SessionIdHeader() const {
+  return MetadataValue(context_, "x-session-id");
+}
+
+std::string GrpcCallerContext::SessionTokenHeader() const {
+  return MetadataValue(context_, "x-tandem-session-token");
+}
+
 std::chrono::system_clock::time_point GrpcCallerContext::deadline() const {
   return context_->deadline();
 }

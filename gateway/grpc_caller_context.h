@@ -21,6 +21,8 @@ class GrpcCallerContext final : public CallerContext {
   const char* api() const override { return "grpc"; }
   std::string ApiKey() const override;
   std::string RequestIdHeader() const override;
+  std::string SessionIdHeader() const override;
+  std::string SessionTokenHeader() const override;
   std::chrono::system_clock::time_point deadline() const override;
   bool IsCancelled() const override;
   void SetRetryAfterMs(int64_t ms) override;

@@ -8,6 +8,8 @@ HttpCallerContext::HttpCallerContext(const HttpRequest& request,
                                      std::chrono::system_clock::time_point deadline)
     : api_key_(ApiKeyFromHeaders(request.Header("authorization"), request.Header("x-api-key"))),
       request_id_(request.Header("x-request-id")),
+      session_id_(request.Header("x-session-id")),
+      session_token_(request.Header("x-tandem-session-token")),
       deadline_(deadline) {}
 
 bool HttpCallerContext::IsCancelled() const {

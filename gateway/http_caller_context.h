@@ -20,6 +20,8 @@ class HttpCallerContext final : public CallerContext {
   const char* api() const override { return "openai"; }
   std::string ApiKey() const override { return api_key_; }
   std::string RequestIdHeader() const override { return request_id_; }
+  std::string SessionIdHeader() const override { return session_id_; }
+  std::string SessionTokenHeader() const override { return session_token_; }
   std::chrono::system_clock::time_point deadline() const override { return deadline_; }
   bool IsCancelled() const override;
   void SetRetryAfterMs(int64_t ms) override { retry_after_ms_.store(ms); }
@@ -33,6 +35,8 @@ class HttpCallerContext final : public CallerContext {
  private:
   const std::string api_key_;
   const std::string request_id_;
+  const std::string session_id_;
+  const std::string session_token_;
   const std::chrono::system_clock::time_point deadline_;
   std::atomic<bool> cancelled_{false};
   std::atomic<int64_t> retry_after_ms_{0};

@@ -72,6 +72,11 @@ absl::Status Intake::ValidateRequest(const tandem::v1::GenerateRequest& request)
   if (absl::Status s = ValidateTools(request.tools(), options_.limits); !s.ok()) return s;
   if (absl::Status s = ValidateLabels(request.labels(), options_.limits); !s.ok()) return s;
   if (absl::Status s = ValidateHints(request.hints()); !s.ok()) return s;
+  if (!request.session_id().empty() && !IsPlainToken(request.session_id(), Sessions::kMaxIdBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("session_id: %s is not a session id (1 to %d visible ASCII characters)",
+                        QuoteForLog(request.session_id()), Sessions::kMaxIdBytes));
+  }
   if (options_.max_tokens_limit > 0 &&
       request.sampling().max_tokens() > options_.max_tokens_limit) {
     return absl::InvalidArgumentError(
@@ -164,7 +169,21 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
   // An authenticated caller's tenant is who it is, whatever its `tenant` label says: policies
   // that route by tenant must not be steerable by a label.
   if (out->tenant != nullptr) out->features.tenant = out->tenant->name;
+  if (!request.session_id().empty()) {
+    if (sessions_ != nullptr) {
+      out->session_before = sessions_->Lookup(request.session_id(), request.session_token());
+    }
+    out->features.session_model = out->session_before.model;
+    out->features.session_turn = out->session_before.turns + 1;
+  }
   if (absl::Status s = Route(deadline, out); !s.ok()) return s;
+  if (!request.session_id().empty()) {
+    out->session.set_id(request.session_id());
+    out->session.set_turn(out->features.session_turn);
+    out->session.set_source(out->session_before.source);
+    out->session.set_switched(!out->session_before.model.empty() &&
+                              out->session_before.model != out->decision.model);
+  }
   if (out->tenant != nullptr) {
     router::CapThinking(out->tenant->limits.max_thinking_tokens, out->tenant->name, &out->decision);
   }
@@ -189,6 +208,10 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
     out->pool = target->pool;
   }
   out->endpoint = target->endpoint;
+  if (!request.session_id().empty() && sessions_ != nullptr) {
+    sessions_->Record(request.session_id(), out->session_before, out->decision.model,
+                      &out->session);
+  }
 
   auto& w = out->worker_request;
   w.set_request_id(out->request_id);

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "common/request_validation.h"
 #include "gateway/router_holder.h"
+#include "gateway/sessions.h"
 #include "gateway/signal_engine.h"
 #include "gateway/worker_pool.h"
 #include "policies/tenant_config.h"
@@ -44,6 +45,10 @@ struct Admission {
   std::string fell_back_from;
   // The caller's tenant (null without tenants): its `models` bound every attempt.
   std::shared_ptr<const policies::TenantSpec> tenant;
+  // The named session's state before this turn, and after it (Admit records the turn and signs
+  // its token; Decide alone fills what the turn would be, without a token).
+  SessionLookup session_before;
+  tandem::v1::SessionInfo session;
 };
 
 // Where one attempt of a request goes.
@@ -58,10 +63,11 @@ struct Target {
 // Thread-safe and non-blocking.
 class Intake {
  public:
-  // `signals` may be null (no live signals: static values only, triggers off).
+  // `signals` may be null (no live signals: static values only, triggers off); `sessions` may be
+  // null (session ids are validated, and routing sees each turn as a session's first).
   Intake(const RouterHolder* router, const WorkerPools* pools, IntakeOptions options,
-         const SignalEngine* signals = nullptr)
-      : router_(router), pools_(pools), options_(options), signals_(signals) {}
+         const SignalEngine* signals = nullptr, Sessions* sessions = nullptr)
+      : router_(router), pools_(pools), options_(options), signals_(signals), sessions_(sessions) {}
 
   // Validates and routes the request without choosing a worker: the Route RPC's answer (a dry
   // run), and the first half of Admit. `out->request_id` is set even on error (taken from the
@@ -102,6 +108,7 @@ class Intake {
   const WorkerPools* const pools_;
   const IntakeOptions options_;
   const SignalEngine* const signals_;
+  Sessions* const sessions_;
 };
 
 // Longest hints.model accepted.

@@ -29,6 +29,12 @@ void OpenAiCall::Start(GatewayService* service, std::shared_ptr<HttpExchange> ex
     call->stream_ = decoded->stream;
     call->include_usage_ = decoded->include_usage;
     call->request() = std::move(decoded->request);
+    // The session: the x-session-id header, else OpenAI's `user` (one conversation per user
+    // unless the client names them).
+    if (view->SessionIdHeader().empty()) {
+      auto user = call->request().labels().find("user");
+      if (user != call->request().labels().end()) call->request().set_session_id(user->second);
+    }
   }
   // Linked before Begin, so that FinishOnce (which may run on a worker's thread before Begin
   // returns) always cuts the link after it was made.
@@ -95,6 +101,10 @@ HttpResponse OpenAiCall::Head(int status, const char* content_type) const {
     r.headers.emplace_back("x-tandem-model", a.decision.model);
     r.headers.emplace_back("x-tandem-class", a.decision.request_class);
     r.headers.emplace_back("x-tandem-rule", a.decision.rule);
+    r.headers.emplace_back("x-tandem-reasoning", router::ReasoningModeName(a.decision.reasoning));
+  }
+  if (!a.session.token().empty()) {
+    r.headers.emplace_back("x-tandem-session-token", a.session.token());
   }
   return r;
 }

@@ -126,6 +126,12 @@ CaseResult RunCase(const router::Policy& policy, const YAML::Node& c, const std:
   router::RequestFeatures f = router::ExtractFeatures(req);
   // The tenant the case's caller authenticates as; a `tenant` label stays only a label.
   if (r["tenant"]) f.tenant = r["tenant"].Scalar();
+  // The session's state as the gateway would find it (its token or table).
+  if (const YAML::Node s = r["session"]; s && s.IsMap()) {
+    f.session_id = "case";
+    if (s["model"]) f.session_model = s["model"].Scalar();
+    f.session_turn = s["turn"] ? s["turn"].as<int64_t>(1) : (f.session_model.empty() ? 1 : 2);
+  }
   f.split_key = std::hash<std::string>{}(req.request_id());
   const router::PolicyRouter router(p);
   auto d = router.Route(f, signals);
@@ -191,7 +197,7 @@ absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& pol
           if (KnownKeys(r, path + ".request",
                         {"text", "system", "prompt_tokens", "turns", "images", "objective", "model",
                          "reasoning", "thinking_budget", "max_tokens", "labels", "tenant",
-                         "request_id", "signals", "triggers"},
+                         "session", "request_id", "signals", "triggers"},
                         &problems)) {
             // Bounds keep a typo from building an enormous request.
             for (const auto& [key, lo, hi] :

@@ -512,14 +512,16 @@ class Parser : public YamlReader {
   void ParseAction(const YAML::Node& node, const std::string& path, const Policy* p,
                    router::Action* a) {
     if (!Map(node, path,
-             {"route", "split", "route_to_pinned", "shed", "shadow", "fallback", "hedge",
-              "reasoning"})) {
+             {"route", "split", "route_to_pinned", "route_to_session", "shed", "shadow", "fallback",
+              "hedge", "reasoning"})) {
       return;
     }
     const int kinds = (node["route"] ? 1 : 0) + (node["split"] ? 1 : 0) +
-                      (node["route_to_pinned"] ? 1 : 0) + (node["shed"] ? 1 : 0);
+                      (node["route_to_pinned"] ? 1 : 0) + (node["route_to_session"] ? 1 : 0) +
+                      (node["shed"] ? 1 : 0);
     if (kinds != 1) {
-      Error(node, path, "exactly one of route, split, route_to_pinned or shed is required");
+      Error(node, path,
+            "exactly one of route, split, route_to_pinned, route_to_session or shed is required");
     }
     if (const YAML::Node& sh = node["shed"]) {
       a->shed = true;
@@ -597,6 +599,11 @@ class Parser : public YamlReader {
     if (const YAML::Node& r = node["route_to_pinned"]) {
       if (Bool(r, path + ".route_to_pinned", &a->to_pinned) && !a->to_pinned) {
         Error(r, path + ".route_to_pinned", "only `true` is meaningful; remove the key instead");
+      }
+    }
+    if (const YAML::Node& r = node["route_to_session"]) {
+      if (Bool(r, path + ".route_to_session", &a->to_session) && !a->to_session) {
+        Error(r, path + ".route_to_session", "only `true` is meaningful; remove the key instead");
       }
     }
     if (const YAML::Node& s = node["shadow"]) {
@@ -727,15 +734,15 @@ class Parser : public YamlReader {
       Error(key, path,
             "unknown field; expected prompt_tokens, prompt_bytes, image_count, num_messages, "
             "num_turns, max_tokens, confidence, code_cues, math_cues, reasoning_cues, "
-            "structured_output_cues, deadline_ms, objective, reasoning, class, hint.model, "
-            "tenant, label.KEY, signal.NAME or trigger.NAME");
+            "structured_output_cues, deadline_ms, session.turn, objective, reasoning, class, "
+            "hint.model, tenant, session.model, label.KEY, signal.NAME or trigger.NAME");
       return;
     }
     if (field == "label.tenant") {
       // A label is whatever the caller wrote: a rule on it would let anyone buy the routing.
       Error(key, path,
             "a `tenant` label is set by the caller and proves nothing; test `tenant` (the tenant "
-            "the caller's API key authenticates, absent for anonymous callers) instead");
+            "the caller's API key authenticates; `anonymous` for a caller without one) instead");
       return;
     }
     if (field.rfind("signal.", 0) == 0 && !p->signals.contains(field.substr(7))) {
@@ -751,7 +758,7 @@ class Parser : public YamlReader {
       if (!String(v, vpath, &pr->text)) return false;
       if (field == "class" && !classes_.empty() && !classes_.contains(pr->text)) {
         Error(v, vpath, absl::StrCat("unknown class '", pr->text, "'"));
-      } else if (field == "hint.model") {
+      } else if (field == "hint.model" || field == "session.model") {
         CheckModel(v, vpath, p, pr->text);
       } else if (field == "objective" && pr->text != "auto" && pr->text != "accuracy" &&
                  pr->text != "latency") {

@@ -94,6 +94,9 @@ struct Action {
   std::vector<WeightedModel> targets;
   // Route to the model pinned in the request's hints (rules using it test hint.model present).
   bool to_pinned = false;
+  // Route to the model of the session's previous turn (session.model). When the session has
+  // none this policy knows, the rule does not match and evaluation goes on.
+  bool to_session = false;
   // Copy of the request sent to this model too; its answer is discarded (measurement only).
   std::string shadow;
   // Models to try, in order, when the chosen one has no ready worker.

@@ -76,6 +76,13 @@ FieldValue Resolve(const std::string& field, const Context& c) {
   if (field == "class") return Text(c.request_class);
   if (field == "hint.model") return Text(f.pinned_model);
   if (field == "tenant") return Text(f.tenant);
+  if (field == "session.model") {
+    // A model this policy does not know (the session began under another one) is no model.
+    return c.policy.models.contains(f.session_model) ? Text(f.session_model) : FieldValue{};
+  }
+  if (field == "session.turn") {
+    return f.session_id.empty() ? FieldValue{} : Number(static_cast<double>(f.session_turn));
+  }
   if (absl::StartsWith(field, "label.")) {
     auto it = f.labels.find(field.substr(6));
     return it == f.labels.end() ? FieldValue{} : Text(it->second);
@@ -176,8 +183,10 @@ std::optional<FieldKind> KindOfField(const std::string& field) {
                                    "math_cues",
                                    "reasoning_cues",
                                    "structured_output_cues",
-                                   "deadline_ms"};
-  static const char* kStrings[] = {"objective", "reasoning", "class", "hint.model", "tenant"};
+                                   "deadline_ms",
+                                   "session.turn"};
+  static const char* kStrings[] = {"objective",  "reasoning", "class",
+                                   "hint.model", "tenant",    "session.model"};
   for (const char* n : kNumbers) {
     if (field == n) return FieldKind::kNumber;
   }
@@ -244,10 +253,14 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,
   const Context c{f, p, request_class, d.confidence, signals};
   for (const auto& rule : p.rules) {
     std::string detail;
-    const bool hit = Matches(rule.when, c, &detail);
+    bool hit = Matches(rule.when, c, &detail);
+    const Action& a = rule.action;
+    if (hit && a.to_session && !p.models.contains(f.session_model)) {
+      hit = false;
+      absl::StrAppend(&detail, "; no session model this policy knows");
+    }
     d.trace.push_back({rule.name, hit, detail});
     if (!hit) continue;
-    const Action& a = rule.action;
     if (a.shed) {
       d.model = kShedModel;
       d.shed = true;
@@ -260,6 +273,8 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,
                           [](std::string* out, const auto& kv) { out->append(kv.first); })));
       }
       d.model = f.pinned_model;
+    } else if (a.to_session) {
+      d.model = f.session_model;
     } else if (a.targets.size() == 1) {
       d.model = a.targets[0].model;
     } else {

@@ -16,9 +16,9 @@ inline constexpr char kShedModel[] = "none";
 
 // The kind of a condition field, or nullopt when the name is not a field. Fields: prompt_tokens,
 // prompt_bytes, image_count, num_messages, num_turns, max_tokens, confidence, code_cues,
-// math_cues, reasoning_cues, structured_output_cues, deadline_ms, signal.NAME (numbers); objective,
-// reasoning, class, hint.model, tenant (the authenticated one), label.KEY, trigger.NAME (on or
-// off) (strings).
+// math_cues, reasoning_cues, structured_output_cues, deadline_ms, session.turn, signal.NAME
+// (numbers); objective, reasoning, class, hint.model, tenant (the authenticated one),
+// session.model, label.KEY, trigger.NAME (on or off) (strings).
 std::optional<FieldKind> KindOfField(const std::string& field);
 
 // Decides with a policy: classify (first matching class rule, else the default class), then the

@@ -73,6 +73,8 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
   f.thinking_budget = std::max(0, hints.reasoning().thinking_budget_tokens());
   if (request.sampling().has_max_tokens()) f.max_tokens = request.sampling().max_tokens();
   f.labels.insert(request.labels().begin(), request.labels().end());
+  f.session_id = request.session_id();
+  if (!f.session_id.empty()) f.session_turn = 1;
   if (auto it = request.labels().find("app"); it != request.labels().end()) f.app = it->second;
   return f;
 }
@@ -117,6 +119,8 @@ std::vector<std::pair<std::string, std::string>> DescribeFeatures(const RequestF
       {"reasoning_cues", absl::StrCat(f.cues.reasoning)},
       {"structured_output_cues", absl::StrCat(f.cues.structured_output)},
       {"deadline_ms", f.deadline_ms < 0 ? "none" : absl::StrCat(f.deadline_ms)},
+      {"session.turn", f.session_id.empty() ? "none" : absl::StrCat(f.session_turn)},
+      {"session.model", f.session_model.empty() ? "none" : f.session_model},
   };
 }
 

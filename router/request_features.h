@@ -32,12 +32,19 @@ struct RequestFeatures {
   int32_t thinking_budget = 0;
   // 0 when the request leaves it to the default.
   int32_t max_tokens = 0;
-  // The tenant its credentials authenticate (the gateway's --tenants); empty for an anonymous
-  // caller. Never taken from the request's content: a `tenant` label is only a label.
+  // The tenant its credentials authenticate (the gateway's --tenants; "anonymous" for a caller
+  // without a key where the gateway serves them); empty where no tenant applies (a policy test
+  // case that names none). Never taken from the request's content: a label is only a label.
   std::string tenant;
   std::string app;
   // Every label, for policy conditions on label.KEY.
   std::map<std::string, std::string> labels;
+  // The session this turn belongs to (empty: none), the model of its previous turn (empty: a new
+  // session) and this turn's number in it (1 for the first). The gateway fills the last two from
+  // the session's route token or its session table.
+  std::string session_id;
+  std::string session_model;
+  int64_t session_turn = 0;
   // Stable per request (a hash of its id): picks the side of a weighted split.
   uint64_t split_key = 0;
   // Lexical cues over all text parts (see content_cues.h).

@@ -192,7 +192,7 @@ TEST(PolicyLoaderTest, ALabelCalledTenantIsRefusedInFavourOfTheAuthenticatedTena
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_THAT(errors[0], HasSubstr("rules[0].when.label.tenant"));
   EXPECT_THAT(errors[0], HasSubstr("test `tenant`"));
-  // `tenant` is absent for an anonymous caller, whatever its labels say.
+  // A label never sets `tenant`, whatever it says.
   auto p = MustParse(std::string(kHeader) + R"(rules:
   - name: premium
     when: {tenant: enterprise}
@@ -422,7 +422,7 @@ rules:
                            "triggers.t3.exit: the exit threshold 9 is above the enter threshold 5",
                            "rules[0].when.trigger.t9: trigger 't9' is not declared",
                            "rules[0].when.trigger.t2: a trigger is on or off",
-                           "exactly one of route, split, route_to_pinned or shed is required",
+                           "exactly one of route, split, route_to_pinned, route_to_session or shed is required",
                            "rules[0].action.hedge: has no meaning with shed",
                            "rules[0].action.hedge: expected after (a duration) or after_signal"}) {
     EXPECT_THAT(all, HasSubstr(want));

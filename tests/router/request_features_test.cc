@@ -86,7 +86,7 @@ TEST(ExtractFeaturesTest, ReadsEveryField) {
   EXPECT_EQ(f.tenant, "");
   EXPECT_EQ(f.labels.at("tenant"), "acme");
   EXPECT_EQ(f.app, "chat");
-  EXPECT_EQ(DescribeFeatures(f).size(), 16u);
+  EXPECT_EQ(DescribeFeatures(f).size(), 18u);
   EXPECT_EQ(f.deadline_ms, -1);
 }
 
