@@ -143,8 +143,12 @@ absl::Status Gateway::StartRouting() {
                                  config_.session_key.empty() ? SessionToken::WithRandomKey()
                                                              : SessionToken(config_.session_key),
                                  metrics_.get());
+  if (!config_.tokenizer_path.empty()) {
+    ASSIGN_OR_RETURN(token_counter_,
+                     PromptTokenCounter::Load(config_.tokenizer_path, config_.exact_token_band));
+  }
   intake_ = std::make_unique<Intake>(router_.get(), pools_.get(), config_.intake, signals_.get(),
-                                     sessions_.get());
+                                     sessions_.get(), token_counter_.get());
   if (!config_.decision_log_path.empty()) {
     ASSIGN_OR_RETURN(decision_log_,
                      DecisionLog::Open(

@@ -78,6 +78,7 @@ class Gateway {
   std::unique_ptr<SignalEngine> signals_;
   std::unique_ptr<PolicyReloader> reloader_;  // null without a policy file
   std::unique_ptr<Sessions> sessions_;
+  std::unique_ptr<PromptTokenCounter> token_counter_;
   std::unique_ptr<Intake> intake_;
   std::unique_ptr<DecisionLog> decision_log_;
   std::unique_ptr<TenantRegistry> tenants_;

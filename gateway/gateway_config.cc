@@ -118,6 +118,9 @@ absl::Status ValidateTenancy(const GatewayConfig& c) {
     return Invalid("--session_ttl must be between 1s and 720h");
   }
   if (c.sessions.max_sessions < 0) return Invalid("--max_sessions must be >= 0");
+  if (!(c.exact_token_band > 0 && c.exact_token_band <= 10)) {
+    return Invalid("--exact_token_band must be in (0, 10]");
+  }
   if (!c.session_key.empty() && c.session_key.size() < SessionToken::kMinKeyBytes) {
     return Invalid(absl::StrCat("--session_key_file must hold at least ",
                                 SessionToken::kMinKeyBytes, " bytes of secret"));

@@ -76,6 +76,11 @@ struct GatewayConfig {
   std::string tenants_path;
   TenantRegistryOptions tenants;
 
+  // A tokenizer.json for exact prompt counts near thresholds (empty: estimates only), and how
+  // near (an estimate within band x T of a threshold T).
+  std::string tokenizer_path;
+  double exact_token_band = 0.5;
+
   // Sessions: the table's bounds and the route tokens' key (empty: a random key of this process,
   // so only this replica honours its tokens). Read from --session_key_file.
   SessionOptions sessions;

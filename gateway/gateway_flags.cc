@@ -80,6 +80,13 @@ ABSL_FLAG(bool, worker_plaintext, false,
 ABSL_FLAG(std::string, tenants, "",
           "Tenants file (API key hashes, models, quotas, priorities); reloaded on SIGHUP and when "
           "it changes.");
+ABSL_FLAG(std::string, tokenizer, "",
+          "A model's tokenizer.json: prompts whose estimated size is near a threshold (a policy's "
+          "prompt_tokens condition, --max_prompt_tokens, a tenant's burst_tokens) are counted "
+          "exactly with it. Empty: sizes are estimated (about 15% error, up to 150%).");
+ABSL_FLAG(double, exact_token_band, 0.5,
+          "With --tokenizer: an estimate within this fraction of a threshold T (|estimate - T| <= "
+          "band x T) is counted exactly (0-10].");
 ABSL_FLAG(absl::Duration, session_ttl, absl::Minutes(30),
           "A session not seen for this long is forgotten; also the lifetime of its route token "
           "(1s-720h).");
@@ -292,6 +299,8 @@ absl::Status ReadRequests(GatewayConfig& c) {
 absl::Status ReadTenancy(GatewayConfig& c) {
   c.tenants_path = absl::GetFlag(FLAGS_tenants);
   c.sessions.ttl = absl::ToChronoSeconds(absl::GetFlag(FLAGS_session_ttl));
+  c.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  c.exact_token_band = absl::GetFlag(FLAGS_exact_token_band);
   c.sessions.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   if (const std::string key_file = absl::GetFlag(FLAGS_session_key_file); !key_file.empty()) {
     // A secret: bounded like any file read at start-up; trailing newlines are not part of it.

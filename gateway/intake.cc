@@ -87,12 +87,29 @@ absl::Status Intake::ValidateRequest(const tandem::v1::GenerateRequest& request)
   return absl::OkStatus();
 }
 
-absl::Status Intake::Route(std::chrono::system_clock::time_point deadline, Admission* out) const {
+void Intake::CountNearThresholds(const tandem::v1::GenerateRequest& request,
+                                 const router::Router& router, Admission* out) const {
+  if (counter_ == nullptr) return;
+  std::vector<int64_t> thresholds = router.PromptTokenThresholds();
+  thresholds.push_back(options_.max_prompt_tokens);
+  if (out->tenant != nullptr && out->tenant->limits.tokens_per_second > 0) {
+    // A reservation (prompt plus max_tokens) larger than the burst is refused.
+    const int64_t max_tokens = request.sampling().has_max_tokens() ? request.sampling().max_tokens()
+                                                                   : options_.default_max_tokens;
+    thresholds.push_back(static_cast<int64_t>(out->tenant->limits.burst_tokens) - max_tokens);
+  }
+  if (!counter_->Near(out->features.prompt_tokens, thresholds)) return;
+  out->features.prompt_tokens = counter_->Count(request);
+  out->features.prompt_tokens_exact = true;
+}
+
+absl::Status Intake::Route(const router::Router& router,
+                           std::chrono::system_clock::time_point deadline, Admission* out) const {
   if (options_.max_prompt_tokens > 0 && out->features.prompt_tokens > options_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("messages: about %d prompt tokens exceeds the gateway's limit of %d "
-                        "(--max_prompt_tokens)",
-                        out->features.prompt_tokens, options_.max_prompt_tokens));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "messages: %s%d prompt tokens exceeds the gateway's limit of %d (--max_prompt_tokens)",
+        out->features.prompt_tokens_exact ? "" : "about ", out->features.prompt_tokens,
+        options_.max_prompt_tokens));
   }
   out->features.split_key = std::hash<std::string>{}(out->request_id);
   if (!IsNoDeadline(deadline)) {
@@ -100,13 +117,11 @@ absl::Status Intake::Route(std::chrono::system_clock::time_point deadline, Admis
         deadline - std::chrono::system_clock::now());
     out->features.deadline_ms = std::max<int64_t>(0, left.count());
   }
-  // One snapshot decides the whole request, whatever reloads happen meanwhile.
-  const std::shared_ptr<const router::Router> router = router_->Current();
   static const router::SignalSnapshot kNoSignals;
   const std::shared_ptr<const router::SignalSnapshot> signals =
       signals_ != nullptr ? signals_->Current() : nullptr;
   absl::StatusOr<router::RouteDecision> decision =
-      router->Route(out->features, signals != nullptr ? *signals : kNoSignals);
+      router.Route(out->features, signals != nullptr ? *signals : kNoSignals);
   if (!decision.ok()) return decision.status();
   out->decision = std::move(*decision);
   if (out->decision.shed) {
@@ -176,7 +191,10 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
     out->features.session_model = out->session_before.model;
     out->features.session_turn = out->session_before.turns + 1;
   }
-  if (absl::Status s = Route(deadline, out); !s.ok()) return s;
+  // One snapshot decides the whole request, whatever reloads happen meanwhile.
+  const std::shared_ptr<const router::Router> router = router_->Current();
+  CountNearThresholds(request, *router, out);
+  if (absl::Status s = Route(*router, deadline, out); !s.ok()) return s;
   if (!request.session_id().empty()) {
     out->session.set_id(request.session_id());
     out->session.set_turn(out->features.session_turn);

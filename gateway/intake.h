@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "common/request_validation.h"
+#include "gateway/prompt_token_counter.h"
 #include "gateway/router_holder.h"
 #include "gateway/sessions.h"
 #include "gateway/signal_engine.h"
@@ -65,9 +66,16 @@ class Intake {
  public:
   // `signals` may be null (no live signals: static values only, triggers off); `sessions` may be
   // null (session ids are validated, and routing sees each turn as a session's first).
+  // `counter` may be null (prompts are only estimated).
   Intake(const RouterHolder* router, const WorkerPools* pools, IntakeOptions options,
-         const SignalEngine* signals = nullptr, Sessions* sessions = nullptr)
-      : router_(router), pools_(pools), options_(options), signals_(signals), sessions_(sessions) {}
+         const SignalEngine* signals = nullptr, Sessions* sessions = nullptr,
+         const PromptTokenCounter* counter = nullptr)
+      : router_(router),
+        pools_(pools),
+        options_(options),
+        signals_(signals),
+        sessions_(sessions),
+        counter_(counter) {}
 
   // Validates and routes the request without choosing a worker: the Route RPC's answer (a dry
   // run), and the first half of Admit. `out->request_id` is set even on error (taken from the
@@ -99,7 +107,12 @@ class Intake {
   absl::Status ValidateRequest(const tandem::v1::GenerateRequest& request) const;
   // The prompt-size limit, the request's routing features that depend on the call, and the
   // router's decision (RESOURCE_EXHAUSTED when a rule sheds it).
-  absl::Status Route(std::chrono::system_clock::time_point deadline, Admission* out) const;
+  absl::Status Route(const router::Router& router, std::chrono::system_clock::time_point deadline,
+                     Admission* out) const;
+  // Replaces the estimated prompt tokens by the tokenizer's count when the estimate is near a
+  // threshold of the router, --max_prompt_tokens or the tenant's token burst.
+  void CountNearThresholds(const tandem::v1::GenerateRequest& request, const router::Router& router,
+                           Admission* out) const;
   // Whether the decided model may and can take the request (tenant's models, workers
   // configured, images, max_tokens).
   absl::Status CheckModel(const tandem::v1::GenerateRequest& request, Admission* out) const;
@@ -109,6 +122,7 @@ class Intake {
   const IntakeOptions options_;
   const SignalEngine* const signals_;
   Sessions* const sessions_;
+  const PromptTokenCounter* const counter_;
 };
 
 // Longest hints.model accepted.

@@ -27,6 +27,9 @@ class BuiltinRouter final : public Router {
  public:
   explicit BuiltinRouter(BuiltinRouterConfig config) : config_(std::move(config)) {}
   using Router::Route;
+  std::vector<int64_t> PromptTokenThresholds() const override {
+    return {config_.long_context_tokens};
+  }
   absl::StatusOr<RouteDecision> Route(const RequestFeatures& features,
                                       const SignalSnapshot& signals) const override;
 

@@ -1,6 +1,7 @@
 #include "router/policy_router.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -148,8 +149,11 @@ bool Test(const Predicate& p, const Context& c, std::string* detail) {
     operand = absl::StrCat("'", p.text, "'");
     result = p.op == Op::kEq ? v.present && v.text == p.text : !(v.present && v.text == p.text);
   }
-  absl::StrAppend(detail, detail->empty() ? "" : "; ", p.field, "=", Show(v, p.numeric), " ",
-                  OpName(p.op), " ", operand, ": ", result ? "yes" : "no");
+  // A prompt's size says how it was counted: near a threshold the gateway counts exactly.
+  const char* source =
+      p.field != "prompt_tokens" ? "" : (c.f.prompt_tokens_exact ? " (tokenizer)" : " (estimate)");
+  absl::StrAppend(detail, detail->empty() ? "" : "; ", p.field, "=", Show(v, p.numeric), source,
+                  " ", OpName(p.op), " ", operand, ": ", result ? "yes" : "no");
   return result;
 }
 
@@ -197,6 +201,24 @@ std::optional<FieldKind> KindOfField(const std::string& field) {
   if (absl::StartsWith(field, "signal.") && field.size() > 7) return FieldKind::kNumber;
   if (absl::StartsWith(field, "trigger.") && field.size() > 8) return FieldKind::kString;
   return std::nullopt;
+}
+
+PolicyRouter::PolicyRouter(std::shared_ptr<const Policy> policy) : policy_(std::move(policy)) {
+  auto add = [this](const std::vector<Predicate>& predicates) {
+    for (const Predicate& p : predicates) {
+      if (p.field == "prompt_tokens" && p.numeric) {
+        thresholds_.push_back(static_cast<int64_t>(std::llround(p.number)));
+      }
+    }
+  };
+  auto add_condition = [&](const Condition& c) {
+    add(c.all);
+    for (const auto& alternative : c.any) add(alternative);
+  };
+  for (const ClassRule& c : policy_->classify) add_condition(c.when);
+  for (const Rule& r : policy_->rules) add_condition(r.when);
+  std::sort(thresholds_.begin(), thresholds_.end());
+  thresholds_.erase(std::unique(thresholds_.begin(), thresholds_.end()), thresholds_.end());
 }
 
 absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,

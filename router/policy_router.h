@@ -25,15 +25,18 @@ std::optional<FieldKind> KindOfField(const std::string& field);
 // first matching rule's action. Pure: the policy is immutable and shared; safe on any thread.
 class PolicyRouter final : public Router {
  public:
-  explicit PolicyRouter(std::shared_ptr<const Policy> policy) : policy_(std::move(policy)) {}
+  explicit PolicyRouter(std::shared_ptr<const Policy> policy);
 
   using Router::Route;
   absl::StatusOr<RouteDecision> Route(const RequestFeatures& features,
                                       const SignalSnapshot& signals) const override;
   const Policy& policy() const { return *policy_; }
+  // The operands of every prompt_tokens condition of the policy.
+  std::vector<int64_t> PromptTokenThresholds() const override { return thresholds_; }
 
  private:
   const std::shared_ptr<const Policy> policy_;
+  std::vector<int64_t> thresholds_;
 };
 
 }  // namespace tandem::router

@@ -103,7 +103,8 @@ const char* ReasoningModeName(ReasoningMode r) {
 
 std::vector<std::pair<std::string, std::string>> DescribeFeatures(const RequestFeatures& f) {
   return {
-      {"prompt_tokens", absl::StrCat(f.prompt_tokens, f.prompt_tokens_exact ? "" : " (estimate)")},
+      {"prompt_tokens",
+       absl::StrCat(f.prompt_tokens, f.prompt_tokens_exact ? " (tokenizer)" : " (estimate)")},
       {"prompt_bytes", absl::StrCat(f.prompt_bytes)},
       {"image_count", absl::StrCat(f.image_count)},
       {"num_messages", absl::StrCat(f.num_messages)},

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "router/request_features.h"
 #include "router/route_decision.h"
@@ -17,6 +20,9 @@ class Router {
   // `signals` is the live snapshot the decision reads signal.NAME and trigger.NAME from.
   virtual absl::StatusOr<RouteDecision> Route(const RequestFeatures& features,
                                               const SignalSnapshot& signals) const = 0;
+  // The prompt sizes (tokens) at which the decision changes: the gateway counts a prompt exactly
+  // when its estimate is near one of them.
+  virtual std::vector<int64_t> PromptTokenThresholds() const { return {}; }
   // With no live signals (tests, replay, tandemctl): static values only, triggers off.
   absl::StatusOr<RouteDecision> Route(const RequestFeatures& features) const {
     return Route(features, SignalSnapshot{});

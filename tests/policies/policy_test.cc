@@ -176,7 +176,7 @@ TEST(PolicyRouterTest, ExplanationListsEveryRuleConsidered) {
   ASSERT_EQ(d->trace.size(), 2u);
   EXPECT_FALSE(d->trace[0].matched);
   EXPECT_EQ(d->trace[0].detail,
-            "prompt_tokens=100 ge 1000: no; tenant='acme' in [acme, initech]: yes");
+            "prompt_tokens=100 (estimate) ge 1000: no; tenant='acme' in [acme, initech]: yes");
   f.prompt_tokens = 1000;
   EXPECT_EQ(r.Route(f)->model, "nemotron");
 }
