@@ -137,6 +137,12 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                         "capacity (the least recently used, past --max_sessions).")),
       session_evictions_{&session_evictions_family_.Add({{"reason", "ttl"}}),
                          &session_evictions_family_.Add({{"reason", "capacity"}})},
+      prompt_counts_family_(CounterFamily(
+          r, "tandem_gateway_prompt_token_counts_total",
+          "Admitted requests by how their prompt size was known: tokenizer (counted exactly, its "
+          "estimate being near a threshold; --tokenizer) or estimate.")),
+      prompt_counted_(prompt_counts_family_.Add({{"source", "tokenizer"}})),
+      prompt_estimated_(prompt_counts_family_.Add({{"source", "estimate"}})),
       reloads_ok_(
           CounterFamily(r, "tandem_policy_reloads_total", "Policy reload attempts, by result.")
               .Add({{"result", "ok"}})),

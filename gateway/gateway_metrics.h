@@ -124,6 +124,9 @@ class GatewayMetrics {
   void CountSessionTurn(const char* source, bool switched, size_t remembered);
   // reason: ttl, capacity.
   void CountSessionEviction(const char* reason);
+  // An admitted request's prompt size was counted by the tokenizer (near a threshold) or
+  // estimated.
+  void CountPromptTokens(bool exact) { (exact ? prompt_counted_ : prompt_estimated_).Increment(); }
 
   // Decision-log records written and dropped (writer behind).
   prometheus::Counter& decision_log_written() { return decision_log_written_; }
@@ -193,7 +196,10 @@ class GatewayMetrics {
   prometheus::Counter& session_switches_;
   prometheus::Gauge& sessions_;
   prometheus::Family<prometheus::Counter>& session_evictions_family_;
-  prometheus::Counter* session_evictions_[2];                              // ttl, capacity
+  prometheus::Counter* session_evictions_[2];  // ttl, capacity
+  prometheus::Family<prometheus::Counter>& prompt_counts_family_;
+  prometheus::Counter& prompt_counted_;
+  prometheus::Counter& prompt_estimated_;
   std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);             // by label
   std::map<std::string, std::string> tenant_labels_ ABSL_GUARDED_BY(mu_);  // name -> label
   prometheus::Counter& reloads_ok_;

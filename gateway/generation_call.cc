@@ -197,6 +197,7 @@ void GenerationCall::CountAdmitted() {
     service_->metrics().CountFallback(admission_.fell_back_from, d.model);
   }
   model_metrics_ = service_->metrics().ForModel(d.model);
+  service_->metrics().CountPromptTokens(admission_.features.prompt_tokens_exact);
   service_->metrics().CountDecision(d.model, d.request_class, d.rule, d.policy_version,
                                     router::ReasoningModeName(d.reasoning));
   if (DecisionLog* log = service_->decision_log()) {

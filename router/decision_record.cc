@@ -6,6 +6,10 @@ tandem::v1::DecisionRecord ToRecord(const RequestFeatures& f, const RouteDecisio
   tandem::v1::DecisionRecord r;
   r.set_prompt_tokens(f.prompt_tokens);
   r.set_prompt_bytes(f.prompt_bytes);
+  r.set_prompt_tokens_exact(f.prompt_tokens_exact);
+  r.set_session_id(f.session_id);
+  r.set_session_turn(f.session_turn);
+  r.set_session_model_before(f.session_model);
   r.set_image_count(f.image_count);
   r.set_num_messages(f.num_messages);
   r.set_num_turns(f.num_turns);
@@ -38,6 +42,10 @@ RequestFeatures FeaturesFromRecord(const tandem::v1::DecisionRecord& r) {
   RequestFeatures f;
   f.prompt_tokens = r.prompt_tokens();
   f.prompt_bytes = r.prompt_bytes();
+  f.prompt_tokens_exact = r.prompt_tokens_exact();
+  f.session_id = r.session_id();
+  f.session_turn = r.session_turn();
+  f.session_model = r.session_model_before();
   f.image_count = r.image_count();
   f.num_messages = r.num_messages();
   f.num_turns = r.num_turns();

@@ -68,17 +68,26 @@ def mbpp_stub(task_id, text, code):
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "data")
     os.makedirs(out_dir, exist_ok=True)
-    train, heldout = [], []
+    train, heldout, heldout_sources = [], [], []
 
     def add(rows, text, label, source):
         rows.append({"text": text, "label": label, "source": source})
 
+    # Trained on whole: GSM8K, CLINC150 and NLU++ (another source of their kind is held out whole).
     for line in open(os.path.join(SRC, "gsm8k_questions.jsonl")):
-        t = json.loads(line)["text"]
-        add(heldout if bucket(t, 10) == 9 else train, t, "accuracy_critical", "gsm8k")
+        add(train, json.loads(line)["text"], "accuracy_critical", "gsm8k")
     for line in open(os.path.join(SRC, "clinc150.jsonl")):
-        t = json.loads(line)["text"]
-        add(heldout if bucket(t, 10) == 9 else train, t, "latency_critical", "clinc150")
+        add(train, json.loads(line)["text"], "latency_critical", "clinc150")
+    for line in open(os.path.join(SRC, "nlupp.jsonl")):
+        add(train, json.loads(line)["text"], "latency_critical", "nlupp")
+    # Held out whole, never trained on: SVAMP (math word problems, as GSM8K) and Banking77
+    # (short requests to a task-oriented assistant, as CLINC150).
+    for line in open(os.path.join(SRC, "svamp.jsonl")):
+        r = json.loads(line)
+        add(heldout_sources, (r["body"].strip() + " " + r["question"].strip()).strip(),
+            "accuracy_critical", "svamp")
+    for line in open(os.path.join(SRC, "banking77.jsonl")):
+        add(heldout_sources, json.loads(line)["text"], "latency_critical", "banking77")
     for line in open(os.path.join(SRC, "mbpp.jsonl")):
         r = json.loads(line)
         # Whole tasks held out: the model never sees any form of them.
@@ -107,17 +116,24 @@ def main():
         if r["text"] not in seen:
             seen.add(r["text"])
             unique_train.append(r)
-    unique_heldout = []
+    unique_sources = []
+    for r in heldout_sources:
+        if r["text"] not in seen:
+            seen.add(r["text"])
+            unique_sources.append(r)
+    unique_heldout = list(unique_sources)
     for r in heldout:
         if r["text"] not in seen:
             seen.add(r["text"])
             unique_heldout.append(r)
     random.Random(7).shuffle(unique_train)
-    for name, rows in (("train.jsonl", unique_train), ("heldout.jsonl", unique_heldout)):
+    for name, rows in (("train.jsonl", unique_train), ("heldout.jsonl", unique_heldout),
+                       ("heldout_sources.jsonl", unique_sources)):
         with open(os.path.join(out_dir, name), "w") as f:
             for r in rows:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    print("train=%d heldout=%d" % (len(unique_train), len(unique_heldout)))
+    print("train=%d heldout=%d heldout_sources=%d" % (len(unique_train), len(unique_heldout),
+                                                      len(unique_sources)))
 
 
 if __name__ == "__main__":

@@ -146,6 +146,10 @@ INGREDIENTS = [("butter", "oil"), ("buttermilk", "regular milk"), ("eggs", "flax
 DISHES = ["pancakes", "brownies", "a carbonara", "banana bread", "a curry", "lasagna", "cookies",
           "a risotto", "mashed potatoes", "muffins"]
 THINGS = ["movie", "song", "color", "food", "season", "book", "holiday destination", "board game"]
+VEHICLES = ["bus", "train", "ferry", "tram", "shuttle"]
+OBJECTS = ["marbles", "stickers", "apples", "pencils", "cookies", "seashells", "balloons", "cards",
+           "books", "oranges"]
+WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 
 def fill(template, rng):
@@ -165,10 +169,34 @@ def fill(template, rng):
         stub=stub, camel=camel, Camel=camel[:1].upper() + camel[1:], args=args, sdoc=doc,
         city=rng.choice(CITIES), place=rng.choice(PLACES), time=rng.choice(TIMES),
         day=rng.choice(DAYS), event=rng.choice(EVENTS), item=rng.choice(ITEMS), ing_a=ing_a,
-        ing_b=ing_b, dish=rng.choice(DISHES), thing=rng.choice(THINGS))
+        ing_b=ing_b, dish=rng.choice(DISHES), thing=rng.choice(THINGS),
+        vehicle=rng.choice(VEHICLES), obj=rng.choice(OBJECTS), wd=rng.choice(WEEKDAYS),
+        p=rng.randint(10, 99), q=rng.randint(3, 40))
 
 
 ACCURACY = {
+    # Short arithmetic word problems, written for Tandem (GSM8K's are longer): small numbers,
+    # everyday words (buses, weekdays, shops) that also occur in quick chat requests.
+    "math_word": ["{name} had {p} {obj} and gave {q} of them away. How many {obj} does {name} have "
+                  "now?",
+                  "There were {p} people on the {vehicle}. At the first stop {q} got off and {k} "
+                  "got on. How many people are on the {vehicle} now?",
+                  "{name} read {p} pages on {wd} and {q} pages the next day. How many more pages "
+                  "did {name} read on {wd}?",
+                  "A garden is {q} meters wide and {p} meters long. What is its area?",
+                  "A shop sells {obj} for {k} dollars each. {name} buys {m} of them and pays with "
+                  "a {p} dollar bill. How much change does {name} get?",
+                  "{name} saves {q} dollars every week. How many weeks will it take to save {n} "
+                  "dollars?",
+                  "A {vehicle} travels {n} km in {k} hours. What is its average speed?",
+                  "{name} picked some {obj}. After giving {m} to each of {k} friends, {name} had "
+                  "{q} left. How many {obj} did {name} pick at first?",
+                  "If {k} workers can paint a fence in {m} days, how many days would {q} workers "
+                  "need?",
+                  "On {wd} the class collected {p} {obj}, and {q} fewer the following day. How "
+                  "many {obj} did they collect in total?",
+                  "{name} is {k} years older than a cousin who is {q}. How old will {name} be in "
+                  "{m} years?"],
     "code_write": ["Write a {lang} function that {task}.",
                    "Implement, in {lang}, code that {task}. Include tests.",
                    "can you write me some {lang} that {task}",

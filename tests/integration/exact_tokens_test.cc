@@ -71,6 +71,25 @@ TEST(ExactTokensTest, APromptNearAThresholdIsRoutedByItsRealSize) {
   r = RouteOf(*counting, "hello there");
   EXPECT_EQ(r.route().prompt_tokens_source(), "estimate");
   EXPECT_EQ(r.route().rule(), "rest");
+
+  // Served requests are counted by source.
+  auto stub = tandem::v1::Gateway::NewStub(
+      grpc::CreateChannel(counting->grpc_address, grpc::InsecureChannelCredentials()));
+  for (const std::string& text : {spaced, std::string("hello there")}) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::GenerateResponse resp;
+    ASSERT_TRUE(stub->Generate(&ctx, Prompt(text, 2), &resp).ok());
+    EXPECT_EQ(resp.route().model(), "qwen");
+  }
+  auto text = HttpGet(counting->metrics_address, "/metrics");
+  ASSERT_TRUE(text.ok());
+  for (const char* source : {"tokenizer", "estimate"}) {
+    EXPECT_EQ(MetricValue(*text, "tandem_gateway_prompt_token_counts_total", {{"source", source}})
+                  .value_or(-1),
+              1)
+        << source;
+  }
 }
 
 }  // namespace
