@@ -60,6 +60,25 @@ test('a whole chat answers with usage and the routing headers', async () => {
   'the request counted with api="openai"');
 });
 
+test('`user` or x-session-id names a session, and each answer carries its route token', async () => {
+  const turn = (token) => Number(token.split('.').at(-3));  // VERSION.MODEL.TURN.EXPIRES.MAC
+  const ask = (extra, headers = {}) => client.chat.completions
+    .create({ model: 'auto', messages: prompt, max_tokens: 2, ...extra }, { headers })
+    .withResponse();
+  const first = await ask({ user: 'alice-1' });
+  const t1 = first.response.headers.get('x-tandem-session-token');
+  assert.equal(turn(t1), 1);
+  const second = await ask({ user: 'alice-1' }, { 'x-tandem-session-token': t1 });
+  assert.equal(turn(second.response.headers.get('x-tandem-session-token')), 2);
+  // The header names the session over `user`: a new one here.
+  const named = await ask({ user: 'alice-1' }, { 'x-session-id': 'conv-9' });
+  assert.equal(turn(named.response.headers.get('x-tandem-session-token')), 1);
+  // Without either, no session.
+  const none = await ask({});
+  assert.equal(none.response.headers.get('x-tandem-session-token'), null);
+  assert.ok(none.response.headers.get('x-tandem-reasoning'));
+});
+
 test('a pinned model serves, by routing name and by upstream id', async () => {
   const ids = {};
   for await (const m of client.models.list()) ids[m.id] = m.root;
