@@ -14,7 +14,7 @@
 namespace tandem::gateway {
 namespace {
 
-constexpr char kVersion[] = "1";
+constexpr char kTokenVersion[] = "1";
 
 // Debian's Abseil has its own string_view.
 absl::string_view View(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -31,7 +31,7 @@ std::string SessionToken::Mac(std::string_view session_id, std::string_view mode
                               int64_t expires) const {
   // NUL-separated: neither an id nor a model name holds a NUL, so fields cannot run together.
   const std::string nul(1, '\0');
-  const std::string message = absl::StrCat("tandem-session-", kVersion, nul, View(session_id), nul,
+  const std::string message = absl::StrCat("tandem-session-", kTokenVersion, nul, View(session_id), nul,
                                            View(model), nul, turn, nul, expires);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
@@ -42,7 +42,7 @@ std::string SessionToken::Mac(std::string_view session_id, std::string_view mode
 }
 
 std::string SessionToken::Sign(std::string_view session_id, const Claims& c) const {
-  return absl::StrCat(kVersion, ".", c.model, ".", c.turn, ".", c.expires_unix_seconds, ".",
+  return absl::StrCat(kTokenVersion, ".", c.model, ".", c.turn, ".", c.expires_unix_seconds, ".",
                       Mac(session_id, c.model, c.turn, c.expires_unix_seconds));
 }
 
@@ -60,7 +60,7 @@ std::optional<SessionToken::Claims> SessionToken::Verify(std::string_view sessio
     rest = rest.substr(0, dot);
   }
   const size_t first = rest.find('.');
-  if (first == std::string_view::npos || rest.substr(0, first) != kVersion) return std::nullopt;
+  if (first == std::string_view::npos || rest.substr(0, first) != kTokenVersion) return std::nullopt;
   Claims c;
   c.model = std::string(rest.substr(first + 1));
   if (c.model.empty() || !absl::SimpleAtoi(View(fields[1]), &c.expires_unix_seconds) ||

@@ -9,11 +9,12 @@
 #include <vector>
 
 #include "common/request_validation.h"
+#include "common/sha256.h"
 #include "common/utf8.h"
 #include "gateway/fair_queue.h"
 #include "gateway/gateway_metrics.h"
+#include "gateway/prompt_token_counter.h"
 #include "gateway/tenants.h"
-#include "common/sha256.h"
 #include "policies/policy_loader.h"
 #include "router/builtin_router.h"
 #include "router/policy_router.h"
@@ -46,8 +47,8 @@ void BM_AuthenticateAndAdmit(benchmark::State& state) {
   tandem::gateway::TenantRegistry tenants({}, &metrics);
   std::string yaml = "tenants:\n";
   for (int i = 0; i < 100; ++i) {
-    yaml += "  - name: t" + std::to_string(i) + "\n    keys: [sha256:" +
-            tandem::Sha256Hex("key-" + std::to_string(i)) +
+    yaml += "  - name: t" + std::to_string(i) +
+            "\n    keys: [sha256:" + tandem::Sha256Hex("key-" + std::to_string(i)) +
             "]\n    limits: {requests_per_second: 1e9, tokens_per_second: 1e12, "
             "max_concurrency: 1000}\n";
   }
@@ -149,6 +150,31 @@ void BM_FullDecision4KB(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_FullDecision4KB);
+
+// The prompt's size, estimated (every request) against counted by Qwen3's tokenizer (only
+// requests near a threshold, with --tokenizer), for ~state.range(0) tokens of English.
+template <bool kExact>
+void BM_PromptSize(benchmark::State& state) {
+  static auto counter = tandem::gateway::PromptTokenCounter::Load(
+      TANDEM_SOURCE_DIR "/tests/tokenizer/qwen3/tokenizer.json", 0.5);
+  if (!counter.ok()) {
+    state.SkipWithError("cannot load tests/tokenizer/qwen3/tokenizer.json");
+    return;
+  }
+  const auto request = Request(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    if (kExact) {
+      benchmark::DoNotOptimize((*counter)->Count(request));
+    } else {
+      benchmark::DoNotOptimize(
+          tandem::router::EstimateTokens(request.messages(0).content(0).text()));
+    }
+  }
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<int64_t>(request.messages(0).content(0).text().size()));
+}
+BENCHMARK(BM_PromptSize<false>)->Name("BM_PromptSize/estimate")->Arg(1024)->Arg(32768);
+BENCHMARK(BM_PromptSize<true>)->Name("BM_PromptSize/tokenizer")->Arg(1024)->Arg(32768);
 
 // Percentiles of single decisions: each repetition times one call, and the aggregates below are
 // computed over the repetitions. The bounds (docs/performance.md) are on p99.

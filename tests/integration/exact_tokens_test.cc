@@ -15,7 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kPolicy[] = R"(schema: 1
+constexpr char kSizesPolicy[] = R"(schema: 1
 version: sizes-1
 models: {qwen: {}, nemotron: {}}
 classes: [any]
@@ -44,7 +44,7 @@ TEST(ExactTokensTest, APromptNearAThresholdIsRoutedByItsRealSize) {
   ASSERT_TRUE(qwen.ok()) << qwen.status();
   auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
   ASSERT_TRUE(nemotron.ok()) << nemotron.status();
-  const std::string policy = WriteTempFile("sizes.yaml", kPolicy);
+  const std::string policy = WriteTempFile("sizes.yaml", kSizesPolicy);
   const std::vector<std::string> workers = {"qwen=" + qwen->grpc_address,
                                             "nemotron=" + nemotron->grpc_address};
   auto estimating = StartGateway(workers, {"--policy=" + policy});

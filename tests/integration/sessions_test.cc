@@ -16,7 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kPolicy[] = R"(schema: 1
+constexpr char kSessionsPolicy[] = R"(schema: 1
 version: VERSION
 models: {qwen: {vision: true}, nemotron: {}}
 classes: [accuracy_critical, latency_critical]
@@ -42,7 +42,7 @@ MOVE  - name: session
 // Version 1 keeps every session on its model; version 2 moves accuracy-critical turns to qwen
 // before the session rule is reached.
 std::string Policy(int version) {
-  std::string p = kPolicy;
+  std::string p = kSessionsPolicy;
   p.replace(p.find("VERSION"), 7, "sessions-" + std::to_string(version));
   p.replace(p.find("MOVE"), 4,
             version == 1 ? ""
