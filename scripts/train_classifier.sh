@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Retrains the routing classifier's learned tier: rebuilds the labelled data, trains, writes
-# router/classifier/model.tcls and router/classifier/EVALUATION.md (held-out evaluation of the
-# shipped model, then leave-one-source-out: one model per source, about 30 s on 2 cores).
+# router/classifier/model.tcls and router/classifier/EVALUATION.md (the held-out sources, never
+# trained on; everything held out; then leave-one-source-out: one model per source, about a
+# minute on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
@@ -9,5 +10,6 @@ BUILD_DIR=${TANDEM_BUILD_DIR:-build}
 python3 router/classifier/make_dataset.py
 "$BUILD_DIR/tools/tandem-train-classifier" \
   --train=router/classifier/data/train.jsonl --heldout=router/classifier/data/heldout.jsonl \
+  --heldout_sources=router/classifier/data/heldout_sources.jsonl \
   --out=router/classifier/model.tcls --report=router/classifier/EVALUATION.md --cross_validate \
   "$@"

@@ -1,25 +1,32 @@
 #!/usr/bin/env python3
-"""Builds the routing classifier's labelled data: train.jsonl and heldout.jsonl.
+"""Builds the routing classifier's labelled data: train.jsonl, heldout.jsonl and
+heldout_sources.jsonl.
 
-Sources (data/sources/, licences beside them):
-  - GSM8K train questions (MIT, OpenAI): math word problems -> accuracy_critical
-  - CLINC150 train+val utterances (CC BY 3.0, Larson et al. 2019): short assistant requests
-    -> latency_critical
+Sources (data/sources/, licences and attribution beside them). Each kind of traffic that comes
+from public data has one source (or more) trained on and another held out whole:
+  - math word problems -> accuracy_critical: GSM8K train questions (MIT, OpenAI) trained on;
+    SVAMP (MIT, Patel et al. 2021) held out whole
+  - short requests to a task-oriented assistant -> latency_critical: CLINC150 train+val
+    utterances (CC BY 3.0, Larson et al. 2019) and NLU++ banking and hotels utterances
+    (CC BY 4.0, Casanueva et al. 2022) trained on; Banking77 train utterances (a hashed 2,000;
+    CC BY 4.0, Casanueva et al. 2020) held out whole
   - MBPP tasks 1-10 and 511-974 (CC BY 4.0, Austin et al. 2021): the task descriptions
     ("mbpp/text") and bare function stubs made from the reference solutions ("mbpp/stub")
     -> accuracy_critical
   - Examples written for Tandem here, from templates (source "tandem/<family>"): code, code
-    how-to questions, code stubs, knowledge and reasoning questions and agentic planning
-    (accuracy_critical); extraction, summarization, classification and triage, steps inside
-    agent loops and task-oriented chat turns (latency_critical).
+    how-to questions, code stubs, knowledge and reasoning questions, short arithmetic word
+    problems and agentic planning (accuracy_critical); extraction, summarization,
+    classification and triage, steps inside agent loops and task-oriented chat turns
+    (latency_critical).
 
 Every example carries its source, so the trainer can hold out whole sources in turn
-(tandem-train-classifier --cross_validate). The fixed held-out split, used for the shipped
-model's evaluation and by ctest, holds out:
-  - for every templated family, whole templates (the last one or two of the family), so it
-    measures phrasings never trained on;
-  - for MBPP, whole tasks (both kinds of example of a task): ids 1-10 and a hashed fifth;
-  - for GSM8K and CLINC150, a hashed tenth of the rows.
+(tandem-train-classifier --cross_validate). The fixed held-out files, used for the shipped
+model's evaluation and by ctest:
+  - heldout_sources.jsonl: the whole sources never trained on (SVAMP, Banking77);
+  - heldout.jsonl: those, plus for every templated family whole templates (the last one or two
+    of the family), so it measures phrasings never trained on, and for MBPP whole tasks (both
+    kinds of example of a task): ids 1-10 and a hashed fifth.
+GSM8K, CLINC150 and NLU++ are trained on whole.
 Exact duplicates are dropped, and a held-out text that also occurs in train is dropped.
 Deterministic: the same inputs always give the same files. Standard library only.
 Usage: make_dataset.py [OUT_DIR]   (default: data/ beside this script)
