@@ -104,7 +104,8 @@ void Intake::CountNearThresholds(const tandem::v1::GenerateRequest& request,
 }
 
 absl::Status Intake::Route(const router::Router& router,
-                           std::chrono::system_clock::time_point deadline, Admission* out) const {
+                           std::chrono::system_clock::time_point deadline, bool trace,
+                           Admission* out) const {
   if (options_.max_prompt_tokens > 0 && out->features.prompt_tokens > options_.max_prompt_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "messages: %s%d prompt tokens exceeds the gateway's limit of %d (--max_prompt_tokens)",
@@ -121,7 +122,7 @@ absl::Status Intake::Route(const router::Router& router,
   const std::shared_ptr<const router::SignalSnapshot> signals =
       signals_ != nullptr ? signals_->Current() : nullptr;
   absl::StatusOr<router::RouteDecision> decision =
-      router.Route(out->features, signals != nullptr ? *signals : kNoSignals);
+      router.Route(out->features, signals != nullptr ? *signals : kNoSignals, trace);
   if (!decision.ok()) return decision.status();
   out->decision = std::move(*decision);
   if (out->decision.shed) {
@@ -169,7 +170,7 @@ absl::Status Intake::CheckModel(const tandem::v1::GenerateRequest& request, Admi
 absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
                             const std::string& metadata_request_id,
                             std::chrono::system_clock::time_point deadline, Admission* out,
-                            std::shared_ptr<const policies::TenantSpec> tenant) const {
+                            std::shared_ptr<const policies::TenantSpec> tenant, bool trace) const {
   out->tenant = std::move(tenant);
   out->request_id = CallerRequestId(request, metadata_request_id);
   if (out->request_id.empty()) out->request_id = NewRequestId();
@@ -186,7 +187,8 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
   if (out->tenant != nullptr) out->features.tenant = out->tenant->name;
   if (!request.session_id().empty()) {
     if (sessions_ != nullptr) {
-      out->session_before = sessions_->Lookup(request.session_id(), request.session_token());
+      out->session_key = Sessions::Key(out->features.tenant, request.session_id());
+      out->session_before = sessions_->Lookup(out->session_key, request.session_token());
     }
     out->features.session_model = out->session_before.model;
     out->features.session_turn = out->session_before.turns + 1;
@@ -194,7 +196,7 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   const std::shared_ptr<const router::Router> router = router_->Current();
   CountNearThresholds(request, *router, out);
-  if (absl::Status s = Route(*router, deadline, out); !s.ok()) return s;
+  if (absl::Status s = Route(*router, deadline, trace, out); !s.ok()) return s;
   if (!request.session_id().empty()) {
     out->session.set_id(request.session_id());
     out->session.set_turn(out->features.session_turn);
@@ -212,7 +214,8 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
                            const std::string& metadata_request_id,
                            std::chrono::system_clock::time_point deadline, Admission* out,
                            std::shared_ptr<const policies::TenantSpec> tenant) const {
-  if (absl::Status s = Decide(request, metadata_request_id, deadline, out, std::move(tenant));
+  if (absl::Status s =
+          Decide(request, metadata_request_id, deadline, out, std::move(tenant), /*trace=*/false);
       !s.ok()) {
     return s;
   }
@@ -227,8 +230,7 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   }
   out->endpoint = target->endpoint;
   if (!request.session_id().empty() && sessions_ != nullptr) {
-    sessions_->Record(request.session_id(), out->session_before, out->decision.model,
-                      &out->session);
+    sessions_->Record(out->session_key, out->session_before, out->decision.model, &out->session);
   }
 
   auto& w = out->worker_request;

@@ -48,6 +48,7 @@ struct Admission {
   std::shared_ptr<const policies::TenantSpec> tenant;
   // The named session's state before this turn, and after it (Admit records the turn and signs
   // its token; Decide alone fills what the turn would be, without a token).
+  std::string session_key;  // Sessions::Key of the caller's tenant and the session id
   SessionLookup session_before;
   tandem::v1::SessionInfo session;
 };
@@ -82,10 +83,12 @@ class Intake {
   // request, then from `metadata_request_id`, else generated). `deadline` is the call's
   // (system_clock max for none); it becomes the deadline_ms feature. With `tenant`, a decided
   // model outside its `models` is PERMISSION_DENIED.
+  // `trace`: explain every rule considered (the Route RPC); Admit explains only the deciding one.
   absl::Status Decide(const tandem::v1::GenerateRequest& request,
                       const std::string& metadata_request_id,
                       std::chrono::system_clock::time_point deadline, Admission* out,
-                      std::shared_ptr<const policies::TenantSpec> tenant = nullptr) const;
+                      std::shared_ptr<const policies::TenantSpec> tenant = nullptr,
+                      bool trace = true) const;
 
   // Decide, then the first endpoint (falling back to the decision's fallbacks, within the
   // tenant's models, when the model has no usable worker) and the worker request.
@@ -108,7 +111,7 @@ class Intake {
   // The prompt-size limit, the request's routing features that depend on the call, and the
   // router's decision (RESOURCE_EXHAUSTED when a rule sheds it).
   absl::Status Route(const router::Router& router, std::chrono::system_clock::time_point deadline,
-                     Admission* out) const;
+                     bool trace, Admission* out) const;
   // Replaces the estimated prompt tokens by the tokenizer's count when the estimate is near a
   // threshold of the router, --max_prompt_tokens or the tenant's token burst.
   void CountNearThresholds(const tandem::v1::GenerateRequest& request, const router::Router& router,

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/log_text.h"
+#include "gateway/sessions.h"
 
 namespace tandem::gateway {
 
@@ -31,9 +33,13 @@ void OpenAiCall::Start(GatewayService* service, std::shared_ptr<HttpExchange> ex
     call->request() = std::move(decoded->request);
     // The session: the x-session-id header, else OpenAI's `user` (one conversation per user
     // unless the client names them).
+    // A `user` that cannot be a session id (OpenAI's is free text) names no session.
     if (view->SessionIdHeader().empty()) {
       auto user = call->request().labels().find("user");
-      if (user != call->request().labels().end()) call->request().set_session_id(user->second);
+      if (user != call->request().labels().end() &&
+          IsPlainToken(user->second, Sessions::kMaxIdBytes)) {
+        call->request().set_session_id(user->second);
+      }
     }
   }
   // Linked before Begin, so that FinishOnce (which may run on a worker's thread before Begin

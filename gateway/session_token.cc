@@ -31,8 +31,8 @@ std::string SessionToken::Mac(std::string_view session_id, std::string_view mode
                               int64_t expires) const {
   // NUL-separated: neither an id nor a model name holds a NUL, so fields cannot run together.
   const std::string nul(1, '\0');
-  const std::string message = absl::StrCat("tandem-session-", kTokenVersion, nul, View(session_id), nul,
-                                           View(model), nul, turn, nul, expires);
+  const std::string message = absl::StrCat("tandem-session-", kTokenVersion, nul, View(session_id),
+                                           nul, View(model), nul, turn, nul, expires);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
@@ -60,7 +60,8 @@ std::optional<SessionToken::Claims> SessionToken::Verify(std::string_view sessio
     rest = rest.substr(0, dot);
   }
   const size_t first = rest.find('.');
-  if (first == std::string_view::npos || rest.substr(0, first) != kTokenVersion) return std::nullopt;
+  if (first == std::string_view::npos || rest.substr(0, first) != kTokenVersion)
+    return std::nullopt;
   Claims c;
   c.model = std::string(rest.substr(first + 1));
   if (c.model.empty() || !absl::SimpleAtoi(View(fields[1]), &c.expires_unix_seconds) ||

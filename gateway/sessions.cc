@@ -13,6 +13,14 @@ int64_t UnixSeconds() {
 
 }  // namespace
 
+std::string Sessions::Key(std::string_view tenant, std::string_view id) {
+  // A NUL cannot occur in a tenant name or a session id (both visible ASCII).
+  std::string key(tenant);
+  key.push_back('\0');
+  key.append(id);
+  return key;
+}
+
 SessionLookup Sessions::Lookup(std::string_view id, std::string_view token) {
   SessionLookup out;
   if (auto claims = token_.Verify(id, token, UnixSeconds())) {
@@ -54,7 +62,6 @@ void Sessions::Record(std::string_view id, const SessionLookup& before, const st
     EvictLocked(now);
     remembered = lru_.size();
   }
-  info->set_id(std::string(id));
   info->set_turn(turn);
   info->set_source(before.source);
   info->set_switched(switched);

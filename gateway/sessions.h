@@ -46,11 +46,17 @@ class Sessions {
   Sessions(SessionOptions options, SessionToken token, GatewayMetrics* metrics = nullptr)
       : options_(options), token_(std::move(token)), metrics_(metrics) {}
 
-  // The session's state before this turn, from a valid token first, then the table.
-  SessionLookup Lookup(std::string_view id, std::string_view token) ABSL_LOCKS_EXCLUDED(mu_);
+  // The key of a session: its id within its tenant's namespace, so that two tenants using the
+  // same id (e.g. the same OpenAI `user`) never share, read or move each other's session.
+  static std::string Key(std::string_view tenant, std::string_view id);
 
-  // Records that this turn went to `model`; fills `info` (turn, source, switched, a new token).
-  void Record(std::string_view id, const SessionLookup& before, const std::string& model,
+  // The session's state before this turn, from a valid token first, then the table. `key` is
+  // Key(tenant, id): a token is bound to it.
+  SessionLookup Lookup(std::string_view key, std::string_view token) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Records that this turn went to `model`; fills `info`'s turn, source, switched and a new
+  // token (the caller sets its id).
+  void Record(std::string_view key, const SessionLookup& before, const std::string& model,
               tandem::v1::SessionInfo* info) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Sessions remembered now.

@@ -15,8 +15,8 @@ const char* ClassOf(const BuiltinRouterConfig& c, const std::string& model) {
 
 }  // namespace
 
-absl::StatusOr<RouteDecision> BuiltinRouter::Route(const RequestFeatures& f,
-                                                   const SignalSnapshot&) const {
+absl::StatusOr<RouteDecision> BuiltinRouter::Route(const RequestFeatures& f, const SignalSnapshot&,
+                                                   bool) const {
   RouteDecision d;
   auto decide = [&](std::string rule, std::string model, std::string klass, std::string reason) {
     d.trace.push_back({rule, true, reason});

@@ -30,8 +30,9 @@ class BuiltinRouter final : public Router {
   std::vector<int64_t> PromptTokenThresholds() const override {
     return {config_.long_context_tokens};
   }
+  // Its trace is a handful of fixed strings: built whatever `trace` says.
   absl::StatusOr<RouteDecision> Route(const RequestFeatures& features,
-                                      const SignalSnapshot& signals) const override;
+                                      const SignalSnapshot& signals, bool trace) const override;
 
  private:
   const BuiltinRouterConfig config_;

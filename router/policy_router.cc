@@ -12,10 +12,12 @@
 namespace tandem::router {
 namespace {
 
+// A field's value for one request; `text` views strings that outlive the decision (the
+// features, the policy, the snapshot, literals), so resolving a field allocates nothing.
 struct FieldValue {
   bool present = false;
   double number = 0;
-  std::string text;
+  std::string_view text;
 };
 
 const char* OpName(Op op) {
@@ -43,7 +45,7 @@ const char* OpName(Op op) {
 }
 
 FieldValue Number(double v) { return {true, v, ""}; }
-FieldValue Text(const std::string& s) { return {!s.empty(), 0, s}; }
+FieldValue Text(std::string_view s) { return {!s.empty(), 0, s}; }
 
 // Everything a condition can look at for one request.
 struct Context {
@@ -105,49 +107,61 @@ FieldValue Resolve(const std::string& field, const Context& c) {
 
 std::string Show(const FieldValue& v, bool numeric) {
   if (!v.present) return "(absent)";
-  return numeric ? absl::StrFormat("%g", v.number) : absl::StrCat("'", v.text, "'");
+  return numeric ? absl::StrFormat("%g", v.number)
+                 : absl::StrCat("'", absl::string_view(v.text.data(), v.text.size()), "'");
 }
 
+bool Holds(const Predicate& p, const FieldValue& v) {
+  if (p.op == Op::kPresent) return v.present == p.flag;
+  if (p.op == Op::kIn || p.op == Op::kNotIn) {
+    const bool member = v.present && std::find(p.set.begin(), p.set.end(), v.text) != p.set.end();
+    return p.op == Op::kIn ? member : !member;
+  }
+  if (!p.numeric) {
+    return p.op == Op::kEq ? v.present && v.text == p.text : !(v.present && v.text == p.text);
+  }
+  bool result = false;
+  if (v.present) {
+    switch (p.op) {
+      case Op::kEq:
+        result = v.number == p.number;
+        break;
+      case Op::kNe:
+        result = v.number != p.number;
+        break;
+      case Op::kGt:
+        result = v.number > p.number;
+        break;
+      case Op::kGe:
+        result = v.number >= p.number;
+        break;
+      case Op::kLt:
+        result = v.number < p.number;
+        break;
+      case Op::kLe:
+        result = v.number <= p.number;
+        break;
+      default:
+        break;
+    }
+  }
+  return result;
+}
+
+// Whether the predicate holds; with `detail`, also says why (the explanation of a decision).
 bool Test(const Predicate& p, const Context& c, std::string* detail) {
   const FieldValue v = Resolve(p.field, c);
-  bool result = false;
+  const bool result = Holds(p, v);
+  if (detail == nullptr) return result;
   std::string operand;
   if (p.op == Op::kPresent) {
-    result = v.present == p.flag;
     operand = p.flag ? "true" : "false";
   } else if (p.op == Op::kIn || p.op == Op::kNotIn) {
-    const bool member = v.present && std::find(p.set.begin(), p.set.end(), v.text) != p.set.end();
-    result = p.op == Op::kIn ? member : !member;
     operand = absl::StrCat("[", absl::StrJoin(p.set, ", "), "]");
   } else if (p.numeric) {
     operand = absl::StrFormat("%g", p.number);
-    if (v.present) {
-      switch (p.op) {
-        case Op::kEq:
-          result = v.number == p.number;
-          break;
-        case Op::kNe:
-          result = v.number != p.number;
-          break;
-        case Op::kGt:
-          result = v.number > p.number;
-          break;
-        case Op::kGe:
-          result = v.number >= p.number;
-          break;
-        case Op::kLt:
-          result = v.number < p.number;
-          break;
-        case Op::kLe:
-          result = v.number <= p.number;
-          break;
-        default:
-          break;
-      }
-    }
   } else {
     operand = absl::StrCat("'", p.text, "'");
-    result = p.op == Op::kEq ? v.present && v.text == p.text : !(v.present && v.text == p.text);
   }
   // A prompt's size says how it was counted: near a threshold the gateway counts exactly.
   const char* source =
@@ -157,18 +171,28 @@ bool Test(const Predicate& p, const Context& c, std::string* detail) {
   return result;
 }
 
+// `detail` may be null: no explanation is built.
 bool Matches(const Condition& cond, const Context& c, std::string* detail) {
   if (cond.MatchesEverything()) {
-    *detail = "no conditions";
+    if (detail != nullptr) *detail = "no conditions";
     return true;
   }
+  // Without an explanation to build, the first test that fails decides.
+  const bool explain = detail != nullptr;
   bool all = true;
-  for (const auto& p : cond.all) all = Test(p, c, detail) && all;
+  for (const auto& p : cond.all) {
+    all = Test(p, c, detail) && all;
+    if (!all && !explain) return false;
+  }
   bool any = cond.any.empty();
   for (const auto& alternative : cond.any) {
     bool holds = true;
-    for (const auto& p : alternative) holds = Test(p, c, detail) && holds;
+    for (const auto& p : alternative) {
+      holds = Test(p, c, detail) && holds;
+      if (!holds && !explain) break;
+    }
     any = any || holds;
+    if (any && !explain) break;
   }
   return all && any;
 }
@@ -222,7 +246,7 @@ PolicyRouter::PolicyRouter(std::shared_ptr<const Policy> policy) : policy_(std::
 }
 
 absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,
-                                                  const SignalSnapshot& signals) const {
+                                                  const SignalSnapshot& signals, bool trace) const {
   const Policy& p = *policy_;
   RouteDecision d;
   d.policy_version = p.version;
@@ -235,9 +259,11 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,
     const Context c{f, p, none, 1.0, signals};
     for (const auto& cr : p.classify) {
       std::string detail;
-      const bool hit = Matches(cr.when, c, &detail);
-      d.trace.push_back({absl::StrCat("classify/", cr.name), hit,
-                         hit ? absl::StrCat(detail, " -> class ", cr.request_class) : detail});
+      const bool hit = Matches(cr.when, c, trace ? &detail : nullptr);
+      if (trace) {
+        d.trace.push_back({absl::StrCat("classify/", cr.name), hit,
+                           hit ? absl::StrCat(detail, " -> class ", cr.request_class) : detail});
+      }
       if (hit) {
         request_class = cr.request_class;
         class_rule = cr.name;
@@ -258,11 +284,13 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,
     }
     if (!d.learned_class.empty()) {
       const bool confident = d.learned_confidence >= p.classifier_min_confidence;
-      d.trace.push_back(
-          {"classify/learned", confident,
-           absl::StrFormat("%s with confidence %.3f (min_confidence %.2f)%s", d.learned_class,
-                           d.learned_confidence, p.classifier_min_confidence,
-                           confident ? "" : absl::StrCat(" -> class ", p.default_class))});
+      if (trace) {
+        d.trace.push_back(
+            {"classify/learned", confident,
+             absl::StrFormat("%s with confidence %.3f (min_confidence %.2f)%s", d.learned_class,
+                             d.learned_confidence, p.classifier_min_confidence,
+                             confident ? "" : absl::StrCat(" -> class ", p.default_class))});
+      }
       d.confidence = d.learned_confidence;
       if (confident) {
         request_class = d.learned_class;
@@ -275,14 +303,16 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,
   const Context c{f, p, request_class, d.confidence, signals};
   for (const auto& rule : p.rules) {
     std::string detail;
-    bool hit = Matches(rule.when, c, &detail);
+    bool hit = Matches(rule.when, c, trace ? &detail : nullptr);
     const Action& a = rule.action;
     if (hit && a.to_session && !p.models.contains(f.session_model)) {
       hit = false;
-      absl::StrAppend(&detail, "; no session model this policy knows");
+      if (trace) absl::StrAppend(&detail, "; no session model this policy knows");
     }
-    d.trace.push_back({rule.name, hit, detail});
+    if (trace) d.trace.push_back({rule.name, hit, detail});
     if (!hit) continue;
+    // The deciding rule is always explained (the reason); the others only with `trace`.
+    if (!trace) Matches(rule.when, c, &detail);
     if (a.shed) {
       d.model = kShedModel;
       d.shed = true;

@@ -29,7 +29,7 @@ class PolicyRouter final : public Router {
 
   using Router::Route;
   absl::StatusOr<RouteDecision> Route(const RequestFeatures& features,
-                                      const SignalSnapshot& signals) const override;
+                                      const SignalSnapshot& signals, bool trace) const override;
   const Policy& policy() const { return *policy_; }
   // The operands of every prompt_tokens condition of the policy.
   std::vector<int64_t> PromptTokenThresholds() const override { return thresholds_; }

@@ -18,14 +18,21 @@ class Router {
   // Errors only when no configured model can serve the request (e.g. images and no vision
   // model): FAILED_PRECONDITION or INVALID_ARGUMENT with the reason.
   // `signals` is the live snapshot the decision reads signal.NAME and trigger.NAME from.
+  // `trace`: explain every rule considered (RouteDecision::trace: the Route RPC, replay, tests);
+  // without it only the deciding rule is explained (in `reason`), which is what serving needs
+  // and several times cheaper.
   virtual absl::StatusOr<RouteDecision> Route(const RequestFeatures& features,
-                                              const SignalSnapshot& signals) const = 0;
+                                              const SignalSnapshot& signals, bool trace) const = 0;
+  absl::StatusOr<RouteDecision> Route(const RequestFeatures& features,
+                                      const SignalSnapshot& signals) const {
+    return Route(features, signals, true);
+  }
   // The prompt sizes (tokens) at which the decision changes: the gateway counts a prompt exactly
   // when its estimate is near one of them.
   virtual std::vector<int64_t> PromptTokenThresholds() const { return {}; }
   // With no live signals (tests, replay, tandemctl): static values only, triggers off.
   absl::StatusOr<RouteDecision> Route(const RequestFeatures& features) const {
-    return Route(features, SignalSnapshot{});
+    return Route(features, SignalSnapshot{}, true);
   }
 };
 

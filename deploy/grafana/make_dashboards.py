@@ -204,7 +204,7 @@ def overview():
 def routing():
     d = Dash("tandem-routing", "Tandem / Routing",
              "How the policy decides: decisions by model, class and rule, spills, fallbacks, hedges, "
-             "failovers, shedding, policy version and reloads.")
+             "failovers, shedding, sessions, thinking, prompt counts, policy version and reloads.")
     d.row("Decisions")
     d.panel("Decisions by model", [(
         f"sum by (model_name) (rate(tandem_gateway_route_decisions_total{{{NSM}}}[{RI}]))",
@@ -255,6 +255,41 @@ def routing():
         f"sum by (model_name, code) (rate(tandem_gateway_shadow_requests_total{{{NSM}}}[{RI}]))"
         f" or sum by (model_name) (rate(tandem_gateway_requests_total{{{NSM}}}[{RI}])) * 0",
         "{{model_name}} {{code}}")], unit="reqps")
+    d.row("Sessions, thinking and prompt counts")
+    d.panel("Session sticky hit ratio", [(
+        f"sum(rate(tandem_gateway_session_turns_total{{{NS}, source=~\"token|table\"}}[{RI}]))"
+        f" / sum(rate(tandem_gateway_session_turns_total{{{NS}}}[{RI}]))", "sticky")],
+        unit="percentunit", max_value=1, w=6,
+        description="Turns of named sessions whose previous model was known (source token or table) "
+                    "over all session turns; new = first turns and misses (docs/policies.md, Sessions).")
+    d.panel("Session turns by source", [(
+        f"sum by (source) (rate(tandem_gateway_session_turns_total{{{NS}}}[{RI}]))", "{{source}}")],
+        unit="ops", w=6, stack=True,
+        description="token: the caller echoed its route token; table: this replica remembered the "
+                    "session; new: a first turn, or a miss (no token and another replica, a restart, "
+                    "an expired session).")
+    d.panel("Model switches per session turn", [(
+        f"sum(rate(tandem_gateway_session_model_switches_total{{{NS}}}[{RI}]))"
+        f" / sum(rate(tandem_gateway_session_turns_total{{{NS}}}[{RI}]))", "switches / turn")],
+        unit="percentunit", max_value=1, w=6,
+        description="Turns sent to another model than the session's previous turn: a rule above the "
+                    "session rules moved it (pin, shedding, images, a long document) or its model "
+                    "had no usable worker.")
+    d.panel("Sessions remembered", [
+        (f"sum by (instance) (tandem_gateway_sessions{{{NS}}})", "{{instance}}"),
+        (f"sum by (reason) (rate(tandem_gateway_session_evictions_total{{{NS}}}[{RI}]))",
+         "evicted/s {{reason}}")], unit="short", w=6,
+        description="Per replica, bounded by --max_sessions; evictions: ttl (idle past "
+                    "--session_ttl) or capacity (least recently used past --max_sessions).")
+    d.panel("Decisions by reasoning", [(
+        f"sum by (reasoning) (rate(tandem_gateway_route_decisions_total{{{NSM}}}[{RI}]))",
+        "{{reasoning}}")], unit="reqps", w=12, stack=True,
+        description="The decided thinking: on, off, or default (the model's own; shed decisions too).")
+    d.panel("Prompt sizes by source", [(
+        f"sum by (source) (rate(tandem_gateway_prompt_token_counts_total{{{NS}}}[{RI}]))",
+        "{{source}}")], unit="reqps", w=12, stack=True,
+        description="tokenizer: counted exactly because the estimate was near a threshold "
+                    "(--tokenizer, --exact_token_band); estimate: the rest.")
     d.row("Policy")
     d.panel("Live policy", [(
         f"max by (instance, version, sha256) (tandem_policy_info{{{NS}}})", "")], kind="table", w=12,

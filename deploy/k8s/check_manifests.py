@@ -18,7 +18,8 @@
     volume mounted as a directory (no subPath, so rotations apply); the workers require client
     certs (--tls_client_ca); the gateway presents one to them, checks --worker_tls_server_name
     (the name ../cert-manager puts in the workers' cert) and reads --tenants from a mounted
-    ConfigMap or Secret that holds it; the gateway and the workers agree on plaintext or TLS;
+    ConfigMap or Secret that holds it; outside dev it reads --session_key_file from a mounted
+    Secret (one key for every replica); the gateway and the workers agree on plaintext or TLS;
   - ../cert-manager, added to each TLS overlay (and to base + models under another namespace),
     issues exactly the Secrets the pods mount, and the gateway's certificate names every
     Service in front of the gateway pods as clients dial it (NAME, NAME.NS, NAME.NS.svc,
@@ -285,6 +286,13 @@ class Checker:
                         self.err(f"gateway: {tenants} has no tenants")
         elif not on(args, "allow_unauthenticated"):
             self.err("gateway: neither --tenants nor --allow_unauthenticated (it would not start)")
+        # Several replicas share the session token key, so that any of them honours a session.
+        key = flag(args, "session_key_file")
+        if key:
+            self.mounted_file("gateway", gpod, c, key, ("secret",))
+        elif self.overlay != "dev":
+            self.err("gateway: no --session_key_file: replicas would not honour each other's "
+                     "session tokens")
         gsvc = self.get("Service", "tandem-gateway")
         if gsvc is None:
             self.err("no Service tandem-gateway")

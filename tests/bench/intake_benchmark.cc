@@ -144,12 +144,14 @@ void BM_FullDecision4KB(benchmark::State& state) {
   }
   const tandem::router::PolicyRouter router(*policy);
   const auto request = Request(1024);  // ~4 KB of text
+  const bool trace = state.range(0) != 0;
   for (auto _ : state) {
     auto features = tandem::router::ExtractFeatures(request);
-    benchmark::DoNotOptimize(router.Route(features));
+    benchmark::DoNotOptimize(router.Route(features, {}, trace));
   }
 }
-BENCHMARK(BM_FullDecision4KB);
+// 0: as serving decides; 1: with every rule explained (the Route RPC).
+BENCHMARK(BM_FullDecision4KB)->Arg(0)->Arg(1);
 
 // The prompt's size, estimated (every request) against counted by Qwen3's tokenizer (only
 // requests near a threshold, with --tokenizer), for ~state.range(0) tokens of English.
@@ -202,11 +204,12 @@ void BM_DecisionLatency(benchmark::State& state) {
   const auto precomputed = tandem::router::ExtractFeatures(request);
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
+    // As serving decides: only the deciding rule explained (the Route RPC traces every rule).
     if (kLearned) {
       auto features = tandem::router::ExtractFeatures(request);
-      benchmark::DoNotOptimize(router.Route(features));
+      benchmark::DoNotOptimize(router.Route(features, {}, /*trace=*/false));
     } else {
-      benchmark::DoNotOptimize(router.Route(precomputed));
+      benchmark::DoNotOptimize(router.Route(precomputed, {}, /*trace=*/false));
     }
     state.SetIterationTime(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

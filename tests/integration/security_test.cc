@@ -466,6 +466,25 @@ rules:
   pinned.mutable_hints()->set_model("qwen");
   (*pinned.mutable_labels())["tenant"] = "ops";
   EXPECT_EQ(Call("batch-secret", pinned).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // Sessions: the same session id names two sessions for two tenants.
+  auto turn = [&](const std::string& key) {
+    auto stub = tandem::v1::Gateway::NewStub(
+        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    ctx.AddMetadata("authorization", "Bearer " + key);
+    tandem::v1::GenerateRequest r = Prompt("hi", 4);
+    r.set_session_id("shared-name");
+    tandem::v1::GenerateResponse out;
+    EXPECT_TRUE(stub->Generate(&ctx, r, &out).ok());
+    return out.route().session();
+  };
+  EXPECT_EQ(turn("ops-secret").turn(), 1);
+  EXPECT_EQ(turn("ops-secret").turn(), 2);
+  const tandem::v1::SessionInfo other = turn("batch-secret");
+  EXPECT_EQ(other.turn(), 1);
+  EXPECT_EQ(other.source(), "new");
+
   // Quota: search's burst of 2 is search's, with or without another tenant's label.
   tandem::v1::GenerateRequest labelled = Prompt("hi", 4);
   (*labelled.mutable_labels())["tenant"] = "ops";
