@@ -8,6 +8,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "common/file.h"
 #include "common/limit_flags.h"
 #include "common/server_tls_flags.h"
@@ -307,6 +308,10 @@ absl::Status ReadTenancy(GatewayConfig& c) {
     absl::StatusOr<std::string> key = ReadFileToString(key_file, 4096, "--session_key_file");
     if (!key.ok()) return key.status();
     c.session_key = std::string(absl::StripTrailingAsciiWhitespace(*key));
+    if (c.session_key.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--session_key_file ", key_file, " holds no key (it is empty)"));
+    }
   }
   c.tenants.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
   c.tenants.max_tenant_labels = absl::GetFlag(FLAGS_max_tenant_labels);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -40,7 +41,12 @@ void FillRoute(const Admission& a, Disclosure disclosure, tandem::v1::RouteInfo*
   route->set_policy_version(a.decision.policy_version);
   route->set_reasoning(router::ReasoningModeName(a.decision.reasoning));
   route->set_thinking_budget_tokens(a.decision.thinking_budget);
-  route->set_reasoning_source(a.decision.reasoning_source);
+  // Its details (a live signal's shrink, a tenant's cap) are the policy's, like the reason's.
+  const std::string& source = a.decision.reasoning_source;
+  route->set_reasoning_source(
+      disclosure.explain ? source
+                         : std::string(absl::StripTrailingAsciiWhitespace(
+                               absl::string_view(source).substr(0, source.find_first_of("(;")))));
   route->set_prompt_tokens(a.features.prompt_tokens);
   route->set_prompt_tokens_source(a.features.prompt_tokens_exact ? "tokenizer" : "estimate");
   if (!a.session.id().empty()) *route->mutable_session() = a.session;

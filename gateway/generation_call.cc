@@ -167,6 +167,7 @@ absl::Status GenerationCall::Begin(const absl::Status& parsed) {
   if (absl::Status s = Admit(); !s.ok()) return s;
   CountAdmitted();
   if (absl::Status s = ReserveTenantTokens(); !s.ok()) return s;
+  service_->intake().RecordSession(&admission_);
   // Counted from here so a drain waits for queued requests too.
   service_->CallStarted();
   counted_ = true;

@@ -190,6 +190,12 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
       out->session_key = Sessions::Key(out->features.tenant, request.session_id());
       out->session_before = sessions_->Lookup(out->session_key, request.session_token());
     }
+    // A session on a model the tenant may no longer use (its tenants entry changed) moves on,
+    // instead of every turn being refused: the caller never asked for that model.
+    if (out->tenant != nullptr && !out->tenant->models.empty() &&
+        !out->tenant->models.contains(out->session_before.model)) {
+      out->session_before.model.clear();
+    }
     out->features.session_model = out->session_before.model;
     out->features.session_turn = out->session_before.turns + 1;
   }
@@ -229,9 +235,6 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
     out->pool = target->pool;
   }
   out->endpoint = target->endpoint;
-  if (!request.session_id().empty() && sessions_ != nullptr) {
-    sessions_->Record(out->session_key, out->session_before, out->decision.model, &out->session);
-  }
 
   auto& w = out->worker_request;
   w.set_request_id(out->request_id);
@@ -246,6 +249,11 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   }
   SetWorkerReasoning(out->decision, w.mutable_reasoning());
   return absl::OkStatus();
+}
+
+void Intake::RecordSession(Admission* a) const {
+  if (a->session.id().empty() || sessions_ == nullptr) return;
+  sessions_->Record(a->session_key, a->session_before, a->decision.model, &a->session);
 }
 
 absl::StatusOr<Target> Intake::PickTarget(const Admission& a,

@@ -46,8 +46,8 @@ struct Admission {
   std::string fell_back_from;
   // The caller's tenant (null without tenants): its `models` bound every attempt.
   std::shared_ptr<const policies::TenantSpec> tenant;
-  // The named session's state before this turn, and after it (Admit records the turn and signs
-  // its token; Decide alone fills what the turn would be, without a token).
+  // The named session's state before this turn, and after it (RecordSession records the turn and
+  // signs its token; Decide alone fills what the turn would be, without a token).
   std::string session_key;  // Sessions::Key of the caller's tenant and the session id
   SessionLookup session_before;
   tandem::v1::SessionInfo session;
@@ -96,6 +96,12 @@ class Intake {
                      const std::string& metadata_request_id,
                      std::chrono::system_clock::time_point deadline, Admission* out,
                      std::shared_ptr<const policies::TenantSpec> tenant = nullptr) const;
+
+  // Records an admitted turn of a named session (its model, its turn) and signs its token into
+  // `a->session`. Called once the request has passed its tenant's quotas, so a refused turn does
+  // not count; a turn refused later (queue full or timed out) or served elsewhere by a failover
+  // keeps the admitted model.
+  void RecordSession(Admission* a) const;
 
   // A usable endpoint for another attempt of an admitted request: the decided model first, then
   // its fallbacks in order, skipping `exclude` (endpoints that already failed it, or the one a

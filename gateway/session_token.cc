@@ -6,6 +6,8 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -23,7 +25,11 @@ absl::string_view View(std::string_view s) { return absl::string_view(s.data(), 
 
 SessionToken SessionToken::WithRandomKey() {
   std::string key(kMinKeyBytes, '\0');
-  RAND_bytes(reinterpret_cast<unsigned char*>(key.data()), static_cast<int>(key.size()));
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(key.data()), static_cast<int>(key.size())) != 1) {
+    // A predictable key would let anyone forge tokens; there is no safe way on.
+    std::fprintf(stderr, "tandem-gateway: no random bytes for the session key (RAND_bytes)\n");
+    std::abort();
+  }
   return SessionToken(std::move(key));
 }
 
@@ -35,8 +41,11 @@ std::string SessionToken::Mac(std::string_view session_id, std::string_view mode
                                            nul, View(model), nul, turn, nul, expires);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
+  if (HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac,
+           &length) == nullptr) {
+    return "";  // no MAC: Verify refuses every token, Sign's tokens verify nowhere
+  }
   return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(mac), std::min(length, 16u)));
 }
@@ -69,7 +78,7 @@ std::optional<SessionToken::Claims> SessionToken::Verify(std::string_view sessio
     return std::nullopt;
   }
   const std::string want = Mac(session_id, c.model, c.turn, c.expires_unix_seconds);
-  if (fields[0].size() != want.size() ||
+  if (want.empty() || fields[0].size() != want.size() ||
       CRYPTO_memcmp(fields[0].data(), want.data(), want.size()) != 0) {
     return std::nullopt;
   }

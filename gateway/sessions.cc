@@ -53,9 +53,10 @@ void Sessions::Record(std::string_view id, const SessionLookup& before, const st
       by_id_.emplace(lru_.front().id, lru_.begin());
     } else {
       Entry& e = *it->second;
+      const bool expired = now - e.last_seen > options_.ttl;
       e.model = model;
-      // A token may know of turns served by other replicas.
-      e.turns = std::max(e.turns + 1, turn);
+      // A token may know of turns served by other replicas; a forgotten session starts over.
+      e.turns = expired ? turn : std::max(e.turns + 1, turn);
       e.last_seen = now;
       lru_.splice(lru_.begin(), lru_, it->second);
     }

@@ -95,8 +95,15 @@ TEST(SessionsTest, IdleSessionsExpireAndTheTableNeverExceedsItsBound) {
   // The least recently used went first.
   EXPECT_STREQ(sessions.Lookup("s0", "").source, "new");
   EXPECT_STREQ(sessions.Lookup("s9", "").source, "table");
+  sessions.Record("s9", sessions.Lookup("s9", ""), "qwen", &info);
+  EXPECT_EQ(info.turn(), 2);
   fake_now += std::chrono::seconds(61);
   EXPECT_STREQ(sessions.Lookup("s9", "").source, "new");
+  // A forgotten session starts over, in the table as in its token.
+  sessions.Record("s9", sessions.Lookup("s9", ""), "qwen", &info);
+  EXPECT_EQ(info.turn(), 1);
+  EXPECT_EQ(sessions.Lookup("s9", "").turns, 1);
+  fake_now += std::chrono::seconds(61);
   sessions.Record("fresh", sessions.Lookup("fresh", ""), "qwen", &info);
   EXPECT_EQ(sessions.size(), 1u) << "expired sessions are dropped as new ones arrive";
   // Without a table, tokens alone keep a session.
