@@ -309,23 +309,28 @@ std::string CrossValidate(const std::vector<std::string>& classes,
          Describe(pooled, classes, &ignored);
 }
 
+// --predict: classifies each stdin line ("\\n" for a newline) with the model at `path`.
+int Predict(const std::string& path) {
+  auto m = LoadModel(path);
+  if (!m.ok()) {
+    std::cerr << path << ": " << m.status().message() << "\n";
+    return 1;
+  }
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    const std::string text = absl::StrReplaceAll(line, {{"\\n", "\n"}});
+    const auto p = m->Predict(text);
+    std::cout << absl::StrFormat("%s %.3f %s\n", m->classes()[p.label], p.confidence, line);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_predict) && !absl::GetFlag(FLAGS_model).empty()) {
-    auto m = LoadModel(absl::GetFlag(FLAGS_model));
-    if (!m.ok()) {
-      std::cerr << absl::GetFlag(FLAGS_model) << ": " << m.status().message() << "\n";
-      return 1;
-    }
-    std::string line;
-    while (std::getline(std::cin, line)) {
-      const std::string text = absl::StrReplaceAll(line, {{"\\n", "\n"}});
-      const auto p = m->Predict(text);
-      std::cout << absl::StrFormat("%s %.3f %s\n", m->classes()[p.label], p.confidence, line);
-    }
-    return 0;
+    return Predict(absl::GetFlag(FLAGS_model));
   }
   std::vector<LabelledExample> heldout, heldout_sources, train;
   if (absl::GetFlag(FLAGS_heldout).empty()) {
@@ -396,10 +401,11 @@ int main(int argc, char** argv) {
         "sources the model has not seen.\n\n",
         Describe(Score(*model, heldout_sources), model->classes(), &summaries.back()), "\n");
   }
-  report += "## Held-out evaluation of the shipped model\n\n"
-            "Everything held out, none of it trained on: the held-out sources (if any, above), "
-            "whole templates of every templated family and whole MBPP tasks.\n\n" +
-            Describe(Score(*model, heldout), model->classes(), &summaries.front());
+  report +=
+      "## Held-out evaluation of the shipped model\n\n"
+      "Everything held out, none of it trained on: the held-out sources (if any, above), "
+      "whole templates of every templated family and whole MBPP tasks.\n\n" +
+      Describe(Score(*model, heldout), model->classes(), &summaries.front());
   if (absl::GetFlag(FLAGS_cross_validate) && !train.empty()) {
     report += CrossValidate(model->classes(), train, heldout);
   }
