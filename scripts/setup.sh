@@ -14,6 +14,7 @@ PACKAGES=(
   libblas-dev libgfortran-12-dev         # GPU kit: static reference BLAS (scripts/gpu_kit.sh)
   libssl-dev openssl  # TLS: certificate checks at start-up; tests make their own certificates
   libicu-dev          # tokenizer: Unicode categories and NFC
+  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev   # worker: image decoding (workers/vision)
   libgoogle-perftools-dev   # tcmalloc, the gateway's allocator
   prometheus          # promtool, used by the metrics lint tests
   nghttp2-client      # h2load: the second load driver of scripts/bench_overhead.sh

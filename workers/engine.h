@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "workers/tokenizer/tokenizer.h"
+#include "workers/vision/image_preprocessor.h"
 
 namespace tandem::workers {
 
@@ -41,6 +42,9 @@ struct SequenceSpec {
   // Most tokens inside a thinking block (<think> ... </think>) before the engine forces its end;
   // 0 for no separate budget.
   int32_t thinking_budget = 0;
+  // The prompt's images in prompt order (only for an engine whose Info().vision is true); each
+  // takes one contiguous run of its num_tokens image-pad tokens in `prompt`.
+  std::vector<std::shared_ptr<const vision::PreparedImage>> images;
 };
 
 struct StepOutput {

@@ -300,25 +300,38 @@ absl::Status ParseRotaryDim(const RopeFields& rope, const std::string& where, Te
   return absl::OkStatus();
 }
 
-// Text-only positions are equal on all three mRoPE axes, so the sections do not change the
-// result; they must still describe the rotary frequencies exactly.
-absl::Status CheckMropeSection(const RopeFields& rope, const std::string& where,
-                               const TextConfig& c) {
+// mrope_section: frequency slots per (t, h, w) axis, summing to rotary_dim / 2. HF's default
+// ([11, 11, 10]) applies when it fits; otherwise every slot reads t. Text-only positions are
+// equal on all three axes, so only image prompts see the sections. The interleaved layout is the
+// only one this model uses.
+absl::Status ParseMropeSection(const RopeFields& rope, const std::string& where, TextConfig* c) {
+  auto [interleaved, interleaved_name] = rope.Get("mrope_interleaved");
+  if (interleaved != nullptr && !interleaved->is_null() &&
+      !(interleaved->is_boolean() && interleaved->get<bool>())) {
+    return absl::UnimplementedError(absl::StrCat(where, ".", interleaved_name, " ",
+                                                 interleaved->dump(),
+                                                 " is not supported (Qwen3.5 interleaves)"));
+  }
+  c->mrope_interleaved = true;
   auto [sections, name] = rope.Get("mrope_section");
-  if (sections == nullptr || sections->is_null()) return absl::OkStatus();
+  if (sections == nullptr || sections->is_null()) {
+    if (c->rotary_dim / 2 == 32) c->mrope_section = {11, 11, 10};
+    return absl::OkStatus();
+  }
   int64_t sum = 0;
-  bool ok = sections->is_array();
+  bool ok = sections->is_array() && sections->size() == 3;
   if (ok) {
     for (const Json& s : *sections) {
       ok = ok && s.is_number_integer() && s.get<int64_t>() >= 0;
       if (ok) sum += s.get<int64_t>();
     }
   }
-  if (!ok || sum != c.rotary_dim / 2) {
+  if (!ok || sum != c->rotary_dim / 2) {
     return Invalid(where,
-                   absl::StrCat(name, " must be non-negative integers summing to rotary_dim/2 = ",
-                                c.rotary_dim / 2, ", got ", sections->dump()));
+                   absl::StrCat(name, " must be 3 non-negative integers summing to rotary_dim/2 = ",
+                                c->rotary_dim / 2, ", got ", sections->dump()));
   }
+  for (const Json& s : *sections) c->mrope_section.push_back(s.get<int32_t>());
   return absl::OkStatus();
 }
 
@@ -330,7 +343,7 @@ absl::Status ParseRope(const FieldReader& r, const std::string& where, TextConfi
   const RopeFields fields(r, rope != nullptr && rope->is_null() ? nullptr : rope);
   RETURN_IF_ERROR(ParseRopeTheta(fields, where, c));
   RETURN_IF_ERROR(ParseRotaryDim(fields, where, c));
-  return CheckMropeSection(fields, where, *c);
+  return ParseMropeSection(fields, where, c);
 }
 
 // tie_word_embeddings and eos_token_id: in the text section, and for the composite config also
@@ -375,6 +388,87 @@ absl::StatusOr<TextConfig> ParseConfig(const Json& config) {
   RETURN_IF_ERROR(ParseRope(r, text.where, &c));
   RETURN_IF_ERROR(ParseTieAndEos(config, text, r, &c));
   return c;
+}
+
+int64_t VisionConfig::position_side() const {
+  int64_t side = static_cast<int64_t>(std::llround(std::sqrt(num_position_embeddings)));
+  return side;
+}
+
+absl::StatusOr<std::optional<VisionConfig>> ParseVisionConfig(const Json& config,
+                                                              const TextConfig& text) {
+  if (!config.is_object()) return std::optional<VisionConfig>();
+  auto it = config.find("vision_config");
+  if (it == config.end() || it->is_null()) return std::optional<VisionConfig>();
+  if (!it->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.vision_config must be an object, got ", it->dump()));
+  }
+  const std::string where = "config.vision_config";
+  FieldReader r(*it, where);
+  VisionConfig v;
+  v.depth = r.PositiveInt("depth");
+  v.hidden_size = r.PositiveInt("hidden_size");
+  v.intermediate_size = r.PositiveInt("intermediate_size");
+  v.num_heads = r.PositiveInt("num_heads");
+  v.patch_size = r.PositiveInt("patch_size");
+  v.temporal_patch_size = r.PositiveInt("temporal_patch_size");
+  v.spatial_merge_size = r.PositiveInt("spatial_merge_size");
+  v.out_hidden_size = r.PositiveInt("out_hidden_size");
+  v.num_position_embeddings = r.PositiveInt("num_position_embeddings");
+  const Json* channels = r.Find("in_channels");
+  if (channels != nullptr && !(channels->is_number_integer() && channels->get<int64_t>() == 3)) {
+    r.Fail("in_channels", absl::StrCat("must be 3 (RGB), got ", channels->dump()));
+  }
+  const std::string act = r.OptionalString("hidden_act", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh" && act != "gelu") {
+    r.Unsupported("hidden_act", absl::StrCat("'", act, "' is not supported (gelu_pytorch_tanh, gelu)"));
+  }
+  v.tanh_gelu = act == "gelu_pytorch_tanh";
+  const Json* deepstack = r.Find("deepstack_visual_indexes");
+  if (deepstack != nullptr && !deepstack->is_null() &&
+      !(deepstack->is_array() && deepstack->empty())) {
+    r.Unsupported("deepstack_visual_indexes",
+                  absl::StrCat(deepstack->dump(), " is not supported (Qwen3.5 has none)"));
+  }
+  if (!r.status().ok()) return r.status();
+  if (v.hidden_size % v.num_heads != 0 || v.head_dim() % 4 != 0) {
+    return Invalid(where, absl::StrCat("hidden_size ", v.hidden_size, " / num_heads ", v.num_heads,
+                                       " must give a head dim that is a multiple of 4"));
+  }
+  if (v.position_side() * v.position_side() != v.num_position_embeddings) {
+    return Invalid(where, absl::StrCat("num_position_embeddings must be a square, got ",
+                                       v.num_position_embeddings));
+  }
+  if (v.out_hidden_size != text.hidden_size) {
+    return Invalid(where, absl::StrCat("out_hidden_size ", v.out_hidden_size,
+                                       " must equal the text model's hidden_size ",
+                                       text.hidden_size));
+  }
+  FieldReader top(config, "config");
+  auto token = [&](const char* key, int64_t fallback) -> int32_t {
+    const Json* t = top.Find(key);
+    if (t == nullptr || t->is_null()) return static_cast<int32_t>(fallback);
+    if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() >= text.vocab_size) {
+      top.Fail(key, absl::StrCat("must be a token id below vocab_size ", text.vocab_size,
+                                 ", got ", t->dump()));
+      return 0;
+    }
+    return static_cast<int32_t>(t->get<int64_t>());
+  };
+  // HF's defaults are the released vocabulary's ids.
+  v.vision_start_token_id = token("vision_start_token_id", 248053);
+  v.vision_end_token_id = token("vision_end_token_id", 248054);
+  v.image_token_id = token("image_token_id", 248056);
+  if (!top.status().ok()) return top.status();
+  for (int32_t id : {v.vision_start_token_id, v.vision_end_token_id, v.image_token_id}) {
+    if (id >= text.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config: the vision token ids default to the released vocabulary's, above vocab_size ",
+          text.vocab_size, "; set vision_start_token_id, vision_end_token_id and image_token_id"));
+    }
+  }
+  return std::optional<VisionConfig>(v);
 }
 
 ModelShape Shape(const TextConfig& c) {
