@@ -21,6 +21,12 @@ absl::StatusOr<ImageFormat> SniffImageFormat(absl::string_view data) {
   return absl::UnimplementedError("image decoding is being written");
 }
 
+absl::StatusOr<ImageSize> ProbeImageSize(absl::string_view data, absl::string_view mime_type) {
+  (void)data;
+  (void)mime_type;
+  return absl::UnimplementedError("image decoding is being written");
+}
+
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view data, absl::string_view mime_type,
                                      const ImageDecodeLimits& limits) {
   (void)data;

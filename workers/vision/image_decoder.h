@@ -38,6 +38,16 @@ struct RgbImage {
 // The format of `data` by its signature; INVALID_ARGUMENT when it is none of the four.
 absl::StatusOr<ImageFormat> SniffImageFormat(absl::string_view data);
 
+// The width and height an image's header declares, read with the format's library without
+// decoding pixels (cheap: for the gateway's token estimate and for limits before a decode).
+// INVALID_ARGUMENT as DecodeImage for a bad label, format or header; no pixel limit applies.
+struct ImageSize {
+  ImageFormat format = ImageFormat::kPng;
+  int32_t width = 0;
+  int32_t height = 0;
+};
+absl::StatusOr<ImageSize> ProbeImageSize(absl::string_view data, absl::string_view mime_type);
+
 // Decodes `data` to RGB. `mime_type` is the caller's label (image/png, image/jpeg or image/jpg,
 // image/webp, image/gif, compared without regard to case); INVALID_ARGUMENT when it is not one
 // of those, when the bytes are of another format than the label says, when the data is empty,
