@@ -11,6 +11,9 @@ ABSL_FLAG(int32_t, max_parts_per_message, tandem::RequestLimits{}.max_parts_per_
 ABSL_FLAG(int32_t, max_images, tandem::RequestLimits{}.max_images, "Most images in one request.");
 ABSL_FLAG(int64_t, max_image_bytes, tandem::RequestLimits{}.max_image_bytes,
           "Largest image, in bytes.");
+ABSL_FLAG(int64_t, max_image_pixels, tandem::RequestLimits{}.max_image_pixels,
+          "Largest decoded image, in pixels (width x height), checked from the image's header "
+          "before it is decoded.");
 ABSL_FLAG(int32_t, max_stop_sequences, tandem::RequestLimits{}.max_stop_sequences,
           "Most stop sequences in one request.");
 ABSL_FLAG(int32_t, max_stop_sequence_bytes, tandem::RequestLimits{}.max_stop_sequence_bytes,
@@ -29,6 +32,7 @@ absl::StatusOr<RequestLimits> RequestLimitsFromFlags() {
   l.max_parts_per_message = absl::GetFlag(FLAGS_max_parts_per_message);
   l.max_images = absl::GetFlag(FLAGS_max_images);
   l.max_image_bytes = absl::GetFlag(FLAGS_max_image_bytes);
+  l.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
   l.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
   l.max_stop_sequence_bytes = absl::GetFlag(FLAGS_max_stop_sequence_bytes);
   l.max_tools = absl::GetFlag(FLAGS_max_tools);
@@ -40,6 +44,7 @@ absl::StatusOr<RequestLimits> RequestLimitsFromFlags() {
       {"--max_messages", l.max_messages},
       {"--max_parts_per_message", l.max_parts_per_message},
       {"--max_image_bytes", l.max_image_bytes},
+      {"--max_image_pixels", l.max_image_pixels},
       {"--max_stop_sequence_bytes", l.max_stop_sequence_bytes}};
   for (const auto& [flag, value] : checks) {
     if (value < 1) return absl::InvalidArgumentError(absl::StrCat(flag, " must be >= 1"));

@@ -17,6 +17,9 @@ struct RequestLimits {
   int32_t max_parts_per_message = 64;
   int32_t max_images = 16;
   int64_t max_image_bytes = 20ll << 20;
+  // Decoded width x height of one image, checked from its header before any pixel buffer
+  // exists (64 MP: a 50 MP photo fits; its RGB buffer is at most 192 MiB).
+  int64_t max_image_pixels = 64ll << 20;
   int32_t max_stop_sequences = 16;
   int32_t max_stop_sequence_bytes = 256;
   int32_t max_tools = 128;

@@ -80,6 +80,9 @@ class Engine {
     (void)max_tokens;
     return 0;
   }
+  // The image processor of an engine that takes images (Info().vision): how the worker turns
+  // a request's images into SequenceSpec::images and prompt tokens. Null otherwise.
+  virtual const vision::PreprocessorConfig* ImageProcessor() const { return nullptr; }
   // 0 when the engine has no budget.
   virtual int64_t MemoryBudgetBytes() const { return 0; }
   virtual int64_t MemoryReservedBytes() const { return 0; }

@@ -150,6 +150,7 @@ void Scheduler::Admit(std::unique_ptr<Sequence> seq) {
   spec.sampling = seq->request.sampling;
   spec.max_tokens = seq->request.max_tokens;
   spec.thinking_budget = seq->request.thinking_budget;
+  spec.images = std::move(seq->request.images);
   if (absl::Status s = engine_->AddSequence(spec); !s.ok()) {
     Finish(*seq, s, tandem::v1::FINISH_REASON_UNSPECIFIED);
     return;

@@ -26,6 +26,8 @@ struct GenerationRequest {
   // Thinking-token budget (ReasoningOptions.thinking_budget_tokens); 0 for none.
   int32_t thinking_budget = 0;
   std::vector<std::string> stop;
+  // The prompt's images, prepared for the engine (SequenceSpec::images).
+  std::vector<std::shared_ptr<const vision::PreparedImage>> images;
   Clock::TimePoint arrival;
   // Clock::TimePoint::max() when the caller set none.
   Clock::TimePoint deadline = Clock::TimePoint::max();

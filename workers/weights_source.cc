@@ -47,6 +47,40 @@ absl::StatusOr<std::unique_ptr<model::Checkpoint>> OpenCheckpoint(const WeightsS
       absl::StrCat("random weights (seed ", source.seed, ") of ", source.model_config));
 }
 
+// The image processor settings for `config` (see OpenedWeights::preprocessor).
+absl::StatusOr<vision::PreprocessorConfig> LoadPreprocessor(const std::string& dir,
+                                                            const model::ModelConfig& config) {
+  vision::PreprocessorConfig out;
+  if (!config.vision.has_value()) return out;
+  out.patch_size = static_cast<int32_t>(config.vision->patch_size);
+  out.temporal_patch_size = static_cast<int32_t>(config.vision->temporal_patch_size);
+  out.merge_size = static_cast<int32_t>(config.vision->spatial_merge_size);
+  const std::filesystem::path path = std::filesystem::path(dir) / "preprocessor_config.json";
+  if (dir.empty() || !std::filesystem::is_regular_file(path)) return out;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, false);
+  if (json.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), " is not valid JSON"));
+  }
+  auto parsed = vision::ParsePreprocessorConfig(json);
+  if (!parsed.ok()) {
+    return absl::Status(parsed.status().code(),
+                        absl::StrCat(path.string(), ": ", parsed.status().message()));
+  }
+  if (parsed->patch_size != out.patch_size ||
+      parsed->temporal_patch_size != out.temporal_patch_size ||
+      parsed->merge_size != out.merge_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.string(),
+                     ": patch_size, temporal_patch_size and merge_size must equal the model's "
+                     "vision_config (",
+                     out.patch_size, ", ", out.temporal_patch_size, ", ", out.merge_size, ")"));
+  }
+  return *parsed;
+}
+
 }  // namespace
 
 absl::StatusOr<OpenedWeights> OpenWeights(const WeightsSource& source) {
@@ -57,6 +91,12 @@ absl::StatusOr<OpenedWeights> OpenWeights(const WeightsSource& source) {
   auto config = model::ParseModelConfigText(out.checkpoint->config_json(), out.checkpoint->dir());
   if (!config.ok()) return config.status();
   out.config = std::move(*config);
+  const std::string preprocessor_dir =
+      source.random_weights ? std::filesystem::path(source.model_config).parent_path().string()
+                            : source.checkpoint;
+  auto preprocessor = LoadPreprocessor(preprocessor_dir, out.config);
+  if (!preprocessor.ok()) return preprocessor.status();
+  out.preprocessor = *preprocessor;
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "workers/model/model_config.h"
 #include "workers/model/safetensors.h"
+#include "workers/vision/image_preprocessor.h"
 
 namespace tandem::workers {
 
@@ -34,6 +35,10 @@ struct OpenedWeights {
   // weights are random (a generated checkpoint always says so).
   model::ModelConfig config;
   std::string tokenizer_json;  // path
+  // The image processor's settings: the checkpoint's preprocessor_config.json (for generated
+  // weights, the one next to model_config), else the released defaults with the vision config's
+  // patch, temporal and merge sizes. Meaningful only when config.vision is set.
+  vision::PreprocessorConfig preprocessor;
 };
 
 // Opens the checkpoint, or builds the generated one, and parses its config. Errors name the path

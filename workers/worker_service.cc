@@ -10,6 +10,7 @@
 #include "common/grpc_status.h"
 #include "common/log_text.h"
 #include "spdlog/spdlog.h"
+#include "workers/request_images.h"
 
 namespace tandem::workers {
 namespace {
@@ -58,11 +59,20 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     if (status.ok()) status = ValidateMessages(request->messages(), limits);
     if (status.ok()) status = ValidateSampling(request->sampling(), info.max_output_tokens, limits);
     if (status.ok()) status = ValidateTools(request->tools(), limits);
+    // The load simulator takes images without a processor (its tokenizer counts them);
+    // otherwise images go through the engine's processor, or are refused without one.
+    const bool prepare_images = engine->ImageProcessor() != nullptr || !info.vision;
+    absl::StatusOr<RequestImages> images =
+        status.ok() && prepare_images
+            ? PrepareRequestImages(request->messages(), engine->ImageProcessor(), info.model_name,
+                                   limits, info.max_context_tokens)
+            : (status.ok() ? absl::StatusOr<RequestImages>(RequestImages())
+                           : absl::StatusOr<RequestImages>(status));
     absl::StatusOr<std::vector<int32_t>> prompt =
-        status.ok() ? engine->GetTokenizer().EncodeChatWithTools(
+        images.ok() ? engine->GetTokenizer().EncodeChatWithImages(
                           request->messages(), request->tools(), request->reasoning(),
-                          request->continue_final_message())
-                    : absl::StatusOr<std::vector<int32_t>>(status);
+                          request->continue_final_message(), images->tokens)
+                    : absl::StatusOr<std::vector<int32_t>>(images.status());
     if (prompt.ok() && static_cast<int64_t>(prompt->size()) >= info.max_context_tokens) {
       prompt = absl::InvalidArgumentError(absl::StrFormat(
           "messages: prompt of %d tokens does not fit the model's context of %d tokens",
@@ -76,6 +86,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     GenerationRequest g;
     g.request_id = request_id_;
     g.prompt = std::move(*prompt);
+    g.images = std::move(images->images);
     const auto& s = request->sampling();
     g.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
     g.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;

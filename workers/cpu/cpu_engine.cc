@@ -34,24 +34,26 @@ ChatFamily ChatFamilyOf(model::Architecture architecture) {
 }  // namespace
 
 CpuEngine::CpuEngine(std::unique_ptr<cpu::CpuModel> model, std::unique_ptr<Tokenizer> tokenizer,
-                     std::vector<int32_t> stop_ids, CpuEngineOptions options)
+                     std::vector<int32_t> stop_ids, CpuEngineOptions options, CpuVision vision)
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       stop_ids_(std::move(stop_ids)),
       options_(std::move(options)),
-      thinking_markers_(ThinkingMarkers::Of(*tokenizer_)) {
+      thinking_markers_(ThinkingMarkers::Of(*tokenizer_)),
+      vision_(std::move(vision)) {
   info_ = NativeEngineInfo(model_->shape(), options_.model_name, options_.model_id,
-                           options_.max_context_tokens, options_.max_output_tokens);
+                           options_.max_context_tokens, options_.max_output_tokens,
+                           vision_.encoder != nullptr);
 }
 
 EngineInfo NativeEngineInfo(const model::ModelShape& shape, const std::string& model_name,
                             const std::string& model_id, int32_t max_context_tokens,
-                            int32_t max_output_tokens) {
+                            int32_t max_output_tokens, bool vision) {
   EngineInfo info;
   info.engine = "native";
   info.model_name = model_name;
   info.model_id = model_id;
-  info.vision = false;
+  info.vision = vision;
   info.reasoning = true;
   info.max_context_tokens = max_context_tokens > 0
                                 ? std::min(max_context_tokens, shape.max_positions)
@@ -69,6 +71,10 @@ int64_t CpuEngine::SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) cons
 
 absl::Status CpuEngine::AddSequence(const SequenceSpec& spec) {
   if (spec.prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  if (!spec.images.empty() && vision_.encoder == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", info_.model_name, "' does not accept images"));
+  }
   const int64_t need = SequenceBytes(static_cast<int64_t>(spec.prompt.size()), spec.max_tokens);
   if (reserved_.load() + need > options_.memory_budget_bytes) {
     return absl::ResourceExhaustedError(
@@ -82,6 +88,7 @@ absl::Status CpuEngine::AddSequence(const SequenceSpec& spec) {
   seq.rng.seed(spec.sampling.seed);
   seq.reserved = need;
   seq.thinking = ThinkingBudget(thinking_markers_, spec.thinking_budget, spec.prompt);
+  seq.images = spec.images;
   reserved_.fetch_add(need);
   sequences_[spec.id] = std::move(seq);
   return absl::OkStatus();
@@ -104,9 +111,12 @@ absl::Status CpuEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOut
     Sequence& seq = it->second;
     absl::Status s;
     if (seq.last_token < 0) {
-      s = model_->Forward(seq.state.get(), seq.prompt, /*all_logits=*/false, &logits_);
+      s = seq.images.empty()
+              ? model_->Forward(seq.state.get(), seq.prompt, /*all_logits=*/false, &logits_)
+              : PrefillWithImages(seq);
       seq.prompt.clear();
       seq.prompt.shrink_to_fit();
+      seq.images.clear();
     } else {
       const int32_t token = seq.last_token;
       s = model_->Forward(seq.state.get(), absl::MakeConstSpan(&token, 1), false, &logits_);
@@ -123,6 +133,55 @@ absl::Status CpuEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOut
     out->push_back(o);
   }
   return absl::OkStatus();
+}
+
+absl::Status CpuEngine::PrefillWithImages(Sequence& seq) {
+  const model::qwen35::VisionConfig& c = vision_.encoder->config();
+  std::vector<float> pixels;
+  std::vector<cpu::VisionGrid> grids;
+  std::vector<model::MergedGrid> merged;
+  for (const auto& image : seq.images) {
+    const std::vector<float> p = vision::PixelValues(*image, vision_.processor);
+    pixels.insert(pixels.end(), p.begin(), p.end());
+    grids.push_back(cpu::VisionGrid{image->grid_t, image->grid_h, image->grid_w});
+    merged.push_back(model::MergedGrid{image->grid_h / c.spatial_merge_size,
+                                       image->grid_w / c.spatial_merge_size});
+  }
+  absl::StatusOr<std::vector<float>> embeds = vision_.encoder->Encode(pixels, grids);
+  if (!embeds.ok()) return embeds.status();
+  absl::StatusOr<model::MropePositions> positions =
+      model::ComputeMropePositions(seq.prompt, c.image_token_id, merged);
+  if (!positions.ok()) return positions.status();
+  const cpu::MultimodalInput input{*embeds, c.image_token_id, &*positions};
+  return model_->ForwardMultimodal(seq.state.get(), seq.prompt, input, /*all_logits=*/false,
+                                   &logits_);
+}
+
+absl::StatusOr<CpuVision> LoadCpuVision(const model::Checkpoint& checkpoint,
+                                        const model::ModelConfig& config,
+                                        const vision::PreprocessorConfig& processor,
+                                        const Tokenizer& tokenizer) {
+  CpuVision out;
+  if (!config.vision.has_value() || !cpu::Qwen35VisionModel::CheckpointHasEncoder(checkpoint)) {
+    return out;
+  }
+  const model::qwen35::VisionConfig& v = *config.vision;
+  const std::pair<const char*, int32_t> tokens[] = {{"<|vision_start|>", v.vision_start_token_id},
+                                                    {"<|image_pad|>", v.image_token_id},
+                                                    {"<|vision_end|>", v.vision_end_token_id}};
+  for (const auto& [text, id] : tokens) {
+    if (tokenizer.SpecialTokenId(text) != id) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(checkpoint.dir(), ": config.json says ", text, " is token ", id,
+                       " but the tokenizer has it as ", tokenizer.SpecialTokenId(text),
+                       " (-1: missing); the vision encoder needs the two to agree"));
+    }
+  }
+  auto encoder = cpu::Qwen35VisionModel::Load(checkpoint, v);
+  if (!encoder.ok()) return encoder.status();
+  out.encoder = std::move(*encoder);
+  out.processor = processor;
+  return out;
 }
 
 absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& tokenizer_json,
@@ -199,8 +258,11 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> LoadCpuEngine(const WeightsSource& so
   *random_weights = config.random_weights;
   auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, config.shape);
   if (!tokenizer.ok()) return tokenizer.status();
+  auto vision = LoadCpuVision(checkpoint, config, weights->preprocessor, *tokenizer->tokenizer);
+  if (!vision.ok()) return vision.status();
   return std::make_unique<CpuEngine>(std::move(*model), std::move(tokenizer->tokenizer),
-                                     std::move(tokenizer->stop_ids), std::move(options));
+                                     std::move(tokenizer->stop_ids), std::move(options),
+                                     std::move(*vision));
 }
 
 }  // namespace tandem::workers

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "workers/cpu/cpu_model.h"
+#include "workers/cpu/qwen35_vision_model.h"
 #include "workers/engine.h"
 #include "workers/sampler.h"
 #include "workers/thinking_budget.h"
@@ -28,6 +29,12 @@ struct CpuEngineOptions {
   int32_t max_context_tokens = 0;
 };
 
+// The vision encoder of a multimodal checkpoint and the processor its images go through.
+struct CpuVision {
+  std::unique_ptr<cpu::Qwen35VisionModel> encoder;
+  vision::PreprocessorConfig processor;
+};
+
 // The native engine on the CPU: a CpuModel (fp32, the reference) driven one step at a time by the
 // worker's scheduler. Every step runs each listed sequence forward by one token (its whole
 // prompt first), then samples. Sequence memory is reserved for prompt + max_tokens at admission,
@@ -35,8 +42,10 @@ struct CpuEngineOptions {
 class CpuEngine final : public Engine {
  public:
   // `stop_ids` end a sequence (the model's EOS and the chat template's end-of-turn tokens).
+  // With `vision` (an encoder), the engine takes images: each prompt's images are encoded at
+  // its prefill and their embeddings take the image-pad tokens' places.
   CpuEngine(std::unique_ptr<cpu::CpuModel> model, std::unique_ptr<Tokenizer> tokenizer,
-            std::vector<int32_t> stop_ids, CpuEngineOptions options);
+            std::vector<int32_t> stop_ids, CpuEngineOptions options, CpuVision vision = {});
 
   const EngineInfo& Info() const override { return info_; }
   const Tokenizer& GetTokenizer() const override { return *tokenizer_; }
@@ -46,6 +55,9 @@ class CpuEngine final : public Engine {
   int64_t SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const override;
   int64_t MemoryBudgetBytes() const override { return options_.memory_budget_bytes; }
   int64_t MemoryReservedBytes() const override { return reserved_.load(); }
+  const vision::PreprocessorConfig* ImageProcessor() const override {
+    return vision_.encoder != nullptr ? &vision_.processor : nullptr;
+  }
 
   const cpu::CpuModel& model() const { return *model_; }
 
@@ -58,7 +70,11 @@ class CpuEngine final : public Engine {
     int32_t last_token = -1;
     int64_t reserved = 0;
     ThinkingBudget thinking;
+    std::vector<std::shared_ptr<const vision::PreparedImage>> images;
   };
+
+  // The prompt of a sequence with images: encoded, then fed with 3-D positions.
+  absl::Status PrefillWithImages(Sequence& seq);
 
   const std::unique_ptr<cpu::CpuModel> model_;
   const std::unique_ptr<Tokenizer> tokenizer_;
@@ -66,6 +82,7 @@ class CpuEngine final : public Engine {
   const CpuEngineOptions options_;
   // "<think>" and "</think>" of the vocabulary, for every sequence's ThinkingBudget.
   const ThinkingMarkers thinking_markers_;
+  const CpuVision vision_;
   EngineInfo info_;
   std::unordered_map<uint64_t, Sequence> sequences_;
   std::atomic<int64_t> reserved_{0};
@@ -73,11 +90,19 @@ class CpuEngine final : public Engine {
   std::vector<float> logits_;
 };
 
-// What a native engine (CPU or CUDA) reports: caps applied to the model's own limits; no vision
-// until the vision encoder exists, so the gateway routes no images here.
+// What a native engine (CPU or CUDA) reports: caps applied to the model's own limits; `vision`
+// when it loaded an encoder (the gateway routes images only to such workers).
 EngineInfo NativeEngineInfo(const model::ModelShape& shape, const std::string& model_name,
                             const std::string& model_id, int32_t max_context_tokens,
-                            int32_t max_output_tokens);
+                            int32_t max_output_tokens, bool vision = false);
+
+// The vision encoder of a checkpoint whose config has a vision_config and whose tensors include
+// model.visual.* (else none: a text checkpoint serves text). Checks that the tokenizer's
+// <|vision_start|>, <|image_pad|> and <|vision_end|> are the config's ids.
+absl::StatusOr<CpuVision> LoadCpuVision(const model::Checkpoint& checkpoint,
+                                        const model::ModelConfig& config,
+                                        const vision::PreprocessorConfig& processor,
+                                        const Tokenizer& tokenizer);
 
 // The tokenizer of a checkpoint (its tokenizer.json, the chat template of its architecture)
 // and the ids that end a sequence (the model's EOS and the template's end-of-turn tokens).

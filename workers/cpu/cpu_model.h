@@ -10,6 +10,7 @@
 #include "absl/types/span.h"
 #include "workers/model/model_config.h"
 #include "workers/model/model_shape.h"
+#include "workers/model/mrope_positions.h"
 #include "workers/model/safetensors.h"
 
 namespace tandem::workers::cpu {
@@ -21,6 +22,17 @@ class SequenceState {
   virtual ~SequenceState() = default;
   // Tokens consumed so far (the next token's position).
   virtual int64_t position() const = 0;
+};
+
+// What a prompt with images adds to a forward pass (Qwen3.5): rows that replace the token
+// embeddings at the image-token positions, and 3-D rotary positions for every token.
+struct MultimodalInput {
+  // [image tokens][hidden]: replaces the embedding of each `image_token_id` token, in order.
+  absl::Span<const float> image_embeds;
+  int32_t image_token_id = -1;
+  // The (t, h, w) positions of exactly the tokens fed, and the prompt's rope_delta: later
+  // tokens on the state are at (sequence index + rope_delta) on every axis.
+  const model::MropePositions* positions = nullptr;
 };
 
 // A text model's forward pass on the CPU in fp32: the reference every GPU kernel is checked
@@ -35,6 +47,19 @@ class CpuModel {
   // else the last token's [vocab]. INVALID_ARGUMENT for out-of-range ids or a full context.
   virtual absl::Status Forward(SequenceState* state, absl::Span<const int32_t> tokens,
                                bool all_logits, std::vector<float>* logits) const = 0;
+  // Forward with image embeddings and 3-D positions (a prompt with images). INVALID_ARGUMENT
+  // when the image tokens do not match the embedding rows or the positions the tokens;
+  // UNIMPLEMENTED for a model that takes no images.
+  virtual absl::Status ForwardMultimodal(SequenceState* state, absl::Span<const int32_t> tokens,
+                                         const MultimodalInput& input, bool all_logits,
+                                         std::vector<float>* logits) const {
+    (void)state;
+    (void)tokens;
+    (void)input;
+    (void)all_logits;
+    (void)logits;
+    return absl::UnimplementedError("this model takes no images");
+  }
 };
 
 // Loads the model `config` (the checkpoint's parsed config.json) describes. Every tensor is

@@ -197,6 +197,9 @@ class Qwen35MoeState : public SequenceState {
   friend class Qwen35MoeModel;
   const Qwen35MoeModel* owner_ = nullptr;
   int64_t position_ = 0;
+  // A prompt with images ends at a rotary position other than its length: later tokens are at
+  // (sequence index + rope_delta_) on every axis.
+  int64_t rope_delta_ = 0;
   // Per full-attention layer: [position][kv_heads][head_dim] keys (post-norm, post-RoPE) and
   // values.
   std::vector<std::vector<float>> keys_;
@@ -218,15 +221,28 @@ class Qwen35MoeModel : public CpuModel {
   std::unique_ptr<SequenceState> NewState() const override;
   absl::Status Forward(SequenceState* state, absl::Span<const int32_t> tokens, bool all_logits,
                        std::vector<float>* logits) const override;
+  absl::Status ForwardMultimodal(SequenceState* state, absl::Span<const int32_t> tokens,
+                                 const MultimodalInput& input, bool all_logits,
+                                 std::vector<float>* logits) const override;
 
  private:
+  // Rotary positions of the tokens fed, per axis (t, h, w); equal for text.
+  struct RopePositions {
+    const int64_t* axis[3];
+  };
+  // The forward pass on embeddings `h` [n][hidden] (overwritten) at `rope` positions.
+  absl::Status Run(Qwen35MoeState* state, std::vector<float>& h, int64_t n,
+                   const RopePositions& rope, bool all_logits, std::vector<float>* logits) const;
+  absl::StatusOr<Qwen35MoeState*> CheckedState(SequenceState* state,
+                                               absl::Span<const int32_t> tokens,
+                                               const std::vector<float>* logits) const;
   // The mixers and the MoE map x [n][hidden] (normed) to out [n][hidden]. The mixers read and
   // extend the layer's slot in `state` for tokens at positions state->position_ .. + n - 1;
   // Forward advances the position after the last layer.
   void GatedDeltaNet(const Layer& layer, const float* x, int64_t n, Qwen35MoeState* state,
                      float* out) const;
-  void Attention(const Layer& layer, const float* x, int64_t n, Qwen35MoeState* state,
-                 float* out) const;
+  void Attention(const Layer& layer, const float* x, int64_t n, const RopePositions& rope,
+                 Qwen35MoeState* state, float* out) const;
   void Moe(const Layer& layer, const float* x, int64_t n, float* out) const;
 
   const TextConfig c_;
@@ -237,8 +253,10 @@ class Qwen35MoeModel : public CpuModel {
   std::vector<float> lm_head_;  // [V, H]; empty when tied to embed_
   std::vector<float> final_norm_;
   std::vector<Layer> layers_;
-  // RoPE inverse frequencies, [rotary_dim / 2], computed in fp32 as HF does.
+  // RoPE inverse frequencies, [rotary_dim / 2], computed in fp32 as HF does, and the position
+  // axis (0 t, 1 h, 2 w) each frequency slot reads (interleaved mRoPE).
   std::vector<float> inv_freq_;
+  std::vector<int> slot_axis_;
 };
 
 absl::Status Qwen35MoeModel::LoadWeights(const model::Checkpoint& checkpoint) {
@@ -304,6 +322,13 @@ absl::Status Qwen35MoeModel::LoadWeights(const model::Checkpoint& checkpoint) {
   for (int64_t i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(c_.rotary_dim);
     inv_freq_[i] = 1.0f / std::pow(c_.rope_theta, exponent);
+  }
+  slot_axis_.assign(half, 0);
+  if (c_.mrope_section.size() == 3) {
+    for (int64_t i = 0; i < half; ++i) {
+      if (i % 3 == 1 && i < 3 * c_.mrope_section[1]) slot_axis_[i] = 1;
+      if (i % 3 == 2 && i < 3 * c_.mrope_section[2]) slot_axis_[i] = 2;
+    }
   }
   return absl::OkStatus();
 }
@@ -408,8 +433,8 @@ void Qwen35MoeModel::GatedDeltaNet(const Layer& layer, const float* x, int64_t n
   Linear(core.data(), n, vd, w.out.data(), H, out);
 }
 
-void Qwen35MoeModel::Attention(const Layer& layer, const float* x, int64_t n, Qwen35MoeState* state,
-                               float* out) const {
+void Qwen35MoeModel::Attention(const Layer& layer, const float* x, int64_t n,
+                               const RopePositions& rope, Qwen35MoeState* state, float* out) const {
   const AttnWeights& w = layer.attn;
   const int64_t H = c_.hidden_size, D = c_.head_dim, nh = c_.num_heads, nkv = c_.num_kv_heads;
   const int64_t q_stride = D * (c_.attn_output_gate ? 2 : 1);  // per head: [q | gate]
@@ -436,9 +461,8 @@ void Qwen35MoeModel::Attention(const Layer& layer, const float* x, int64_t n, Qw
     }
   };
   for (int64_t t = 0; t < n; ++t) {
-    const float pos = static_cast<float>(pos0 + t);
     for (int64_t i = 0; i < half; ++i) {
-      const float angle = pos * inv_freq_[i];
+      const float angle = static_cast<float>(rope.axis[slot_axis_[i]][t]) * inv_freq_[i];
       cos_t[i] = std::cos(angle);
       sin_t[i] = std::sin(angle);
     }
@@ -554,8 +578,9 @@ void Qwen35MoeModel::Moe(const Layer& layer, const float* x, int64_t n, float* o
   }
 }
 
-absl::Status Qwen35MoeModel::Forward(SequenceState* base_state, absl::Span<const int32_t> tokens,
-                                     bool all_logits, std::vector<float>* logits) const {
+absl::StatusOr<Qwen35MoeState*> Qwen35MoeModel::CheckedState(
+    SequenceState* base_state, absl::Span<const int32_t> tokens,
+    const std::vector<float>* logits) const {
   auto* state = dynamic_cast<Qwen35MoeState*>(base_state);
   if (state == nullptr || state->owner_ != this) {
     return absl::InvalidArgumentError("qwen3_5_moe: the state was not made by this model");
@@ -563,18 +588,71 @@ absl::Status Qwen35MoeModel::Forward(SequenceState* base_state, absl::Span<const
   if (absl::Status s = CheckForwardInput(shape_, state->position_, tokens, logits); !s.ok()) {
     return s;
   }
-  const int64_t n = static_cast<int64_t>(tokens.size());
+  return state;
+}
 
+absl::Status Qwen35MoeModel::Forward(SequenceState* base_state, absl::Span<const int32_t> tokens,
+                                     bool all_logits, std::vector<float>* logits) const {
+  absl::StatusOr<Qwen35MoeState*> state = CheckedState(base_state, tokens, logits);
+  if (!state.ok()) return state.status();
+  const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t H = c_.hidden_size;
-  std::vector<float> h(n * H), x(n * H), y(n * H);
+  std::vector<float> h(n * H);
   for (int64_t t = 0; t < n; ++t) {
     std::copy(embed_.begin() + tokens[t] * H, embed_.begin() + (tokens[t] + 1) * H,
               h.begin() + t * H);
   }
+  std::vector<int64_t> positions(n);
+  for (int64_t t = 0; t < n; ++t) positions[t] = (*state)->position_ + t + (*state)->rope_delta_;
+  const RopePositions rope{{positions.data(), positions.data(), positions.data()}};
+  return Run(*state, h, n, rope, all_logits, logits);
+}
+
+absl::Status Qwen35MoeModel::ForwardMultimodal(SequenceState* base_state,
+                                               absl::Span<const int32_t> tokens,
+                                               const MultimodalInput& input, bool all_logits,
+                                               std::vector<float>* logits) const {
+  absl::StatusOr<Qwen35MoeState*> state = CheckedState(base_state, tokens, logits);
+  if (!state.ok()) return state.status();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t H = c_.hidden_size;
+  const model::MropePositions* p = input.positions;
+  if (p == nullptr || static_cast<int64_t>(p->t.size()) != n ||
+      static_cast<int64_t>(p->h.size()) != n || static_cast<int64_t>(p->w.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qwen3_5_moe: 3-D positions must cover the ", n, " tokens fed"));
+  }
+  const int64_t image_tokens = std::count(tokens.begin(), tokens.end(), input.image_token_id);
+  if (static_cast<int64_t>(input.image_embeds.size()) != image_tokens * H) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qwen3_5_moe: ", image_tokens, " image tokens but ",
+                     input.image_embeds.size() / H, " image embedding rows of ", H));
+  }
+  std::vector<float> h(n * H);
+  const float* next_image = input.image_embeds.data();
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = embed_.data() + tokens[t] * H;
+    if (tokens[t] == input.image_token_id) {
+      row = next_image;
+      next_image += H;
+    }
+    std::copy(row, row + H, h.begin() + t * H);
+  }
+  const RopePositions rope{{p->t.data(), p->h.data(), p->w.data()}};
+  absl::Status s = Run(*state, h, n, rope, all_logits, logits);
+  if (s.ok()) (*state)->rope_delta_ = p->rope_delta;
+  return s;
+}
+
+absl::Status Qwen35MoeModel::Run(Qwen35MoeState* state, std::vector<float>& h, int64_t n,
+                                 const RopePositions& rope, bool all_logits,
+                                 std::vector<float>* logits) const {
+  const int64_t H = c_.hidden_size;
+  std::vector<float> x(n * H), y(n * H);
   for (const Layer& layer : layers_) {
     RmsNorm(h.data(), n, H, layer.input_norm.data(), c_.rms_norm_eps, true, x.data());
     if (layer.full_attention) {
-      Attention(layer, x.data(), n, state, y.data());
+      Attention(layer, x.data(), n, rope, state, y.data());
     } else {
       GatedDeltaNet(layer, x.data(), n, state, y.data());
     }

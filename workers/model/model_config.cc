@@ -45,6 +45,13 @@ absl::Status ParseHyperparameters(const Json& config, const std::string& where, 
       if (!c.ok()) {
         return absl::Status(c.status().code(), absl::StrCat(where, ": ", c.status().message()));
       }
+      absl::StatusOr<std::optional<qwen35::VisionConfig>> vision =
+          qwen35::ParseVisionConfig(config, *c);
+      if (!vision.ok()) {
+        return absl::Status(vision.status().code(),
+                            absl::StrCat(where, ": ", vision.status().message()));
+      }
+      out->vision = *vision;
       out->shape = qwen35::Shape(*c);
       out->hyperparameters = *std::move(c);
       return absl::OkStatus();

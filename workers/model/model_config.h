@@ -4,6 +4,7 @@
 // engine, the random-weights generator and the worker's checks.
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -23,6 +24,10 @@ struct ModelConfig {
   // config.json says tandem-make-checkpoint or --random_weights made the weights
   // ("tandem_random_weights": true): the model's answers are meaningless.
   bool random_weights = false;
+  // qwen3_5_moe's vision_config, when the config has one. Whether the checkpoint holds the
+  // encoder's tensors (model.visual.*) is the engine's to check: a text checkpoint may keep the
+  // released config.
+  std::optional<qwen35::VisionConfig> vision;
 
   Architecture architecture() const { return shape.architecture; }
 };

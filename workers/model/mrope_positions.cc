@@ -27,8 +27,8 @@ absl::StatusOr<MropePositions> ComputeMropePositions(absl::Span<const int32_t> t
       continue;
     }
     if (image == images.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prompt: image token at index ", next, " after all ", images.size(), " images"));
+      return absl::InvalidArgumentError(absl::StrCat("prompt: image token at index ", next,
+                                                     " after all ", images.size(), " images"));
     }
     const MergedGrid& g = images[image++];
     const int64_t count = g.height * g.width;
@@ -48,8 +48,8 @@ absl::StatusOr<MropePositions> ComputeMropePositions(absl::Span<const int32_t> t
     next += count;
   }
   if (image != images.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt: ", images.size(), " images but ",
-                                                   image, " runs of image tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt: ", images.size(), " images but ", image, " runs of image tokens"));
   }
   out.rope_delta = max_position + 1 - n;
   return out;

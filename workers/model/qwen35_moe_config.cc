@@ -422,7 +422,8 @@ absl::StatusOr<std::optional<VisionConfig>> ParseVisionConfig(const Json& config
   }
   const std::string act = r.OptionalString("hidden_act", "gelu_pytorch_tanh");
   if (act != "gelu_pytorch_tanh" && act != "gelu") {
-    r.Unsupported("hidden_act", absl::StrCat("'", act, "' is not supported (gelu_pytorch_tanh, gelu)"));
+    r.Unsupported("hidden_act",
+                  absl::StrCat("'", act, "' is not supported (gelu_pytorch_tanh, gelu)"));
   }
   v.tanh_gelu = act == "gelu_pytorch_tanh";
   const Json* deepstack = r.Find("deepstack_visual_indexes");
@@ -441,17 +442,17 @@ absl::StatusOr<std::optional<VisionConfig>> ParseVisionConfig(const Json& config
                                        v.num_position_embeddings));
   }
   if (v.out_hidden_size != text.hidden_size) {
-    return Invalid(where, absl::StrCat("out_hidden_size ", v.out_hidden_size,
-                                       " must equal the text model's hidden_size ",
-                                       text.hidden_size));
+    return Invalid(where,
+                   absl::StrCat("out_hidden_size ", v.out_hidden_size,
+                                " must equal the text model's hidden_size ", text.hidden_size));
   }
   FieldReader top(config, "config");
   auto token = [&](const char* key, int64_t fallback) -> int32_t {
     const Json* t = top.Find(key);
     if (t == nullptr || t->is_null()) return static_cast<int32_t>(fallback);
     if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() >= text.vocab_size) {
-      top.Fail(key, absl::StrCat("must be a token id below vocab_size ", text.vocab_size,
-                                 ", got ", t->dump()));
+      top.Fail(key, absl::StrCat("must be a token id below vocab_size ", text.vocab_size, ", got ",
+                                 t->dump()));
       return 0;
     }
     return static_cast<int32_t>(t->get<int64_t>());

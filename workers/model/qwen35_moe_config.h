@@ -68,9 +68,9 @@ struct VisionConfig {
   int64_t patch_size = 0;
   int64_t temporal_patch_size = 0;
   int64_t spatial_merge_size = 0;
-  int64_t out_hidden_size = 0;             // the text model's hidden size
-  int64_t num_position_embeddings = 0;     // a square table: side^2 rows
-  bool tanh_gelu = true;                   // hidden_act gelu_pytorch_tanh (else exact gelu)
+  int64_t out_hidden_size = 0;          // the text model's hidden size
+  int64_t num_position_embeddings = 0;  // a square table: side^2 rows
+  bool tanh_gelu = true;                // hidden_act gelu_pytorch_tanh (else exact gelu)
   int32_t vision_start_token_id = 0;
   int32_t vision_end_token_id = 0;
   int32_t image_token_id = 0;

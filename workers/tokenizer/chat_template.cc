@@ -18,14 +18,46 @@ constexpr absl::string_view kImEnd = "<|im_end|>";
 constexpr absl::string_view kThinkOpen = "<think>";
 constexpr absl::string_view kThinkClose = "</think>";
 
-// Collects prompt pieces, joining neighbours of the same kind.
+// Stands for an image inside a flattened message's text: a byte that valid UTF-8 never holds
+// (Flatten refuses text that has it), so caller text cannot forge one.
+constexpr char kImageMarker = '\xFF';
+constexpr absl::string_view kVisionStart = "<|vision_start|>";
+constexpr absl::string_view kImagePad = "<|image_pad|>";
+constexpr absl::string_view kVisionEnd = "<|vision_end|>";
+
+// Collects prompt pieces, joining neighbours of the same kind. Image markers in text become
+// <|vision_start|>, the image's count of <|image_pad|> and <|vision_end|> (the released Qwen3.5
+// template's placeholder, expanded as its processor does).
 class PromptBuilder {
  public:
+  explicit PromptBuilder(absl::Span<const int64_t> image_tokens = {})
+      : image_tokens_(image_tokens) {}
   void Markup(absl::string_view s) { Add(s, true); }
-  void Text(absl::string_view s) { Add(s, false); }
+  void Text(absl::string_view s) {
+    for (size_t marker = s.find(kImageMarker); marker != absl::string_view::npos;
+         marker = s.find(kImageMarker)) {
+      Add(s.substr(0, marker), false);
+      Image();
+      s.remove_prefix(marker + 1);
+    }
+    Add(s, false);
+  }
   RenderedPrompt Take() { return std::move(prompt_); }
 
  private:
+  void Image() {
+    // Flatten counted the images against image_tokens_.
+    const int64_t count = next_image_ < image_tokens_.size() ? image_tokens_[next_image_] : 0;
+    ++next_image_;
+    std::string markup(kVisionStart);
+    markup.reserve(kVisionStart.size() + count * kImagePad.size() + kVisionEnd.size());
+    for (int64_t i = 0; i < count; ++i) markup.append(kImagePad.data(), kImagePad.size());
+    markup.append(kVisionEnd.data(), kVisionEnd.size());
+    Markup(markup);
+  }
+  absl::Span<const int64_t> image_tokens_;
+  size_t next_image_ = 0;
+
   void Add(absl::string_view s, bool markup) {
     if (s.empty()) return;
     if (!prompt_.pieces.empty() && prompt_.pieces.back().markup == markup) {
@@ -63,9 +95,13 @@ void AddPieces(PromptBuilder& b, const ToolPromptPieces& pieces) {
   for (const ToolPromptPiece& p : pieces) p.markup ? b.Markup(p.text) : b.Text(p.text);
 }
 
-// Flattens the proto messages: text parts joined, roles and images checked.
+// Flattens the proto messages: text parts joined, roles and images checked. Images become
+// kImageMarker where `images` (their token counts) is given, one per image in order; without
+// it an image is INVALID_ARGUMENT.
 absl::StatusOr<std::vector<Message>> Flatten(const RepeatedPtrField<ChatMessage>& messages,
-                                             bool continue_final) {
+                                             bool continue_final,
+                                             const absl::Span<const int64_t>* images) {
+  size_t image_count = 0;
   if (messages.empty()) return absl::InvalidArgumentError("no messages");
   std::vector<Message> out;
   out.reserve(messages.size());
@@ -77,17 +113,28 @@ absl::StatusOr<std::vector<Message>> Flatten(const RepeatedPtrField<ChatMessage>
                                                      "\" is not system, user, assistant or tool"));
     }
     Message flat{role, "", &m.tool_calls()};
-    for (const auto& part : m.content()) {
+    for (int j = 0; j < m.content_size(); ++j) {
+      const auto& part = m.content(j);
       if (part.has_image()) {
-        // The vision encoder is not built yet (WorkerInfo says vision=false, so the gateway
-        // sends no images here); a direct caller gets UNIMPLEMENTED.
-        return absl::UnimplementedError(
-            "images: the native engine has no vision encoder yet (this worker reports "
-            "vision=false)");
+        if (images == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "messages[", i, "].content[", j, "].image: this model does not accept images"));
+        }
+        ++image_count;
+        flat.content.push_back(kImageMarker);
+        continue;
+      }
+      if (images != nullptr && part.text().find(kImageMarker) != std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("messages[", i, "].content[", j, "].text: not valid UTF-8"));
       }
       flat.content.append(part.text());
     }
     out.push_back(std::move(flat));
+  }
+  if (images != nullptr && image_count != images->size()) {
+    return absl::InternalError(absl::StrCat("messages hold ", image_count, " images but ",
+                                            images->size(), " image token counts were given"));
   }
   if (continue_final && out.back().role != "assistant") {
     return absl::InvalidArgumentError(
@@ -134,8 +181,8 @@ void QwenCalls(PromptBuilder& b, const Message& m, absl::string_view content) {
 }
 
 RenderedPrompt RenderQwen35(const std::vector<Message>& msgs, const Tools& tools, bool thinking,
-                            bool continue_final) {
-  PromptBuilder b;
+                            bool continue_final, absl::Span<const int64_t> image_tokens) {
+  PromptBuilder b(image_tokens);
   const int n = static_cast<int>(msgs.size());
   QwenSystem(b, msgs, tools);
   // The last real user query; tool results wrapped in a user turn do not count. Only assistant
@@ -361,12 +408,23 @@ absl::StatusOr<RenderedPrompt> RenderChat(ChatFamily family,
                                           const Tools& tools,
                                           const tandem::v1::ReasoningOptions& reasoning,
                                           bool continue_final) {
-  absl::StatusOr<std::vector<Message>> msgs = Flatten(messages, continue_final);
+  return RenderChat(family, messages, tools, reasoning, continue_final, nullptr);
+}
+
+absl::StatusOr<RenderedPrompt> RenderChat(ChatFamily family,
+                                          const RepeatedPtrField<ChatMessage>& messages,
+                                          const Tools& tools,
+                                          const tandem::v1::ReasoningOptions& reasoning,
+                                          bool continue_final,
+                                          const absl::Span<const int64_t>* image_tokens) {
+  if (image_tokens != nullptr && family != ChatFamily::kQwen35) image_tokens = nullptr;
+  absl::StatusOr<std::vector<Message>> msgs = Flatten(messages, continue_final, image_tokens);
   if (!msgs.ok()) return msgs.status();
   const bool thinking = ThinkingByMode(reasoning);
   switch (family) {
     case ChatFamily::kQwen35:
-      return RenderQwen35(*msgs, tools, thinking, continue_final);
+      return RenderQwen35(*msgs, tools, thinking, continue_final,
+                          image_tokens != nullptr ? *image_tokens : absl::Span<const int64_t>());
     case ChatFamily::kNemotronH:
       return RenderNemotron(*msgs, tools, thinking, continue_final);
   }
@@ -410,8 +468,25 @@ absl::StatusOr<std::vector<int32_t>> ModelTokenizer::EncodeChat(
 absl::StatusOr<std::vector<int32_t>> ModelTokenizer::EncodeChatWithTools(
     const RepeatedPtrField<ChatMessage>& messages, const Tools& tools,
     const tandem::v1::ReasoningOptions& reasoning, bool continue_final) const {
+  return Encode(messages, tools, reasoning, continue_final, nullptr);
+}
+
+absl::StatusOr<std::vector<int32_t>> ModelTokenizer::EncodeChatWithImages(
+    const RepeatedPtrField<ChatMessage>& messages, const Tools& tools,
+    const tandem::v1::ReasoningOptions& reasoning, bool continue_final,
+    absl::Span<const int64_t> image_tokens) const {
+  if (family_ != ChatFamily::kQwen35 || !bpe_->TokenId(std::string(kImagePad)).has_value()) {
+    return Encode(messages, tools, reasoning, continue_final, nullptr);
+  }
+  return Encode(messages, tools, reasoning, continue_final, &image_tokens);
+}
+
+absl::StatusOr<std::vector<int32_t>> ModelTokenizer::Encode(
+    const RepeatedPtrField<ChatMessage>& messages, const Tools& tools,
+    const tandem::v1::ReasoningOptions& reasoning, bool continue_final,
+    const absl::Span<const int64_t>* image_tokens) const {
   absl::StatusOr<RenderedPrompt> prompt =
-      RenderChat(family_, messages, tools, reasoning, continue_final);
+      RenderChat(family_, messages, tools, reasoning, continue_final, image_tokens);
   if (!prompt.ok()) return prompt.status();
   std::vector<TextPiece> pieces;
   pieces.reserve(prompt->pieces.size());

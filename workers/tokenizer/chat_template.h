@@ -39,7 +39,7 @@ struct RenderedPrompt {
 // DEFAULT and ON think, OFF does not; Nemotron's /think and /no_think in user or system text
 // override the mode (the last one wins) and are removed from the text. With `continue_final`
 // the last message must be the assistant's and is left open: no end-of-turn token and no new
-// generation prompt. Images are rejected: this engine has no vision encoder yet.
+// generation prompt. Images are INVALID_ARGUMENT here; see the overload with image tokens.
 absl::StatusOr<RenderedPrompt> RenderChat(
     ChatFamily family, const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
     const tandem::v1::ReasoningOptions& reasoning, bool continue_final);
@@ -49,6 +49,16 @@ absl::StatusOr<RenderedPrompt> RenderChat(
     ChatFamily family, const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
     const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
     const tandem::v1::ReasoningOptions& reasoning, bool continue_final);
+
+// The same with images (Qwen3.5 only): each image part becomes <|vision_start|>, its count of
+// <|image_pad|> (`image_tokens`, one per image in order of appearance; `image_tokens` may be
+// null: images are then INVALID_ARGUMENT) and <|vision_end|>, as the released template and
+// processor write them.
+absl::StatusOr<RenderedPrompt> RenderChat(
+    ChatFamily family, const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+    const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
+    const tandem::v1::ReasoningOptions& reasoning, bool continue_final,
+    const absl::Span<const int64_t>* image_tokens);
 
 // Token texts that end a turn or the text, for stop handling ("<|im_end|>" first).
 std::vector<std::string> StopTokenTexts(ChatFamily family);
@@ -67,6 +77,13 @@ class ModelTokenizer final : public Tokenizer {
       const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
       const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
       const tandem::v1::ReasoningOptions& reasoning, bool continue_final) const override;
+  // Images render only for Qwen3.5 with a vocabulary that has <|image_pad|>; otherwise an image
+  // is INVALID_ARGUMENT.
+  absl::StatusOr<std::vector<int32_t>> EncodeChatWithImages(
+      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+      const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
+      const tandem::v1::ReasoningOptions& reasoning, bool continue_final,
+      absl::Span<const int64_t> image_tokens) const override;
   std::unique_ptr<StreamDecoder> NewStreamDecoder() const override;
   int32_t SpecialTokenId(std::string_view text) const override {
     return bpe_->TokenId(text).value_or(-1);
@@ -78,6 +95,11 @@ class ModelTokenizer final : public Tokenizer {
   const std::vector<int32_t>& stop_token_ids() const { return stop_token_ids_; }
 
  private:
+  absl::StatusOr<std::vector<int32_t>> Encode(
+      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+      const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
+      const tandem::v1::ReasoningOptions& reasoning, bool continue_final,
+      const absl::Span<const int64_t>* image_tokens) const;
   ModelTokenizer(std::shared_ptr<const BpeTokenizer> bpe, ChatFamily family,
                  std::vector<int32_t> stop_token_ids)
       : bpe_(std::move(bpe)), family_(family), stop_token_ids_(std::move(stop_token_ids)) {}

@@ -42,6 +42,19 @@ class Tokenizer {
     }
     return EncodeChat(messages, reasoning, continue_final);
   }
+  // The same with images: `image_tokens` holds each image part's token count, in order of
+  // appearance (the engine's image processor decides them). The default serves a request
+  // without images and refuses one with them.
+  virtual absl::StatusOr<std::vector<int32_t>> EncodeChatWithImages(
+      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
+      const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
+      const tandem::v1::ReasoningOptions& reasoning, bool continue_final,
+      absl::Span<const int64_t> image_tokens) const {
+    if (!image_tokens.empty()) {
+      return absl::InvalidArgumentError("images: this engine's tokenizer renders no images");
+    }
+    return EncodeChatWithTools(messages, tools, reasoning, continue_final);
+  }
   virtual std::unique_ptr<StreamDecoder> NewStreamDecoder() const = 0;
   // A decoder for the tokens generated after `prompt` (as EncodeChat made it). A continuation
   // (`continue_final`) may need one that joins its text to the partial answer's, e.g. with a

@@ -36,14 +36,15 @@ struct PreprocessorConfig {
   // Side of a merged block in pixels (patch_size * merge_size): resized sides are multiples.
   int32_t factor() const { return patch_size * merge_size; }
   // Values per patch row of pixel_values: 3 * temporal_patch_size * patch_size^2.
-  int64_t patch_dim() const {
-    return int64_t{3} * temporal_patch_size * patch_size * patch_size;
-  }
+  int64_t patch_dim() const { return int64_t{3} * temporal_patch_size * patch_size * patch_size; }
 };
 
-// Parses preprocessor_config.json; absent fields keep the defaults. INVALID_ARGUMENT naming the
-// field for a wrong type or value (non-positive sizes, min_pixels > max_pixels, a std of 0, a
-// resample other than 3 (BICUBIC), a mean/std not of 3 numbers).
+// Parses preprocessor_config.json; absent fields keep the defaults. The pixel bounds are
+// size.shortest_edge / size.longest_edge, overridden by top-level min_pixels / max_pixels (as
+// HF does for older Qwen2-VL files). INVALID_ARGUMENT naming the field for a wrong type or value
+// (non-positive sizes, min_pixels > max_pixels, a std of 0, a resample other than 3 (BICUBIC),
+// a mean/std not of 3 numbers, do_resize or do_convert_rgb false). Messages do not name the
+// file: callers prefix its path.
 absl::StatusOr<PreprocessorConfig> ParsePreprocessorConfig(const nlohmann::json& json);
 
 // smart_resize: the (height, width) the image is resized to. INVALID_ARGUMENT for an aspect
@@ -52,7 +53,9 @@ absl::StatusOr<std::pair<int32_t, int32_t>> SmartResize(int32_t height, int32_t 
                                                         const PreprocessorConfig& config);
 
 // Pillow's Image.resize((width, height), BICUBIC) on 8-bit RGB, bit for bit (fixed-point
-// weights with 22 fraction bits, horizontal pass first into an 8-bit intermediate).
+// weights with 22 fraction bits, horizontal pass first into an 8-bit intermediate). The same
+// size returns a copy; a non-positive size or an inconsistent image (rgb.size() !=
+// width * height * 3) returns an empty image (0 x 0).
 RgbImage ResizeBicubic(const RgbImage& image, int32_t width, int32_t height);
 
 // An image ready for the encoder: resized to its grid, still as bytes (pixel values are made
@@ -79,13 +82,17 @@ struct ImageGrid {
 };
 absl::StatusOr<ImageGrid> GridOf(int32_t height, int32_t width, const PreprocessorConfig& config);
 
-// SmartResize + ResizeBicubic (only when the size changes).
+// SmartResize + ResizeBicubic (only when the size changes). INVALID_ARGUMENT as SmartResize,
+// or when rgb.size() != width * height * 3.
 absl::StatusOr<PreparedImage> PrepareImage(RgbImage image, const PreprocessorConfig& config);
 
 // pixel_values [num_patches][patch_dim] in the encoder's row order: row
 // n = ((bh * (grid_w / m) + bw) * m + mh) * m + mw holds the patch at patch-row bh * m + mh,
 // patch-column bw * m + mw (m = merge_size); column k = ((ch * T + tt) * P + py) * P + px.
-// Values are rescaled and normalised in fp32 as HF does; the T temporal slices are equal.
+// Values are rescaled and normalised in fp32 as HF's fast processor does (with both on, fused:
+// (x - mean / rescale_factor) / (std / rescale_factor); for mean = std = 0.5 that is the
+// correctly rounded (2x - 255) / 255); the T temporal slices are equal. Empty when `image` is
+// not one PrepareImage made for `config` (its sizes disagree with the grid).
 std::vector<float> PixelValues(const PreparedImage& image, const PreprocessorConfig& config);
 
 }  // namespace tandem::workers::vision

@@ -6,6 +6,7 @@
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file.h"
@@ -383,8 +385,9 @@ TEST(ChatTemplateTest, RejectsBadInput) {
   Messages image = Chat({{"user", "look"}});
   image.Mutable(0)->add_content()->mutable_image()->set_mime_type("image/png");
   absl::StatusOr<RenderedPrompt> p = RenderChat(ChatFamily::kQwen35, image, on, false);
-  EXPECT_EQ(p.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(p.status().message(), HasSubstr("no vision encoder yet"));
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("messages[0].content[1].image: this model does not accept images"));
   EXPECT_EQ(RenderChat(ChatFamily::kQwen35, Chat({{"robot", "x"}}), on, false).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RenderChat(ChatFamily::kQwen35, Messages(), on, false).status().code(),
@@ -394,6 +397,54 @@ TEST(ChatTemplateTest, RejectsBadInput) {
   EXPECT_EQ(ParseChatFamily("qwen3_5").value(), ChatFamily::kQwen35);
   EXPECT_EQ(ParseChatFamily("nemotron_h").value(), ChatFamily::kNemotronH);
   EXPECT_FALSE(ParseChatFamily("llama").ok());
+}
+
+// Images render where they stand, as <|vision_start|>, the image's count of <|image_pad|> and
+// <|vision_end|> (the released Qwen3.5 template); Nemotron takes none.
+TEST(ChatTemplateTest, Qwen35ImagesBetweenText) {
+  Messages m = Chat({{"system", "Be brief."}, {"user", "First "}});
+  m.Mutable(1)->add_content()->mutable_image()->set_mime_type("image/png");
+  m.Mutable(1)->add_content()->set_text(" then ");
+  m.Mutable(1)->add_content()->mutable_image()->set_mime_type("image/jpeg");
+  const std::vector<int64_t> counts = {2, 3};
+  const absl::Span<const int64_t> span(counts);
+  absl::StatusOr<RenderedPrompt> p =
+      RenderChat(ChatFamily::kQwen35, m, {}, Mode(tandem::v1::REASONING_MODE_OFF), false, &span);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->Text(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nFirst "
+            "<|vision_start|><|image_pad|><|image_pad|><|vision_end|> then "
+            "<|vision_start|><|image_pad|><|image_pad|><|image_pad|><|vision_end|><|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  // The placeholders are markup (control tokens); the caller's text stays text.
+  for (const PromptPiece& piece : p->pieces) {
+    if (absl::StrContains(piece.text, "<|image_pad|>")) {
+      EXPECT_TRUE(piece.markup);
+    }
+    if (absl::StrContains(piece.text, "then")) {
+      EXPECT_FALSE(piece.markup);
+    }
+  }
+  // Counts that do not match the images, and Nemotron, refuse.
+  const std::vector<int64_t> one = {2};
+  const absl::Span<const int64_t> one_span(one);
+  EXPECT_FALSE(
+      RenderChat(ChatFamily::kQwen35, m, {}, Mode(tandem::v1::REASONING_MODE_OFF), false, &one_span)
+          .ok());
+  EXPECT_EQ(
+      RenderChat(ChatFamily::kNemotronH, m, {}, Mode(tandem::v1::REASONING_MODE_OFF), false, &span)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  // A marker byte in text (invalid UTF-8) cannot stand for an image.
+  Messages forged = Chat({{"user", std::string("look \xFF here")}});
+  const std::vector<int64_t> none;
+  const absl::Span<const int64_t> none_span(none);
+  EXPECT_EQ(RenderChat(ChatFamily::kQwen35, forged, {}, Mode(tandem::v1::REASONING_MODE_OFF), false,
+                       &none_span)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 int Count(const std::vector<int32_t>& ids, int32_t id) {
@@ -455,7 +506,7 @@ TEST_F(TokenizerTest, NativeTokenizerEncodesChat) {
   Messages image = Chat({{"user", "look"}});
   image.Mutable(0)->add_content()->mutable_image()->set_mime_type("image/png");
   EXPECT_EQ((*nt)->EncodeChat(image, Mode(tandem::v1::REASONING_MODE_ON)).status().code(),
-            absl::StatusCode::kUnimplemented);
+            absl::StatusCode::kInvalidArgument);
 
   std::unique_ptr<StreamDecoder> dec = (*nt)->NewStreamDecoder();
   std::string text;
