@@ -4,6 +4,26 @@
 // 8-bit RGB, with Debian's well-kept libraries (libpng, libjpeg-turbo, libwebp, giflib). Images
 // come from callers: every entry point bounds its input bytes, the decoded pixels (checked from
 // the header before any pixel buffer is allocated) and never reads past the input.
+//
+// What each format gives, and the choices made where the format leaves room:
+// - PNG: every colour type and bit depth; tRNS and alpha are dropped, 16-bit samples keep their
+//   high byte (no gamma or colour management: the stored values, as Pillow's convert("RGB")).
+//   The whole file is read to IEND: a file cut anywhere is refused.
+// - JPEG: baseline and progressive, greyscale, YCbCr, RGB, and CMYK/YCCK (converted here, with
+//   Adobe's inverted CMYK when the file has an Adobe marker, as Photoshop writes it: R = C * K /
+//   255; plain CMYK otherwise: R = (255 - C) * (255 - K) / 255). libjpeg's corrupt-data and
+//   premature-end warnings are errors, so a cut file is refused rather than padded with grey;
+//   warnings about metadata only (an unknown JFIF revision or Adobe transform, a bad ICC
+//   marker, stray bytes before a marker) are not. A progressive file of over 500 scans is
+//   refused (each scan re-reads the coefficients: the cost would not be bounded by the size).
+// - WebP: lossy and lossless, with or without alpha; animated WebP is refused (no first-frame
+//   path in libwebp's simple decoder).
+// - GIF: the first frame only, composed on a canvas of the logical screen size filled with the
+//   global colour map's background colour (black when there is none or the index is outside
+//   it), at the frame's position and clipped to the screen; the frame's transparent index (its
+//   graphics control block) leaves the background showing, and an index outside the colour map
+//   is black. A frame of zero size or with no colour map at all is refused. Nothing after the
+//   first frame is read: a missing trailer or a cut in a later frame is no error.
 
 #include <cstdint>
 #include <vector>
@@ -12,6 +32,10 @@
 #include "absl/strings/string_view.h"
 
 namespace tandem::workers::vision {
+
+// Images with a side over this are refused whatever the limits (the largest GIF side; JPEG's is
+// 65500, WebP's 16383).
+inline constexpr int32_t kMaxImageSide = 65535;
 
 // The limits every decode applies; each is a worker flag (docs/configuration.md).
 struct ImageDecodeLimits {
@@ -40,7 +64,9 @@ absl::StatusOr<ImageFormat> SniffImageFormat(absl::string_view data);
 
 // The width and height an image's header declares, read with the format's library without
 // decoding pixels (cheap: for the gateway's token estimate and for limits before a decode).
-// INVALID_ARGUMENT as DecodeImage for a bad label, format or header; no pixel limit applies.
+// INVALID_ARGUMENT as DecodeImage for a bad label, format or header (a side of 0 or over
+// kMaxImageSide included); no byte or pixel limit applies. For a GIF this is the logical
+// screen, the size DecodeImage returns.
 struct ImageSize {
   ImageFormat format = ImageFormat::kPng;
   int32_t width = 0;
