@@ -181,7 +181,8 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
     return s;
   }
   if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
-  out->features = router::ExtractFeatures(request);
+  // Images count by the sizes their headers declare (the router reads no images).
+  out->features = router::ExtractFeatures(request, ImageTokenCounts(request));
   // An authenticated caller's tenant is who it is, whatever its `tenant` label says: policies
   // that route by tenant must not be steerable by a label.
   if (out->tenant != nullptr) out->features.tenant = out->tenant->name;

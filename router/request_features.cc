@@ -23,7 +23,8 @@ int64_t EstimateTokens(std::string_view text) {
   return (ascii + 3) / 4 + code_points;
 }
 
-RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
+RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request,
+                                std::span<const int64_t> image_tokens) {
   RequestFeatures f;
   f.num_messages = request.messages_size();
   int64_t tokens = 0;
@@ -32,7 +33,8 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
     tokens += kPerMessageTemplateTokens;
     for (const auto& part : message.content()) {
       if (part.has_image()) {
-        ++f.image_count;
+        const size_t i = static_cast<size_t>(f.image_count++);
+        f.image_tokens += i < image_tokens.size() ? image_tokens[i] : kUnknownImageTokens;
       } else {
         f.prompt_bytes += static_cast<int64_t>(part.text().size());
         tokens += EstimateTokens(part.text());
@@ -45,7 +47,7 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request) {
       }
     }
   }
-  f.prompt_tokens = tokens;
+  f.prompt_tokens = tokens + f.image_tokens;
   const auto& hints = request.hints();
   switch (hints.objective()) {
     case tandem::v1::OBJECTIVE_ACCURACY:
@@ -107,6 +109,7 @@ std::vector<std::pair<std::string, std::string>> DescribeFeatures(const RequestF
        absl::StrCat(f.prompt_tokens, f.prompt_tokens_exact ? " (tokenizer)" : " (estimate)")},
       {"prompt_bytes", absl::StrCat(f.prompt_bytes)},
       {"image_count", absl::StrCat(f.image_count)},
+      {"image_tokens", absl::StrCat(f.image_tokens)},
       {"num_messages", absl::StrCat(f.num_messages)},
       {"num_turns", absl::StrCat(f.num_turns)},
       {"objective", ObjectiveName(f.objective)},

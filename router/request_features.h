@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,11 +17,16 @@ enum class ReasoningMode { kDefault, kOn, kOff };
 
 // What the router knows about one request: computed once at intake, immutable afterwards.
 struct RequestFeatures {
-  // Prompt size in tokens. An estimate (see EstimateTokens) until a model tokenizer is wired in.
+  // Prompt size in tokens: the text's estimate (EstimateTokens) and the chat template's, or the
+  // tokenizer's count (prompt_tokens_exact), plus image_tokens.
   int64_t prompt_tokens = 0;
   bool prompt_tokens_exact = false;
   int64_t prompt_bytes = 0;
   int image_count = 0;
+  // The images' share of prompt_tokens: each image's grid at the vision model's processor
+  // settings plus its vision_start/vision_end markers, as the caller of ExtractFeatures measured
+  // it (kUnknownImageTokens for an image it could not).
+  int64_t image_tokens = 0;
   int num_messages = 0;
   // Number of user messages: a chat's turn count.
   int num_turns = 0;
@@ -60,8 +66,19 @@ struct RequestFeatures {
   double recorded_learned_confidence = 0;
 };
 
-// Pure function of the request; no allocation beyond the result's strings.
-RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request);
+// Tokens an image takes in the prompt besides its grid: <|vision_start|> and <|vision_end|>.
+inline constexpr int64_t kImageMarkerTokens = 2;
+// The prompt tokens of an image whose size is unknown (the router reads no images; the gateway
+// measures them, see gateway/prompt_token_counter.h): the grid of a 1024 x 1024 image at the
+// released Qwen3.5 processor settings (1024 x 1024 / 32^2 = 1024 tokens) plus the markers. A
+// 1024 x 768 photo takes 770, a 3840 x 2160 screenshot 8,162, the largest (16M pixels) 16,386.
+inline constexpr int64_t kUnknownImageTokens = 1024 + kImageMarkerTokens;
+
+// Pure function of the request; no allocation beyond the result's strings. `image_tokens`: the
+// prompt tokens of the request's images in message order (the caller reads their sizes); an
+// image past its end counts kUnknownImageTokens.
+RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request,
+                                std::span<const int64_t> image_tokens = {});
 
 // Fast token estimate for text with no tokenizer at hand: ASCII at ~4 bytes per token (BPE
 // vocabularies of ~130-250K entries average 3.5-4.5 bytes per English token) and one token per

@@ -65,9 +65,16 @@ if [[ $ENGINE == native ]]; then
   NEMOTRON_CKPT=${TANDEM_NEMOTRON_CHECKPOINT:-}
   if [[ -z $QWEN_CKPT || -z $NEMOTRON_CKPT ]]; then
     MODELS=$BUILD_DIR/random-models
+    # qwen is multimodal as the released model is: a small vision encoder (--vision), its
+    # preprocessor_config.json, and the image token ids taken from the tokenizer. A qwen
+    # checkpoint cached by an older demo (text only: no preprocessor_config.json) is remade.
     for arch in qwen3_5_moe nemotron_h; do
-      if [[ ! -f $MODELS/$arch/config.json ]]; then
-        "$MAKE_CKPT" --arch=$arch --out="$MODELS/$arch" \
+      made=$MODELS/$arch/config.json vision=false
+      if [[ $arch == qwen3_5_moe ]]; then
+        made=$MODELS/$arch/preprocessor_config.json vision=true
+      fi
+      if [[ ! -f $made ]]; then
+        "$MAKE_CKPT" --arch=$arch --out="$MODELS/$arch" --vision=$vision \
           --tokenizer="$PWD/tests/tokenizer/qwen3/tokenizer.json" --hidden=256 --layers=4 \
           --experts=16 --moe_intermediate=128 --shared_intermediate=128 >/dev/null
       fi
@@ -76,8 +83,9 @@ if [[ $ENGINE == native ]]; then
     NEMOTRON_CKPT=${NEMOTRON_CKPT:-$MODELS/nemotron_h}
     echo "NOTE: RANDOM WEIGHTS. No real checkpoints are configured (TANDEM_QWEN_CHECKPOINT,"
     echo "      TANDEM_NEMOTRON_CHECKPOINT), so both workers run the native engine on small"
-    echo "      random-weight models in the real architectures: the answers are MEANINGLESS"
-    echo "      random-weight output; the tokenizer, routing, streaming and metrics are real."
+    echo "      random-weight models in the real architectures (qwen with its vision encoder):"
+    echo "      the answers are MEANINGLESS random-weight output; the tokenizer, image"
+    echo "      preprocessing, routing, streaming and metrics are real."
   fi
   # The native engine runs on the CPU until its CUDA path lands.
   QWEN_DEVICE=cpu; NEMOTRON_DEVICE=cpu
@@ -154,7 +162,21 @@ demo() {  # title, tandemctl args...
   $CTL "$@" 2>&1 | sed 's/^/   /' || true
 }
 
-printf '\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x02\0\0\0\x90wS\xde\0\0\0\x0cIDATx\x9cc\xf8\xff\xff?\0\x05\xfe\x02\xfe\xa7\x35\x81\x84\0\0\0\0IEND\xaeB`\x82' >"$LOGS/pixel.png"
+# A 64x48 RGB gradient (the image processor scales it up to 320x224: 70 image tokens), written
+# with Python's zlib and struct (no imaging library needed).
+python3 - "$LOGS/picture.png" <<'PY'
+import struct, sys, zlib
+w, h = 64, 48
+rows = b"".join(b"\0" + bytes(v for x in range(w)
+                              for v in (x * 255 // (w - 1), y * 255 // (h - 1), 160))
+               for y in range(h))
+def chunk(kind, data):
+    return (struct.pack(">I", len(data)) + kind + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+with open(sys.argv[1], "wb") as out:
+    out.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+              + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b""))
+PY
 head -c 200000 >"$LOGS/long_document.txt" < <(
   yes "The quarterly report covers revenue, churn, hiring and the roadmap for next year.")
 
@@ -165,12 +187,12 @@ demo "A chat turn marked latency-critical" generate --objective=latency --max_to
 demo "Accuracy asked for explicitly" generate --objective=accuracy --max_tokens=12 \
   "Prove that the square root of 2 is irrational."
 if [[ $ENGINE == native ]]; then
-  demo "An image: qwen is the vision model, but the native engine has no vision encoder yet" \
-    generate --image="$LOGS/pixel.png" --max_tokens=12 "What is in this picture?"
+  demo "An image: qwen is the vision model (random weights: its answer is meaningless)" \
+    generate --image="$LOGS/picture.png" --max_tokens=12 "What is in this picture?"
   demo "Routing a 200 KB document (~50K tokens): long context (dry run; the small CPU models \
 have a 32K context)" route - <"$LOGS/long_document.txt"
 else
-  demo "An image: only qwen accepts images" generate --image="$LOGS/pixel.png" --max_tokens=12 \
+  demo "An image: only qwen accepts images" generate --image="$LOGS/picture.png" --max_tokens=12 \
     "What is in this picture?"
   demo "A 200 KB document (~50K tokens): long context" generate --max_tokens=12 - \
     <"$LOGS/long_document.txt"

@@ -3,7 +3,15 @@
 // demos and benchmarks. Its answers are meaningless. The weights are those the worker's
 // --random_weights generates in memory for the same config.json and seed (random_weights.h).
 //
+// A qwen3_5_moe checkpoint is multimodal by default, as the released model is: config.json has a
+// vision_config (a small tower, --vision_* flags) with the image token ids, the weights include
+// model.visual.*, and a preprocessor_config.json is written next to config.json. --vision=false
+// makes a text-only one. With --tokenizer the image token ids are the tokenizer's
+// <|vision_start|>, <|vision_end|> and <|image_pad|>, so the worker's tokenizer and the config
+// agree; a tokenizer without them is an error unless --vision=false.
+//
 //   tandem-make-checkpoint --arch=qwen3_5_moe --out=/tmp/qwen-small --hidden=256 --layers=4
+//   tandem-make-checkpoint --arch=qwen3_5_moe --out=/tmp/qwen-text --vision=false
 //   tandem-make-checkpoint --arch=nemotron_h --out=/tmp/nemo --tokenizer=tokenizer.json
 //   tandem-make-checkpoint --model_config=/tmp/qwen-small/config.json --seed=2 --out=/tmp/q2
 #include <algorithm>
@@ -18,6 +26,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "workers/model/model_config.h"
 #include "workers/model/random_checkpoint.h"
 
 ABSL_FLAG(std::string, arch, "qwen3_5_moe", "qwen3_5_moe or nemotron_h.");
@@ -42,15 +51,36 @@ ABSL_FLAG(int32_t, eos, -1, "End-of-sequence token id for config.json; -1 for no
 ABSL_FLAG(uint64_t, seed, 1, "Random seed.");
 ABSL_FLAG(std::string, dtype, "bf16", "bf16 or f32.");
 ABSL_FLAG(uint64_t, shard_bytes, 0, "Shard the weights into files of about this size (0: one).");
+ABSL_FLAG(bool, vision, true,
+          "qwen3_5_moe: include the vision encoder (vision_config, model.visual.* weights, "
+          "preprocessor_config.json), as the released model has; false: a text-only checkpoint. "
+          "Unused for nemotron_h and with --model_config (its vision_config decides).");
+ABSL_FLAG(int32_t, vision_depth, 2, "Vision encoder blocks.");
+ABSL_FLAG(int32_t, vision_hidden, 64, "Vision encoder width.");
+ABSL_FLAG(int32_t, vision_heads, 2,
+          "Vision attention heads (vision_hidden / vision_heads a multiple of 4).");
+ABSL_FLAG(int32_t, vision_intermediate, 128, "Vision MLP width.");
+ABSL_FLAG(int32_t, vision_patch, 16, "Vision patch side in pixels.");
+ABSL_FLAG(int32_t, vision_temporal_patch, 2, "Frames per vision patch (an image is repeated).");
+ABSL_FLAG(int32_t, vision_merge, 2, "Patches merged per side into one text token.");
+ABSL_FLAG(int32_t, vision_positions, 64,
+          "Rows of the learned position table (a square: 64 is 8 x 8).");
+ABSL_FLAG(int32_t, vision_start_token_id, -1,
+          "<|vision_start|> id; -1: the tokenizer's (--tokenizer), else vocab - 3.");
+ABSL_FLAG(int32_t, vision_end_token_id, -1,
+          "<|vision_end|> id; -1: the tokenizer's (--tokenizer), else vocab - 2.");
+ABSL_FLAG(int32_t, image_token_id, -1,
+          "<|image_pad|> id; -1: the tokenizer's (--tokenizer), else vocab - 1.");
 
 namespace {
 
 using tandem::workers::model::RandomModelOptions;
 
-// A tokenizer.json's text and its vocabulary size (the vocabulary and the added tokens, specials,
-// share one id space).
+// A tokenizer.json's text, parsed form and vocabulary size (the vocabulary and the added tokens,
+// specials, share one id space).
 struct Tokenizer {
   std::string text;
+  nlohmann::json json;
   int32_t vocab_size = 0;
 };
 
@@ -78,7 +108,83 @@ std::optional<Tokenizer> ReadTokenizer(const std::string& path) {
     }
   }
   t.vocab_size = static_cast<int32_t>(max_id + 1);
+  t.json = std::move(j);
   return t;
+}
+
+// The vision flags (sizes and token ids).
+void VisionFromFlags(RandomModelOptions* o) {
+  o->vision = absl::GetFlag(FLAGS_vision);
+  o->vision_depth = absl::GetFlag(FLAGS_vision_depth);
+  o->vision_hidden_size = absl::GetFlag(FLAGS_vision_hidden);
+  o->vision_heads = absl::GetFlag(FLAGS_vision_heads);
+  o->vision_intermediate_size = absl::GetFlag(FLAGS_vision_intermediate);
+  o->vision_patch_size = absl::GetFlag(FLAGS_vision_patch);
+  o->vision_temporal_patch_size = absl::GetFlag(FLAGS_vision_temporal_patch);
+  o->vision_merge_size = absl::GetFlag(FLAGS_vision_merge);
+  o->vision_position_embeddings = absl::GetFlag(FLAGS_vision_positions);
+  o->vision_start_token_id = absl::GetFlag(FLAGS_vision_start_token_id);
+  o->vision_end_token_id = absl::GetFlag(FLAGS_vision_end_token_id);
+  o->image_token_id = absl::GetFlag(FLAGS_image_token_id);
+}
+
+// With --tokenizer, the image token ids of a multimodal qwen3_5_moe checkpoint are the
+// tokenizer's: the worker tokenizes <|image_pad|> with the tokenizer and scatters image
+// embeddings where the config's image_token_id is, so the two must agree. An id flag given
+// too must say the same. Prints why and returns false on failure.
+bool VisionIdsFromTokenizer(const Tokenizer& t, const std::string& path, RandomModelOptions* o) {
+  if (!o->vision || o->architecture != "qwen3_5_moe") return true;
+  RandomModelOptions from = *o;
+  if (absl::Status s = tandem::workers::model::VisionTokenIdsFromTokenizer(t.json, &from);
+      !s.ok()) {
+    std::fprintf(stderr,
+                 "%s: %s; a multimodal qwen3_5_moe checkpoint needs them (--vision=false "
+                 "makes a text-only one)\n",
+                 path.c_str(), std::string(s.message()).c_str());
+    return false;
+  }
+  const std::pair<int32_t, int32_t> flag_and_tokenizer[] = {
+      {o->vision_start_token_id, from.vision_start_token_id},
+      {o->vision_end_token_id, from.vision_end_token_id},
+      {o->image_token_id, from.image_token_id}};
+  for (const auto& [flag, tokenizer] : flag_and_tokenizer) {
+    if (flag >= 0 && flag != tokenizer) {
+      std::fprintf(stderr,
+                   "%s: a vision token id flag says %d where the tokenizer's id is %d; "
+                   "leave the id flags unset with --tokenizer\n",
+                   path.c_str(), flag, tokenizer);
+      return false;
+    }
+  }
+  *o = from;
+  return true;
+}
+
+// --model_config with --tokenizer: a vision_config's token ids must be the tokenizer's (see
+// VisionIdsFromTokenizer). Prints why and returns false when they are not.
+bool ConfigIdsMatchTokenizer(const nlohmann::json& config, const Tokenizer& t,
+                             const std::string& path) {
+  auto parsed = tandem::workers::model::ParseModelConfig(config, path);
+  if (!parsed.ok() || !parsed->vision.has_value()) return true;  // WriteRandomWeights says why
+  RandomModelOptions from;
+  if (absl::Status s = tandem::workers::model::VisionTokenIdsFromTokenizer(t.json, &from);
+      !s.ok()) {
+    std::fprintf(stderr, "%s has a vision_config, but --tokenizer: %s\n", path.c_str(),
+                 std::string(s.message()).c_str());
+    return false;
+  }
+  const auto& v = *parsed->vision;
+  if (v.vision_start_token_id != from.vision_start_token_id ||
+      v.vision_end_token_id != from.vision_end_token_id ||
+      v.image_token_id != from.image_token_id) {
+    std::fprintf(stderr,
+                 "%s: vision token ids %d, %d, %d (start, end, image) are not the tokenizer's "
+                 "%d, %d, %d (use the model's own tokenizer, or a config without vision_config)\n",
+                 path.c_str(), v.vision_start_token_id, v.vision_end_token_id, v.image_token_id,
+                 from.vision_start_token_id, from.vision_end_token_id, from.image_token_id);
+    return false;
+  }
+  return true;
 }
 
 // The size flags (all but --arch, --vocab and --dtype).
@@ -98,9 +204,11 @@ void SizesFromFlags(RandomModelOptions* o) {
   o->shard_bytes = absl::GetFlag(FLAGS_shard_bytes);
 }
 
-// --model_config: random weights for the model of that config.json. Prints why and returns
-// nothing on failure; else what was written, for the final line.
+// --model_config: random weights for the model of that config.json (whose ids must be those of
+// `tokenizer`, when given). Prints why and returns nothing on failure; else what was written,
+// for the final line.
 std::optional<std::string> WriteForConfig(const std::string& path, const RandomModelOptions& o,
+                                          const std::optional<Tokenizer>& tokenizer,
                                           const std::string& out) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
@@ -108,6 +216,9 @@ std::optional<std::string> WriteForConfig(const std::string& path, const RandomM
   const auto config = nlohmann::json::parse(text.str(), nullptr, false);
   if (!in || config.is_discarded()) {
     std::fprintf(stderr, "%s: not a readable config.json\n", path.c_str());
+    return std::nullopt;
+  }
+  if (tokenizer.has_value() && !ConfigIdsMatchTokenizer(config, *tokenizer, path)) {
     return std::nullopt;
   }
   if (absl::Status s =
@@ -125,8 +236,10 @@ std::optional<std::string> WriteForSizes(const RandomModelOptions& o, const std:
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return std::nullopt;
   }
+  const bool vision = o.vision && o.architecture == "qwen3_5_moe";
   return o.architecture + " (vocab " + std::to_string(o.vocab_size) + ", hidden " +
-         std::to_string(o.hidden_size) + ", " + std::to_string(o.num_layers) + " layers)";
+         std::to_string(o.hidden_size) + ", " + std::to_string(o.num_layers) + " layers" +
+         (vision ? ", a " + std::to_string(o.vision_depth) + "-block vision encoder" : "") + ")";
 }
 
 }  // namespace
@@ -142,14 +255,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.vocab_size = absl::GetFlag(FLAGS_vocab);
-  std::string tokenizer_text;
-  if (const std::string path = absl::GetFlag(FLAGS_tokenizer); !path.empty()) {
-    std::optional<Tokenizer> t = ReadTokenizer(path);
-    if (!t) return 1;
-    tokenizer_text = std::move(t->text);
-    o.vocab_size = t->vocab_size;
-  }
   SizesFromFlags(&o);
+  VisionFromFlags(&o);
+  const std::string config_path = absl::GetFlag(FLAGS_model_config);
+  std::optional<Tokenizer> tokenizer;
+  if (const std::string path = absl::GetFlag(FLAGS_tokenizer); !path.empty()) {
+    tokenizer = ReadTokenizer(path);
+    if (!tokenizer) return 1;
+    o.vocab_size = tokenizer->vocab_size;
+    // With --model_config its own ids are checked against the tokenizer instead.
+    if (config_path.empty() && !VisionIdsFromTokenizer(*tokenizer, path, &o)) return 1;
+  }
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
   if (dtype == "f32") {
     o.dtype = tandem::workers::model::DType::kF32;
@@ -157,12 +273,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--dtype must be bf16 or f32\n");
     return 2;
   }
-  const std::string config_path = absl::GetFlag(FLAGS_model_config);
   const std::optional<std::string> what =
-      config_path.empty() ? WriteForSizes(o, out) : WriteForConfig(config_path, o, out);
+      config_path.empty() ? WriteForSizes(o, out) : WriteForConfig(config_path, o, tokenizer, out);
   if (!what) return 1;
-  if (!tokenizer_text.empty()) {
-    std::ofstream(out + "/tokenizer.json", std::ios::binary) << tokenizer_text;
+  if (tokenizer.has_value()) {
+    std::ofstream(out + "/tokenizer.json", std::ios::binary) << tokenizer->text;
   }
   std::printf(
       "wrote random weights (seed %llu) of %s to %s; router weights random: expert load is "

@@ -173,6 +173,19 @@ test('a bad field is a 400 naming it', async () => {
     (e) => e.status === 400 && e.param === 'messages[0].content[0].image_url.url');
 });
 
+test('an image_url data URL reaches the vision model', async () => {
+  // A 4x3 RGB PNG, inline: images come only as data: URLs.
+  const png = 'iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAKklEQVR4nA3HMQEAMAzDMAMriMDpaSgBUYCbPgEOLh5CnLjx8lOnbr36AOO3DflsbMvSAAAAAElFTkSuQmCC';
+  const { data, response } = await client.chat.completions
+    .create({ model: 'auto', max_tokens: 4, messages: [{ role: 'user', content: [
+      { type: 'text', text: 'What is in this picture?' },
+      { type: 'image_url', image_url: { url: `data:image/png;base64,${png}`, detail: 'auto' } }] }] })
+    .withResponse();
+  assert.equal(data.model, 'qwen');
+  assert.equal(response.headers.get('x-tandem-model'), 'qwen');
+  assert.ok(data.choices[0].message.content.length > 0);
+});
+
 test('an unknown model is a 404', async () => {
   await assert.rejects(
     client.chat.completions.create({ model: 'gpt-4o', messages: prompt }),

@@ -10,7 +10,9 @@
 #include "gtest/gtest.h"
 #include "router/builtin_router.h"
 #include "tests/support/fake_worker_client.h"
+#include "tests/support/golden_files.h"
 #include "tests/support/requests.h"
+#include "workers/vision/image_decoder.h"
 
 namespace tandem::gateway {
 namespace {
@@ -126,6 +128,49 @@ TEST_F(IntakeTest, ATenantIsBoundToItsModelsAndNamedByAuthenticationNotLabels) {
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(s.message()), HasSubstr("tenant 'team-a' may not use model 'qwen'"));
   EXPECT_EQ(a.features.tenant, "team-a");
+}
+
+// A user prompt "hi" with one PNG image of `data`.
+tandem::v1::GenerateRequest WithImage(std::string data) {
+  tandem::v1::GenerateRequest request = Prompt("hi");
+  tandem::v1::Image* image = request.mutable_messages(0)->add_content()->mutable_image();
+  image->set_data(std::move(data));
+  image->set_mime_type("image/png");
+  return request;
+}
+
+// An image costs the vision model its grid's tokens: routing thresholds, --max_prompt_tokens and
+// tenants' token buckets see them in prompt_tokens.
+TEST_F(IntakeTest, AnImageAddsItsGridsTokensToThePrompt) {
+  const std::string png =
+      testing::ReadFileText(TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png");
+  ASSERT_FALSE(png.empty());
+  if (workers::vision::ProbeImageSize(png, "image/png").status().code() ==
+      absl::StatusCode::kUnimplemented) {
+    GTEST_SKIP() << "vision::ProbeImageSize is not implemented yet";
+  }
+  Admission a;
+  ASSERT_TRUE(MakeIntake().Decide(WithImage(png), "", kNoDeadline, &a).ok());
+  EXPECT_EQ(a.decision.model, "qwen");
+  // 192 x 352 needs no resize: 6 x 11 tokens, plus vision_start and vision_end.
+  EXPECT_EQ(a.features.image_tokens, 66 + 2);
+  EXPECT_EQ(a.features.prompt_tokens, router::kPerMessageTemplateTokens + 1 + 68);
+}
+
+// A header that cannot be read (the worker refuses the image itself) counts the fixed estimate.
+TEST_F(IntakeTest, AnUnreadableImageCountsTheFixedEstimate) {
+  Admission a;
+  ASSERT_TRUE(MakeIntake().Decide(WithImage("not a png"), "", kNoDeadline, &a).ok());
+  EXPECT_EQ(a.features.image_count, 1);
+  EXPECT_EQ(a.features.image_tokens, router::kUnknownImageTokens);
+  EXPECT_EQ(a.features.prompt_tokens,
+            router::kPerMessageTemplateTokens + 1 + router::kUnknownImageTokens);
+  // It counts against --max_prompt_tokens like text.
+  IntakeOptions options;
+  options.max_prompt_tokens = 1000;
+  const absl::Status s = MakeIntake(options).Decide(WithImage("not a png"), "", kNoDeadline, &a);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("about 1032 prompt tokens"));
 }
 
 TEST_F(IntakeTest, PickTargetSkipsExcludedWorkersAndSaysWhenNoneIsLeft) {

@@ -3,6 +3,7 @@
 // tandem-worker --engine=native processes behind a real gateway, streamed to the client.
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/support/golden_files.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 
@@ -37,8 +39,10 @@ class NativeServingTest : public ::testing::Test {
   void SetUp() override {
     for (const auto& [model, arch] : std::vector<std::pair<std::string, std::string>>{
              {"qwen", "qwen3_5_moe"}, {"nemotron", "nemotron_h"}}) {
-      auto w = StartWorker(model, {"--engine=native", "--checkpoint=" + MakeCheckpoint(arch),
-                                   "--memory_budget=268435456", "--native_threads=1"});
+      // --max_image_pixels: the test images fit, a header claiming 1000x1000 does not.
+      auto w = StartWorker(
+          model, {"--engine=native", "--checkpoint=" + MakeCheckpoint(arch),
+                  "--memory_budget=268435456", "--native_threads=1", "--max_image_pixels=100000"});
       ASSERT_TRUE(w.ok()) << w.status();
       entries_.push_back(model + "=" + w->grpc_address);
       workers_.push_back(std::move(*w));
@@ -101,8 +105,9 @@ TEST_F(NativeServingTest, BothNativeModelsStreamThroughTheGateway) {
     const Streamed again = Stream(req);
     EXPECT_EQ(again.text, s.text) << model;
   }
-  // The workers report the native engine and refuse images (no vision encoder yet).
-  for (const Server& w : workers_) {
+  // The workers report the native engine; the multimodal qwen checkpoint takes images.
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const Server& w = workers_[i];
     auto worker = tandem::v1::Worker::NewStub(
         grpc::CreateChannel(w.grpc_address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
@@ -110,13 +115,123 @@ TEST_F(NativeServingTest, BothNativeModelsStreamThroughTheGateway) {
     tandem::v1::WorkerInfo info;
     ASSERT_TRUE(worker->GetInfo(&ctx, {}, &info).ok());
     EXPECT_EQ(info.engine(), "native");
-    EXPECT_FALSE(info.vision());
+    EXPECT_EQ(info.vision(), info.model_name() == "qwen") << info.model_name();
     EXPECT_THAT(info.model_id(), HasSubstr("random-weights/"));
   }
   auto metrics = HttpGet(workers_[0].metrics_address, "/metrics");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_EQ(MetricValue(*metrics, "tandem_worker_sequence_memory_budget_bytes").value_or(0),
             268435456);
+}
+
+tandem::v1::Image* AddImage(tandem::v1::GenerateRequest* req, const std::string& path,
+                            const std::string& mime) {
+  auto* image = req->mutable_messages(0)->add_content()->mutable_image();
+  image->set_data(ReadFileText(path));
+  image->set_mime_type(mime);
+  return image;
+}
+
+// Images reach qwen: a PNG and a JPEG in one request are decoded, preprocessed, encoded by the
+// vision tower and answered; the image tokens show in the prompt count.
+TEST_F(NativeServingTest, ImagesAreAnsweredByQwen) {
+  const std::string png =
+      std::string(TANDEM_SOURCE_DIR) + "/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png";
+  const std::string jpeg = std::string(TANDEM_SOURCE_DIR) + "/tests/images/checker_96x64.jpg";
+  tandem::v1::GenerateRequest text_only = Prompt("What do these pictures show?", 8);
+  tandem::v1::GenerateRequest req = text_only;
+  AddImage(&req, png, "image/png");
+  AddImage(&req, jpeg, "image/jpeg");
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(60));
+  tandem::v1::GenerateResponse resp;
+  const grpc::Status status = stub_->Generate(&ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(resp.route().model(), "qwen");
+  EXPECT_GT(resp.usage().completion_tokens(), 0);
+  grpc::ClientContext ctx2;
+  Deadline(&ctx2, std::chrono::seconds(60));
+  text_only.mutable_hints()->set_model("qwen");
+  tandem::v1::GenerateResponse text_resp;
+  ASSERT_TRUE(stub_->Generate(&ctx2, text_only, &text_resp).ok());
+  // 352x192 takes 66 tokens and 96x64 (scaled up to the 65536-pixel minimum: 320x224) 70, each
+  // wrapped in vision start/end.
+  EXPECT_EQ(resp.usage().prompt_tokens() - text_resp.usage().prompt_tokens(), 66 + 70 + 4);
+  // The same request streamed gives the same greedy answer.
+  req.mutable_sampling()->set_temperature(0);
+  grpc::ClientContext ctx3;
+  Deadline(&ctx3, std::chrono::seconds(60));
+  tandem::v1::GenerateResponse first;
+  ASSERT_TRUE(stub_->Generate(&ctx3, req, &first).ok());
+  const Streamed streamed = Stream(req);
+  ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
+  EXPECT_EQ(streamed.text, first.text());
+}
+
+// `png` with its header's size set to width x height (the chunk's CRC recomputed).
+std::string WithPngSize(std::string png, uint32_t width, uint32_t height) {
+  auto put = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) png[at + i] = static_cast<char>((v >> (24 - 8 * i)) & 0xFF);
+  };
+  put(16, width);
+  put(20, height);
+  uint32_t crc = 0xFFFFFFFFu;  // CRC-32 (PNG's) over the chunk type and data, bytes 12..28
+  for (size_t i = 12; i < 29; ++i) {
+    crc ^= static_cast<uint8_t>(png[i]);
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  put(29, crc ^ 0xFFFFFFFFu);
+  return png;
+}
+
+// Bad images are INVALID_ARGUMENT naming the part; the worker keeps serving.
+TEST_F(NativeServingTest, BadImagesAreInvalidArgumentNamingThePart) {
+  const std::string png_path =
+      std::string(TANDEM_SOURCE_DIR) + "/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png";
+  const std::string png = ReadFileText(png_path);
+  struct Case {
+    std::string name;
+    std::string data;
+    std::string mime;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"truncated", png.substr(0, png.size() / 2), "image/png", "messages[0].content[1].image: "},
+      {"garbage", std::string(200, 'x'), "image/png", "messages[0].content[1].image: "},
+      {"label says jpeg", png, "image/jpeg", "messages[0].content[1].image: "},
+      {"unsupported type", "BM" + std::string(100, '\0'), "image/bmp",
+       "messages[0].content[1].image"},
+      {"over --max_image_pixels", WithPngSize(png, 1000, 1000), "image/png",
+       "messages[0].content[1].image: "},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    tandem::v1::GenerateRequest req = Prompt("Look", 4);
+    auto* image = req.mutable_messages(0)->add_content()->mutable_image();
+    image->set_data(c.data);
+    image->set_mime_type(c.mime);
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(30));
+    tandem::v1::GenerateResponse resp;
+    const grpc::Status status = stub_->Generate(&ctx, req, &resp);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.want));
+  }
+  // Images pinned to nemotron are refused by the gateway, which knows it takes none.
+  tandem::v1::GenerateRequest pinned = Prompt("Look", 4);
+  AddImage(&pinned, png_path, "image/png");
+  pinned.mutable_hints()->set_model("nemotron");
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  tandem::v1::GenerateResponse resp;
+  const grpc::Status status = stub_->Generate(&ctx, pinned, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("does not accept images"));
+  // And a good request still succeeds.
+  tandem::v1::GenerateRequest ok = Prompt("Still there?", 4);
+  grpc::ClientContext ctx2;
+  Deadline(&ctx2, std::chrono::seconds(30));
+  EXPECT_TRUE(stub_->Generate(&ctx2, ok, &resp).ok());
 }
 
 // The tool loop on the native engines: tools rendered into the prompt by the real tokenizer and

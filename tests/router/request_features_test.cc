@@ -1,8 +1,12 @@
 #include "router/request_features.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -75,8 +79,10 @@ TEST(ExtractFeaturesTest, ReadsEveryField) {
   EXPECT_EQ(f.num_turns, 2);
   EXPECT_EQ(f.image_count, 1);
   EXPECT_EQ(f.prompt_bytes, 16);
-  // 4 messages of template overhead + "be brief" (2) + "12345678" (2).
-  EXPECT_EQ(f.prompt_tokens, 4 * kPerMessageTemplateTokens + 4);
+  // 4 messages of template overhead + "be brief" (2) + "12345678" (2) + an image of unknown
+  // size (no image_tokens given).
+  EXPECT_EQ(f.image_tokens, kUnknownImageTokens);
+  EXPECT_EQ(f.prompt_tokens, 4 * kPerMessageTemplateTokens + 4 + kUnknownImageTokens);
   EXPECT_FALSE(f.prompt_tokens_exact);
   EXPECT_EQ(f.objective, Objective::kLatency);
   EXPECT_EQ(f.pinned_model, "nemotron");
@@ -86,8 +92,40 @@ TEST(ExtractFeaturesTest, ReadsEveryField) {
   EXPECT_EQ(f.tenant, "");
   EXPECT_EQ(f.labels.at("tenant"), "acme");
   EXPECT_EQ(f.app, "chat");
-  EXPECT_EQ(DescribeFeatures(f).size(), 18u);
+  EXPECT_EQ(DescribeFeatures(f).size(), 19u);
   EXPECT_EQ(f.deadline_ms, -1);
+}
+
+// The caller measures the images (the router reads none): each counts the tokens given for it,
+// in message order, and one past the given counts the fixed estimate.
+TEST(ExtractFeaturesTest, ImagesCountTheTokensTheCallerGives) {
+  tandem::v1::GenerateRequest r;
+  auto* first = r.add_messages();
+  first->set_role("user");
+  first->add_content()->mutable_image()->set_data("a");
+  first->add_content()->set_text("abcd");
+  auto* second = r.add_messages();
+  second->set_role("user");
+  second->add_content()->mutable_image()->set_data("b");
+  second->add_content()->mutable_image()->set_data("c");
+  const int64_t text = 2 * kPerMessageTemplateTokens + 1;
+
+  const std::vector<int64_t> sizes = {68, 770};
+  const RequestFeatures f = ExtractFeatures(r, sizes);
+  EXPECT_EQ(f.image_count, 3);
+  EXPECT_EQ(f.image_tokens, 68 + 770 + kUnknownImageTokens);
+  EXPECT_EQ(f.prompt_tokens, text + f.image_tokens);
+  EXPECT_EQ(f.prompt_bytes, 4);  // images are not prompt bytes
+  const auto described = DescribeFeatures(f);
+  EXPECT_NE(std::find(described.begin(), described.end(),
+                      std::pair<std::string, std::string>{"image_tokens", "1864"}),
+            described.end());
+
+  const std::vector<int64_t> all = {10, 20, 30};
+  EXPECT_EQ(ExtractFeatures(r, all).prompt_tokens, text + 60);
+  EXPECT_EQ(ExtractFeatures(r).image_tokens, 3 * kUnknownImageTokens);
+  // The fixed estimate is a 1024 x 1024 image's grid at the released settings plus the markers.
+  EXPECT_EQ(kUnknownImageTokens, 1026);
 }
 
 TEST(ContentCuesTest, FindsCodeMathReasoningAndStructuredOutput) {

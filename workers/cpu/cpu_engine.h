@@ -96,9 +96,15 @@ EngineInfo NativeEngineInfo(const model::ModelShape& shape, const std::string& m
                             const std::string& model_id, int32_t max_context_tokens,
                             int32_t max_output_tokens, bool vision = false);
 
+// INVALID_ARGUMENT (starting with `where`) unless the tokenizer's <|vision_start|>,
+// <|image_pad|> and <|vision_end|> are the config's ids.
+absl::Status CheckVisionTokens(const Tokenizer& tokenizer, const model::qwen35::VisionConfig& v,
+                               const std::string& where);
+
 // The vision encoder of a checkpoint whose config has a vision_config and whose tensors include
-// model.visual.* (else none: a text checkpoint serves text). Checks that the tokenizer's
-// <|vision_start|>, <|image_pad|> and <|vision_end|> are the config's ids.
+// model.visual.* (else none: a text checkpoint serves text). The tokenizer must agree on the
+// vision token ids (CheckVisionTokens): an error for a checkpoint; for random weights a warning
+// and no encoder (text only).
 absl::StatusOr<CpuVision> LoadCpuVision(const model::Checkpoint& checkpoint,
                                         const model::ModelConfig& config,
                                         const vision::PreprocessorConfig& processor,

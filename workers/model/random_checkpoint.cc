@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <utility>
 #include <variant>
 
@@ -30,6 +31,12 @@ constexpr Spread kEmbedding{0.0f, 1.0f};
 // norm(x)) at 0: both scale by about 1.
 constexpr Spread kNorm{1.0f, 0.1f};
 constexpr Spread kNormOnePlus{0.0f, 0.1f};
+// The vision tower's biases (its linears, LayerNorms and patch embedding have them): small
+// next to the projections' outputs, so they shift activations without dominating them.
+constexpr Spread kBias{0.0f, 0.05f};
+// The learned position table is added to the patch embeddings (RMS about 1/sqrt(3) * the
+// pixels' RMS): a comparable spread, so positions count without swamping the image.
+constexpr Spread kPositions{0.0f, 0.5f};
 
 // Collects the tensors of one model with their generators for one seed.
 class SpecList {
@@ -86,6 +93,42 @@ void QwenSpecs(const qwen35::TextConfig& c, const std::string& prefix, SpecList*
     w->Add(l + "mlp.shared_expert.down_proj.weight", {H, Is}, Projection(Is));
     w->Add(l + "mlp.shared_expert_gate.weight", {1, H}, Projection(H));
   }
+}
+
+// A LayerNorm (y = w * (x - mean) / std + b, plain: w at 1) and a linear layer with a bias.
+void AddLayerNorm(const std::string& name, int64_t dim, SpecList* w) {
+  w->Add(name + ".weight", {dim}, kNorm);
+  w->Add(name + ".bias", {dim}, kBias);
+}
+void AddLinear(const std::string& name, int64_t out, int64_t in, SpecList* w) {
+  w->Add(name + ".weight", {out, in}, Projection(in));
+  w->Add(name + ".bias", {out}, kBias);
+}
+
+// The vision tower (model.visual.*), as the released checkpoint names it.
+void VisionSpecs(const qwen35::VisionConfig& v, SpecList* w) {
+  const int64_t H = v.hidden_size, I = v.intermediate_size, M = v.merged_dim();
+  const std::string p = "model.visual.";
+  // Conv3d [hidden, channels, T, P, P]: its fan-in is one patch's values.
+  w->Add(p + "patch_embed.proj.weight",
+         {H, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size},
+         Projection(v.patch_dim()));
+  w->Add(p + "patch_embed.proj.bias", {H}, kBias);
+  w->Add(p + "pos_embed.weight", {v.num_position_embeddings, H}, kPositions);
+  for (int64_t b = 0; b < v.depth; ++b) {
+    const std::string l = absl::StrCat(p, "blocks.", b, ".");
+    AddLayerNorm(l + "norm1", H, w);
+    AddLinear(l + "attn.qkv", 3 * H, H, w);
+    AddLinear(l + "attn.proj", H, H, w);
+    AddLayerNorm(l + "norm2", H, w);
+    AddLinear(l + "mlp.linear_fc1", I, H, w);
+    AddLinear(l + "mlp.linear_fc2", H, I, w);
+  }
+  // The merger normalises each patch, concatenates merge^2 of them and projects to the text
+  // model's width.
+  AddLayerNorm(p + "merger.norm", H, w);
+  AddLinear(p + "merger.linear_fc1", M, M, w);
+  AddLinear(p + "merger.linear_fc2", v.out_hidden_size, M, w);
 }
 
 void NemotronSpecs(const nemotron_h::Config& c, SpecList* w) {
@@ -188,10 +231,54 @@ Json QwenConfig(const RandomModelOptions& o) {
                {"bos_token_id", nullptr},
                {"eos_token_id", Eos(o.eos_token_id)},
                {"pad_token_id", nullptr}};
-  return {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
-          {"model_type", "qwen3_5_moe"},
-          {"tie_word_embeddings", false},
-          {"text_config", text}};
+  Json config = {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+                 {"model_type", "qwen3_5_moe"},
+                 {"tie_word_embeddings", false},
+                 {"text_config", text}};
+  if (o.vision) {
+    // -1: the vocabulary's last three ids.
+    const auto id = [&](int32_t chosen, int32_t from_end) {
+      return chosen >= 0 ? chosen : o.vocab_size - from_end;
+    };
+    config["vision_start_token_id"] = id(o.vision_start_token_id, 3);
+    config["vision_end_token_id"] = id(o.vision_end_token_id, 2);
+    config["image_token_id"] = id(o.image_token_id, 1);
+    config["vision_config"] = {{"model_type", "qwen3_5_moe_vision"},
+                               {"depth", o.vision_depth},
+                               {"hidden_size", o.vision_hidden_size},
+                               {"hidden_act", "gelu_pytorch_tanh"},
+                               {"intermediate_size", o.vision_intermediate_size},
+                               {"num_heads", o.vision_heads},
+                               {"in_channels", 3},
+                               {"patch_size", o.vision_patch_size},
+                               {"spatial_merge_size", o.vision_merge_size},
+                               {"temporal_patch_size", o.vision_temporal_patch_size},
+                               {"out_hidden_size", o.hidden_size},
+                               {"num_position_embeddings", o.vision_position_embeddings},
+                               {"deepstack_visual_indexes", Json::array()}};
+  }
+  return config;
+}
+
+// The checks of a random Qwen config's vision part the engines' parser leaves out: its ids
+// must name three different tokens, none of them the end of sequence.
+absl::Status CheckVision(const Json& config, const RandomModelOptions& o) {
+  absl::StatusOr<qwen35::TextConfig> text = qwen35::ParseConfig(config);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<std::optional<qwen35::VisionConfig>> vision =
+      qwen35::ParseVisionConfig(config, *text);
+  if (!vision.ok()) return vision.status();
+  if (!vision->has_value()) return absl::OkStatus();
+  const qwen35::VisionConfig& v = **vision;
+  const int32_t start = v.vision_start_token_id, end = v.vision_end_token_id,
+                image = v.image_token_id;
+  if (start == end || start == image || end == image || start == o.eos_token_id ||
+      end == o.eos_token_id || image == o.eos_token_id) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vision_start_token_id ", start, ", vision_end_token_id ", end, " and image_token_id ",
+        image, " must be three different ids, none of them eos_token_id ", o.eos_token_id));
+  }
+  return absl::OkStatus();
 }
 
 Json NemotronConfig(const RandomModelOptions& o) {
@@ -252,6 +339,7 @@ std::vector<RandomTensorSpec> SpecsOf(const ModelConfig& config, uint64_t seed) 
       const auto& c = std::get<qwen35::TextConfig>(config.hyperparameters);
       // The loaders' prefixes: the composite model nests the text model, a bare one does not.
       QwenSpecs(c, c.composite ? "model.language_model." : "model.", &specs);
+      if (config.vision.has_value()) VisionSpecs(*config.vision, &specs);
       break;
     }
     case Architecture::kNemotronH:
@@ -259,6 +347,26 @@ std::vector<RandomTensorSpec> SpecsOf(const ModelConfig& config, uint64_t seed) 
       break;
   }
   return specs.Take();
+}
+
+// The id a tokenizer.json gives the token `content`, as the worker's tokenizer (BpeTokenizer)
+// takes it: an added token's, else the vocabulary's.
+std::optional<int32_t> TokenIdIn(const Json& tokenizer, const std::string& content) {
+  if (auto added = tokenizer.find("added_tokens"); added != tokenizer.end() && added->is_array()) {
+    for (const Json& a : *added) {
+      if (a.is_object() && a.value("content", Json()) == content && a.contains("id") &&
+          a["id"].is_number_integer()) {
+        return a["id"].get<int32_t>();
+      }
+    }
+  }
+  auto model = tokenizer.find("model");
+  if (model == tokenizer.end() || !model->is_object()) return std::nullopt;
+  auto vocab = model->find("vocab");
+  if (vocab == model->end() || !vocab->is_object()) return std::nullopt;
+  auto id = vocab->find(content);
+  if (id == vocab->end() || !id->is_number_integer()) return std::nullopt;
+  return id->get<int32_t>();
 }
 
 // The config with the marks that tell the worker (CheckModelName) its weights are random.
@@ -294,8 +402,13 @@ absl::StatusOr<Json> RandomModelConfig(const RandomModelOptions& o) {
   absl::StatusOr<Architecture> architecture = ParseArchitecture(o.architecture);
   if (!architecture.ok()) return architecture.status();
   switch (*architecture) {
-    case Architecture::kQwen35Moe:
-      return QwenConfig(o);
+    case Architecture::kQwen35Moe: {
+      Json config = QwenConfig(o);
+      if (absl::Status s = CheckVision(config, o); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("random model: ", s.message()));
+      }
+      return config;
+    }
     case Architecture::kNemotronH:
       return NemotronConfig(o);
   }
@@ -308,21 +421,74 @@ absl::StatusOr<std::vector<RandomTensorSpec>> RandomTensorSpecs(const Json& conf
   return SpecsOf(*parsed, seed);
 }
 
+absl::Status VisionTokenIdsFromTokenizer(const Json& tokenizer, RandomModelOptions* o) {
+  if (!tokenizer.is_object()) {
+    return absl::InvalidArgumentError("tokenizer.json is not a JSON object");
+  }
+  std::string missing;
+  int32_t ids[3] = {0, 0, 0};
+  const char* const kTokens[3] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>"};
+  for (int i = 0; i < 3; ++i) {
+    std::optional<int32_t> id = TokenIdIn(tokenizer, kTokens[i]);
+    if (id.has_value()) {
+      ids[i] = *id;
+    } else {
+      absl::StrAppend(&missing, missing.empty() ? "" : ", ", kTokens[i]);
+    }
+  }
+  if (!missing.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("the tokenizer has no ", missing, " token (the vision markers)"));
+  }
+  o->vision_start_token_id = ids[0];
+  o->vision_end_token_id = ids[1];
+  o->image_token_id = ids[2];
+  return absl::OkStatus();
+}
+
+Json RandomPreprocessorConfig(const qwen35::VisionConfig& v) {
+  return {{"image_processor_type", "Qwen2VLImageProcessorFast"},
+          {"processor_class", "Qwen3VLProcessor"},
+          {"do_resize", true},
+          {"resample", 3},
+          {"do_rescale", true},
+          {"rescale_factor", 1.0 / 255.0},
+          {"do_normalize", true},
+          {"image_mean", {0.5, 0.5, 0.5}},
+          {"image_std", {0.5, 0.5, 0.5}},
+          {"do_convert_rgb", true},
+          {"size", {{"shortest_edge", 65536}, {"longest_edge", 16777216}}},
+          {"patch_size", v.patch_size},
+          {"temporal_patch_size", v.temporal_patch_size},
+          {"merge_size", v.spatial_merge_size}};
+}
+
 absl::Status WriteRandomWeights(const Json& config, uint64_t seed, DType dtype,
                                 uint64_t shard_bytes, const std::string& dir) {
-  auto specs = RandomTensorSpecs(config, seed);
-  if (!specs.ok()) return specs.status();
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(config, "config.json");
+  if (!parsed.ok()) return parsed.status();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  {
-    std::ofstream out(dir + "/config.json");
-    out << Marked(config, seed).dump(2) << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", dir, "/config.json"));
+  const auto write_json = [&](const char* name, const Json& json) -> absl::Status {
+    std::ofstream out(dir + "/" + name);
+    out << json.dump(2) << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", dir, "/", name));
+    return absl::OkStatus();
+  };
+  if (absl::Status s = write_json("config.json", Marked(config, seed)); !s.ok()) return s;
+  // The worker reads the image processor's settings from here, as from a released checkpoint.
+  if (parsed->vision.has_value()) {
+    if (absl::Status s =
+            write_json("preprocessor_config.json", RandomPreprocessorConfig(*parsed->vision));
+        !s.ok()) {
+      return s;
+    }
   }
+  std::vector<RandomTensorSpec> specs = SpecsOf(*parsed, seed);
   std::vector<TensorData> tensors;
-  tensors.reserve(specs->size());
-  for (RandomTensorSpec& s : *specs) {
+  tensors.reserve(specs.size());
+  for (RandomTensorSpec& s : specs) {
     tensors.push_back(TensorData{std::move(s.name), std::move(s.shape), {}, s.fill});
   }
   return WriteSafetensors(dir, std::move(tensors), dtype, shard_bytes);

@@ -39,13 +39,19 @@ using Json = nlohmann::json;
 constexpr char kQwenConfig[] = TANDEM_SOURCE_DIR "/workers/model/configs/qwen3_5_moe/config.json";
 constexpr char kNemotronConfig[] =
     TANDEM_SOURCE_DIR "/workers/model/configs/nemotron_h/config.json";
+constexpr char kQwenPreprocessor[] =
+    TANDEM_SOURCE_DIR "/workers/model/configs/qwen3_5_moe/preprocessor_config.json";
+constexpr char kGoldenVl[] = TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl";
+constexpr char kQwen3Tokenizer[] = TANDEM_SOURCE_DIR "/tests/tokenizer/qwen3/tokenizer.json";
 
-// Parameters of a model: all of them, and those one token uses (each MoE layer's routed experts
-// count k/E; the input embedding is a lookup, counted apart).
+// Parameters of a model: all of them (the text model's), and those one token uses (each MoE
+// layer's routed experts count k/E; the input embedding is a lookup, counted apart); Qwen's vision
+// tower (model.visual.*) apart.
 struct Counts {
   int64_t total = 0;
   int64_t routed = 0;
   int64_t embedding = 0;
+  int64_t vision = 0;
   double active_without_embedding(double k_over_e) const {
     return static_cast<double>(total - embedding) - static_cast<double>(routed) * (1 - k_over_e);
   }
@@ -54,6 +60,10 @@ struct Counts {
 Counts Count(const std::vector<model::RandomTensorSpec>& specs) {
   Counts c;
   for (const model::RandomTensorSpec& s : specs) {
+    if (s.name.starts_with("model.visual.")) {
+      c.vision += s.elements();
+      continue;
+    }
     c.total += s.elements();
     // Routed experts: Qwen's fused mlp.experts.*, Nemotron's mixer.experts.N.* (not the
     // shared_experts).
@@ -88,6 +98,35 @@ TEST(ReleasedConfigsTest, QwenParsesWithTheReleasedDimensions) {
   EXPECT_EQ(c->max_positions, 262144);
   EXPECT_FALSE(c->tie_word_embeddings);
   EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{248044});
+  // The vision tower and the ids that place images (configs/README.md says where from).
+  auto v = model::qwen35::ParseVisionConfig(config, *c);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_TRUE(v->has_value());
+  EXPECT_EQ((*v)->depth, 27);
+  EXPECT_EQ((*v)->hidden_size, 1152);
+  EXPECT_EQ((*v)->intermediate_size, 4304);
+  EXPECT_EQ((*v)->num_heads, 16);
+  EXPECT_EQ((*v)->head_dim(), 72);
+  EXPECT_EQ((*v)->patch_size, 16);
+  EXPECT_EQ((*v)->temporal_patch_size, 2);
+  EXPECT_EQ((*v)->spatial_merge_size, 2);
+  EXPECT_EQ((*v)->out_hidden_size, 2048);
+  EXPECT_EQ((*v)->num_position_embeddings, 2304);
+  EXPECT_EQ((*v)->position_side(), 48);
+  EXPECT_TRUE((*v)->tanh_gelu);
+  EXPECT_EQ((*v)->vision_start_token_id, 248053);
+  EXPECT_EQ((*v)->vision_end_token_id, 248054);
+  EXPECT_EQ((*v)->image_token_id, 248056);
+  // Its image processor: the released settings, with the vision config's sizes.
+  const Json pre = testing::ReadJsonFile(kQwenPreprocessor);
+  ASSERT_TRUE(pre.is_object()) << kQwenPreprocessor;
+  EXPECT_EQ(pre["size"]["shortest_edge"], 65536);
+  EXPECT_EQ(pre["size"]["longest_edge"], 16777216);
+  EXPECT_EQ(pre["patch_size"], (*v)->patch_size);
+  EXPECT_EQ(pre["temporal_patch_size"], (*v)->temporal_patch_size);
+  EXPECT_EQ(pre["merge_size"], (*v)->spatial_merge_size);
+  EXPECT_EQ(pre["image_mean"], Json({0.5, 0.5, 0.5}));
+  EXPECT_EQ(pre["image_std"], Json({0.5, 0.5, 0.5}));
 }
 
 TEST(ReleasedConfigsTest, NemotronParsesWithTheReleasedDimensions) {
@@ -134,6 +173,14 @@ TEST(ReleasedConfigsTest, ParameterCountsMatchTheModelSpec) {
   EXPECT_NEAR(2.0 * static_cast<double>(q.total), 69.3e9, 0.01 * 69.3e9);
   EXPECT_NEAR(q.active_without_embedding(8.0 / 256), 2.95e9, 0.02 * 2.95e9);
   EXPECT_EQ(q.embedding, int64_t{248320} * 2048);
+  // The vision tower: 27 blocks of 15,239,504, the patch embedding (1,770,624), the 48 x 48
+  // position table (2,654,208) and the merger (30,679,808). With the MTP head the engines do
+  // not read (844,640,768: fc 2048 x 4096, one attention layer, 256 experts of 512, norms), the
+  // released checkpoint's total is 35,951,822,704 (configs/README.md): exactly.
+  std::printf("qwen3_5_moe vision tower: %lld parameters (%.2f GB BF16)\n",
+              static_cast<long long>(q.vision), 2e-9 * static_cast<double>(q.vision));
+  EXPECT_EQ(q.vision, 446571248);
+  EXPECT_EQ(q.total + q.vision + 844640768, 35951822704);
 
   auto nemotron = model::RandomTensorSpecs(testing::ReadJsonFile(kNemotronConfig), 1);
   ASSERT_TRUE(nemotron.ok()) << nemotron.status();
@@ -340,6 +387,199 @@ TEST(RandomWeightsTest, BadConfigsAreRefusedNamingTheProblem) {
   twice[0].random = twice[1].random = model::RandomFill{};
   EXPECT_THAT(std::string(model::Checkpoint::FromTensors("x", "{}", twice).status().message()),
               HasSubstr("tensor w twice"));
+}
+
+// The golden multimodal checkpoint's tensor list (tests/golden/qwen3_5_moe_vl/tensors.txt: the
+// released names, written by an independent generator): every tensor, text and vision, by name
+// and shape, from its config.json alone.
+TEST(RandomVisionTest, SpecsAreTheGoldenCheckpointsTensors) {
+  const Json config = testing::ReadJsonFile(std::string(kGoldenVl) + "/config.json");
+  auto specs = model::RandomTensorSpecs(config, 1);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  std::map<std::string, std::string> got, want;
+  for (const model::RandomTensorSpec& s : *specs) {
+    std::string shape;
+    for (int64_t d : s.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    got[s.name] = "[" + shape + "]";
+  }
+  std::istringstream lines(testing::ReadFileText(std::string(kGoldenVl) + "/tensors.txt"));
+  std::string line;
+  int visual = 0;
+  while (std::getline(lines, line)) {
+    const size_t tab1 = line.find('\t'), tab2 = line.rfind('\t');
+    ASSERT_NE(tab1, std::string::npos) << line;
+    const std::string name = line.substr(0, tab1);
+    want[name] = line.substr(tab2 + 1);
+    visual += name.starts_with("model.visual.");
+  }
+  EXPECT_EQ(visual, 33);
+  EXPECT_EQ(got, want);
+}
+
+// A small multimodal model: vision_config as the engines parse it (ParseVisionConfig), the ids at
+// the top of the vocabulary, and the tower's tensors at the options' sizes.
+TEST(RandomVisionTest, SmallQwenModelsHaveAVisionTowerByDefault) {
+  model::RandomModelOptions o = SmallModel("qwen3_5_moe");
+  auto config = model::RandomModelConfig(o);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ((*config)["vision_config"]["model_type"], "qwen3_5_moe_vision");
+  EXPECT_EQ((*config)["vision_config"]["hidden_act"], "gelu_pytorch_tanh");
+  EXPECT_EQ((*config)["vision_config"]["deepstack_visual_indexes"], Json::array());
+  auto text = model::qwen35::ParseConfig(*config);
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto v = model::qwen35::ParseVisionConfig(*config, *text);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_TRUE(v->has_value());
+  EXPECT_EQ((*v)->depth, o.vision_depth);
+  EXPECT_EQ((*v)->hidden_size, 64);
+  EXPECT_EQ((*v)->head_dim(), 32);
+  EXPECT_EQ((*v)->out_hidden_size, o.hidden_size);
+  EXPECT_EQ((*v)->position_side(), 8);
+  EXPECT_EQ((*v)->vision_start_token_id, 297);  // vocab 300
+  EXPECT_EQ((*v)->vision_end_token_id, 298);
+  EXPECT_EQ((*v)->image_token_id, 299);
+
+  auto specs = model::RandomTensorSpecs(*config, 1);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  std::map<std::string, std::vector<int64_t>> shape;
+  std::map<std::string, model::RandomFill> fill;
+  for (const model::RandomTensorSpec& s : *specs) {
+    shape[s.name] = s.shape;
+    fill[s.name] = s.fill;
+  }
+  using Shape = std::vector<int64_t>;
+  const std::string p = "model.visual.";
+  EXPECT_EQ(shape[p + "patch_embed.proj.weight"], (Shape{64, 3, 2, 16, 16}));
+  EXPECT_EQ(shape[p + "patch_embed.proj.bias"], Shape{64});
+  EXPECT_EQ(shape[p + "pos_embed.weight"], (Shape{64, 64}));
+  EXPECT_EQ(shape[p + "blocks.1.attn.qkv.weight"], (Shape{192, 64}));
+  EXPECT_EQ(shape[p + "blocks.1.attn.qkv.bias"], Shape{192});
+  EXPECT_EQ(shape[p + "blocks.1.attn.proj.weight"], (Shape{64, 64}));
+  EXPECT_EQ(shape[p + "blocks.1.mlp.linear_fc1.weight"], (Shape{128, 64}));
+  EXPECT_EQ(shape[p + "blocks.1.mlp.linear_fc2.weight"], (Shape{64, 128}));
+  EXPECT_EQ(shape[p + "blocks.0.norm2.bias"], Shape{64});
+  EXPECT_EQ(shape[p + "merger.norm.weight"], Shape{64});
+  EXPECT_EQ(shape[p + "merger.linear_fc1.weight"], (Shape{256, 256}));
+  EXPECT_EQ(shape[p + "merger.linear_fc2.weight"], (Shape{64, 256}));
+  EXPECT_EQ(shape[p + "merger.linear_fc2.bias"], Shape{64});
+  EXPECT_FALSE(shape.contains(p + "blocks.2.norm1.weight"));
+  // Scales: projections 1/sqrt(fan_in) (a patch is 3 * 2 * 16 * 16 values), plain LayerNorms at
+  // 1, biases small.
+  EXPECT_FLOAT_EQ(fill[p + "patch_embed.proj.weight"].half_width, 1 / std::sqrt(1536.0f));
+  EXPECT_FLOAT_EQ(fill[p + "merger.linear_fc2.weight"].half_width, 1 / 16.0f);
+  EXPECT_EQ(fill[p + "blocks.0.norm1.weight"].center, 1.0f);
+  EXPECT_EQ(fill[p + "merger.norm.weight"].center, 1.0f);
+  EXPECT_EQ(fill[p + "blocks.0.attn.qkv.bias"].center, 0.0f);
+  EXPECT_LE(fill[p + "blocks.0.attn.qkv.bias"].half_width, 0.05f);
+  // 12 tensors a block, 9 others.
+  int visual = 0;
+  for (const auto& [name, s] : shape) visual += name.starts_with(p);
+  EXPECT_EQ(visual, 12 * o.vision_depth + 9);
+}
+
+// The written checkpoint carries the vision config and the image processor's settings for it;
+// a text-only one (vision off) and Nemotron carry neither.
+TEST(RandomVisionTest, WrittenCheckpointsHaveAPreprocessorConfigExactlyWhenMultimodal) {
+  model::RandomModelOptions o = SmallModel("qwen3_5_moe");
+  o.num_layers = 1;
+  o.vision_patch_size = 8;
+  o.vision_merge_size = 4;
+  const std::string dir = tandem::testing::TempPath("vision-ckpt");
+  ASSERT_TRUE(model::WriteRandomCheckpoint(o, dir).ok());
+  auto written = model::Checkpoint::Open(dir);
+  ASSERT_TRUE(written.ok()) << written.status();
+  const Json config = Json::parse((*written)->config_json());
+  auto text = model::qwen35::ParseConfig(config);
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto v = model::qwen35::ParseVisionConfig(config, *text);
+  ASSERT_TRUE(v.ok() && v->has_value()) << v.status();
+  EXPECT_EQ((*v)->patch_size, 8);
+  EXPECT_EQ((*v)->spatial_merge_size, 4);
+  EXPECT_TRUE((*written)->tensors().contains("model.visual.merger.linear_fc1.weight"));
+  const Json pre = testing::ReadJsonFile(dir + "/preprocessor_config.json");
+  ASSERT_TRUE(pre.is_object());
+  EXPECT_EQ(pre["patch_size"], 8);
+  EXPECT_EQ(pre["merge_size"], 4);
+  EXPECT_EQ(pre["temporal_patch_size"], 2);
+  // The rest as tests/golden/qwen3_5_moe_vl/preprocessor_config.json (the released values).
+  Json golden = testing::ReadJsonFile(std::string(kGoldenVl) + "/preprocessor_config.json");
+  golden["patch_size"] = 8;
+  golden["merge_size"] = 4;
+  EXPECT_EQ(pre, golden);
+
+  o.vision = false;
+  const std::string text_dir = tandem::testing::TempPath("text-ckpt");
+  ASSERT_TRUE(model::WriteRandomCheckpoint(o, text_dir).ok());
+  auto text_only = model::Checkpoint::Open(text_dir);
+  ASSERT_TRUE(text_only.ok()) << text_only.status();
+  const Json text_config = Json::parse((*text_only)->config_json());
+  EXPECT_FALSE(text_config.contains("vision_config"));
+  EXPECT_FALSE(text_config.contains("image_token_id"));
+  for (const auto& [name, t] : (*text_only)->tensors()) {
+    EXPECT_FALSE(name.starts_with("model.visual.")) << name;
+  }
+  EXPECT_FALSE(std::ifstream(text_dir + "/preprocessor_config.json").good());
+
+  const std::string nemotron_dir = tandem::testing::TempPath("nemotron-ckpt");
+  ASSERT_TRUE(model::WriteRandomCheckpoint(SmallModel("nemotron_h"), nemotron_dir).ok());
+  EXPECT_FALSE(std::ifstream(nemotron_dir + "/preprocessor_config.json").good());
+}
+
+TEST(RandomVisionTest, BadVisionSizesAndIdsAreRefusedNamingTheProblem) {
+  const auto error = [](const model::RandomModelOptions& o) {
+    auto c = model::RandomModelConfig(o);
+    return c.ok() ? std::string("ok") : std::string(c.status().message());
+  };
+  model::RandomModelOptions o = SmallModel("qwen3_5_moe");
+  o.vision_heads = 3;  // 64 / 3
+  EXPECT_THAT(error(o), HasSubstr("head dim"));
+  o = SmallModel("qwen3_5_moe");
+  o.vision_position_embeddings = 60;
+  EXPECT_THAT(error(o), HasSubstr("square"));
+  o = SmallModel("qwen3_5_moe");
+  o.image_token_id = 300;  // vocab 300
+  EXPECT_THAT(error(o), HasSubstr("image_token_id"));
+  o = SmallModel("qwen3_5_moe");
+  o.vision_end_token_id = 297;  // the start's
+  EXPECT_THAT(error(o), HasSubstr("three different ids"));
+  o = SmallModel("qwen3_5_moe");
+  o.eos_token_id = 299;  // the image's
+  EXPECT_THAT(error(o), HasSubstr("eos_token_id"));
+  o.vision = false;  // no vision ids then
+  EXPECT_EQ(error(o), "ok");
+}
+
+// tandem-make-checkpoint --tokenizer: the ids are the tokenizer's, so the worker's tokenizer and
+// the config agree on where images go.
+TEST(RandomVisionTest, TokenIdsComeFromTheTokenizer) {
+  const Json tokenizer = testing::ReadJsonFile(kQwen3Tokenizer);
+  ASSERT_TRUE(tokenizer.is_object()) << kQwen3Tokenizer;
+  model::RandomModelOptions o = SmallModel("qwen3_5_moe");
+  ASSERT_TRUE(model::VisionTokenIdsFromTokenizer(tokenizer, &o).ok());
+  // Qwen3's added tokens (Qwen3.5's vocabulary has them at 248053, 248054 and 248056).
+  EXPECT_EQ(o.vision_start_token_id, 151652);
+  EXPECT_EQ(o.vision_end_token_id, 151653);
+  EXPECT_EQ(o.image_token_id, 151655);
+  o.vocab_size = 151669;
+  auto config = model::RandomModelConfig(o);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ((*config)["image_token_id"], 151655);
+
+  // A token in the vocabulary rather than the added tokens counts too.
+  const Json plain = {{"model", {{"vocab", {{"<|vision_start|>", 5}, {"<|image_pad|>", 7}}}}},
+                      {"added_tokens", {{{"id", 6}, {"content", "<|vision_end|>"}}}}};
+  ASSERT_TRUE(model::VisionTokenIdsFromTokenizer(plain, &o).ok());
+  EXPECT_EQ(o.vision_start_token_id, 5);
+  EXPECT_EQ(o.vision_end_token_id, 6);
+  EXPECT_EQ(o.image_token_id, 7);
+
+  const Json lacking = {{"model", {{"vocab", {{"<|vision_start|>", 5}}}}}};
+  const absl::Status s = model::VisionTokenIdsFromTokenizer(lacking, &o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("<|vision_end|>, <|image_pad|>"));
+  EXPECT_EQ(o.vision_start_token_id, 5);  // unchanged on failure
+  EXPECT_EQ(model::VisionTokenIdsFromTokenizer(Json::array(), &o).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // "router weights random: expert load is about uniform": the routers of the full-size random
