@@ -55,6 +55,7 @@ absl::StatusOr<LoadedEngine> MakeCudaEngine(const WorkerConfig& config,
   options.max_output_tokens = config.max_output_tokens;
   options.max_context_tokens = config.max_context_tokens;
   options.cuda_graphs = config.cuda_graphs;
+  options.max_image_patches = config.gpu_max_image_patches;
   const auto start = std::chrono::steady_clock::now();
   bool random_weights = false;
   auto engine = cuda::LoadCudaEngine(config.weights, options, &random_weights);

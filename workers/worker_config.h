@@ -35,6 +35,7 @@ struct WorkerConfig {
   int32_t native_threads = 0;         // CPU: matrix-product threads (0: all)
   double gpu_memory_fraction = 0.9;   // GPU: share of memory after the weights
   bool cuda_graphs = true;            // GPU: replay decode steps as CUDA graphs
+  int64_t gpu_max_image_patches = 0;  // GPU: vision scratch, patches of one image (0: model's)
 
   // Synthetic engine.
   SyntheticEngineOptions synthetic;

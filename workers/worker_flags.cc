@@ -38,6 +38,10 @@ ABSL_FLAG(int32_t, native_threads, 0, "Native engine: CPU threads for matrix pro
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "Native engine on a GPU: share of the memory left after the weights for KV blocks and "
           "recurrent-state slots.");
+ABSL_FLAG(int64_t, gpu_max_image_patches, 0,
+          "Native engine on a GPU with a vision encoder: most patches of one image the encoder's "
+          "scratch (reserved at start-up, ~33 KB a patch for the released model) holds; 0: the "
+          "image processor's max_pixels / patch_size^2.");
 ABSL_FLAG(bool, cuda_graphs, true,
           "Native engine on a GPU: replay each decode batch size as a captured CUDA graph.");
 ABSL_FLAG(std::string, engine, "",
@@ -95,6 +99,7 @@ void ReadEngine(WorkerConfig& c) {
   c.native_threads = absl::GetFlag(FLAGS_native_threads);
   c.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   c.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  c.gpu_max_image_patches = absl::GetFlag(FLAGS_gpu_max_image_patches);
   c.synthetic.time_scale = absl::GetFlag(FLAGS_synthetic_time_scale);
   c.synthetic.output_tokens = absl::GetFlag(FLAGS_synthetic_output_tokens);
   c.synthetic_load_time = absl::GetFlag(FLAGS_synthetic_load_time);

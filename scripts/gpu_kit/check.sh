@@ -10,7 +10,9 @@
 #      that holds nothing but the kit and cuBLAS (as root);
 #   4. run.sh without a CUDA device prints one "no CUDA device" line, writes its summary and
 #      exits 0;
-#   5. run.sh --cpu-e2e: the kit's worker and client serve the CPU engine's reference answers.
+#   5. run.sh --cpu-e2e: the kit's worker and client serve the CPU engine's reference answers;
+#   6. the kit's cuda_vision_test runs its host-side checks (the vision encoder's patch tables
+#      against tests/golden/qwen3_5_moe_vl) through the kit's loader, with no device.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd -P)
 KIT=${1:-$ROOT/build-gpu-kit}
@@ -156,6 +158,20 @@ if ((rc != 0)); then
 fi
 python3 -m json.tool "$TMP/cpu/results.json" >/dev/null 2>&1 ||
   failures+=("run.sh --cpu-e2e's results.json is not valid JSON")
+
+echo "== vision: cuda_vision_test's host-side checks through the kit (no device needed)"
+# The test binaries read tests/golden through the source link compiled into them (run.sh points
+# it at the work tree the kit is in; so does this).
+link=$(sed -n 's/.*"source_link": *"\([^"]*\)".*/\1/p' "$KIT/manifest.json")
+if [[ -n $link && $(readlink "$link" 2>/dev/null || true) != "$ROOT" ]]; then
+  ln -sfn "$ROOT" "$link" 2>/dev/null || true
+fi
+rc=0
+"$KIT/bin/cuda_vision_test" --gtest_filter='VisionPatchTablesTest.*' >"$TMP/vision.out" 2>&1 || rc=$?
+tail -3 "$TMP/vision.out"
+if ((rc != 0)) || ! grep -q '^\[  PASSED  \] 1 test' "$TMP/vision.out"; then
+  failures+=("cuda_vision_test's host-side checks: exit $rc: $(tail -c 300 "$TMP/vision.out")")
+fi
 
 if ((${#failures[@]})); then
   echo "== FAILED"

@@ -7,7 +7,8 @@
 #   bash build-gpu-kit/run.sh --day-one OUTDIR  only the device facts and the day-one table
 #
 # Steps, each time-boxed so one hang cannot eat the rest: device facts, every gpu test (gtest
-# XML), the golden checks, an end-to-end worker run per architecture, the transformers
+# XML), the golden checks, the vision checks (their numbers from the gpu tests' output), an
+# end-to-end worker run per architecture, the transformers
 # comparison (scripts/gpu_kit/compare_transformers.py), the full-size benchmark, and the day-one
 # table when time is left (tandem-bench against a worker per full-size model). Writes
 # OUTDIR/summary.md and OUTDIR/results.json. Exit status: 0 when every correctness step passed
@@ -304,6 +305,52 @@ step_golden() {
   return "$ok"
 }
 
+# The Qwen3.5 vision path (tests/gpu/cuda_vision_test.cc, and the image cases of
+# cuda_engine_test.cc) on tests/golden/qwen3_5_moe_vl, from the gpu_tests step's output: every
+# vision test ran on the device and passed; numbers: the encoder's worst stage error against the
+# golden, the text model's image prefill error and greedy agreement, the engine's greedy tokens
+# on the image prompts, and the full-size encoder's time on a 1024 x 1024 image (random weights).
+step_vision() {
+  local rc=0 log="$OUT/logs/cuda_vision_test.log" xml="$OUT/gtest/cuda_vision_test.xml"
+  local stage model engine timing
+  if [[ ! -r $SOURCE_LINK/tests/golden/qwen3_5_moe_vl/cases.json ]]; then
+    NOTE="$SOURCE_LINK/tests/golden/qwen3_5_moe_vl (the vision golden) is missing"
+    return 1
+  fi
+  if [[ ! -s $xml ]]; then
+    NOTE="cuda_vision_test wrote no XML (did it start? logs/cuda_vision_test.log)"
+    return 1
+  fi
+  if grep -q '<skipped' "$xml"; then
+    NOTE="cuda_vision_test skipped tests: they did not run on the device"
+    rc=1
+  fi
+  if grep -q '<failure' "$xml"; then
+    NOTE="${NOTE:+$NOTE; }cuda_vision_test has failures (gtest/cuda_vision_test.xml)"
+    rc=1
+  fi
+  # gtest's XML: one <testcase ... result="..." ... classname="SUITE"> line per test.
+  engine=$(grep 'classname="CudaEngineVisionTest"' "$OUT/gtest/cuda_engine_test.xml" 2>/dev/null || true)
+  if [[ -z $engine ]] || grep -q 'result="skipped"' <<<"$engine"; then
+    NOTE="${NOTE:+$NOTE; }cuda_engine_test's image cases (CudaEngineVisionTest) did not run"
+    rc=1
+  fi
+  # "[vision a_wide] merged: max abs X, rel rms Y": the worst max abs over every image and stage.
+  stage=$(sed -nE 's/^\[vision [a-z_+]+\] [a-z_0-9 ()]+: max abs ([0-9.e+-]+), rel rms.*/\1/p' "$log" |
+    sort -g | tail -1 || true)
+  model=$(grep -hoE '\[vision model, device embeddings\] (prefill median rel rms [0-9.e-]+|greedy agreement: [0-9]+ of [0-9]+)' \
+    "$log" 2>/dev/null | sed 's/\[vision model, device embeddings\] //; s/ of /\//' | paste -sd',' - || true)
+  engine=$(grep -ho 'qwen3_5_moe_vl: [0-9]* of [0-9]* greedy tokens' "$OUT/logs/cuda_engine_test.log" 2>/dev/null |
+    sed 's/qwen3_5_moe_vl: //; s/ of /\//' || true)
+  timing=$(sed -nE 's/^vision encoder full size: 1024x1024 image, ([0-9]+) patches, [0-9]+ blocks, ([0-9.]+) ms per image.*/\2 ms (\1 patches)/p' \
+    "$log" 2>/dev/null | head -1 || true)
+  NUMBERS="encoder worst stage max abs vs golden: ${stage:-none printed} (bound 0.05)"
+  NUMBERS+="; model with the device encoder: ${model:-none printed}"
+  NUMBERS+="; engine greedy tokens equal to the golden: ${engine:-none printed}"
+  NUMBERS+="; full-size encoder, 1024x1024 image, random weights: ${timing:-not measured}"
+  return "$rc"
+}
+
 WORKER_PID=""
 stop_worker() {
   [[ -z $WORKER_PID ]] && return
@@ -558,6 +605,7 @@ if [[ $MODE == day_one ]]; then
 fi
 run_step gpu_tests yes 180 step_gpu_tests
 run_step golden yes 10 step_golden
+run_step vision yes 10 step_vision
 run_step e2e_qwen yes 60 step_e2e_qwen
 run_step e2e_nemotron yes 60 step_e2e_nemotron
 # Correctness before speed: a slow benchmark must not squeeze the comparison out of the budget.

@@ -177,7 +177,7 @@ test('an image_url data URL reaches the vision model', async () => {
   // A 4x3 RGB PNG, inline: images come only as data: URLs.
   const png = 'iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAKklEQVR4nA3HMQEAMAzDMAMriMDpaSgBUYCbPgEOLh5CnLjx8lOnbr36AOO3DflsbMvSAAAAAElFTkSuQmCC';
   const { data, response } = await client.chat.completions
-    .create({ model: 'auto', max_tokens: 4, messages: [{ role: 'user', content: [
+    .create({ model: 'auto', max_tokens: 4, reasoning_effort: 'none', messages: [{ role: 'user', content: [
       { type: 'text', text: 'What is in this picture?' },
       { type: 'image_url', image_url: { url: `data:image/png;base64,${png}`, detail: 'auto' } }] }] })
     .withResponse();

@@ -187,7 +187,7 @@ absl::StatusOr<CpuVision> LoadCpuVision(const model::Checkpoint& checkpoint,
     if (!config.random_weights) return s;
     // Random weights of a released config with a tokenizer of another vocabulary (a measuring
     // set-up): text still works, images cannot be placed.
-    spdlog::warn("{}; serving text only (vision=false)", s.message());
+    spdlog::warn("{}; serving text only (vision=false)", std::string(s.message()));
     return out;
   }
   auto encoder = cpu::Qwen35VisionModel::Load(checkpoint, v);

@@ -1,9 +1,12 @@
 #include "workers/cuda/cuda_engine.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
 #include "workers/cpu/cpu_engine.h"
 #include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/cuda_status.h"
@@ -19,38 +22,46 @@ constexpr int64_t kMaxBatch = 256;
 absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(std::unique_ptr<CudaModel> model,
                                                                std::unique_ptr<Tokenizer> tokenizer,
                                                                std::vector<int32_t> stop_ids,
-                                                               CudaEngineOptions options) {
+                                                               CudaEngineOptions options,
+                                                               CudaEngineVision vision) {
   std::unique_ptr<CudaEngine> e(new CudaEngine(std::move(model), std::move(tokenizer),
-                                               std::move(stop_ids), std::move(options)));
+                                               std::move(stop_ids), std::move(options),
+                                               std::move(vision)));
   if (absl::Status s = e->Init(); !s.ok()) return s;
   return e;
 }
 
 CudaEngine::CudaEngine(std::unique_ptr<CudaModel> model, std::unique_ptr<Tokenizer> tokenizer,
-                       std::vector<int32_t> stop_ids, CudaEngineOptions options)
+                       std::vector<int32_t> stop_ids, CudaEngineOptions options,
+                       CudaEngineVision vision)
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       stop_ids_(std::move(stop_ids)),
       options_(std::move(options)),
-      thinking_markers_(ThinkingMarkers::Of(*tokenizer_)) {
+      thinking_markers_(ThinkingMarkers::Of(*tokenizer_)),
+      vision_(std::move(vision)) {
+  // Images only with the encoder's weights on the device (LoadCudaEngine loads it when the
+  // config has a vision_config and the checkpoint its tensors).
   info_ = NativeEngineInfo(model_->shape(), options_.model_name, options_.model_id,
-                           options_.max_context_tokens, options_.max_output_tokens);
+                           options_.max_context_tokens, options_.max_output_tokens,
+                           /*vision=*/vision_.encoder != nullptr);
 }
 
 CudaEngine::~CudaEngine() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   for (auto& [size, b] : buckets_) {
     if (b.graph != nullptr) cudaGraphExecDestroy(b.graph);
-    for (void* p :
-         {static_cast<void*>(b.tokens), static_cast<void*>(b.positions),
-          static_cast<void*>(b.slots), static_cast<void*>(b.block_tables),
-          static_cast<void*>(b.logits), static_cast<void*>(b.temperature),
-          static_cast<void*>(b.top_k), static_cast<void*>(b.top_p), static_cast<void*>(b.seeds),
-          static_cast<void*>(b.steps), static_cast<void*>(b.sampled)}) {
+    for (void* p : {static_cast<void*>(b.tokens), static_cast<void*>(b.positions),
+                    static_cast<void*>(b.rope_positions), static_cast<void*>(b.slots),
+                    static_cast<void*>(b.block_tables), static_cast<void*>(b.logits),
+                    static_cast<void*>(b.temperature), static_cast<void*>(b.top_k),
+                    static_cast<void*>(b.top_p), static_cast<void*>(b.seeds),
+                    static_cast<void*>(b.steps), static_cast<void*>(b.sampled)}) {
       cudaFree(p);
     }
   }
   cudaFree(block_tables_);
+  cudaFree(image_embeddings_);
   cudaFree(state_pool_);
   cudaFree(kv_pool_);
   cudaFreeHost(host_ints_);
@@ -71,6 +82,7 @@ absl::Status CudaEngine::Init() {
                      absl::StrCat("cudaSetDevice(", options_.device, ")"));
   TANDEM_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                      "cudaStreamCreate");
+  RETURN_IF_ERROR(InitVision());
   size_t free_bytes = 0, total_bytes = 0;
   TANDEM_CUDA_RETURN(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   if (options_.memory_fraction <= 0 || options_.memory_fraction > 1) {
@@ -124,10 +136,10 @@ absl::Status CudaEngine::Init() {
       cudaMemsetAsync(block_tables_, 0, static_cast<size_t>(slots_ * max_blocks_per_sequence_ * 4),
                       stream_),
       "cudaMemset(block tables)");
-  // Pinned staging: tokens, positions, slots, top_k, sampled ids (5 x kMaxBatch ints), then
-  // temperature, top_p (floats), seeds, steps (64-bit) for kMaxBatch rows.
+  // Pinned staging: tokens, positions, slots, top_k, sampled ids, rope positions (6 x kMaxBatch
+  // ints), then temperature, top_p (floats), seeds, steps (64-bit) for kMaxBatch rows.
   if (absl::Status s = PinnedHostAlloc(reinterpret_cast<void**>(&host_ints_),
-                                       static_cast<size_t>(kMaxBatch * 5 * 4 + kMaxBatch * 24),
+                                       static_cast<size_t>(kMaxBatch * 6 * 4 + kMaxBatch * 24),
                                        "step inputs and sampled tokens");
       !s.ok()) {
     return s;
@@ -158,6 +170,7 @@ absl::StatusOr<CudaEngine::Bucket*> CudaEngine::BucketFor(int64_t batch) {
   } arrays[] = {
       {reinterpret_cast<void**>(&b.tokens), n * 4, "decode tokens"},
       {reinterpret_cast<void**>(&b.positions), n * 4, "decode positions"},
+      {reinterpret_cast<void**>(&b.rope_positions), n * 4, "decode rotary positions"},
       {reinterpret_cast<void**>(&b.slots), n * 4, "decode state slots"},
       {reinterpret_cast<void**>(&b.block_tables),
        n * static_cast<size_t>(max_blocks_per_sequence_) * 4, "decode block tables"},
@@ -182,6 +195,8 @@ absl::StatusOr<CudaEngine::Bucket*> CudaEngine::BucketFor(int64_t batch) {
 
 absl::Status CudaEngine::AddSequence(const SequenceSpec& spec) {
   if (spec.prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  Sequence seq;
+  RETURN_IF_ERROR(AdmitImages(spec, &seq));
   const int64_t tokens = static_cast<int64_t>(spec.prompt.size()) + std::max(0, spec.max_tokens);
   const int64_t blocks = BlocksFor(tokens);
   if (blocks > max_blocks_per_sequence_) {
@@ -194,7 +209,6 @@ absl::Status CudaEngine::AddSequence(const SequenceSpec& spec) {
         absl::StrFormat("device sequence memory: %d free slots, %d free KV blocks, %d needed",
                         free_slots_.size(), free_blocks_.size(), blocks));
   }
-  Sequence seq;
   seq.slot.state_slot = free_slots_.back();
   free_slots_.pop_back();
   seq.slot.blocks.assign(free_blocks_.end() - blocks, free_blocks_.end());
@@ -211,6 +225,109 @@ absl::Status CudaEngine::AddSequence(const SequenceSpec& spec) {
   seq.reserved = SequenceBytes(static_cast<int64_t>(spec.prompt.size()), spec.max_tokens);
   reserved_bytes_.fetch_add(seq.reserved);
   sequences_[spec.id] = std::move(seq);
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::InitVision() {
+  if (vision_.encoder == nullptr) return absl::OkStatus();
+  CudaVisionEncoder& encoder = *vision_.encoder;
+  const model::qwen35::VisionConfig& c = encoder.config();
+  const int64_t merge = c.spatial_merge_size;
+  max_image_patches_ = options_.max_image_patches;
+  if (max_image_patches_ <= 0) {
+    // The largest still image smart_resize makes: max_pixels, in patches (one frame).
+    max_image_patches_ =
+        vision_.preprocessor.max_pixels /
+        (int64_t{vision_.preprocessor.patch_size} * vision_.preprocessor.patch_size);
+  }
+  max_image_patches_ = std::max(max_image_patches_ / (merge * merge), int64_t{1}) * merge * merge;
+  RETURN_IF_ERROR(encoder.Reserve(max_image_patches_));
+  const int64_t rows = max_image_patches_ / (merge * merge);
+  return DeviceAlloc(reinterpret_cast<void**>(&image_embeddings_),
+                     static_cast<size_t>(rows * c.out_hidden_size * 4), "image embeddings");
+}
+
+absl::Status CudaEngine::AdmitImages(const SequenceSpec& spec, Sequence* seq) const {
+  if (spec.images.empty()) return absl::OkStatus();
+  if (vision_.encoder == nullptr) {
+    return absl::InvalidArgumentError(
+        "this model takes no images (its checkpoint has no vision encoder)");
+  }
+  const model::qwen35::VisionConfig& c = vision_.encoder->config();
+  const int64_t merge = c.spatial_merge_size;
+  std::vector<model::MergedGrid> grids;
+  for (size_t i = 0; i < spec.images.size(); ++i) {
+    const vision::PreparedImage* im = spec.images[i].get();
+    // Still images only (one frame): the prompt's positions have no time axis for video.
+    if (im == nullptr || im->grid_t != 1 || im->grid_h <= 0 || im->grid_w <= 0 ||
+        im->grid_h % merge != 0 || im->grid_w % merge != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("image ", i, ": not a prepared image of this model's patch grid"));
+    }
+    if (im->num_patches() > max_image_patches_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("image %d has %d patches; this engine takes at most %d (%d x %d-pixel "
+                          "patches)",
+                          i, im->num_patches(), max_image_patches_, c.patch_size, c.patch_size));
+    }
+    grids.push_back({im->grid_h / merge, im->grid_w / merge});
+  }
+  ASSIGN_OR_RETURN(seq->mrope, model::ComputeMropePositions(spec.prompt, c.image_token_id, grids));
+  seq->rope_delta = seq->mrope.rope_delta;
+  seq->images = spec.images;
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::PrefillImages(Sequence& seq, float* logits) {
+  CudaVisionEncoder& encoder = *vision_.encoder;
+  const int32_t image_token = encoder.config().image_token_id;
+  const std::vector<int32_t>& prompt = seq.prompt;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  std::vector<int32_t> rows(static_cast<size_t>(n), -1);
+  std::vector<int32_t> positions;  // one piece's [3][count]
+  size_t image = 0;
+  for (int64_t begin = 0; begin < n;) {
+    // The piece ends after the next image's tokens, or at the end of the prompt.
+    int64_t run = begin;
+    while (run < n && prompt[run] != image_token) ++run;
+    int64_t end = n, embedding_count = 0;
+    if (run < n) {
+      if (image >= seq.images.size()) return absl::InternalError("image tokens without an image");
+      const vision::PreparedImage& im = *seq.images[image++];
+      const std::vector<float> pixels = vision::PixelValues(im, vision_.preprocessor);
+      if (pixels.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("image ", image - 1, ": its pixels do not fit its grid"));
+      }
+      const VisionGrid grid{im.grid_t, im.grid_h, im.grid_w};
+      RETURN_IF_ERROR(encoder.Encode(pixels, {grid}, image_embeddings_, stream_));
+      embedding_count = encoder.OutputRows({grid});
+      for (int64_t k = 0; k < embedding_count; ++k) rows[run + k] = static_cast<int32_t>(k);
+      end = run + embedding_count;
+    }
+    const int64_t count = end - begin;
+    positions.resize(static_cast<size_t>(3 * count));
+    for (int64_t i = 0; i < count; ++i) {
+      positions[i] = static_cast<int32_t>(seq.mrope.t[begin + i]);
+      positions[count + i] = static_cast<int32_t>(seq.mrope.h[begin + i]);
+      positions[2 * count + i] = static_cast<int32_t>(seq.mrope.w[begin + i]);
+    }
+    PrefillInputs in;
+    in.tokens = prompt.data() + begin;
+    in.count = count;
+    in.start = begin;
+    in.mrope_positions = positions.data();
+    if (embedding_count > 0) {
+      in.embedding_rows = rows.data() + begin;
+      in.embeddings = image_embeddings_;
+      in.embedding_count = embedding_count;
+    }
+    // The last piece's logits are the prompt's last token's.
+    RETURN_IF_ERROR(model_->Prefill(in, seq.slot, logits, stream_));
+    begin = end;
+  }
+  seq.images.clear();
+  seq.mrope = model::MropePositions();
   return absl::OkStatus();
 }
 
@@ -267,7 +384,8 @@ absl::Status CudaEngine::RunDecode(const std::vector<Sequence*>& seqs,
   int32_t* host_positions = host_ints_ + kMaxBatch;
   int32_t* host_slots = host_ints_ + 2 * kMaxBatch;
   int32_t* host_top_k = host_ints_ + 3 * kMaxBatch;
-  char* extra = reinterpret_cast<char*>(host_ints_ + 5 * kMaxBatch);
+  int32_t* host_rope_positions = host_ints_ + 5 * kMaxBatch;
+  char* extra = reinterpret_cast<char*>(host_ints_ + 6 * kMaxBatch);
   float* temperature = reinterpret_cast<float*>(extra);
   float* top_p = temperature + kMaxBatch;
   uint64_t* seeds = reinterpret_cast<uint64_t*>(top_p + kMaxBatch);
@@ -276,6 +394,8 @@ absl::Status CudaEngine::RunDecode(const std::vector<Sequence*>& seqs,
     const bool real = i < n;
     host_tokens[i] = real ? seqs[i]->last_token : 0;
     host_positions[i] = real ? static_cast<int32_t>(seqs[i]->position) : 0;
+    host_rope_positions[i] =
+        real ? static_cast<int32_t>(seqs[i]->position + seqs[i]->rope_delta) : 0;
     host_slots[i] = real ? seqs[i]->slot.state_slot : 0;
     host_top_k[i] = real ? seqs[i]->sampling.top_k : 1;
     temperature[i] = real ? seqs[i]->sampling.temperature : 0.0f;
@@ -295,6 +415,9 @@ absl::Status CudaEngine::RunDecode(const std::vector<Sequence*>& seqs,
   TANDEM_CUDA_RETURN(
       cudaMemcpyAsync(b->positions, host_positions, ints, cudaMemcpyHostToDevice, stream_),
       "positions");
+  TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->rope_positions, host_rope_positions, ints,
+                                     cudaMemcpyHostToDevice, stream_),
+                     "rotary positions");
   TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->slots, host_slots, ints, cudaMemcpyHostToDevice, stream_),
                      "slots");
   TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->top_k, host_top_k, ints, cudaMemcpyHostToDevice, stream_),
@@ -313,6 +436,7 @@ absl::Status CudaEngine::RunDecode(const std::vector<Sequence*>& seqs,
   batch.batch = size;
   batch.tokens = b->tokens;
   batch.positions = b->positions;
+  batch.rope_positions = b->rope_positions;
   batch.state_slots = b->slots;
   batch.block_tables = b->block_tables;
   batch.max_blocks = max_blocks_per_sequence_;
@@ -368,9 +492,12 @@ absl::Status CudaEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOu
       continue;
     }
     // New sequence: its whole prompt, then its first token.
-    if (absl::Status s = model_->Prefill(seq.prompt.data(), static_cast<int64_t>(seq.prompt.size()),
-                                         0, seq.slot, prefill_logits->logits, stream_);
-        !s.ok()) {
+    if (!seq.images.empty()) {
+      RETURN_IF_ERROR(PrefillImages(seq, prefill_logits->logits));
+    } else if (absl::Status s =
+                   model_->Prefill(seq.prompt.data(), static_cast<int64_t>(seq.prompt.size()), 0,
+                                   seq.slot, prefill_logits->logits, stream_);
+               !s.ok()) {
       return s;
     }
     seq.position = static_cast<int64_t>(seq.prompt.size());
@@ -425,8 +552,23 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const WeightsSource& 
   *random_weights = config.random_weights;
   auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, config.shape);
   if (!tokenizer.ok()) return tokenizer.status();
+  // The vision encoder when the config has one and the checkpoint its weights (model.visual.*):
+  // images need both, and a tokenizer whose image tokens are the config's (as LoadCpuVision).
+  CudaEngineVision vision;
+  if (config.vision.has_value() && HasVisionEncoder(checkpoint)) {
+    const model::qwen35::VisionConfig& v = *config.vision;
+    const absl::Status ids = CheckVisionTokens(*tokenizer->tokenizer, v, checkpoint.dir());
+    if (!ids.ok() && !config.random_weights) return ids;
+    if (ids.ok()) {
+      ASSIGN_OR_RETURN(vision.encoder, CudaVisionEncoder::Load(checkpoint, v));
+      vision.preprocessor = weights->preprocessor;
+    } else {
+      // As the CPU engine: random weights with a tokenizer of another vocabulary serve text.
+      spdlog::warn("{}; serving text only (vision=false)", std::string(ids.message()));
+    }
+  }
   return CudaEngine::Create(std::move(*model), std::move(tokenizer->tokenizer),
-                            std::move(tokenizer->stop_ids), std::move(options));
+                            std::move(tokenizer->stop_ids), std::move(options), std::move(vision));
 }
 
 }  // namespace tandem::workers::cuda

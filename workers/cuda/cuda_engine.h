@@ -12,7 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "workers/cuda/cuda_model.h"
+#include "workers/cuda/cuda_qwen35_vision.h"
 #include "workers/engine.h"
+#include "workers/model/mrope_positions.h"
 #include "workers/thinking_budget.h"
 #include "workers/weights_source.h"
 
@@ -30,6 +32,15 @@ struct CudaEngineOptions {
   int32_t max_context_tokens = 0;
   // Capture each decode batch-size bucket as a CUDA graph (off: launch the kernels directly).
   bool cuda_graphs = true;
+  // With a vision encoder: the most patches one image may have. 0: the largest image the
+  // preprocessor makes (max_pixels / patch_size^2; 65,536 for the released settings).
+  int64_t max_image_patches = 0;
+};
+
+// The image path of a Qwen3.5 checkpoint that holds its vision encoder (model.visual.*).
+struct CudaEngineVision {
+  std::unique_ptr<CudaVisionEncoder> encoder;  // null: a text-only engine
+  vision::PreprocessorConfig preprocessor;
 };
 
 // The native engine on a GPU. The worker's process owns the device and this engine owns its
@@ -39,12 +50,22 @@ struct CudaEngineOptions {
 // one, then decodes every running sequence in one batch padded to a bucket size (1, 2, 4, ...,
 // 256) whose kernels are captured once as a CUDA graph and replayed; the only host
 // synchronization per step is reading back the sampled tokens.
+//
+// Images (with a vision encoder; Info().vision): a prompt's images are encoded at its prefill,
+// one at a time, each followed by the prefill of the prompt up to its last image token (its
+// tokens' embeddings replaced by the encoder's rows, every token rotated by its 3-D mRoPE
+// position), then the rest of the prompt. Decode rotates by position + the sequence's
+// rope_delta. The encoder's scratch and one image's embeddings are reserved once at start-up
+// for max_image_patches, before the sequence pools are carved from the free memory, so they
+// never compete with admitted sequences; SequenceBytes counts a prompt's image tokens like
+// any other token.
 class CudaEngine final : public Engine {
  public:
   static absl::StatusOr<std::unique_ptr<CudaEngine>> Create(std::unique_ptr<CudaModel> model,
                                                             std::unique_ptr<Tokenizer> tokenizer,
                                                             std::vector<int32_t> stop_ids,
-                                                            CudaEngineOptions options);
+                                                            CudaEngineOptions options,
+                                                            CudaEngineVision vision = {});
   ~CudaEngine() override;
 
   const EngineInfo& Info() const override { return info_; }
@@ -55,6 +76,9 @@ class CudaEngine final : public Engine {
   int64_t SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const override;
   int64_t MemoryBudgetBytes() const override { return budget_bytes_; }
   int64_t MemoryReservedBytes() const override { return reserved_bytes_.load(); }
+  const vision::PreprocessorConfig* ImageProcessor() const override {
+    return vision_.encoder != nullptr ? &vision_.preprocessor : nullptr;
+  }
 
  private:
   struct Sequence {
@@ -68,12 +92,18 @@ class CudaEngine final : public Engine {
     // Replaces a sampled token with the end of thinking once the budget is spent; the host
     // copy of the token is what the next step feeds, so the forced one is what the model sees.
     ThinkingBudget thinking;
+    // An image prompt's images and 3-D positions, until its prefill.
+    std::vector<std::shared_ptr<const vision::PreparedImage>> images;
+    model::MropePositions mrope;
+    // Added to a decode token's position for its rotary angles (0 for text).
+    int64_t rope_delta = 0;
   };
   // Device arrays of one bucket, fixed for the graph that reads them.
   struct Bucket {
     int64_t size = 0;
     int32_t* tokens = nullptr;
     int32_t* positions = nullptr;
+    int32_t* rope_positions = nullptr;
     int32_t* slots = nullptr;
     int32_t* block_tables = nullptr;
     float* logits = nullptr;
@@ -87,8 +117,14 @@ class CudaEngine final : public Engine {
   };
 
   CudaEngine(std::unique_ptr<CudaModel> model, std::unique_ptr<Tokenizer> tokenizer,
-             std::vector<int32_t> stop_ids, CudaEngineOptions options);
+             std::vector<int32_t> stop_ids, CudaEngineOptions options, CudaEngineVision vision);
   absl::Status Init();
+  // The encoder's scratch and the embeddings buffer, before the pools (see the class comment).
+  absl::Status InitVision();
+  // The images of a new sequence and their positions in its prompt.
+  absl::Status AdmitImages(const SequenceSpec& spec, Sequence* seq) const;
+  // The prefill of an image prompt (see the class comment); the last token's logits.
+  absl::Status PrefillImages(Sequence& seq, float* logits);
   int64_t BlocksFor(int64_t tokens) const;
   absl::StatusOr<Bucket*> BucketFor(int64_t batch);
   absl::Status RunDecode(const std::vector<Sequence*>& seqs, std::vector<int32_t>* tokens);
@@ -99,6 +135,10 @@ class CudaEngine final : public Engine {
   const std::vector<int32_t> stop_ids_;
   const CudaEngineOptions options_;
   const ThinkingMarkers thinking_markers_;
+  const CudaEngineVision vision_;
+  int64_t max_image_patches_ = 0;
+  // One image's embeddings: [max_image_patches_ / merge^2][hidden] fp32.
+  float* image_embeddings_ = nullptr;
   EngineInfo info_;
   cudaStream_t stream_ = nullptr;
   void* state_pool_ = nullptr;

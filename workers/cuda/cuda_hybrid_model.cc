@@ -50,6 +50,8 @@ absl::Status CudaHybridModel::AllocateScratch() {
   scratch_.Allocate(&xb_, R * max_in, "bf16 linear inputs");
   scratch_.Allocate(&tokens_, R, "prefill tokens");
   scratch_.Allocate(&positions_, R, "prefill positions");
+  scratch_.Allocate(&mrope_positions_, 3 * R, "prefill mRoPE positions");
+  scratch_.Allocate(&embedding_rows_, R, "prefill embedding overrides");
   scratch_.Allocate(&conv_ptrs_, pointer_rows, "decode conv pointers");
   scratch_.Allocate(&ssm_ptrs_, pointer_rows, "decode state pointers");
   scratch_.Allocate(&context_lens_, kMaxDecodeBatch, "decode context lengths");
@@ -90,8 +92,10 @@ absl::Status CudaHybridModel::ResetSlot(int32_t slot, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-absl::Status CudaHybridModel::CheckPrefill(const int32_t* tokens, int64_t count, int64_t start,
-                                           const SequenceSlot& seq, const float* logits) const {
+absl::Status CudaHybridModel::CheckPrefill(const PrefillInputs& in, const SequenceSlot& seq,
+                                           const float* logits) const {
+  const int32_t* tokens = in.tokens;
+  const int64_t count = in.count, start = in.start;
   if (!bound_) return absl::FailedPreconditionError(absl::StrCat(Name(), ": BindMemory first"));
   if (tokens == nullptr || count <= 0 || logits == nullptr) {
     return absl::InvalidArgumentError(
@@ -109,6 +113,23 @@ absl::Status CudaHybridModel::CheckPrefill(const int32_t* tokens, int64_t count,
                                                      ")"));
     }
   }
+  if ((in.mrope_positions != nullptr || in.embedding_rows != nullptr) && !layout_.image_inputs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(), " Prefill: this model takes no image inputs"));
+  }
+  if (in.embedding_rows != nullptr) {
+    if (in.embeddings == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Name(), " Prefill: embedding overrides without embeddings"));
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      if (in.embedding_rows[i] < -1 || in.embedding_rows[i] >= in.embedding_count) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Name(), " Prefill: token ", i, " takes embedding row ",
+                         in.embedding_rows[i], " of ", in.embedding_count));
+      }
+    }
+  }
   if (layout_.recurrent_layers > 0 && (seq.state_slot < 0 || seq.state_slot >= slots_)) {
     return absl::InvalidArgumentError(absl::StrCat(Name(), " Prefill: state slot ", seq.state_slot,
                                                    " outside [0, ", slots_, ")"));
@@ -123,9 +144,11 @@ absl::Status CudaHybridModel::CheckPrefill(const int32_t* tokens, int64_t count,
   return absl::OkStatus();
 }
 
-absl::Status CudaHybridModel::Prefill(const int32_t* tokens, int64_t count, int64_t start,
-                                      const SequenceSlot& seq, float* logits, cudaStream_t stream) {
-  RETURN_IF_ERROR(CheckPrefill(tokens, count, start, seq, logits));
+absl::Status CudaHybridModel::Prefill(const PrefillInputs& in, const SequenceSlot& seq,
+                                      float* logits, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckPrefill(in, seq, logits));
+  const int32_t* tokens = in.tokens;
+  const int64_t count = in.count, start = in.start;
   RETURN_IF_ERROR(cublas_.Bind(stream));
   float* slot =
       layout_.recurrent_layers > 0 ? state_base_ + seq.state_slot * slot_floats_ : nullptr;
@@ -139,6 +162,23 @@ absl::Status CudaHybridModel::Prefill(const int32_t* tokens, int64_t count, int6
     Pass p;
     p.n = n;
     p.positions = positions_;
+    p.rope_positions = positions_;
+    if (in.mrope_positions != nullptr) {
+      for (int64_t axis = 0; axis < 3; ++axis) {
+        TANDEM_CUDA_RETURN(cudaMemcpyAsync(
+            mrope_positions_ + axis * kMaxRows, in.mrope_positions + axis * count + c0,
+            static_cast<size_t>(n * 4), cudaMemcpyHostToDevice, stream));
+      }
+      p.mrope_positions = mrope_positions_;
+      p.mrope_stride = kMaxRows;
+    }
+    if (in.embedding_rows != nullptr) {
+      TANDEM_CUDA_RETURN(cudaMemcpyAsync(embedding_rows_, in.embedding_rows + c0,
+                                         static_cast<size_t>(n * 4), cudaMemcpyHostToDevice,
+                                         stream));
+      p.embedding_rows = embedding_rows_;
+      p.embeddings = in.embeddings;
+    }
     p.start = start + c0;
     p.block_table = seq.block_table;
     p.slot = slot;
@@ -146,7 +186,7 @@ absl::Status CudaHybridModel::Prefill(const int32_t* tokens, int64_t count, int6
     last_rows = n;
   }
   RETURN_IF_ERROR(Logits(last_rows - 1, 1, logits, stream));
-  // The host token array must outlive the copies; also surfaces asynchronous errors here.
+  // The host arrays must outlive the copies; also surfaces asynchronous errors here.
   TANDEM_CUDA_RETURN(cudaStreamSynchronize(stream));
   return absl::OkStatus();
 }
@@ -175,6 +215,7 @@ absl::Status CudaHybridModel::Decode(const DecodeBatch& batch, cudaStream_t stre
   Pass p;
   p.n = batch.batch;
   p.positions = batch.positions;
+  p.rope_positions = batch.rope_positions != nullptr ? batch.rope_positions : batch.positions;
   p.decode = true;
   p.block_tables = batch.block_tables;
   p.max_blocks = batch.max_blocks;
@@ -184,6 +225,10 @@ absl::Status CudaHybridModel::Decode(const DecodeBatch& batch, cudaStream_t stre
 
 absl::Status CudaHybridModel::Forward(const int32_t* tokens, const Pass& p, cudaStream_t s) {
   TANDEM_CUDA_RETURN(EmbeddingGather(B(embed_), tokens, p.n, shape_.hidden_size, h_, s));
+  if (p.embedding_rows != nullptr) {
+    TANDEM_CUDA_RETURN(
+        OverrideRows(h_, p.n, shape_.hidden_size, p.embedding_rows, p.embeddings, s));
+  }
   return ForwardLayers(p, s);
 }
 

@@ -50,6 +50,8 @@ struct HybridLayout {
   bool norm_one_plus_weight = false;
   // lm_head is the embedding.
   bool tied_embeddings = false;
+  // Takes PrefillInputs' image inputs (mRoPE positions and embedding overrides): Qwen3.5.
+  bool image_inputs = false;
   // The widest input of any linear layer: the BF16 cast scratch holds kMaxRows rows of it.
   int64_t max_linear_input = 0;
 };
@@ -67,8 +69,9 @@ class CudaHybridModel : public CudaModel {
   int64_t weight_bytes() const final { return weights_.bytes(); }
   absl::Status BindMemory(void* state_slots, int64_t slots, void* kv_blocks, int64_t blocks) final;
   absl::Status ResetSlot(int32_t slot, cudaStream_t stream) final;
-  absl::Status Prefill(const int32_t* tokens, int64_t count, int64_t start, const SequenceSlot& seq,
-                       float* logits, cudaStream_t stream) final;
+  using CudaModel::Prefill;
+  absl::Status Prefill(const PrefillInputs& in, const SequenceSlot& seq, float* logits,
+                       cudaStream_t stream) final;
   absl::Status Decode(const DecodeBatch& batch, cudaStream_t stream) final;
 
  protected:
@@ -76,7 +79,15 @@ class CudaHybridModel : public CudaModel {
   // of each of n sequences (decode).
   struct Pass {
     int64_t n = 0;
-    const int32_t* positions = nullptr;  // device [n]
+    const int32_t* positions = nullptr;  // device [n]: sequence indices (KV cache, decode)
+    // Device [n]: the 1-D rotary positions (positions, plus rope_delta in decode).
+    const int32_t* rope_positions = nullptr;
+    // Prefill of an image prompt: device [3][mrope_stride] t, h, w rotary positions (replacing
+    // rope_positions), and device [n] embedding overrides into `embeddings` (-1: none).
+    const int32_t* mrope_positions = nullptr;
+    int64_t mrope_stride = 0;
+    const int32_t* embedding_rows = nullptr;
+    const float* embeddings = nullptr;
     bool decode = false;
     // Prefill: the first token's position, the sequence's block table and state slot.
     int64_t start = 0;
@@ -125,10 +136,10 @@ class CudaHybridModel : public CudaModel {
 
  private:
   absl::Status AllocateScratch();
-  absl::Status CheckPrefill(const int32_t* tokens, int64_t count, int64_t start,
-                            const SequenceSlot& seq, const float* logits) const;
+  absl::Status CheckPrefill(const PrefillInputs& in, const SequenceSlot& seq,
+                            const float* logits) const;
   absl::Status CheckDecode(const DecodeBatch& batch) const;
-  // Embedding, then every layer; leaves the residual stream in h_.
+  // Embedding (and the pass's overrides), then every layer; leaves the residual stream in h_.
   absl::Status Forward(const int32_t* tokens, const Pass& p, cudaStream_t s);
   // Final norm and lm_head of h_ rows [first, first + rows) into logits [rows][vocab].
   absl::Status Logits(int64_t first, int64_t rows, float* logits, cudaStream_t s);
@@ -158,6 +169,8 @@ class CudaHybridModel : public CudaModel {
   float *h_ = nullptr, *x_ = nullptr, *y_ = nullptr;
   bf16* xb_ = nullptr;
   int32_t *tokens_ = nullptr, *positions_ = nullptr;
+  // A prefill chunk's [3][kMaxRows] mRoPE positions and [kMaxRows] embedding overrides.
+  int32_t *mrope_positions_ = nullptr, *embedding_rows_ = nullptr;
   // Decode indexing: [recurrent_layers][kMaxDecodeBatch] state pointers and [kMaxDecodeBatch]
   // context lengths.
   float** conv_ptrs_ = nullptr;

@@ -39,6 +39,15 @@ cudaError_t GroupedGatedRmsNorm(const float* x, const float* z, int64_t rows, in
 // x: [tokens][heads][head_dim]; positions[tokens]; inv_freq computed from theta.
 cudaError_t RotaryEmbedding(float* x, const int32_t* positions, int64_t tokens, int64_t heads,
                             int64_t head_dim, int64_t rotary_dim, float theta, cudaStream_t stream);
+// The same with Qwen3.5's multimodal (interleaved mRoPE) positions: `positions` holds three rows
+// of axis_stride ints, t, h and w (token i at index i of each); frequency slot i (< rotary_dim /
+// 2) reads the h row when i % 3 == 1 and i < 3 * section_h, the w row when i % 3 == 2 and
+// i < 3 * section_w, else the t row. Where the three rows are equal it gives RotaryEmbedding's
+// bits exactly.
+cudaError_t MropeRotaryEmbedding(float* x, const int32_t* positions, int64_t axis_stride,
+                                 int64_t tokens, int64_t heads, int64_t head_dim,
+                                 int64_t rotary_dim, float theta, int32_t section_h,
+                                 int32_t section_w, cudaStream_t stream);
 // out[i] = a[i] + b[i] (residual), `count` elements; in place allowed.
 cudaError_t Add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream);
 // out[r][c] = silu(in[r][c]) * in[r][c + cols] (SwiGLU on a fused [gate | up] row of 2*cols).

@@ -36,6 +36,26 @@ struct DecodeBatch {
   const int32_t* block_tables = nullptr;  // [batch][max_blocks]
   int64_t max_blocks = 0;
   float* logits = nullptr;  // [batch][vocab] out
+  // [batch] rotary position of the token fed: its position plus the sequence's rope_delta
+  // (Qwen3.5 after an image prompt; the same on every mRoPE axis). Null: `positions`. Last, so
+  // that positional initializers of the fields above stay valid.
+  const int32_t* rope_positions = nullptr;
+};
+
+// A prefill's inputs: `count` tokens (host) at sequence indices start.., and what an image
+// prompt adds (Qwen3.5 only; other models refuse them).
+struct PrefillInputs {
+  const int32_t* tokens = nullptr;
+  int64_t count = 0;
+  int64_t start = 0;
+  // Host [3][count]: the t, h and w rotary positions of the tokens (model/mrope_positions.h's,
+  // sliced to these tokens). Null: start + i on every axis (text).
+  const int32_t* mrope_positions = nullptr;
+  // Embedding overrides: host [count], -1 keeps a token's embedding, r >= 0 replaces it by row
+  // r of `embeddings` (device fp32 [embedding_count][hidden]: the image encoder's output).
+  const int32_t* embedding_rows = nullptr;
+  const float* embeddings = nullptr;
+  int64_t embedding_count = 0;
 };
 
 class CudaModel {
@@ -53,10 +73,20 @@ class CudaModel {
                                   int64_t blocks) = 0;
   // Zeroes a state slot for a new sequence.
   virtual absl::Status ResetSlot(int32_t slot, cudaStream_t stream) = 0;
-  // Prefill of one sequence: `tokens` (host) at positions start..; its blocks must cover them.
-  // Writes the last token's logits to `logits` (device, vocab floats). May synchronize.
-  virtual absl::Status Prefill(const int32_t* tokens, int64_t count, int64_t start,
-                               const SequenceSlot& seq, float* logits, cudaStream_t stream) = 0;
+  // Prefill of one sequence: in.tokens at positions in.start..; its blocks must cover them.
+  // Writes the last token's logits to `logits` (device, vocab floats). Synchronizes before it
+  // returns (the host arrays of `in` may go once it has).
+  virtual absl::Status Prefill(const PrefillInputs& in, const SequenceSlot& seq, float* logits,
+                               cudaStream_t stream) = 0;
+  // A text prefill: `tokens` (host) at positions start...
+  absl::Status Prefill(const int32_t* tokens, int64_t count, int64_t start, const SequenceSlot& seq,
+                       float* logits, cudaStream_t stream) {
+    PrefillInputs in;
+    in.tokens = tokens;
+    in.count = count;
+    in.start = start;
+    return Prefill(in, seq, logits, stream);
+  }
   // One decode token for every sequence of the batch. Graph-capturable: only launches.
   virtual absl::Status Decode(const DecodeBatch& batch, cudaStream_t stream) = 0;
 };

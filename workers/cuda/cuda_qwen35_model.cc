@@ -59,6 +59,8 @@ class CudaQwen35Model final : public CudaHybridModel {
   // x() -> y() for the pass's rows.
   absl::Status GatedDeltaNet(const Layer& l, const Pass& p, cudaStream_t s);
   absl::Status Attention(const Layer& l, const Pass& p, cudaStream_t s);
+  // q_ and k_ rotated by the pass's 3-D (t, h, w) positions (an image prompt's prefill).
+  absl::Status MultimodalRope(const Pass& p, cudaStream_t s);
   absl::Status Moe(const Layer& l, const Pass& p, cudaStream_t s);
 
   const TextConfig c_;
@@ -87,6 +89,7 @@ HybridLayout CudaQwen35Model::LayoutOf(const TextConfig& c) {
   layout.norm_eps = c.rms_norm_eps;
   layout.norm_one_plus_weight = true;
   layout.tied_embeddings = c.tie_word_embeddings;
+  layout.image_inputs = true;
   layout.max_linear_input =
       std::max({c.value_dim(), c.num_heads * c.head_dim, c.shared_intermediate});
   return layout;
@@ -278,11 +281,30 @@ absl::Status CudaQwen35Model::Attention(const Layer& l, const Pass& p, cudaStrea
   // Per-head (1 + w) RMSNorm, then NeoX RoPE on the first rotary_dim dims.
   TANDEM_CUDA_RETURN(RmsNorm(q_, n * nh, D, B(l.q_norm), eps, /*one_plus_weight=*/true, q_, s));
   TANDEM_CUDA_RETURN(RmsNorm(k_, n * nkv, D, B(l.k_norm), eps, /*one_plus_weight=*/true, k_, s));
-  TANDEM_CUDA_RETURN(RotaryEmbedding(q_, p.positions, n, nh, D, c_.rotary_dim, c_.rope_theta, s));
-  TANDEM_CUDA_RETURN(RotaryEmbedding(k_, p.positions, n, nkv, D, c_.rotary_dim, c_.rope_theta, s));
+  if (p.mrope_positions != nullptr) {
+    RETURN_IF_ERROR(MultimodalRope(p, s));
+  } else {
+    TANDEM_CUDA_RETURN(
+        RotaryEmbedding(q_, p.rope_positions, n, nh, D, c_.rotary_dim, c_.rope_theta, s));
+    TANDEM_CUDA_RETURN(
+        RotaryEmbedding(k_, p.rope_positions, n, nkv, D, c_.rotary_dim, c_.rope_theta, s));
+  }
   RETURN_IF_ERROR(CachedAttention(p, l.index, q_, k_, v_, nh, o_, s));
   if (c_.attn_output_gate) TANDEM_CUDA_RETURN(SigmoidMul(o_, gate_, n * nh * D, s));
   return Linear(cb, o_, n, nh * D, B(l.o), H, y(), xb(), s);
+}
+
+absl::Status CudaQwen35Model::MultimodalRope(const Pass& p, cudaStream_t s) {
+  // Sections [t, h, w] in frequency slots; none: every slot reads t (config comment).
+  const int32_t sh = c_.mrope_section.size() == 3 ? c_.mrope_section[1] : 0;
+  const int32_t sw = c_.mrope_section.size() == 3 ? c_.mrope_section[2] : 0;
+  const int64_t n = p.n, D = c_.head_dim;
+  const int64_t nh = c_.num_heads, nkv = c_.num_kv_heads;
+  TANDEM_CUDA_RETURN(MropeRotaryEmbedding(q_, p.mrope_positions, p.mrope_stride, n, nh, D,
+                                          c_.rotary_dim, c_.rope_theta, sh, sw, s));
+  TANDEM_CUDA_RETURN(MropeRotaryEmbedding(k_, p.mrope_positions, p.mrope_stride, n, nkv, D,
+                                          c_.rotary_dim, c_.rope_theta, sh, sw, s));
+  return absl::OkStatus();
 }
 
 absl::Status CudaQwen35Model::Moe(const Layer& l, const Pass& p, cudaStream_t s) {

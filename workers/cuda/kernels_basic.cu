@@ -152,6 +152,23 @@ __global__ void GroupedGatedRmsNormKernel(const float* x, const float* z, int64_
 // inv_freq as the CPU reference computes it in fp32 (exponent rounded to fp32, pow rounded to
 // fp32); the pow and the sin/cos are evaluated in double and rounded, which reproduces the
 // correctly rounded fp32 results of the host's libm.
+// Rotates pair (i, i + half) of the head at v by position * inv_freq[i]. Shared by the 1-D and
+// the multimodal kernel, so equal positions give equal bits.
+__device__ __forceinline__ void RotatePair(float* v, int64_t i, int64_t half, int64_t rotary_dim,
+                                           float theta, int32_t position) {
+  const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+  const float p =
+      static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
+  const float inv_freq = 1.0f / p;
+  const float angle = static_cast<float>(position) * inv_freq;
+  double s, c;
+  sincos(static_cast<double>(angle), &s, &c);
+  const float sn = static_cast<float>(s), cs = static_cast<float>(c);
+  const float x1 = v[i], x2 = v[i + half];
+  v[i] = x1 * cs - x2 * sn;
+  v[i + half] = x2 * cs + x1 * sn;
+}
+
 __global__ void RotaryKernel(float* x, const int32_t* positions, int64_t tokens, int64_t heads,
                              int64_t head_dim, int64_t rotary_dim, float theta) {
   const int64_t half = rotary_dim / 2;
@@ -161,18 +178,29 @@ __global__ void RotaryKernel(float* x, const int32_t* positions, int64_t tokens,
     const int64_t i = idx % half;
     const int64_t th = idx / half;  // token * heads + head
     const int64_t t = th / heads;
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
-    const float p =
-        static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
-    const float inv_freq = 1.0f / p;
-    const float angle = static_cast<float>(positions[t]) * inv_freq;
-    double s, c;
-    sincos(static_cast<double>(angle), &s, &c);
-    const float sn = static_cast<float>(s), cs = static_cast<float>(c);
-    float* v = x + th * head_dim;
-    const float x1 = v[i], x2 = v[i + half];
-    v[i] = x1 * cs - x2 * sn;
-    v[i + half] = x2 * cs + x1 * sn;
+    RotatePair(x + th * head_dim, i, half, rotary_dim, theta, positions[t]);
+  }
+}
+
+// Slot i reads the t row of positions, or h / w by the interleaved mrope_section rule.
+__global__ void MropeRotaryKernel(float* x, const int32_t* positions, int64_t axis_stride,
+                                  int64_t tokens, int64_t heads, int64_t head_dim,
+                                  int64_t rotary_dim, float theta, int64_t section_h,
+                                  int64_t section_w) {
+  const int64_t half = rotary_dim / 2;
+  const int64_t count = tokens * heads * half;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < count;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % half;
+    const int64_t th = idx / half;  // token * heads + head
+    const int64_t t = th / heads;
+    int64_t axis = 0;
+    if (i % 3 == 1 && i < 3 * section_h) {
+      axis = 1;
+    } else if (i % 3 == 2 && i < 3 * section_w) {
+      axis = 2;
+    }
+    RotatePair(x + th * head_dim, i, half, rotary_dim, theta, positions[axis * axis_stride + t]);
   }
 }
 
@@ -664,6 +692,22 @@ cudaError_t RotaryEmbedding(float* x, const int32_t* positions, int64_t tokens, 
   RotaryKernel<<<grid, kThreads, 0, stream>>>(x, positions, tokens, heads, head_dim, rotary_dim,
                                               theta);
   return CheckLaunch("RotaryKernel", grid, kThreads, 0);
+}
+
+cudaError_t MropeRotaryEmbedding(float* x, const int32_t* positions, int64_t axis_stride,
+                                 int64_t tokens, int64_t heads, int64_t head_dim,
+                                 int64_t rotary_dim, float theta, int32_t section_h,
+                                 int32_t section_w, cudaStream_t stream) {
+  if (rotary_dim % 2 != 0 || rotary_dim > head_dim || rotary_dim < 0 || axis_stride < tokens ||
+      section_h < 0 || section_w < 0) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t count = tokens * heads * (rotary_dim / 2);
+  if (count == 0) return cudaSuccess;
+  const dim3 grid(FlatBlocks(count));
+  MropeRotaryKernel<<<grid, kThreads, 0, stream>>>(
+      x, positions, axis_stride, tokens, heads, head_dim, rotary_dim, theta, section_h, section_w);
+  return CheckLaunch("MropeRotaryKernel", grid, kThreads, 0);
 }
 
 cudaError_t Add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream) {

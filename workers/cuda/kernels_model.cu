@@ -69,6 +69,16 @@ __global__ void CopyColumnsKernel(const float* src, int64_t rows, int64_t src_st
   }
 }
 
+__global__ void OverrideRowsKernel(float* h, int64_t n, int64_t dim, const int32_t* rows,
+                                   const float* embeddings) {
+  const int64_t total = n * dim;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int32_t row = rows[i / dim];
+    if (row >= 0) h[i] = embeddings[int64_t{row} * dim + i % dim];
+  }
+}
+
 __global__ void FillPositionsKernel(int32_t* out, int64_t count, int64_t start) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -147,6 +157,14 @@ cudaError_t CopyColumns(const float* src, int64_t rows, int64_t src_stride, int6
   const dim3 grid(Blocks(rows * cols));
   CopyColumnsKernel<<<grid, kThreads, 0, stream>>>(src, rows, src_stride, cols, dst, dst_stride);
   return CheckLaunch("CopyColumnsKernel", grid, kThreads, 0);
+}
+
+cudaError_t OverrideRows(float* h, int64_t n, int64_t dim, const int32_t* rows,
+                         const float* embeddings, cudaStream_t stream) {
+  if (n <= 0 || dim <= 0) return cudaSuccess;
+  const dim3 grid(Blocks(n * dim));
+  OverrideRowsKernel<<<grid, kThreads, 0, stream>>>(h, n, dim, rows, embeddings);
+  return CheckLaunch("OverrideRowsKernel", grid, kThreads, 0);
 }
 
 cudaError_t FillPositions(int32_t* out, int64_t count, int64_t start, cudaStream_t stream) {

@@ -35,6 +35,11 @@ cudaError_t KvCacheWriteBatch(const float* k, const float* v, int64_t batch,
 cudaError_t CopyColumns(const float* src, int64_t rows, int64_t src_stride, int64_t cols,
                         float* dst, int64_t dst_stride, cudaStream_t stream);
 
+// Embedding overrides (Qwen3.5 image tokens): for every row i < n with rows[i] >= 0,
+// h[i][:] = embeddings[rows[i]][:]; rows of -1 keep their token embedding. rows [n] device.
+cudaError_t OverrideRows(float* h, int64_t n, int64_t dim, const int32_t* rows,
+                         const float* embeddings, cudaStream_t stream);
+
 // out[i] = start + i, `count` int32 positions.
 cudaError_t FillPositions(int32_t* out, int64_t count, int64_t start, cudaStream_t stream);
 

@@ -22,7 +22,7 @@
 #include "workers/vision/image_decoder.h"
 #include "workers/vision/image_preprocessor.h"
 
-namespace tandem::workers::cpu {
+namespace tandem::workers::cpu::vision_golden {
 namespace {
 
 using Json = nlohmann::json;
@@ -390,4 +390,4 @@ TEST_F(QwenVisionGoldenTest, TextOnlyCaseIsUnchanged) {
 }
 
 }  // namespace
-}  // namespace tandem::workers::cpu
+}  // namespace tandem::workers::cpu::vision_golden
