@@ -8,16 +8,11 @@
 #include "absl/types/span.h"
 #include "workers/model/qwen35_moe_config.h"
 #include "workers/model/safetensors.h"
+#include "workers/model/vision_grid.h"
 
 namespace tandem::workers::cpu {
 
-// An image's patch grid: frames x rows x columns of patches.
-struct VisionGrid {
-  int64_t t = 1;
-  int64_t h = 0;
-  int64_t w = 0;
-  int64_t patches() const { return t * h * w; }
-};
+using model::VisionGrid;
 
 // The activations of every stage for one Encode call, for tests against the golden data
 // (tests/golden/qwen3_5_moe_vl): [patches][hidden] each, merger_norm [patches / merge^2][4 *

@@ -31,6 +31,7 @@
 #include "workers/cuda/scratch_buffers.h"
 #include "workers/model/qwen35_moe_config.h"
 #include "workers/model/safetensors.h"
+#include "workers/model/vision_grid.h"
 
 namespace tandem::workers::cuda {
 
@@ -38,13 +39,7 @@ namespace tandem::workers::cuda {
 // intermediate buffers stay fixed whatever the image size.
 inline constexpr int64_t kVisionMlpRows = 4096;
 
-// One image's patch grid: t temporal frames (1 for a still image) of h x w patches.
-struct VisionGrid {
-  int64_t t = 1;
-  int64_t h = 0;
-  int64_t w = 0;
-  int64_t patches() const { return t * h * w; }
-};
+using model::VisionGrid;
 
 // What every row of a call needs besides its pixels, built on the host: rows are the images'
 // patches in order, each frame in 2x2-merge-block order (row n of a frame is the patch at

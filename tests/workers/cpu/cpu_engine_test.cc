@@ -81,7 +81,7 @@ TEST(NativeEngineTest, PrefillsOnceThenDecodesOneTokenPerStepAndStopsOnEos) {
   EXPECT_EQ(model->fed, (std::vector<int>{3, 1, 1, 1, 1}));
   engine.RemoveSequence(7);
   EXPECT_EQ(engine.MemoryReservedBytes(), 0);
-  EXPECT_FALSE(engine.Info().vision);  // no vision encoder yet: the router keeps images away
+  EXPECT_FALSE(engine.Info().vision);  // no encoder given: the router keeps images away
   EXPECT_EQ(engine.Info().engine, "native");
 }
 
