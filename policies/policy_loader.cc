@@ -732,7 +732,8 @@ class Parser : public YamlReader {
     const auto kind = router::KindOfField(field);
     if (!kind) {
       Error(key, path,
-            "unknown field; expected prompt_tokens, prompt_bytes, image_count, num_messages, "
+            "unknown field; expected prompt_tokens, prompt_bytes, image_count, image_tokens, "
+            "num_messages, "
             "num_turns, max_tokens, confidence, code_cues, math_cues, reasoning_cues, "
             "structured_output_cues, deadline_ms, session.turn, objective, reasoning, class, "
             "hint.model, tenant, session.model, label.KEY, signal.NAME or trigger.NAME");

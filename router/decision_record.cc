@@ -11,6 +11,7 @@ tandem::v1::DecisionRecord ToRecord(const RequestFeatures& f, const RouteDecisio
   r.set_session_turn(f.session_turn);
   r.set_session_model_before(f.session_model);
   r.set_image_count(f.image_count);
+  r.set_image_tokens(f.image_tokens);
   r.set_num_messages(f.num_messages);
   r.set_num_turns(f.num_turns);
   r.set_objective(ObjectiveName(f.objective));
@@ -47,6 +48,7 @@ RequestFeatures FeaturesFromRecord(const tandem::v1::DecisionRecord& r) {
   f.session_turn = r.session_turn();
   f.session_model = r.session_model_before();
   f.image_count = r.image_count();
+  f.image_tokens = r.image_tokens();
   f.num_messages = r.num_messages();
   f.num_turns = r.num_turns();
   f.objective = r.objective() == "accuracy"  ? Objective::kAccuracy

@@ -61,6 +61,7 @@ FieldValue Resolve(const std::string& field, const Context& c) {
   if (field == "prompt_tokens") return Number(static_cast<double>(f.prompt_tokens));
   if (field == "prompt_bytes") return Number(static_cast<double>(f.prompt_bytes));
   if (field == "image_count") return Number(f.image_count);
+  if (field == "image_tokens") return Number(static_cast<double>(f.image_tokens));
   if (field == "num_messages") return Number(f.num_messages);
   if (field == "num_turns") return Number(f.num_turns);
   if (field == "max_tokens") {
@@ -200,19 +201,11 @@ bool Matches(const Condition& cond, const Context& c, std::string* detail) {
 }  // namespace
 
 std::optional<FieldKind> KindOfField(const std::string& field) {
-  static const char* kNumbers[] = {"prompt_tokens",
-                                   "prompt_bytes",
-                                   "image_count",
-                                   "num_messages",
-                                   "num_turns",
-                                   "max_tokens",
-                                   "confidence",
-                                   "code_cues",
-                                   "math_cues",
-                                   "reasoning_cues",
-                                   "structured_output_cues",
-                                   "deadline_ms",
-                                   "session.turn"};
+  static const char* kNumbers[] = {"prompt_tokens", "prompt_bytes",   "image_count",
+                                   "image_tokens",  "num_messages",   "num_turns",
+                                   "max_tokens",    "confidence",     "code_cues",
+                                   "math_cues",     "reasoning_cues", "structured_output_cues",
+                                   "deadline_ms",   "session.turn"};
   static const char* kStrings[] = {"objective",  "reasoning", "class",
                                    "hint.model", "tenant",    "session.model"};
   for (const char* n : kNumbers) {

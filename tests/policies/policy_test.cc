@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "policies/policy_cases.h"
 #include "policies/policy_loader.h"
+#include "router/decision_record.h"
 #include "router/hashed_classifier.h"
 #include "router/policy_router.h"
 #include "tests/support/temp_path.h"
@@ -300,6 +301,29 @@ rules:
               HasSubstr("classifier.min_confidence: expected a finite number"));
 }
 
+// image_tokens: the images' share of the prompt, a condition of its own (a screenshot is
+// thousands of tokens, a thumbnail a few dozen); decision records carry it for replay.
+TEST(PolicyRouterTest, ImageTokensIsAConditionAndSurvivesTheDecisionRecord) {
+  auto p = MustParse(std::string(kHeader) + R"(rules:
+  - name: big_images
+    when: {image_tokens: {gt: 4000}}
+    action: {route: nemotron}
+  - name: rest
+    action: {route: qwen}
+)");
+  router::PolicyRouter r(p);
+  auto f = Features();
+  f.image_count = 1;
+  f.image_tokens = 770;
+  EXPECT_EQ(r.Route(f)->rule, "rest");
+  f.image_tokens = 8162;
+  EXPECT_EQ(r.Route(f)->rule, "big_images");
+  const router::RequestFeatures replayed =
+      router::FeaturesFromRecord(router::ToRecord(f, *r.Route(f)));
+  EXPECT_EQ(replayed.image_tokens, 8162);
+  EXPECT_EQ(r.Route(replayed)->rule, "big_images");
+}
+
 TEST(PolicyRouterTest, SignalsAndAnyConditions) {
   auto p = MustParse(std::string(kHeader) + R"(signals: {qwen_queue_depth: 40}
 rules:
@@ -404,27 +428,28 @@ rules:
     action: {route: qwen}
 )");
   const std::string all = absl::StrJoin(errors, "\n");
-  for (const char* want : {"signals.both: expected a number, or exactly one of scrape, promql, "
-                           "gateway or sum",
-                           "signals.g.gateway.metric: expected queued or inflight",
-                           "signals.g.gateway.aggregate: expected sum (the total) or avg",
-                           "signals.g.interval: only PromQL signals have an interval",
-                           "signals.g2.gateway.model: unknown model 'llama'",
-                           "signals.total.sum[2]: signal 'missing' is not declared",
-                           "signals.total.sum[3]: signal 'nested' is a sum",
-                           "signals.empty.sum: expected a non-empty list of signal names",
-                           "signals.fast.interval: must be at least 100ms",
-                           "signals.q.scrape.model: unknown model 'llama'",
-                           "signals.q.scrape.quantile: only with aggregate: quantile",
-                           "signals.s.stale.then: expected fail_open or fail_closed",
-                           "triggers.t1.signal: signal 'nope' is not declared",
-                           "triggers.t2.exit: enter tests gt/ge, so exit must test lt/le",
-                           "triggers.t3.exit: the exit threshold 9 is above the enter threshold 5",
-                           "rules[0].when.trigger.t9: trigger 't9' is not declared",
-                           "rules[0].when.trigger.t2: a trigger is on or off",
-                           "exactly one of route, split, route_to_pinned, route_to_session or shed is required",
-                           "rules[0].action.hedge: has no meaning with shed",
-                           "rules[0].action.hedge: expected after (a duration) or after_signal"}) {
+  for (const char* want :
+       {"signals.both: expected a number, or exactly one of scrape, promql, "
+        "gateway or sum",
+        "signals.g.gateway.metric: expected queued or inflight",
+        "signals.g.gateway.aggregate: expected sum (the total) or avg",
+        "signals.g.interval: only PromQL signals have an interval",
+        "signals.g2.gateway.model: unknown model 'llama'",
+        "signals.total.sum[2]: signal 'missing' is not declared",
+        "signals.total.sum[3]: signal 'nested' is a sum",
+        "signals.empty.sum: expected a non-empty list of signal names",
+        "signals.fast.interval: must be at least 100ms",
+        "signals.q.scrape.model: unknown model 'llama'",
+        "signals.q.scrape.quantile: only with aggregate: quantile",
+        "signals.s.stale.then: expected fail_open or fail_closed",
+        "triggers.t1.signal: signal 'nope' is not declared",
+        "triggers.t2.exit: enter tests gt/ge, so exit must test lt/le",
+        "triggers.t3.exit: the exit threshold 9 is above the enter threshold 5",
+        "rules[0].when.trigger.t9: trigger 't9' is not declared",
+        "rules[0].when.trigger.t2: a trigger is on or off",
+        "exactly one of route, split, route_to_pinned, route_to_session or shed is required",
+        "rules[0].action.hedge: has no meaning with shed",
+        "rules[0].action.hedge: expected after (a duration) or after_signal"}) {
     EXPECT_THAT(all, HasSubstr(want));
   }
 }
