@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "workers/cuda/block_reduce.cuh"
 #include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/launch_check.h"
 
@@ -14,7 +15,6 @@ namespace tandem::workers::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr unsigned kFull = 0xffffffffu;
 
 __device__ __forceinline__ float Bf16ToFloat(bf16 v) {
   return __uint_as_float(static_cast<uint32_t>(v) << 16);
@@ -22,33 +22,6 @@ __device__ __forceinline__ float Bf16ToFloat(bf16 v) {
 
 __device__ __forceinline__ float DeviceSilu(float x) { return x / (1.0f + expf(-x)); }
 
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
-  return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32, at most 1024). Every thread gets the result.
-__device__ float BlockSum(float v) {
-  __shared__ float partial[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = WarpSum(v);
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float r = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.0f;
-    r = WarpSum(r);
-    if (lane == 0) partial[0] = r;
-  }
-  __syncthreads();
-  const float r = partial[0];
-  __syncthreads();  // partial is reused by the next call
-  return r;
-}
 
 // Grid for a flat loop over `count` elements with a grid-stride loop.
 unsigned FlatBlocks(int64_t count) {
@@ -418,7 +391,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       }
 #pragma unroll
       for (int r = 0; r < kAttnRowsPerWarp; ++r) {
-        const float pj = __shfl_sync(kFull, p[r], j);
+        const float pj = __shfl_sync(kFullWarp, p[r], j);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) acc[r][c] += pj * vv[c];
       }

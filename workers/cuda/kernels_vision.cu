@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "workers/cuda/block_reduce.cuh"
 #include "workers/cuda/kernels_vision.h"
 #include "workers/cuda/launch_check.h"
 
@@ -15,7 +16,6 @@ namespace tandem::workers::cuda {
 namespace {
 
 constexpr int kVisionThreads = 256;
-constexpr unsigned kAllLanes = 0xffffffffu;
 
 // Enough blocks to cover `count` threads, capped (grid-stride loops cover the rest).
 unsigned VisionBlocks(int64_t count) {
@@ -29,33 +29,6 @@ __device__ __forceinline__ bf16 ToBf16(float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
-__device__ __forceinline__ float LaneSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kAllLanes, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float LaneMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kAllLanes, v, o));
-  return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32). Every thread gets the result.
-__device__ float BlockTotal(float v) {
-  __shared__ float partial[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = LaneSum(v);
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float r = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.0f;
-    r = LaneSum(r);
-    if (lane == 0) partial[0] = r;
-  }
-  __syncthreads();
-  const float r = partial[0];
-  __syncthreads();  // partial is reused by the next call
-  return r;
-}
 
 // ---- Elementwise ----
 
@@ -100,13 +73,13 @@ __global__ void LayerNormBf16Kernel(const float* x, int64_t dim, const float* we
   bf16* o = out + blockIdx.x * dim;
   float s = 0.0f;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
-  const float mean = BlockTotal(s) / static_cast<float>(dim);
+  const float mean = BlockSum(s) / static_cast<float>(dim);
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     const float d = xr[i] - mean;
     ss += d * d;
   }
-  const float inv = rsqrtf(BlockTotal(ss) / static_cast<float>(dim) + eps);
+  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     o[i] = ToBf16((xr[i] - mean) * inv * weight[i] + bias[i]);
   }
@@ -264,11 +237,11 @@ __global__ void __launch_bounds__(kVaWarps * 32)
 #pragma unroll
     for (int r = 0; r < kVaRowsPerWarp; ++r) {
       const float sc = valid ? s[r] * scale : -INFINITY;
-      const float tile_max = LaneMax(sc);  // finite: key tile0 < len is valid
+      const float tile_max = WarpMax(sc);  // finite: key tile0 < len is valid
       const float m_new = fmaxf(m[r], tile_max);
       const float alpha = expf(m[r] - m_new);  // 0 on the first tile (m = -inf)
       const float p = valid ? expf(sc - m_new) : 0.0f;
-      l[r] = l[r] * alpha + LaneSum(p);
+      l[r] = l[r] * alpha + WarpSum(p);
       m[r] = m_new;
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) acc[r][c] *= alpha;
