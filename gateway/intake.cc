@@ -4,6 +4,7 @@
 #include <functional>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/call_metadata.h"
@@ -136,14 +137,52 @@ absl::Status Intake::Route(const router::Router& router,
   return absl::OkStatus();
 }
 
-absl::Status Intake::CheckModel(const tandem::v1::GenerateRequest& request, Admission* out) const {
-  if (out->tenant != nullptr && !out->tenant->models.empty() &&
-      !out->tenant->models.contains(out->decision.model)) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("tenant '%s' may not use model '%s' (chosen by rule '%s'); its models: %s",
-                        out->tenant->name, out->decision.model, out->decision.rule,
-                        absl::StrJoin(out->tenant->models, ", ")));
+bool TenantMayUse(const policies::TenantSpec* tenant, const std::string& model) {
+  return tenant == nullptr || tenant->models.empty() || tenant->models.contains(model);
+}
+
+absl::Status KeepToTenantModels(const policies::TenantSpec* tenant, const std::string& pinned_model,
+                                router::RouteDecision* d) {
+  if (tenant == nullptr || tenant->models.empty()) return absl::OkStatus();
+  // A shadow copy would carry the tenant's prompt to a model it may not use.
+  if (!d->shadow.empty() && !TenantMayUse(tenant, d->shadow)) d->shadow.clear();
+  // The rule's candidates in its order: its model, then its fallbacks (each once).
+  std::vector<std::string> allowed, refused;
+  std::vector<std::string> candidates = {d->model};
+  for (const std::string& m : d->fallback) {
+    if (std::find(candidates.begin(), candidates.end(), m) == candidates.end()) {
+      candidates.push_back(m);
+    }
   }
+  for (std::string& m : candidates) {
+    (TenantMayUse(tenant, m) ? allowed : refused).push_back(std::move(m));
+  }
+  const bool primary_allowed = refused.empty() || refused.front() != d->model;
+  // A model the caller pinned is its own choice: serving another instead would hide the refusal.
+  const bool pinned = !pinned_model.empty() && pinned_model == d->model;
+  if (allowed.empty() || (!primary_allowed && pinned)) {
+    const std::string how = pinned ? "pinned by hints.model, rule" : "chosen by rule";
+    std::vector<std::string> fallbacks(refused.begin() + 1, refused.end());
+    return absl::PermissionDeniedError(
+        absl::StrFormat("tenant '%s' may not use model '%s' (%s '%s')%s; its models: %s",
+                        tenant->name, d->model, how, d->rule,
+                        fallbacks.empty() || pinned
+                            ? ""
+                            : absl::StrCat(" nor its fallback", fallbacks.size() > 1 ? "s" : "",
+                                           " '", absl::StrJoin(fallbacks, "', '"), "'"),
+                        absl::StrJoin(tenant->models, ", ")));
+  }
+  if (!primary_allowed) {
+    absl::StrAppend(&d->reason, "; tenant '", tenant->name, "' may not use '", d->model,
+                    "': its fallback '", allowed.front(), "'");
+    d->model = allowed.front();
+  }
+  // Every later attempt (retry, failover, hedge, a fallback after a queue wait) picks among these.
+  d->fallback.assign(allowed.begin() + 1, allowed.end());
+  return absl::OkStatus();
+}
+
+absl::Status Intake::CheckModel(const tandem::v1::GenerateRequest& request, Admission* out) const {
   out->pool = pools_->Find(out->decision.model);
   if (out->pool == nullptr) {
     return absl::UnavailableError(
@@ -193,8 +232,7 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
     }
     // A session on a model the tenant may no longer use (its tenants entry changed) moves on,
     // instead of every turn being refused: the caller never asked for that model.
-    if (out->tenant != nullptr && !out->tenant->models.empty() &&
-        !out->tenant->models.contains(out->session_before.model)) {
+    if (!TenantMayUse(out->tenant.get(), out->session_before.model)) {
       out->session_before.model.clear();
     }
     out->features.session_model = out->session_before.model;
@@ -204,6 +242,12 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
   const std::shared_ptr<const router::Router> router = router_->Current();
   CountNearThresholds(request, *router, out);
   if (absl::Status s = Route(*router, deadline, trace, out); !s.ok()) return s;
+  // Before the session's fields: `switched` compares the model the turn will go to.
+  if (absl::Status s =
+          KeepToTenantModels(out->tenant.get(), out->features.pinned_model, &out->decision);
+      !s.ok()) {
+    return s;
+  }
   if (!request.session_id().empty()) {
     out->session.set_id(request.session_id());
     out->session.set_turn(out->features.session_turn);
@@ -277,13 +321,20 @@ absl::StatusOr<Target> Intake::PickTarget(const Admission& a,
     }
     return Target{pool, std::move(*e), limit};
   };
-  if (auto t = try_model(a.decision.model, true)) return *t;
+  // Decide already kept the decision to the tenant's models; checked again here because every
+  // attempt (the first, retries, failovers, hedges) is dispatched to what this returns.
+  const policies::TenantSpec* tenant = a.tenant.get();
+  if (TenantMayUse(tenant, a.decision.model)) {
+    if (auto t = try_model(a.decision.model, true)) return *t;
+  }
   for (const std::string& model : a.decision.fallback) {
-    if (model == a.decision.model) continue;
-    if (a.tenant != nullptr && !a.tenant->models.empty() && !a.tenant->models.contains(model)) {
-      continue;
-    }
+    if (model == a.decision.model || !TenantMayUse(tenant, model)) continue;
     if (auto t = try_model(model, false)) return *t;
+  }
+  if (!TenantMayUse(tenant, a.decision.model) && first.ok()) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "tenant '%s' may not use model '%s', and no fallback it may use has a usable worker",
+        tenant->name, a.decision.model));
   }
   return first.ok() ? absl::UnavailableError(
                           absl::StrFormat("model '%s' has no usable worker", a.decision.model))

@@ -20,7 +20,7 @@ namespace tandem::gateway {
 
 struct IntakeOptions {
   // Requests larger than this (serialized) are refused with INVALID_ARGUMENT.
-  int64_t max_request_bytes = 8ll << 20;
+  int64_t max_request_bytes = 32ll << 20;
   // max_tokens when the request sets none (capped at the model's limit).
   int32_t default_max_tokens = 1024;
   RequestLimits limits;
@@ -81,8 +81,9 @@ class Intake {
   // Validates and routes the request without choosing a worker: the Route RPC's answer (a dry
   // run), and the first half of Admit. `out->request_id` is set even on error (taken from the
   // request, then from `metadata_request_id`, else generated). `deadline` is the call's
-  // (system_clock max for none); it becomes the deadline_ms feature. With `tenant`, a decided
-  // model outside its `models` is PERMISSION_DENIED.
+  // (system_clock max for none); it becomes the deadline_ms feature. With `tenant`, the
+  // decision is kept to its `models` (KeepToTenantModels): a decided model outside them gives
+  // way to the rule's first fallback within them, and none left is PERMISSION_DENIED.
   // `trace`: explain every rule considered (the Route RPC); Admit explains only the deciding one.
   absl::Status Decide(const tandem::v1::GenerateRequest& request,
                       const std::string& metadata_request_id,
@@ -105,7 +106,8 @@ class Intake {
 
   // A usable endpoint for another attempt of an admitted request: the decided model first, then
   // its fallbacks in order, skipping `exclude` (endpoints that already failed it, or the one a
-  // hedge races) and models that cannot take the request (images, max_tokens).
+  // hedge races), models the tenant may not use, and models that cannot take the request
+  // (images, max_tokens).
   absl::StatusOr<Target> PickTarget(const Admission& admission,
                                     const std::vector<const Endpoint*>& exclude) const;
 
@@ -122,8 +124,8 @@ class Intake {
   // threshold of the router, --max_prompt_tokens or the tenant's token burst.
   void CountNearThresholds(const tandem::v1::GenerateRequest& request, const router::Router& router,
                            Admission* out) const;
-  // Whether the decided model may and can take the request (tenant's models, workers
-  // configured, images, max_tokens).
+  // Whether the decided model (already within the tenant's models) can take the request
+  // (workers configured, images, max_tokens).
   absl::Status CheckModel(const tandem::v1::GenerateRequest& request, Admission* out) const;
 
   const RouterHolder* const router_;
@@ -140,6 +142,17 @@ inline constexpr size_t kMaxModelNameBytes = 64;
 // INVALID_ARGUMENT for an objective or reasoning mode outside its enum, a negative thinking
 // budget, or a hints.model that is not a model name.
 absl::Status ValidateHints(const tandem::v1::RoutingHints& hints);
+
+// Whether `tenant` (null: no tenants file) may use `model`: its `models`, all when empty.
+bool TenantMayUse(const policies::TenantSpec* tenant, const std::string& model);
+
+// Keeps a decision to the tenant's models: the rule's candidates (its model, then its fallbacks)
+// are filtered, the first one left becomes the model (the reason says so) and the rest its
+// fallbacks; a shadow to a model outside them is dropped. PERMISSION_DENIED naming every
+// candidate when none is left, or when the caller pinned (`pinned_model`, hints.model) a model
+// it may not use. Without a tenant, or with one that may use every model, nothing changes.
+absl::Status KeepToTenantModels(const policies::TenantSpec* tenant, const std::string& pinned_model,
+                                router::RouteDecision* d);
 
 // The worker's reasoning options for a decision (mode and thinking budget).
 void SetWorkerReasoning(const router::RouteDecision& d, tandem::v1::ReasoningOptions* out);

@@ -23,26 +23,34 @@ std::string Sessions::Key(std::string_view tenant, std::string_view id) {
 
 SessionLookup Sessions::Lookup(std::string_view id, std::string_view token) {
   SessionLookup out;
-  if (auto claims = token_.Verify(id, token, UnixSeconds())) {
+  std::optional<SessionToken::Claims> claims = token_.Verify(id, token, UnixSeconds());
+  const auto now = options_.clock();
+  {
+    absl::MutexLock l(&mu_);
+    auto it = by_id_.find(id);
+    if (it != by_id_.end() && now - it->second->last_seen <= options_.ttl) {
+      out.model = it->second->model;
+      out.turns = it->second->turns;
+      out.source = "table";
+    }
+  }
+  // The token is the caller's latest answer, possibly from another replica, unless this table
+  // has served the session since it was signed: a replayed older token tells less than the table
+  // knows. On a tie the token wins (another replica may have moved the session meanwhile).
+  if (claims.has_value() && claims->turn >= out.turns) {
     out.model = std::move(claims->model);
     out.turns = claims->turn;
     out.source = "token";
-    return out;
   }
-  const auto now = options_.clock();
-  absl::MutexLock l(&mu_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end() || now - it->second->last_seen > options_.ttl) return out;
-  out.model = it->second->model;
-  out.turns = it->second->turns;
-  out.source = "table";
   return out;
 }
 
 void Sessions::Record(std::string_view id, const SessionLookup& before, const std::string& model,
                       tandem::v1::SessionInfo* info) {
   const auto now = options_.clock();
-  const int64_t turn = before.turns + 1;
+  // What the table holds after this turn when it has one (turns recorded since `before` was
+  // looked up count too); else what `before` knew.
+  int64_t turn = before.turns + 1;
   const bool switched = !before.model.empty() && before.model != model;
   size_t remembered = 0;
   if (options_.max_sessions > 0) {
@@ -57,6 +65,7 @@ void Sessions::Record(std::string_view id, const SessionLookup& before, const st
       e.model = model;
       // A token may know of turns served by other replicas; a forgotten session starts over.
       e.turns = expired ? turn : std::max(e.turns + 1, turn);
+      turn = e.turns;
       e.last_seen = now;
       lru_.splice(lru_.begin(), lru_, it->second);
     }

@@ -50,12 +50,14 @@ class Sessions {
   // same id (e.g. the same OpenAI `user`) never share, read or move each other's session.
   static std::string Key(std::string_view tenant, std::string_view id);
 
-  // The session's state before this turn, from a valid token first, then the table. `key` is
+  // The session's state before this turn: a valid token's, unless the table knows more turns of
+  // the session than the token does (a replayed older token), then the table's. `key` is
   // Key(tenant, id): a token is bound to it.
   SessionLookup Lookup(std::string_view key, std::string_view token) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Records that this turn went to `model`; fills `info`'s turn, source, switched and a new
-  // token (the caller sets its id).
+  // Records that this turn went to `model`; fills `info`'s turn (the table's count after it, when
+  // the table remembers the session: never fewer than turns it has served), source, switched and
+  // a new token signed with that turn (the caller sets its id).
   void Record(std::string_view key, const SessionLookup& before, const std::string& model,
               tandem::v1::SessionInfo* info) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -1,6 +1,7 @@
 #include "gateway/tenants.h"
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/file.h"
 #include "common/sha256.h"
 #include "spdlog/spdlog.h"
@@ -107,9 +108,42 @@ void TenantRegistry::Apply(std::shared_ptr<const policies::TenantConfig> config)
   snapshot_.store(std::move(snap));
 }
 
+absl::Status CheckTenantRights(const policies::TenantConfig& next,
+                               const policies::TenantConfig* live, const std::string& path) {
+  const policies::TenantSpec* anonymous = next.Anonymous();
+  if (anonymous != nullptr && anonymous->admin) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: tenant 'anonymous' may not have admin: true (under --allow_unauthenticated every "
+        "caller without a key would be an admin); give admin to a tenant with a key",
+        path));
+  }
+  if (live == nullptr || !AdminNames(next).empty()) return absl::OkStatus();
+  const std::string live_admins = AdminNames(*live);
+  if (live_admins.empty()) return absl::OkStatus();  // started without admins: stays so
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s: no tenant has admin: true, so applying it would lock tandem.v1.Admin (admins now: "
+      "%s); the live tenants stay. Keep an admin, or restart the gateway with this file to run "
+      "without the admin API",
+      path, live_admins));
+}
+
+std::string AdminNames(const policies::TenantConfig& config) {
+  std::vector<std::string> names;
+  for (const policies::TenantSpec& t : config.tenants) {
+    if (t.admin) names.push_back(t.name);
+  }
+  return absl::StrJoin(names, ", ");
+}
+
 absl::Status TenantRegistry::Load(const std::string& path) {
   auto config = policies::LoadTenantFile(path, options_.models, options_.file_limits);
   if (!config.ok()) return config.status();
+  if (absl::Status s = CheckTenantRights(**config, nullptr, path); !s.ok()) return s;
+  if (AdminNames(**config).empty()) {
+    // Allowed: an operator may run without the admin API, editing the file (watched, SIGHUP).
+    spdlog::warn("tenants: no tenant in {} has admin: true; tandem.v1.Admin refuses every call",
+                 path);
+  }
   path_ = path;
   Apply(*config);
   spdlog::info("tenants: loaded {} ({} tenants, sha256 {})", path, (*config)->tenants.size(),
@@ -131,12 +165,14 @@ absl::Status TenantRegistry::Reload(const std::string& trigger) {
 absl::Status TenantRegistry::ReloadText(const std::string& text, const std::string& trigger) {
   absl::MutexLock l(&reload_mu_);
   auto config = policies::ParseTenantConfig(text, path_, options_.models, options_.file_limits);
-  if (!config.ok()) {
+  absl::Status s = config.status();
+  if (s.ok()) s = CheckTenantRights(**config, snapshot_.load()->config.get(), path_);
+  if (!s.ok()) {
     metrics_->CountTenantsReload(false);
     last_failed_sha_ = Sha256Hex(text);
     spdlog::error("tenants reload ({}) from {} failed; the live configuration stays:\n{}", trigger,
-                  path_, std::string(config.status().message()));
-    return config.status();
+                  path_, std::string(s.message()));
+    return s;
   }
   last_failed_sha_.clear();
   Apply(*config);

@@ -73,11 +73,23 @@ struct TenantRegistryOptions {
   policies::TenantsFileLimits file_limits;
 };
 
+// The names of the tenants with admin: true, comma-separated; empty when none has it.
+std::string AdminNames(const policies::TenantConfig& config);
+
+// The rights a tenants file may hand out, beyond what it may say (ParseTenantConfig), for `path`
+// to replace `live` (null at start-up). INVALID_ARGUMENT when `anonymous` has admin: true (under
+// --allow_unauthenticated every keyless caller would be an admin); FAILED_PRECONDITION when
+// `live` has an admin and `next` none, which would lock tandem.v1.Admin out with no way back but
+// a restart. A gateway started with no admin may reload files with none (run without the API).
+absl::Status CheckTenantRights(const policies::TenantConfig& next,
+                               const policies::TenantConfig* live, const std::string& path);
+
 // API keys -> tenants, from the tenants file (policies/tenant_config.h), reloaded when the file
 // changes and on SIGHUP. Lookups take an immutable snapshot swapped atomically and never wait
 // for a reload. An invalid file never replaces the live configuration: its errors are logged,
 // returned and counted (tandem_gateway_tenants_reloads_total{result="error"}); so is a file over
-// options.file_limits, read no further than the limit.
+// options.file_limits, read no further than the limit, and one CheckTenantRights refuses (Load
+// and reloads alike).
 class TenantRegistry {
  public:
   TenantRegistry(TenantRegistryOptions options, GatewayMetrics* metrics);

@@ -2,13 +2,17 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "gateway/router_holder.h"
 #include "gateway/worker_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "policies/policy_loader.h"
 #include "router/builtin_router.h"
+#include "router/policy_router.h"
 #include "tests/support/fake_worker_client.h"
 #include "tests/support/golden_files.h"
 #include "tests/support/requests.h"
@@ -128,6 +132,129 @@ TEST_F(IntakeTest, ATenantIsBoundToItsModelsAndNamedByAuthenticationNotLabels) {
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(s.message()), HasSubstr("tenant 'team-a' may not use model 'qwen'"));
   EXPECT_EQ(a.features.tenant, "team-a");
+}
+
+// Rules with fallbacks: latency-critical turns to nemotron (then qwen, shadowed on qwen), pins
+// with nemotron as their fallback, the rest to qwen alone.
+std::shared_ptr<const router::Router> FallbackRouter() {
+  std::vector<policies::PolicyError> errors;
+  auto policy = policies::ParsePolicy(R"(schema: 1
+version: fallbacks-1
+models: {qwen: {vision: true}, nemotron: {}}
+classes: [a]
+default_class: a
+rules:
+  - name: pinned
+    when: {hint.model: {present: true}}
+    action: {route_to_pinned: true, fallback: [nemotron]}
+  - name: latency
+    when: {objective: latency}
+    action: {route: nemotron, fallback: [qwen], shadow: qwen}
+  - name: accuracy
+    action: {route: qwen}
+)",
+                                      "fallbacks.yaml", &errors);
+  EXPECT_TRUE(policy.ok()) << policy.status();
+  return policy.ok() ? std::make_shared<router::PolicyRouter>(*policy) : nullptr;
+}
+
+std::shared_ptr<const policies::TenantSpec> TenantWith(std::set<std::string> models) {
+  auto tenant = std::make_shared<policies::TenantSpec>();
+  tenant->name = "team-a";
+  tenant->models = std::move(models);
+  return tenant;
+}
+
+TEST_F(IntakeTest, ATenantsModelsFilterTheRulesCandidatesBeforeRefusing) {
+  router_.Swap(FallbackRouter());
+  const Intake intake = MakeIntake();
+  tandem::v1::GenerateRequest latency = Prompt("hi");
+  latency.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
+
+  // nemotron is not the tenant's: the rule's fallback qwen serves, and no shadow goes to a model
+  // the tenant may not use (here qwen is its own, so the shadow would equal the model).
+  Admission a;
+  absl::Status s = intake.Admit(latency, "", kNoDeadline, &a, TenantWith({"qwen"}));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(a.decision.model, "qwen");
+  EXPECT_EQ(a.pool, pools_.Find("qwen"));
+  EXPECT_EQ(a.endpoint->address(), "qwen:1");
+  EXPECT_TRUE(a.decision.fallback.empty()) << "qwen was the only candidate left";
+  EXPECT_THAT(a.decision.reason,
+              HasSubstr("tenant 'team-a' may not use 'nemotron': its fallback 'qwen'"));
+  EXPECT_TRUE(a.fell_back_from.empty()) << "not a fallback for want of workers";
+
+  // The shadow model is outside the tenant's models: dropped; nemotron stays the model.
+  Admission b;
+  ASSERT_TRUE(intake.Decide(latency, "", kNoDeadline, &b, TenantWith({"nemotron"})).ok());
+  EXPECT_EQ(b.decision.model, "nemotron");
+  EXPECT_TRUE(b.decision.shadow.empty());
+  EXPECT_TRUE(b.decision.fallback.empty()) << "qwen is not the tenant's to fail over to";
+
+  // A tenant with every model keeps the decision as the rule made it.
+  Admission c;
+  ASSERT_TRUE(intake.Decide(latency, "", kNoDeadline, &c, TenantWith({"qwen", "nemotron"})).ok());
+  EXPECT_EQ(c.decision.model, "nemotron");
+  EXPECT_EQ(c.decision.shadow, "qwen");
+  EXPECT_EQ(c.decision.fallback, std::vector<std::string>{"qwen"});
+
+  // None of the candidates is the tenant's: refused, naming all of them.
+  auto other = TenantWith({"other"});
+  s = intake.Decide(latency, "", kNoDeadline, &a, other);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            "tenant 'team-a' may not use model 'nemotron' (chosen by rule 'latency') nor its "
+            "fallback 'qwen'; its models: other");
+  // A rule without fallbacks names its model alone.
+  s = intake.Decide(Prompt("hi"), "", kNoDeadline, &a, TenantWith({"nemotron"}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            "tenant 'team-a' may not use model 'qwen' (chosen by rule 'accuracy'); its models: "
+            "nemotron");
+}
+
+TEST_F(IntakeTest, APinnedModelTheTenantMayNotUseIsRefusedWhateverItsFallbacks) {
+  router_.Swap(FallbackRouter());
+  tandem::v1::GenerateRequest pinned = Prompt("hi");
+  pinned.mutable_hints()->set_model("qwen");
+  Admission a;
+  const absl::Status s = MakeIntake().Decide(pinned, "", kNoDeadline, &a, TenantWith({"nemotron"}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("tenant 'team-a' may not use model 'qwen' (pinned by hints.model"));
+}
+
+TEST_F(IntakeTest, EveryLaterAttemptStaysWithinTheTenantsModels) {
+  router_.Swap(FallbackRouter());
+  const Intake intake = MakeIntake();
+  tandem::v1::GenerateRequest latency = Prompt("hi");
+  latency.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
+  // A tenant of nemotron alone: once its one worker failed, retries, failovers and hedges find
+  // nothing, though the rule's fallback qwen has a worker.
+  Admission a;
+  ASSERT_TRUE(intake.Admit(latency, "", kNoDeadline, &a, TenantWith({"nemotron"})).ok());
+  EXPECT_EQ(a.endpoint->address(), "nemotron:1");
+  absl::StatusOr<Target> next = intake.PickTarget(a, {a.endpoint.get()});
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable) << next.status();
+  // Without the tenant the same admission fails over to qwen.
+  Admission open;
+  ASSERT_TRUE(intake.Admit(latency, "", kNoDeadline, &open).ok());
+  next = intake.PickTarget(open, {open.endpoint.get()});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->pool, pools_.Find("qwen"));
+
+  // An admission whose decision names a model outside the tenant's (built by hand: Decide never
+  // leaves one) still never dispatches there: its allowed fallback, else PERMISSION_DENIED.
+  Admission forged = open;
+  forged.tenant = TenantWith({"qwen"});
+  forged.decision.model = "nemotron";
+  forged.decision.fallback = {"qwen"};
+  next = intake.PickTarget(forged, {});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->pool, pools_.Find("qwen"));
+  forged.decision.fallback.clear();
+  next = intake.PickTarget(forged, {});
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kPermissionDenied) << next.status();
 }
 
 // A user prompt "hi" with one PNG image of `data`.

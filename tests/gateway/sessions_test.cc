@@ -84,6 +84,49 @@ TEST(SessionsTest, TheTableRemembersTheLastModelAndCountsTurnsAndSwitches) {
   EXPECT_EQ(before.turns, 2);
 }
 
+TEST(SessionsTest, AReplayedOlderTokenCannotRewindWhatTheTableKnows) {
+  Sessions sessions(Options(10), SessionToken(std::string(32, 'k')));
+  tandem::v1::SessionInfo info;
+  sessions.Record("a", sessions.Lookup("a", ""), "nemotron", &info);
+  const std::string turn1 = info.token();
+  sessions.Record("a", sessions.Lookup("a", turn1), "qwen", &info);
+  sessions.Record("a", sessions.Lookup("a", info.token()), "qwen", &info);
+  ASSERT_EQ(info.turn(), 3);
+
+  // Turn 1's token again: the table has served three turns since, so its state stands.
+  SessionLookup before = sessions.Lookup("a", turn1);
+  EXPECT_STREQ(before.source, "table");
+  EXPECT_EQ(before.model, "qwen");
+  EXPECT_EQ(before.turns, 3);
+  sessions.Record("a", before, "qwen", &info);
+  EXPECT_EQ(info.turn(), 4);
+  EXPECT_FALSE(info.switched());
+  // Even with the lookup made from the old token alone, the reply counts what the table knows,
+  // and the new token carries that count.
+  sessions.Record("a", SessionLookup{"nemotron", 1, "token"}, "qwen", &info);
+  EXPECT_EQ(info.turn(), 5);
+  before = sessions.Lookup("a", info.token());
+  EXPECT_EQ(before.turns, 5);
+  EXPECT_STREQ(before.source, "token") << "a token that ties with the table wins";
+
+  // A token ahead of the table (another replica served turns) still wins.
+  Sessions other(Options(10), SessionToken(std::string(32, 'k')));
+  before = other.Lookup("a", info.token());
+  EXPECT_STREQ(before.source, "token");
+  EXPECT_EQ(before.turns, 5);
+  other.Record("a", before, "nemotron", &info);
+  EXPECT_EQ(info.turn(), 6);
+  before = sessions.Lookup("a", info.token());
+  EXPECT_STREQ(before.source, "token");
+  EXPECT_EQ(before.model, "nemotron");
+  EXPECT_EQ(before.turns, 6);
+  sessions.Record("a", before, "nemotron", &info);
+  EXPECT_EQ(info.turn(), 7);
+  before = other.Lookup("a", info.token());  // other's table says 6, the token 7
+  EXPECT_STREQ(before.source, "token");
+  EXPECT_EQ(before.turns, 7);
+}
+
 TEST(SessionsTest, IdleSessionsExpireAndTheTableNeverExceedsItsBound) {
   Sessions sessions(Options(3), SessionToken(std::string(32, 'k')));
   tandem::v1::SessionInfo info;

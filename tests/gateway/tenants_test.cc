@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "policies/tenant_config.h"
 #include "prometheus/registry.h"
+#include "tests/support/temp_path.h"
 
 namespace tandem::gateway {
 namespace {
@@ -173,6 +174,82 @@ TEST_F(TenantStateTest, DescribeListsTheLiveTenantsWithAnonymousOnce) {
   live = keyless.Describe();
   EXPECT_EQ(names(live), (std::vector<std::string>{"t", "anonymous"}));  // listed once
   EXPECT_EQ(live.tenants[1].spec->limits.requests_per_second, 1);
+}
+
+std::string AdminsYaml(bool ops_admin, bool anonymous_admin = false) {
+  return absl::StrCat("tenants:\n  - name: t\n    keys: [", Key("t-key"),
+                      "]\n  - name: ops\n    keys: [", Key("ops-key"),
+                      "]\n    admin: ", ops_admin ? "true" : "false", "\n",
+                      anonymous_admin ? "  - name: anonymous\n    admin: true\n" : "");
+}
+
+TEST_F(TenantStateTest, AnonymousMayNeverBeAnAdmin) {
+  TenantRegistryOptions options;
+  options.allow_unauthenticated = true;
+  TenantRegistry registry(options, &metrics_);
+  const std::string path = tandem::testing::WriteTempFile("tenants.yaml", AdminsYaml(true, true));
+  // At start-up: refused, naming the tenant and why.
+  absl::Status s = registry.Load(path);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), path +
+                             ": tenant 'anonymous' may not have admin: true (under "
+                             "--allow_unauthenticated every caller without a key would be an "
+                             "admin); give admin to a tenant with a key");
+  EXPECT_FALSE(registry.enabled());
+
+  // On reload: refused and counted, and the live tenants stay.
+  tandem::testing::ReplaceFile(path, AdminsYaml(true));
+  ASSERT_TRUE(registry.Load(path).ok());
+  const std::string live_sha = registry.Describe().sha256;
+  tandem::testing::ReplaceFile(path, AdminsYaml(true, true));
+  s = registry.Reload("SIGHUP");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tenant 'anonymous' may not have admin: true"));
+  registry.CheckFile();  // the watch reports the same refusal once, not again
+  EXPECT_EQ(registry.Describe().sha256, live_sha);
+  auto anon = registry.Authenticate("");
+  ASSERT_TRUE(anon.ok());
+  EXPECT_FALSE(anon->spec->admin);
+}
+
+TEST_F(TenantStateTest, AReloadThatLeavesNoAdminIsRefused) {
+  TenantRegistry registry(TenantRegistryOptions{}, &metrics_);
+  const std::string path = tandem::testing::WriteTempFile("tenants.yaml", AdminsYaml(true));
+  ASSERT_TRUE(registry.Load(path).ok());
+  const std::string live_sha = registry.Describe().sha256;
+
+  tandem::testing::ReplaceFile(path, AdminsYaml(false));
+  for (const char* trigger : {"admin RPC", "SIGHUP"}) {
+    const absl::Status s = registry.Reload(trigger);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.message(), path +
+                               ": no tenant has admin: true, so applying it would lock "
+                               "tandem.v1.Admin (admins now: ops); the live tenants stay. Keep an "
+                               "admin, or restart the gateway with this file to run without the "
+                               "admin API");
+  }
+  registry.CheckFile();
+  EXPECT_EQ(registry.Describe().sha256, live_sha);
+  auto ops = registry.Authenticate("ops-key");
+  ASSERT_TRUE(ops.ok());
+  EXPECT_TRUE(ops->spec->admin);
+
+  // Another admin in place of ops: applied.
+  tandem::testing::ReplaceFile(path, AdminsYaml(false) + "  - name: root\n    keys: [" +
+                                         Key("root-key") + "]\n    admin: true\n");
+  ASSERT_TRUE(registry.Reload("admin RPC").ok());
+  EXPECT_FALSE(registry.Authenticate("ops-key")->spec->admin);
+  EXPECT_TRUE(registry.Authenticate("root-key")->spec->admin);
+}
+
+TEST_F(TenantStateTest, AGatewayStartedWithoutAdminsMayKeepRunningWithout) {
+  TenantRegistry registry(TenantRegistryOptions{}, &metrics_);
+  const std::string path = tandem::testing::WriteTempFile("tenants.yaml", AdminsYaml(false));
+  ASSERT_TRUE(registry.Load(path).ok());
+  tandem::testing::ReplaceFile(
+      path, AdminsYaml(false) + "  - name: new\n    keys: [" + Key("new-key") + "]\n");
+  ASSERT_TRUE(registry.Reload("SIGHUP").ok());
+  EXPECT_TRUE(registry.Authenticate("new-key").ok());
 }
 
 TEST(ApiKeyTest, BearerOrXApiKey) {
