@@ -63,7 +63,8 @@ class GenerationAttempts {
     virtual ~Environment() = default;
     virtual Clock::time_point Now() const = 0;
     // Another worker for the request, skipping `exclude`'s workers (Intake::PickTarget: the
-    // decided model first, then its fallbacks); the error as the caller may see it.
+    // decided model first, then its fallbacks, never a model outside the tenant's `models`); the
+    // error as the caller may see it.
     virtual absl::StatusOr<AttemptTarget> PickTarget(
         const std::vector<const AttemptTarget*>& exclude) = 0;
     // The retry budget (RetryBudget): a retry spends one; a hedge holds one until released.
