@@ -20,6 +20,9 @@ ABSL_FLAG(int32_t, max_stop_sequence_bytes, tandem::RequestLimits{}.max_stop_seq
           "Longest stop sequence, in bytes.");
 ABSL_FLAG(int32_t, max_tools, tandem::RequestLimits{}.max_tools,
           "Most tools (functions the model may call) in one request; 0 refuses tools.");
+ABSL_FLAG(int32_t, max_json_depth, tandem::RequestLimits{}.max_json_depth,
+          "Deepest nesting of the JSON a request carries (tool schemas, tool-call arguments; on "
+          "the HTTP front the whole body, counted from its top), checked before it is parsed.");
 ABSL_FLAG(double, rejected_log_per_second, tandem::RequestLimits{}.rejected_log_per_second,
           "Log lines a second for refused requests (bursts of twice that; the next line logged "
           "says how many were dropped); 0 logs every one.");
@@ -36,7 +39,12 @@ absl::StatusOr<RequestLimits> RequestLimitsFromFlags() {
   l.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
   l.max_stop_sequence_bytes = absl::GetFlag(FLAGS_max_stop_sequence_bytes);
   l.max_tools = absl::GetFlag(FLAGS_max_tools);
+  l.max_json_depth = absl::GetFlag(FLAGS_max_json_depth);
   l.rejected_log_per_second = absl::GetFlag(FLAGS_rejected_log_per_second);
+  if (l.max_json_depth < 1 || l.max_json_depth > kMaxJsonDepthCeiling) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_json_depth must be in [1, ",
+                                                   kMaxJsonDepthCeiling, "]"));
+  }
   if (!(l.rejected_log_per_second >= 0)) {
     return absl::InvalidArgumentError("--rejected_log_per_second must be >= 0");
   }

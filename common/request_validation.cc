@@ -50,7 +50,8 @@ absl::Status ValidateReasoning(const tandem::v1::ReasoningOptions& reasoning,
 }
 
 bool IsSupportedImageMimeType(absl::string_view mime_type) {
-  for (const char* known : {"image/png", "image/jpeg", "image/webp", "image/gif"}) {
+  // image/jpg is not registered but several OpenAI clients send it for JPEG.
+  for (const char* known : {"image/png", "image/jpeg", "image/jpg", "image/webp", "image/gif"}) {
     if (absl::EqualsIgnoreCase(mime_type, known)) return true;
   }
   return false;
@@ -66,14 +67,19 @@ bool ValidToolName(absl::string_view name) {
   return true;
 }
 
-// An object's JSON text (empty counts as {}).
-bool IsJsonObject(const std::string& text) {
-  if (text.empty()) return true;
+// OK for an object's JSON text (empty counts as {}) nesting at most max_json_depth levels. The
+// depth is scanned first: nothing deeper is ever parsed, here or later.
+absl::Status CheckJsonObject(const std::string& text, const std::string& field,
+                             const RequestLimits& limits) {
+  if (text.empty()) return absl::OkStatus();
+  if (absl::Status s = CheckJsonDepth(text, limits.max_json_depth, field); !s.ok()) return s;
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  return !j.is_discarded() && j.is_object();
+  if (j.is_discarded() || !j.is_object()) return Invalid(field, "not a JSON object");
+  return absl::OkStatus();
 }
 
-absl::Status ValidateToolCalls(const tandem::v1::ChatMessage& message, const std::string& prefix) {
+absl::Status ValidateToolCalls(const tandem::v1::ChatMessage& message, const std::string& prefix,
+                               const RequestLimits& limits) {
   if (message.tool_calls().empty()) return absl::OkStatus();
   if (message.role() != "assistant") {
     return Invalid(prefix + ".tool_calls", "only assistant messages carry tool calls");
@@ -85,8 +91,9 @@ absl::Status ValidateToolCalls(const tandem::v1::ChatMessage& message, const std
       return Invalid(field + ".name", absl::StrCat(QuoteForLog(call.name()),
                                                    " is not 1-64 bytes of [A-Za-z0-9_.-]"));
     }
-    if (!IsJsonObject(call.arguments_json())) {
-      return Invalid(field + ".arguments_json", "not a JSON object");
+    if (absl::Status s = CheckJsonObject(call.arguments_json(), field + ".arguments_json", limits);
+        !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();
@@ -114,8 +121,9 @@ absl::Status ValidateTools(const google::protobuf::RepeatedPtrField<tandem::v1::
     if (!IsValidUtf8(tool.description())) {
       return Invalid(field + ".description", "not valid UTF-8");
     }
-    if (!IsJsonObject(tool.parameters_json())) {
-      return Invalid(field + ".parameters_json", "not a JSON object");
+    if (absl::Status s = CheckJsonObject(tool.parameters_json(), field + ".parameters_json", limits);
+        !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();
@@ -138,7 +146,7 @@ absl::Status ValidateMessages(
                      absl::StrFormat("unknown role %s; expected system, user, assistant or tool",
                                      QuoteForLog(message.role())));
     }
-    if (absl::Status s = ValidateToolCalls(message, prefix); !s.ok()) return s;
+    if (absl::Status s = ValidateToolCalls(message, prefix, limits); !s.ok()) return s;
     if (message.content().empty() && message.tool_calls().empty()) {
       return Invalid(prefix + ".content", "no content parts");
     }

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/json_depth.h"
 #include "google/protobuf/map.h"
 #include "google/protobuf/repeated_field.h"
 #include "tandem/v1/common.pb.h"
@@ -23,6 +24,9 @@ struct RequestLimits {
   int32_t max_stop_sequences = 16;
   int32_t max_stop_sequence_bytes = 256;
   int32_t max_tools = 128;
+  // Nesting of the JSON a request carries (tool schemas, tool-call arguments; on the HTTP front
+  // the whole body), checked by a scan before anything parses it (common/json_depth.h).
+  int32_t max_json_depth = kDefaultMaxJsonDepth;
   int32_t max_labels = 32;
   int32_t max_label_bytes = 256;
   // Log lines a second for refused requests (burst: twice that); 0 logs every one. Invalid
@@ -34,7 +38,8 @@ struct RequestLimits {
 // messages, unknown role, a message without content, empty or non-UTF-8 text, an image without
 // data or with an unsupported MIME type (IsSupportedImageMimeType), and counts over the limits;
 // tool calls on a message that is not the assistant's, or with a bad name or arguments that are
-// not a JSON object (an assistant message with tool calls may have no content).
+// not a JSON object or nest deeper than max_json_depth (an assistant message with tool calls may
+// have no content).
 // Caller text in a message is quoted, escaped and cut (QuoteForLog).
 absl::Status ValidateMessages(
     const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& messages,
@@ -42,7 +47,7 @@ absl::Status ValidateMessages(
 
 // INVALID_ARGUMENT naming the field for more than max_tools tools, a name that is not 1-64
 // bytes of [A-Za-z0-9_.-] or is given twice, a description that is not UTF-8, or parameters that
-// are not a JSON object.
+// are not a JSON object or nest deeper than max_json_depth.
 absl::Status ValidateTools(const google::protobuf::RepeatedPtrField<tandem::v1::Tool>& tools,
                            const RequestLimits& limits);
 

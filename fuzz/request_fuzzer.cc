@@ -38,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
        {tandem::ValidateRequestId(request.request_id()),
         tandem::ValidateReasoning(request.hints().reasoning(), "hints.reasoning"),
         tandem::ValidateMessages(request.messages(), limits),
+        tandem::ValidateTools(request.tools(), limits),
         tandem::ValidateSampling(request.sampling(), 0, limits),
         tandem::ValidateLabels(request.labels(), limits)}) {
     CheckMessage(s);

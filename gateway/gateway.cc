@@ -187,8 +187,9 @@ absl::Status Gateway::StartServing() {
   options.services = {service_.get(), admin_.get()};
   options.health = &health_;
   // gRPC's own limit sits above ours so that oversized requests get our INVALID_ARGUMENT
-  // naming the flag; only requests beyond twice the limit meet gRPC's RESOURCE_EXHAUSTED.
-  options.max_receive_message_bytes = ClampToInt(2 * config_.intake.max_request_bytes);
+  // naming the flag (a size is never worth retrying); only requests beyond the headroom meet
+  // gRPC's RESOURCE_EXHAUSTED, before their bytes are held.
+  options.max_receive_message_bytes = config_.GrpcReceiveLimit();
   // Clients reconnect (and re-resolve DNS) after this age, so a round_robin client spreads over
   // replicas added since it connected; streams in flight may finish (--max_stream_duration).
   options.max_connection_age_ms = ClampToInt(absl::ToInt64Milliseconds(config_.max_connection_age));

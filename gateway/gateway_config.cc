@@ -1,5 +1,8 @@
 #include "gateway/gateway_config.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -12,6 +15,9 @@ absl::Status ValidateTransport(const GatewayConfig& c) {
   if (c.server_credentials == nullptr)
     return Invalid("no server credentials (--tls_* or --plaintext)");
   if (c.grpc_memory_limit < 0) return Invalid("--grpc_memory_limit must be >= 0");
+  if (c.grpc_receive_headroom_bytes < 0) {
+    return Invalid("--grpc_receive_headroom_bytes must be >= 0");
+  }
   if (c.max_connection_age < absl::ZeroDuration()) {
     return Invalid("--max_connection_age must be >= 0");
   }
@@ -137,6 +143,27 @@ absl::Status GatewayConfig::Validate() const {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> GatewayConfig::LimitWarnings() const {
+  std::vector<std::string> out;
+  const int64_t request = intake.max_request_bytes;
+  const int64_t image = intake.limits.max_image_bytes;
+  if (image > request) {
+    out.push_back(absl::StrCat("--max_image_bytes (", image, ") exceeds --max_request_bytes (",
+                               request, "): no request can carry an image that large"));
+  } else if (!http_listen.empty() && 4 * ((image + 2) / 3) > request) {
+    // An HTTP body carries images as base64 data: URLs, 4 bytes for every 3.
+    out.push_back(absl::StrCat("--max_image_bytes (", image, ") is ", 4 * ((image + 2) / 3),
+                               " bytes as base64, over --max_request_bytes (", request,
+                               "): the HTTP front cannot carry an image that large"));
+  }
+  return out;
+}
+
+int GatewayConfig::GrpcReceiveLimit() const {
+  return static_cast<int>(std::min<int64_t>(
+      intake.max_request_bytes + grpc_receive_headroom_bytes, std::numeric_limits<int>::max()));
 }
 
 }  // namespace tandem::gateway

@@ -35,6 +35,10 @@ struct GatewayConfig {
   std::string server_transport = "tls";  // "tls", "mtls" or "plaintext", for the start-up line
   // Bytes gRPC may hold for client connections and calls (0: unbounded).
   int64_t grpc_memory_limit = 2ll << 30;
+  // gRPC's own receive limit is intake.max_request_bytes plus this: a request up to that size is
+  // read and refused by the intake with INVALID_ARGUMENT naming --max_request_bytes; only one
+  // beyond it meets gRPC's RESOURCE_EXHAUSTED, before its bytes are held.
+  int64_t grpc_receive_headroom_bytes = 32ll << 20;
   // Clients' connections get GOAWAY after this age (0: never).
   absl::Duration max_connection_age = absl::Minutes(10);
 
@@ -97,6 +101,11 @@ struct GatewayConfig {
 
   // Every check of the configuration, in one place: InvalidArgument naming the flag at fault.
   absl::Status Validate() const;
+  // Limits that another limit makes unreachable (an image larger than any request may be), one
+  // line each naming both flags; logged at start-up.
+  std::vector<std::string> LimitWarnings() const;
+  // gRPC's receive limit for one message: max_request_bytes + grpc_receive_headroom_bytes.
+  int GrpcReceiveLimit() const;
 };
 
 }  // namespace tandem::gateway

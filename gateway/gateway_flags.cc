@@ -42,8 +42,13 @@ ABSL_FLAG(int64_t, long_context_tokens, 32768,
           "Prompts estimated above this many tokens go to --long_context_model.");
 ABSL_FLAG(int32_t, default_max_tokens, 1024,
           "max_tokens for requests that set none (capped at the model's limit).");
-ABSL_FLAG(int64_t, max_request_bytes, 8ll << 20,
-          "Largest request accepted, in serialized bytes; larger ones get INVALID_ARGUMENT.");
+ABSL_FLAG(int64_t, max_request_bytes, 32ll << 20,
+          "Largest request accepted, in serialized bytes on gRPC and body bytes on the HTTP front "
+          "(images there are base64, 4/3 larger); larger ones get INVALID_ARGUMENT (HTTP 413).");
+ABSL_FLAG(int64_t, grpc_receive_headroom_bytes, 32ll << 20,
+          "gRPC reads messages up to --max_request_bytes plus this, so that an oversized request "
+          "gets INVALID_ARGUMENT naming --max_request_bytes; beyond it gRPC itself refuses with "
+          "RESOURCE_EXHAUSTED before holding the bytes.");
 ABSL_FLAG(int64_t, max_prompt_tokens, 1 << 20,
           "Largest prompt accepted, in estimated tokens (0: only the model's context limit).");
 ABSL_FLAG(int32_t, max_tokens_limit, 0,
@@ -204,6 +209,7 @@ absl::Status ReadTransport(GatewayConfig& c) {
   ASSIGN_OR_RETURN(c.server_credentials, ServerCredentialsFromFlags("tandem-gateway", false));
   c.server_transport = ServerTransportFromFlags();
   c.grpc_memory_limit = absl::GetFlag(FLAGS_grpc_memory_limit);
+  c.grpc_receive_headroom_bytes = absl::GetFlag(FLAGS_grpc_receive_headroom_bytes);
   c.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   ASSIGN_OR_RETURN(c.metrics_server, MetricsServerOptionsFromFlags());

@@ -80,6 +80,7 @@ int Run() {
   absl::StatusOr<GatewayConfig> config = GatewayConfigFromFlags();
   if (!config.ok()) Fatal(std::string(config.status().message()));
   if (absl::Status s = config->Validate(); !s.ok()) Fatal(std::string(s.message()));
+  for (const std::string& w : config->LimitWarnings()) spdlog::warn("{}", w);
   absl::StatusOr<std::unique_ptr<Gateway>> gateway = Gateway::Start(*std::move(config));
   if (!gateway.ok()) Fatal(std::string(gateway.status().message()));
   AnnounceListening("tandem-gateway", (*gateway)->grpc_address(), (*gateway)->metrics_address(),

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/json_depth.h"
 #include "common/json_text.h"
 #include "nlohmann/json.hpp"
 
@@ -371,7 +372,9 @@ void AppendHead(const AnswerMeta& meta, const char* object, std::string* out) {
 
 }  // namespace
 
-absl::StatusOr<ChatRequest> DecodeChatRequest(absl::string_view body) {
+absl::StatusOr<ChatRequest> DecodeChatRequest(absl::string_view body, int max_json_depth) {
+  // Scanned before the parse: nothing below (dump, copies) recurses deeper than this.
+  if (absl::Status s = CheckJsonDepth(body, max_json_depth, ""); !s.ok()) return s;
   json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
     ParseErrorSax sax;
@@ -389,25 +392,79 @@ absl::StatusOr<ChatRequest> DecodeChatRequest(absl::string_view body) {
   return out;
 }
 
-std::string ParamOf(const absl::Status& status) {
-  // The intake's messages name the gRPC request's fields: "sampling.max_tokens: ...".
-  const absl::string_view m = status.message();
-  const size_t colon = m.find(": ");
-  if (colon == absl::string_view::npos || m.substr(0, colon).find(' ') != absl::string_view::npos) {
-    return "";
+namespace {
+
+// The FIELD of a "FIELD: message" status (no space in it), or empty.
+absl::string_view FieldOf(absl::string_view message) {
+  const size_t colon = message.find(": ");
+  if (colon == absl::string_view::npos || colon == 0 ||
+      message.substr(0, colon).find(' ') != absl::string_view::npos) {
+    return {};
   }
-  absl::string_view field = m.substr(0, colon);
+  return message.substr(0, colon);
+}
+
+// "messages[3].tool_calls[0]" -> the part after the "[N]" that follows `head`, or nullopt.
+std::optional<absl::string_view> AfterIndex(absl::string_view field, absl::string_view head,
+                                            absl::string_view* prefix) {
+  if (!absl::StartsWith(field, head)) return std::nullopt;
+  const size_t close = field.find(']', head.size());
+  if (close == absl::string_view::npos) return std::nullopt;
+  *prefix = field.substr(0, close + 1);
+  return field.substr(close + 1);
+}
+
+// The OpenAI path of a field of the gRPC request the body became.
+std::string OpenAiField(absl::string_view field) {
   if (absl::ConsumePrefix(&field, "sampling.")) return std::string(field);
   if (field == "hints.model") return "model";
   if (absl::StartsWith(field, "hints.reasoning")) return "reasoning_effort";
   if (absl::StartsWith(field, "labels")) return "user";
+  absl::string_view prefix;
+  if (auto rest = AfterIndex(field, "tools[", &prefix)) {
+    if (*rest == ".name") return absl::StrCat(prefix, ".function.name");
+    if (*rest == ".description") return absl::StrCat(prefix, ".function.description");
+    if (*rest == ".parameters_json") return absl::StrCat(prefix, ".function.parameters");
+    return std::string(field);
+  }
+  absl::string_view message;
+  const std::optional<absl::string_view> in_message = AfterIndex(field, "messages[", &message);
+  if (!in_message) return std::string(field);
+  absl::string_view part;
+  if (auto rest = AfterIndex(*in_message, ".content[", &part)) {
+    // The image of a part came from its data: URL.
+    if (absl::StartsWith(*rest, ".image")) return absl::StrCat(message, part, ".image_url.url");
+    return std::string(field);
+  }
+  absl::string_view call;
+  if (auto rest = AfterIndex(*in_message, ".tool_calls[", &call)) {
+    if (*rest == ".name") return absl::StrCat(message, call, ".function.name");
+    if (*rest == ".arguments_json") return absl::StrCat(message, call, ".function.arguments");
+  }
   return std::string(field);
+}
+
+}  // namespace
+
+std::string ParamOf(const absl::Status& status) {
+  const absl::string_view field = FieldOf(status.message());
+  return field.empty() ? "" : OpenAiField(field);
 }
 
 absl::Status ForOpenAi(const absl::Status& status) {
   if (status.code() == absl::StatusCode::kInvalidArgument &&
       absl::StartsWith(status.message(), "hints.model: unknown model")) {
     return absl::NotFoundError(status.message());
+  }
+  // A request's own fields by the names the caller sent (messages[0].content[1].image_url.url,
+  // not the gRPC request's image.mime_type).
+  const absl::string_view field = FieldOf(status.message());
+  if (absl::StartsWith(field, "messages[") || absl::StartsWith(field, "tools[")) {
+    const std::string named = OpenAiField(field);
+    if (named != field) {
+      return absl::Status(status.code(),
+                          absl::StrCat(named, status.message().substr(field.size())));
+    }
   }
   return status;
 }

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/json_depth.h"
 #include "tandem/v1/gateway.pb.h"
 
 // OpenAI's chat completions API as Tandem's GenerateRequest and answers: the codec of the HTTP
@@ -26,8 +27,10 @@ struct ChatRequest {
 // any other name is a pin, in hints.model as given (the front maps upstream ids to routing
 // names; the intake answers NOT_FOUND for an unknown one). INVALID_ARGUMENT naming the field at
 // fault (ParamOf) for anything Tandem cannot honour: an unknown field, n > 1, a non-data image URL,
-// a sampling field it does not implement set to other than its neutral value.
-absl::StatusOr<ChatRequest> DecodeChatRequest(absl::string_view body);
+// a sampling field it does not implement set to other than its neutral value, and a body that
+// nests deeper than `max_json_depth` (checked before it is parsed; the error names the path).
+absl::StatusOr<ChatRequest> DecodeChatRequest(absl::string_view body,
+                                              int max_json_depth = kDefaultMaxJsonDepth);
 
 // The request field an error names ("messages[0].content"): the OpenAI name of the FIELD of a
 // "FIELD: message" status; empty when the message does not start with one.

@@ -81,7 +81,7 @@ void OpenAiFront::ChatCompletions(std::shared_ptr<HttpExchange> exchange) {
     }
     deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
   }
-  absl::StatusOr<openai::ChatRequest> decoded = openai::DecodeChatRequest(r.body);
+  absl::StatusOr<openai::ChatRequest> decoded = openai::DecodeChatRequest(r.body, service_->intake().options().limits.max_json_depth);
   if (decoded.ok()) {
     auto* hints = decoded->request.mutable_hints();
     if (!hints->model().empty()) hints->set_model(service_->ResolveModel(hints->model()));

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/json_depth.h"
 
 namespace tandem::gateway {
 namespace {
@@ -35,9 +36,13 @@ ToolCallParser::ToolCallParser(const google::protobuf::RepeatedPtrField<tandem::
                                std::string id_stem)
     : schemas_(nlohmann::json::object()), id_stem_(std::move(id_stem)) {
   for (const tandem::v1::Tool& t : tools) {
+    // The intake checked the depth (--max_json_depth); the ceiling keeps this parser bounded on
+    // its own, since the copy below and later lookups recurse per level.
+    const std::string& text = t.parameters_json();
     nlohmann::json params =
-        nlohmann::json::parse(t.parameters_json().empty() ? "{}" : t.parameters_json(), nullptr,
-                              /*allow_exceptions=*/false);
+        text.empty() || JsonNestingDepth(text) > kMaxJsonDepthCeiling
+            ? nlohmann::json::object()
+            : nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     nlohmann::json props = nlohmann::json::object();
     if (params.is_object() && params.contains("properties") && params["properties"].is_object()) {
       props = params["properties"];
@@ -154,6 +159,9 @@ nlohmann::ordered_json ToolCallParser::Typed(const std::string& tool, const std:
     if (lower == "true") return true;
     if (lower == "false") return false;
   } else if (type == "object" || type == "array") {
+    // The model's text: deeper than the ceiling stays text, so dump() below cannot recurse
+    // without bound.
+    if (JsonNestingDepth(value) > kMaxJsonDepthCeiling) return value;
     auto j = nlohmann::ordered_json::parse(value, nullptr, /*allow_exceptions=*/false);
     if (!j.is_discarded() && (type == "object" ? j.is_object() : j.is_array())) return j;
   }

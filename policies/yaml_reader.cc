@@ -22,12 +22,19 @@ namespace {
 
 // Counts the nodes of the first document as a walk of its tree would visit them, from the
 // parser's events: no tree is built, and an alias adds the size of the node it names, known
-// once that node has ended. Throws OverLimit past the limit.
+// once that node has ended. Throws OverLimit past the limit, and past kMaxYamlDepth open
+// collections (yaml-cpp's parser recurses once per level and, deep enough, fails with only "bad
+// file").
 class NodeCounter : public YAML::EventHandler {
  public:
+  enum class Why {
+    kNodes,      // more than the node limit
+    kRecursive,  // an alias inside the node it names: an endless tree
+    kDepth,      // nested deeper than kMaxYamlDepth
+  };
   struct OverLimit {
     YAML::Mark mark;
-    bool recursive;  // an alias inside the node it names: an endless tree
+    Why why;
   };
 
   explicit NodeCounter(int64_t limit) : limit_(limit) {}
@@ -37,7 +44,7 @@ class NodeCounter : public YAML::EventHandler {
   void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { Leaf(mark, anchor, 1); }
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
     auto it = sizes_.find(anchor);
-    if (it == sizes_.end()) throw OverLimit{mark, true};  // still open: it contains the alias
+    if (it == sizes_.end()) throw OverLimit{mark, Why::kRecursive};  // still open: contains it
     Leaf(mark, 0, it->second);
   }
   void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
@@ -64,7 +71,7 @@ class NodeCounter : public YAML::EventHandler {
   // `n` <= limit_ (an anchored node's size was checked when it ended), so total_ never overflows.
   void Add(const YAML::Mark& mark, int64_t n) {
     total_ += n;
-    if (total_ > limit_) throw OverLimit{mark, false};
+    if (total_ > limit_) throw OverLimit{mark, Why::kNodes};
   }
   void Leaf(const YAML::Mark& mark, YAML::anchor_t anchor, int64_t n) {
     Add(mark, n);
@@ -72,6 +79,7 @@ class NodeCounter : public YAML::EventHandler {
     if (anchor != YAML::NullAnchor) sizes_[anchor] = n;
   }
   void Open(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (open_.size() >= static_cast<size_t>(kMaxYamlDepth)) throw OverLimit{mark, Why::kDepth};
     Add(mark, 1);
     open_.push_back({anchor, 1});
   }
@@ -101,12 +109,22 @@ YAML::Node LoadYaml(const std::string& text, const std::string& file,
     parser.HandleNextDocument(counter);
     return YAML::Load(text);
   } catch (const NodeCounter::OverLimit& e) {
-    errors->push_back(
-        {file, e.mark.line + 1, e.mark.column + 1, "",
-         e.recursive ? "an alias refers to a node that contains it (an endless document)"
-                     : absl::StrCat("more than ", max_nodes,
-                                    " YAML nodes, counting each alias as the nodes it names (",
-                                    limit_name, ")")});
+    std::string message;
+    switch (e.why) {
+      case NodeCounter::Why::kRecursive:
+        message = "an alias refers to a node that contains it (an endless document)";
+        break;
+      case NodeCounter::Why::kDepth:
+        message = absl::StrCat("nested deeper than ", kMaxYamlDepth,
+                               " levels of maps and sequences (this line opens the next one)");
+        break;
+      case NodeCounter::Why::kNodes:
+        message = absl::StrCat("more than ", max_nodes,
+                               " YAML nodes, counting each alias as the nodes it names (",
+                               limit_name, ")");
+        break;
+    }
+    errors->push_back({file, e.mark.line + 1, e.mark.column + 1, "", std::move(message)});
     return YAML::Node();
   } catch (const YAML::Exception& e) {
     errors->push_back({file, e.mark.line + 1, e.mark.column + 1, "", e.msg});

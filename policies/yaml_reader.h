@@ -31,7 +31,9 @@ struct PolicyError {
 // an anchored node between its aliases, so a small file of nested anchors ("billion laughs")
 // stands for an exponentially larger tree; it is counted from the parser's events before any
 // tree is built, and a document over the limit (or an alias inside the node it names) is one
-// error naming `limit_name` (e.g. "--max_policy_yaml_nodes"), with a null node.
+// error naming `limit_name` (e.g. "--max_policy_yaml_nodes"), with a null node. So is a document
+// nested deeper than kMaxYamlDepth maps and sequences, located at the line that goes past it.
+inline constexpr int kMaxYamlDepth = 64;
 YAML::Node LoadYaml(const std::string& text, const std::string& file,
                     std::vector<PolicyError>* errors, int64_t max_nodes,
                     absl::string_view limit_name);

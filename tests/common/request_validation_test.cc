@@ -59,7 +59,8 @@ TEST(ValidateMessagesTest, NamesTheOffendingField) {
 }
 
 TEST(ValidateMessagesTest, ImageTypesComeFromTheSupportedList) {
-  for (const char* ok : {"image/png", "image/jpeg", "image/webp", "image/gif", "IMAGE/PNG"}) {
+  for (const char* ok :
+       {"image/png", "image/jpeg", "image/jpg", "image/webp", "image/gif", "IMAGE/PNG"}) {
     EXPECT_TRUE(IsSupportedImageMimeType(ok)) << ok;
   }
   for (const char* bad : {"image/../../etc/passwd", "image/", "image/png; x=1", "image/svg+xml",
@@ -147,6 +148,51 @@ TEST(ValidateMessagesTest, EnforcesCountAndSizeLimits) {
     im->set_mime_type("image/png");
   }
   EXPECT_THAT(ValidateMessages(two, limits).message(), HasSubstr("more than 1 images"));
+}
+
+std::string Nested(int levels) {
+  std::string out = R"({"type":"object","properties":{"p":)";
+  for (int i = 0; i < levels; ++i) out += R"({"a":)";
+  out += "1";
+  out.append(levels, '}');
+  return out + "}}";
+}
+
+TEST(ValidateToolsTest, JsonNestingIsBoundedBeforeItIsParsed) {
+  RequestLimits limits;
+  limits.max_json_depth = 16;
+  google::protobuf::RepeatedPtrField<tandem::v1::Tool> tools;
+  auto* tool = tools.Add();
+  tool->set_name("f");
+  tool->set_parameters_json(Nested(14));  // 2 levels of schema around it: 16
+  EXPECT_TRUE(ValidateTools(tools, limits).ok());
+  tool->set_parameters_json(Nested(15));
+  absl::Status s = ValidateTools(tools, limits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("tools[0].parameters_json: JSON nested deeper than 16 levels "
+                        "(--max_json_depth) at properties.p.a.a"));
+  // A megabyte bomb is refused by the same scan, at the default limit.
+  tool->set_parameters_json(Nested(170000));
+  s = ValidateTools(tools, {});
+  EXPECT_THAT(std::string(s.message()), HasSubstr("deeper than 64 levels"));
+}
+
+TEST(ValidateMessagesTest, ToolCallArgumentsNestingIsBounded) {
+  google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage> m = OneMessage("hi");
+  auto* assistant = m.Add();
+  assistant->set_role("assistant");
+  auto* call = assistant->add_tool_calls();
+  call->set_name("f");
+  call->set_arguments_json(R"({"x":[1,2]})");
+  EXPECT_TRUE(ValidateMessages(m, {}).ok());
+  call->set_arguments_json(Nested(200000));
+  const absl::Status s = ValidateMessages(m, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("messages[1].tool_calls[0].arguments_json: JSON nested deeper than 64"));
+  call->set_arguments_json("[1]");
+  EXPECT_THAT(std::string(ValidateMessages(m, {}).message()), HasSubstr("not a JSON object"));
 }
 
 TEST(ValidateSamplingTest, ChecksRanges) {

@@ -1,6 +1,7 @@
 #include "gateway/gateway_config.h"
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,8 @@ TEST(GatewayConfigTest, EachOutOfRangeValueNamesItsFlag) {
   };
   const std::vector<Case> cases = {
       {"--grpc_memory_limit", [](GatewayConfig& c) { c.grpc_memory_limit = -1; }},
+      {"--grpc_receive_headroom_bytes",
+       [](GatewayConfig& c) { c.grpc_receive_headroom_bytes = -1; }},
       {"--max_connection_age", [](GatewayConfig& c) { c.max_connection_age = -absl::Seconds(1); }},
       {"--worker_probe_interval", [](GatewayConfig& c) { c.pools.probe_interval = {}; }},
       {"--worker_probe_timeouts", [](GatewayConfig& c) { c.pools.probe_timeouts = 0; }},
@@ -94,6 +97,41 @@ TEST(GatewayConfigTest, EachOutOfRangeValueNamesItsFlag) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.flag;
     EXPECT_THAT(std::string(s.message()), HasSubstr(k.flag));
   }
+}
+
+}  // namespace
+}  // namespace tandem::gateway
+
+namespace tandem::gateway {
+namespace {
+
+TEST(GatewayConfigTest, DefaultLimitsAreConsistent) {
+  GatewayConfig c = ValidConfig();
+  c.http_listen = "127.0.0.1:0";
+  // The largest image fits a gRPC request, and its base64 an HTTP body.
+  EXPECT_THAT(c.LimitWarnings(), ::testing::IsEmpty());
+  // gRPC reads past our limit, so that an oversized request gets INVALID_ARGUMENT from us.
+  EXPECT_GT(c.GrpcReceiveLimit(), c.intake.max_request_bytes);
+  EXPECT_EQ(c.GrpcReceiveLimit(), c.intake.max_request_bytes + c.grpc_receive_headroom_bytes);
+}
+
+TEST(GatewayConfigTest, ALimitAnotherMakesUnreachableIsNamed) {
+  GatewayConfig c = ValidConfig();
+  c.intake.max_request_bytes = 8 << 20;
+  c.intake.limits.max_image_bytes = 20 << 20;
+  ASSERT_EQ(c.LimitWarnings().size(), 1u);
+  EXPECT_THAT(c.LimitWarnings()[0], HasSubstr("--max_image_bytes (20971520) exceeds "
+                                              "--max_request_bytes (8388608)"));
+  // Over HTTP the image is base64: 7 MiB of image is 9.3 MiB of body.
+  c.intake.limits.max_image_bytes = 7 << 20;
+  EXPECT_THAT(c.LimitWarnings(), ::testing::IsEmpty());
+  c.http_listen = "127.0.0.1:0";
+  ASSERT_EQ(c.LimitWarnings().size(), 1u);
+  EXPECT_THAT(c.LimitWarnings()[0], HasSubstr("base64"));
+  EXPECT_THAT(c.LimitWarnings()[0], HasSubstr("--max_request_bytes (8388608)"));
+  // The receive limit never overflows gRPC's int.
+  c.intake.max_request_bytes = int64_t{3} << 30;
+  EXPECT_EQ(c.GrpcReceiveLimit(), std::numeric_limits<int>::max());
 }
 
 }  // namespace

@@ -20,6 +20,45 @@ json Body(json extra = json::object()) {
   return b;
 }
 
+TEST(OpenAiCodecTest, ErrorsNameTheFieldsTheCallerSent) {
+  const absl::Status image =
+      ForOpenAi(absl::InvalidArgumentError("messages[0].content[1].image.mime_type: unsupported"));
+  EXPECT_EQ(image.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(image.message(), "messages[0].content[1].image_url.url: unsupported");
+  EXPECT_EQ(ForOpenAi(absl::InvalidArgumentError("messages[1].tool_calls[0].arguments_json: deep"))
+                .message(),
+            "messages[1].tool_calls[0].function.arguments: deep");
+  EXPECT_EQ(ForOpenAi(absl::InvalidArgumentError("messages[0].content[0].text: empty")).message(),
+            "messages[0].content[0].text: empty");
+  EXPECT_EQ(ForOpenAi(absl::UnavailableError("no worker: retry")).message(), "no worker: retry");
+}
+
+TEST(OpenAiCodecTest, DeepBodiesAreRefusedBeforeTheyAreParsed) {
+  std::string deep;
+  for (int i = 0; i < 150000; ++i) deep += R"({"a":)";
+  deep += "1";
+  deep.append(150000, '}');
+  const std::string bodies[] = {
+      R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":)"
+      R"({"name":"f","parameters":{"type":"object","properties":{"p":)" +
+          deep + "}}}}]}",
+      R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","x":)" +
+          std::string(60000, '[') + std::string(60000, ']') + R"(,"function":{"name":"f"}}]})",
+      R"({"messages":[{"role":"assistant","tool_calls":[{"type":"function","function":)"
+      R"({"name":"f","arguments":)" +
+          deep + "}}]}]}"};
+  const char* paths[] = {"tools[0].function.parameters.properties.p.a.a...", "tools[0].x[0][0]",
+                         "messages[0].tool_calls[0].function.arguments.a.a"};
+  for (int i = 0; i < 3; ++i) {
+    auto r = DecodeChatRequest(bodies[i], 64);
+    ASSERT_FALSE(r.ok()) << i;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("deeper than 64 levels")) << i;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(paths[i])) << r.status();
+    EXPECT_FALSE(ParamOf(r.status()).empty()) << r.status();
+  }
+}
+
 TEST(OpenAiCodecTest, DecodesMessagesSamplingAndOptions) {
   auto r = Decode(Body({{"model", "qwen"},
                         {"messages",
@@ -183,6 +222,13 @@ TEST(OpenAiCodecTest, IntakeMessagesMapToOpenAiParams) {
   EXPECT_EQ(ParamOf(absl::NotFoundError("hints.model: unknown model 'x'")), "model");
   EXPECT_EQ(ParamOf(absl::InvalidArgumentError("messages[0].content[0].text: empty")),
             "messages[0].content[0].text");
+  EXPECT_EQ(ParamOf(absl::InvalidArgumentError("messages[2].content[1].image.mime_type: bad")),
+            "messages[2].content[1].image_url.url");
+  EXPECT_EQ(ParamOf(absl::InvalidArgumentError("messages[1].tool_calls[0].arguments_json: x")),
+            "messages[1].tool_calls[0].function.arguments");
+  EXPECT_EQ(ParamOf(absl::InvalidArgumentError("tools[3].parameters_json: x")),
+            "tools[3].function.parameters");
+  EXPECT_EQ(ParamOf(absl::InvalidArgumentError("tools[3].name: x")), "tools[3].function.name");
   EXPECT_EQ(ParamOf(absl::UnavailableError("model 'qwen' has no usable worker; retry later")), "");
 }
 

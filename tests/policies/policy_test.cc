@@ -544,6 +544,19 @@ TEST(PolicyLimitsTest, NestedAliasesAreCountedAsTheTreeTheyStandFor) {
               ElementsAre(HasSubstr("an alias refers to a node that contains it")));
 }
 
+TEST(PolicyLimitsTest, DeepNestingIsRefusedWhereItGoesTooDeep) {
+  // yaml-cpp's parser recurses once per level; 5,000 levels once failed only as "bad file".
+  for (const std::string& deep : {std::string(5000, '[') + std::string(5000, ']'),
+                                  std::string(100000, '[')}) {
+    std::vector<PolicyError> errors;
+    EXPECT_FALSE(ParsePolicy(std::string(kHeader) + "rules: " + deep + "\n", "deep.yaml", &errors)
+                     .ok());
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_THAT(errors[0].message, HasSubstr("nested deeper than 64 levels"));
+    EXPECT_EQ(errors[0].line, 8) << errors[0].ToString();  // the `rules:` line
+  }
+}
+
 TEST(PolicyLimitsTest, RulesAndConditionsAreCapped) {
   auto rules = [](int n) {
     std::string yaml = std::string(kHeader) + "rules:\n";

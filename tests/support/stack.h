@@ -50,6 +50,19 @@ int ConnectLoopback(const std::string& host_port);
 // GET http://HOST:PORT/PATH; the body on 200.
 absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::string& path);
 
+// An HTTP/1.1 answer: its status code, header block and body (as sent, chunked framing left in).
+struct HttpAnswer {
+  int status = 0;
+  std::string headers;
+  std::string body;
+};
+// POST `body` as application/json to http://HOST:PORT/PATH with `headers` ("Name: value" lines)
+// on a connection of its own, closed after the answer; an error when no answer comes back (the
+// server closed the connection or died).
+absl::StatusOr<HttpAnswer> HttpPost(const std::string& host_port, const std::string& path,
+                                    const std::string& body,
+                                    const std::vector<std::string>& headers = {});
+
 // The value of the sample `name` whose labels include all of `labels`.
 absl::StatusOr<double> MetricValue(const std::string& exposition, const std::string& name,
                                    const std::map<std::string, std::string>& labels = {});

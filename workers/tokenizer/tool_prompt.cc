@@ -2,14 +2,17 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 
 namespace tandem::workers {
 namespace {
 
 using json = nlohmann::ordered_json;
 
+// The worker's validation bounds the depth (--max_json_depth); the ceiling keeps the printers
+// below, which recurse once per level, bounded even for a caller that skipped it.
 json ParseObject(const std::string& text) {
-  if (text.empty()) return json::object();
+  if (text.empty() || JsonNestingDepth(text) > kMaxJsonDepthCeiling) return json::object();
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   return j.is_discarded() ? json::object() : j;
 }
