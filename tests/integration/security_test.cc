@@ -747,6 +747,128 @@ TEST_F(TenantsTest, AdminShowsAndReloadsTheLiveTenants) {
   EXPECT_EQ(ReloadCount("error"), 1);
 }
 
+// A tenant limited to some models is served by the first of the rule's candidates (its model,
+// then its fallbacks) that it may use, and no retry or failover takes it to one it may not.
+TEST_F(TenantsTest, ATenantsModelsChooseAmongTheRulesFallbacks) {
+  const std::string policy = WriteTempFile("fallbacks.yaml", R"(schema: 1
+version: fallbacks-1
+models: {qwen: {vision: true}, nemotron: {}}
+classes: [accuracy_critical, latency_critical]
+default_class: accuracy_critical
+classify:
+  - name: wants_latency
+    when: {objective: latency}
+    class: latency_critical
+rules:
+  - name: pinned
+    when: {hint.model: {present: true}}
+    action: {route_to_pinned: true, fallback: [nemotron]}
+  - name: latency
+    when: {class: latency_critical}
+    action: {route: nemotron, fallback: [qwen]}
+  - name: accuracy
+    action: {route: qwen, fallback: [nemotron]}
+)");
+  Start({"--policy=" + policy});
+  auto generate = [&](const std::string& key, tandem::v1::Objective objective,
+                      tandem::v1::GenerateResponse* out) {
+    auto stub = tandem::v1::Gateway::NewStub(
+        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(20));
+    ctx.AddMetadata("authorization", "Bearer " + key);
+    tandem::v1::GenerateRequest r = Prompt("hi", 4);
+    r.mutable_hints()->set_objective(objective);
+    return stub->Generate(&ctx, r, out);
+  };
+  // batch may use nemotron only: rule 'accuracy' chose qwen, its fallback nemotron serves.
+  tandem::v1::GenerateResponse answer;
+  grpc::Status s = generate("batch-secret", tandem::v1::OBJECTIVE_ACCURACY, &answer);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(answer.route().model(), "nemotron");
+  EXPECT_EQ(answer.route().rule(), "accuracy");
+  // A pin is the caller's own choice: still refused, whatever the pin rule's fallbacks.
+  tandem::v1::GenerateRequest pinned = Prompt("hi", 4);
+  pinned.mutable_hints()->set_model("qwen");
+  s = Call("batch-secret", pinned);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("tenant 'batch' may not use model 'qwen'"));
+
+  // nemotron's worker dies: ops (every model) fails over to qwen; batch is never sent there.
+  nemotron_.process->Signal(SIGKILL);
+  nemotron_.process->Wait(absl::Seconds(10));
+  EXPECT_TRUE(WaitUntil([&] {
+    tandem::v1::GenerateResponse out;
+    return generate("ops-secret", tandem::v1::OBJECTIVE_LATENCY, &out).ok() &&
+           out.route().model() == "qwen";
+  }));
+  auto qwen_prompts = [&] {
+    auto text = HttpGet(qwen_.metrics_address, "/metrics");
+    return text.ok() ? MetricValue(*text, "tandem_worker_prompt_tokens_total").value_or(-1) : -1;
+  };
+  const double before = qwen_prompts();
+  for (auto objective : {tandem::v1::OBJECTIVE_LATENCY, tandem::v1::OBJECTIVE_ACCURACY}) {
+    s = generate("batch-secret", objective, &answer);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  }
+  EXPECT_EQ(qwen_prompts(), before) << "a batch request reached qwen";
+}
+
+// Rights a tenants file may not hand out: admin to keyless callers, and a reload that leaves
+// no admin to call tandem.v1.Admin.
+TEST_F(TenantsTest, AnonymousAdminIsRefusedAtStartUp) {
+  const std::string file =
+      WriteTempFile("anonymous-admin.yaml",
+                    absl::StrCat(TenantsYaml(), "  - name: anonymous\n    admin: true\n"));
+  auto [code, log] = RunToExit(
+      TANDEM_GATEWAY_BIN, {"--workers=qwen=127.0.0.1:1,nemotron=127.0.0.1:2", "--plaintext",
+                           "--worker_plaintext", "--allow_unauthenticated", "--tenants=" + file});
+  EXPECT_NE(code, 0) << log;
+  EXPECT_THAT(log, HasSubstr(file + ": tenant 'anonymous' may not have admin: true (under "
+                                    "--allow_unauthenticated every caller without a key would be "
+                                    "an admin)"));
+}
+
+TEST_F(TenantsTest, AReloadMayNeitherMakeAnonymousAdminNorLeaveNoAdmin) {
+  Start({"--policy_watch_interval=1h", "--allow_unauthenticated"});  // only the RPC reloads
+  auto reload = [&](const std::string& key) {
+    auto stub = tandem::v1::Admin::NewStub(
+        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    if (!key.empty()) ctx.AddMetadata("x-api-key", key);
+    tandem::v1::ReloadTenantsResponse out;
+    return stub->ReloadTenants(&ctx, {}, &out);
+  };
+  EXPECT_EQ(GetPolicy("").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // anonymous made an admin: refused, and keyless callers stay out of Admin.
+  ReplaceFile(tenants_path_, absl::StrCat(TenantsYaml(), "  - name: anonymous\n    admin: true\n"));
+  grpc::Status s = reload("ops-secret");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("tenant 'anonymous' may not have admin: true"));
+  EXPECT_EQ(GetPolicy("").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // Every admin removed: refused, the old tenants stay, ops can still reload.
+  std::string no_admin = TenantsYaml("new-secret");
+  no_admin.replace(no_admin.find("    admin: true\n"), 16, "");
+  ReplaceFile(tenants_path_, no_admin);
+  s = reload("ops-secret");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("no tenant has admin: true, so applying it would lock tandem.v1.Admin "
+                        "(admins now: ops); the live tenants stay"));
+  EXPECT_TRUE(GetPolicy("ops-secret").ok());
+  EXPECT_EQ(Call("new-secret").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ReloadCount("error"), 2);
+  EXPECT_NE(gateway_.process->ReadLog().find("would lock tandem.v1.Admin"), std::string::npos);
+
+  // With an admin kept, the same edit applies.
+  ReplaceFile(tenants_path_, TenantsYaml("new-secret"));
+  EXPECT_TRUE(reload("ops-secret").ok());
+  EXPECT_TRUE(Call("new-secret").ok());
+}
+
 TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
   // One dispatch slot per model: everything else waits in the gateway's queue. The worker runs
   // 5x slower than H200 timings (about a second per answer), so the running request is still

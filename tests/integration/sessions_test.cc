@@ -173,6 +173,33 @@ TEST_F(SessionsTest, AnyReplicaHonoursTheSessionAndAReloadCanMoveIt) {
   EXPECT_TRUE(PromtoolCheckMetrics(*text).ok());
 }
 
+// A caller that sends an older turn's token again cannot make the reply forget turns the
+// gateway served: the turn count is what its session table knows.
+TEST_F(SessionsTest, AReplayedOlderTokenReportsTheTurnsTheGatewayServed) {
+  const Server g = Gateway(true);
+  using tandem::v1::OBJECTIVE_ACCURACY;
+  using tandem::v1::OBJECTIVE_LATENCY;
+  tandem::v1::RouteInfo t = Turn(g, OBJECTIVE_LATENCY, "");
+  const std::string token1 = t.session().token();
+  t = Turn(g, OBJECTIVE_LATENCY, token1);
+  EXPECT_EQ(t.session().turn(), 2);
+  t = Turn(g, OBJECTIVE_LATENCY, t.session().token());
+  EXPECT_EQ(t.session().turn(), 3);
+
+  // Turn 1's token again: the gateway has served three turns, so this is the fourth, and the
+  // session stays where the table has it.
+  t = Turn(g, OBJECTIVE_ACCURACY, token1);
+  EXPECT_EQ(t.session().turn(), 4);
+  EXPECT_EQ(t.session().source(), "table");
+  EXPECT_EQ(t.model(), "nemotron");
+  EXPECT_EQ(t.rule(), "session");
+  // Its new token carries that count: a replica with the same key goes on from it.
+  const Server other = Gateway(true);
+  t = Turn(other, OBJECTIVE_ACCURACY, t.session().token());
+  EXPECT_EQ(t.session().turn(), 5);
+  EXPECT_EQ(t.session().source(), "token");
+}
+
 TEST_F(SessionsTest, ABadSessionIdIsRefusedAndAForgedTokenIsIgnored) {
   const Server g = Gateway(true);
   auto stub = tandem::v1::Gateway::NewStub(
