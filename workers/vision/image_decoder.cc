@@ -126,6 +126,79 @@ const uint8_t* Bytes(absl::string_view data) {
   return reinterpret_cast<const uint8_t*>(data.data());
 }
 
+// The bytes the decoder's own pixel buffers hold, for DecodeStats.
+struct BufferBytes {
+  int64_t now = 0;
+  int64_t peak = 0;
+  void Add(int64_t n) {
+    now += n;
+    peak = std::max(peak, now);
+  }
+  void Sub(int64_t n) { now -= n; }
+};
+
+// Rows of `row_bytes` bytes appended to `out` (at most `rows` of them) as a decoder produces
+// them, so the buffer follows the data actually decoded rather than the header's claim. It
+// doubles from kFirstBytes; once the rows decoded are an eighth of the whole, the whole is
+// reserved: a real image is copied a few times at most, and a transient old + new copy is at
+// most 1/8 over its size.
+class GrowingRows {
+ public:
+  GrowingRows(std::vector<uint8_t>* out, size_t row_bytes, int64_t rows, BufferBytes* bytes)
+      : out_(out), row_bytes_(row_bytes), full_(row_bytes * static_cast<size_t>(rows)),
+        bytes_(bytes) {}
+  // The buffer is counted until here (the image it becomes is the caller's from then on).
+  ~GrowingRows() { bytes_->Sub(held_); }
+  GrowingRows(const GrowingRows&) = delete;
+  GrowingRows& operator=(const GrowingRows&) = delete;
+
+  // The next row, zeroed and appended to the buffer; null past the last row.
+  uint8_t* Append() {
+    const size_t need = out_->size() + row_bytes_;
+    if (need > full_) return nullptr;
+    if (need > out_->capacity()) {
+      size_t next = std::max(need, std::min(full_, std::max(2 * out_->capacity(), kFirstBytes)));
+      if (next >= full_ / 8) next = full_;
+      Reserve(next);
+    }
+    out_->resize(need);
+    return out_->data() + need - row_bytes_;
+  }
+  // Every row at once: for interlaced images, whose passes write all over the buffer.
+  uint8_t* AppendAll() {
+    Reserve(full_);
+    out_->resize(full_);
+    return out_->data();
+  }
+
+ private:
+  static constexpr size_t kFirstBytes = size_t{1} << 20;
+
+  void Reserve(size_t capacity) {
+    if (capacity <= out_->capacity()) return;
+    bytes_->Add(static_cast<int64_t>(capacity));  // the copy holds both for a moment
+    out_->reserve(capacity);
+    bytes_->Sub(held_);
+    held_ = static_cast<int64_t>(capacity);
+  }
+
+  std::vector<uint8_t>* const out_;
+  const size_t row_bytes_;
+  const size_t full_;
+  BufferBytes* const bytes_;
+  int64_t held_ = 0;
+};
+
+// The refusal of a file whose compressed bytes cannot hold the pixels its header claims.
+absl::Status CannotHoldPixels(ImageFormat format, int64_t width, int64_t height, int64_t need,
+                              int64_t have) {
+  return MalformedImage(format,
+                        absl::StrCat("the data is cut short: a ", width, "x", height,
+                                     " image needs at least ", need,
+                                     " bytes of compressed pixel data and the file has ", have,
+                                     " after its header"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // PNG (libpng's classic API: the simplified one composes alpha on a background and treats
 // 16-bit samples as linear light, where this keeps the stored values).
@@ -171,9 +244,9 @@ bool PngReadHeader(PngContext* context, png_uint_32* width, png_uint_32* height)
   return true;
 }
 
-// Phase 2: the pixels, as 8-bit RGB, into `rgb` (width * height * 3 bytes), then the chunks
-// to IEND.
-bool PngReadPixels(PngContext* context, uint8_t* rgb) {
+// Phase 2: the pixels, as 8-bit RGB, appended to `rows` as they are decoded (all at once for
+// an interlaced image), then the chunks to IEND.
+bool PngReadPixels(PngContext* context, GrowingRows* rows) {
   png_structp png = context->png;
   png_infop info = context->info;
   if (setjmp(png_jmpbuf(png))) return false;
@@ -197,9 +270,14 @@ bool PngReadPixels(PngContext* context, uint8_t* rgb) {
                   "libpng did not give 8-bit RGB rows (colour type %d)", color_type);
     return false;
   }
-  // For an interlaced image each pass fills its pixels into the rows the earlier passes left.
-  for (int pass = 0; pass < passes; ++pass) {
-    for (png_uint_32 y = 0; y < height; ++y) png_read_row(png, rgb + y * stride, nullptr);
+  if (passes == 1) {
+    for (png_uint_32 y = 0; y < height; ++y) png_read_row(png, rows->Append(), nullptr);
+  } else {
+    // Each pass fills its pixels into the rows the earlier passes left.
+    uint8_t* rgb = rows->AppendAll();
+    for (int pass = 0; pass < passes; ++pass) {
+      for (png_uint_32 y = 0; y < height; ++y) png_read_row(png, rgb + y * stride, nullptr);
+    }
   }
   png_read_end(png, nullptr);
   return true;
@@ -232,7 +310,11 @@ struct PngStructs {
   }
 };
 
-absl::StatusOr<RgbImage> DecodePng(absl::string_view data, const ImageDecodeLimits& limits) {
+// Deflate's best ratio: a 258-byte match in 2 bits of codes.
+constexpr int64_t kDeflateMaxRatio = 1032;
+
+absl::StatusOr<RgbImage> DecodePng(absl::string_view data, const ImageDecodeLimits& limits,
+                                   BufferBytes* bytes) {
   PngStructs structs;
   PngContext* context = &structs.context;
   if (absl::Status s = PngOpen(data, context); !s.ok()) return s;
@@ -241,11 +323,19 @@ absl::StatusOr<RgbImage> DecodePng(absl::string_view data, const ImageDecodeLimi
   if (absl::Status s = CheckDimensions(ImageFormat::kPng, width, height, &limits); !s.ok()) {
     return s;
   }
+  // The filtered rows (a filter byte and the packed samples each, before any transform) are
+  // deflated: the bytes after the header must hold at least 1/1032 of them.
+  const int64_t raw = height * (1 + static_cast<int64_t>(
+                                        png_get_rowbytes(context->png, context->info)));
+  const int64_t have = static_cast<int64_t>(context->size - context->offset);
+  if (have * kDeflateMaxRatio < raw) {
+    return CannotHoldPixels(ImageFormat::kPng, width, height, raw / kDeflateMaxRatio, have);
+  }
   RgbImage image;
   image.width = static_cast<int32_t>(width);
   image.height = static_cast<int32_t>(height);
-  image.rgb.resize(static_cast<size_t>(width * height * 3));
-  if (!PngReadPixels(context, image.rgb.data())) {
+  GrowingRows rows(&image.rgb, static_cast<size_t>(width) * 3, height, bytes);
+  if (!PngReadPixels(context, &rows)) {
     return MalformedImage(ImageFormat::kPng, context->message);
   }
   return image;
@@ -343,9 +433,9 @@ void CmykRowToRgb(const uint8_t* cmyk, int64_t width, bool inverted, uint8_t* rg
   }
 }
 
-// Phase 2: the pixels into `rgb` (width * height * 3 bytes). `cmyk_row` (width * 4 bytes) is
+// Phase 2: the pixels appended to `rows` scanline by scanline. `cmyk_row` (width * 4 bytes) is
 // scratch for CMYK and YCCK files, null otherwise.
-bool JpegReadPixels(JpegContext* context, uint8_t* rgb, uint8_t* cmyk_row) {
+bool JpegReadPixels(JpegContext* context, GrowingRows* rows, uint8_t* cmyk_row) {
   j_decompress_ptr cinfo = &context->cinfo;
   if (setjmp(context->error.jump)) return false;
   cinfo->out_color_space = cmyk_row != nullptr ? JCS_CMYK : JCS_RGB;
@@ -357,9 +447,8 @@ bool JpegReadPixels(JpegContext* context, uint8_t* rgb, uint8_t* cmyk_row) {
                   "libjpeg did not give %d-channel rows of the header's size", components);
     return false;
   }
-  const size_t stride = static_cast<size_t>(cinfo->output_width) * 3;
   while (cinfo->output_scanline < cinfo->output_height) {
-    uint8_t* out = rgb + cinfo->output_scanline * stride;
+    uint8_t* out = rows->Append();
     JSAMPROW row = cmyk_row != nullptr ? cmyk_row : out;
     // The memory source never suspends; 0 rows would be a libjpeg fault, not a loop to spin.
     if (jpeg_read_scanlines(cinfo, &row, 1) != 1) {
@@ -398,7 +487,28 @@ absl::Status JpegOpen(absl::string_view data, JpegContext* context) {
   }
 }
 
-absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view data, const ImageDecodeLimits& limits) {
+// With Huffman coding every 8x8 block of every component of the first scan (the one
+// jpeg_read_header stopped at) takes at least one bit: a DC difference code, the only symbol
+// a progressive first scan may start a block with, and at least one bit long. A file cut
+// inside that scan is refused anyway; this refuses it before any row is decoded. Arithmetic
+// coding can spend less than a bit on a block, so it has no such floor.
+absl::Status JpegCheckDataCanHold(const jpeg_decompress_struct& cinfo) {
+  if (cinfo.arith_code) return absl::OkStatus();
+  int64_t blocks = 0;
+  for (int i = 0; i < cinfo.comps_in_scan; ++i) {
+    const jpeg_component_info* c = cinfo.cur_comp_info[i];
+    blocks += int64_t{c->width_in_blocks} * c->height_in_blocks;
+  }
+  const int64_t need = blocks / 8;
+  const int64_t have = static_cast<int64_t>(cinfo.src->bytes_in_buffer);
+  if (have < need) {
+    return CannotHoldPixels(ImageFormat::kJpeg, cinfo.image_width, cinfo.image_height, need, have);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view data, const ImageDecodeLimits& limits,
+                                    BufferBytes* bytes) {
   JpegStructs structs;
   JpegContext* context = &structs.context;
   if (absl::Status s = JpegOpen(data, context); !s.ok()) return s;
@@ -407,14 +517,15 @@ absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view data, const ImageDecodeLim
   if (absl::Status s = CheckDimensions(ImageFormat::kJpeg, width, height, &limits); !s.ok()) {
     return s;
   }
+  if (absl::Status s = JpegCheckDataCanHold(context->cinfo); !s.ok()) return s;
   const J_COLOR_SPACE space = context->cinfo.jpeg_color_space;
   std::vector<uint8_t> cmyk_row;
   if (space == JCS_CMYK || space == JCS_YCCK) cmyk_row.resize(static_cast<size_t>(width) * 4);
   RgbImage image;
   image.width = static_cast<int32_t>(width);
   image.height = static_cast<int32_t>(height);
-  image.rgb.resize(static_cast<size_t>(width * height * 3));
-  if (!JpegReadPixels(context, image.rgb.data(), cmyk_row.empty() ? nullptr : cmyk_row.data())) {
+  GrowingRows rows(&image.rgb, static_cast<size_t>(width) * 3, height, bytes);
+  if (!JpegReadPixels(context, &rows, cmyk_row.empty() ? nullptr : cmyk_row.data())) {
     return MalformedImage(ImageFormat::kJpeg, context->error.message);
   }
   return image;
@@ -469,7 +580,8 @@ absl::Status WebpFeatures(absl::string_view data, WebPBitstreamFeatures* feature
   return absl::OkStatus();
 }
 
-absl::StatusOr<RgbImage> DecodeWebp(absl::string_view data, const ImageDecodeLimits& limits) {
+absl::StatusOr<RgbImage> DecodeWebp(absl::string_view data, const ImageDecodeLimits& limits,
+                                    BufferBytes* bytes) {
   WebPDecoderConfig config;
   if (!WebPInitDecoderConfig(&config)) return absl::InternalError("libwebp version mismatch");
   if (absl::Status s = WebpFeatures(data, &config.input); !s.ok()) return s;
@@ -478,21 +590,29 @@ absl::StatusOr<RgbImage> DecodeWebp(absl::string_view data, const ImageDecodeLim
   if (absl::Status s = CheckDimensions(ImageFormat::kWebp, width, height, &limits); !s.ok()) {
     return s;
   }
-  RgbImage image;
-  image.width = static_cast<int32_t>(width);
-  image.height = static_cast<int32_t>(height);
-  image.rgb.resize(static_cast<size_t>(width * height * 3));
-  // MODE_RGB drops alpha without premultiplying: transparent pixels keep their colour.
+  // MODE_RGB drops alpha without premultiplying: transparent pixels keep their colour. libwebp
+  // allocates its output itself, after it has checked that the bitstream's partitions are all
+  // present: a cut file fails before any pixel buffer is written. It is copied out once whole.
   config.output.colorspace = MODE_RGB;
-  config.output.is_external_memory = 1;
-  config.output.u.RGBA.rgba = image.rgb.data();
-  config.output.u.RGBA.stride = static_cast<int>(width * 3);
-  config.output.u.RGBA.size = image.rgb.size();
+  config.output.is_external_memory = 0;
   const VP8StatusCode status = WebPDecode(Bytes(data), data.size(), &config);
-  WebPFreeDecBuffer(&config.output);
+  struct Freer {
+    WebPDecBuffer* buffer;
+    ~Freer() { WebPFreeDecBuffer(buffer); }
+  } freer{&config.output};
   if (status != VP8_STATUS_OK) return MalformedImage(ImageFormat::kWebp, WebpStatusText(status));
   if (config.output.width != width || config.output.height != height) {
     return MalformedImage(ImageFormat::kWebp, "the decoded size differs from the header's");
+  }
+  RgbImage image;
+  image.width = static_cast<int32_t>(width);
+  image.height = static_cast<int32_t>(height);
+  const size_t row_bytes = static_cast<size_t>(width) * 3;
+  GrowingRows rows(&image.rgb, row_bytes, height, bytes);
+  uint8_t* out = rows.AppendAll();
+  const WebPRGBABuffer& decoded = config.output.u.RGBA;
+  for (int64_t y = 0; y < height; ++y) {
+    std::memcpy(out + y * row_bytes, decoded.rgba + y * decoded.stride, row_bytes);
   }
   return image;
 }
@@ -591,13 +711,16 @@ absl::Status GifSkipToFirstImage(GifFileType* gif, int* transparent) {
   return absl::OkStatus();
 }
 
-// Decodes the frame giflib has just read the descriptor of onto `image` (the screen, already
-// filled with the background), clipped to it.
-absl::Status GifComposeFrame(GifFileType* gif, int transparent, const ImageDecodeLimits& limits,
-                             RgbImage* image) {
+// giflib's string table has 4096 entries, so one LZW code gives at most 4096 pixels, and a
+// code is at least one bit: the floor on the bytes a frame of n pixels needs.
+constexpr int64_t kGifMaxPixelsPerByte = 8 * 4096;
+
+// Decodes the frame giflib has just read the descriptor of into `rows` (one colour index a
+// pixel, frame.Width a row, in display order), growing as lines arrive for a progressive
+// frame, whole at once for an interlaced one; after checking the bytes left can hold it.
+absl::Status GifDecodeFrame(GifFileType* gif, const ImageDecodeLimits& limits,
+                            GrowingRows* rows) {
   const GifImageDesc& frame = gif->Image;
-  const ColorMapObject* map = frame.ColorMap != nullptr ? frame.ColorMap : gif->SColorMap;
-  if (map == nullptr) return MalformedImage(ImageFormat::kGif, "the frame has no colour map");
   // The frame is decoded whole even where it lies off the screen: its own size is bounded too
   // (giflib gives sides below 65536).
   const int64_t frame_pixels = int64_t{frame.Width} * frame.Height;
@@ -610,40 +733,64 @@ absl::Status GifComposeFrame(GifFileType* gif, int transparent, const ImageDecod
         absl::StrCat("GIF image's first frame is ", frame.Width, "x", frame.Height, " (",
                      frame_pixels, " pixels), over the limit of ", limits.max_pixels, " pixels"));
   }
-  std::vector<GifPixelType> row(static_cast<size_t>(frame.Width));
+  const auto* source = static_cast<const GifSource*>(gif->UserData);
+  const int64_t have = static_cast<int64_t>(source->size - source->offset);
+  if (have * kGifMaxPixelsPerByte < frame_pixels) {
+    return CannotHoldPixels(ImageFormat::kGif, frame.Width, frame.Height,
+                            frame_pixels / kGifMaxPixelsPerByte, have);
+  }
+  static_assert(sizeof(GifPixelType) == 1);
+  if (!frame.Interlace) {
+    for (int y = 0; y < frame.Height; ++y) {
+      if (DGifGetLine(gif, rows->Append(), frame.Width) == GIF_ERROR) return GifFileError(gif);
+    }
+    return absl::OkStatus();
+  }
   // Interlaced rows come in four passes: every 8th from 0, every 8th from 4, every 4th from 2,
   // every 2nd from 1.
   static constexpr int kStart[] = {0, 4, 2, 1};
   static constexpr int kStep[] = {8, 8, 4, 2};
-  const int passes = frame.Interlace ? 4 : 1;
-  for (int pass = 0; pass < passes; ++pass) {
-    const int start = frame.Interlace ? kStart[pass] : 0;
-    const int step = frame.Interlace ? kStep[pass] : 1;
-    for (int y = start; y < frame.Height; y += step) {
-      if (DGifGetLine(gif, row.data(), frame.Width) == GIF_ERROR) return GifFileError(gif);
-      const int64_t screen_y = int64_t{frame.Top} + y;
-      if (screen_y >= image->height) continue;
-      uint8_t* out = image->rgb.data() + screen_y * image->width * 3;
-      for (int x = 0; x < frame.Width; ++x) {
-        const int64_t screen_x = int64_t{frame.Left} + x;
-        if (screen_x >= image->width) break;
-        const int index = row[x];
-        if (index == transparent) continue;
-        uint8_t* pixel = out + screen_x * 3;
-        if (index >= map->ColorCount) {
-          pixel[0] = pixel[1] = pixel[2] = 0;
-          continue;
-        }
-        pixel[0] = map->Colors[index].Red;
-        pixel[1] = map->Colors[index].Green;
-        pixel[2] = map->Colors[index].Blue;
+  uint8_t* all = rows->AppendAll();
+  for (int pass = 0; pass < 4; ++pass) {
+    for (int y = kStart[pass]; y < frame.Height; y += kStep[pass]) {
+      if (DGifGetLine(gif, all + static_cast<size_t>(y) * frame.Width, frame.Width) ==
+          GIF_ERROR) {
+        return GifFileError(gif);
       }
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<RgbImage> DecodeGif(absl::string_view data, const ImageDecodeLimits& limits) {
+// One screen row: the background, with the frame's row (if it crosses this one) over it,
+// clipped to the screen; the transparent index leaves the background, an index outside the
+// colour map is black.
+void GifComposeRow(const GifFileType& gif, const ColorMapObject& map, int transparent,
+                   const uint8_t background[3], const std::vector<uint8_t>& indices,
+                   int64_t screen_y, uint8_t* out) {
+  for (int64_t x = 0; x < gif.SWidth; ++x) std::memcpy(out + x * 3, background, 3);
+  const GifImageDesc& frame = gif.Image;
+  const int64_t y = screen_y - frame.Top;
+  if (y < 0 || y >= frame.Height) return;
+  const uint8_t* row = indices.data() + y * frame.Width;
+  for (int x = 0; x < frame.Width; ++x) {
+    const int64_t screen_x = int64_t{frame.Left} + x;
+    if (screen_x >= gif.SWidth) break;
+    const int index = row[x];
+    if (index == transparent) continue;
+    uint8_t* pixel = out + screen_x * 3;
+    if (index >= map.ColorCount) {
+      pixel[0] = pixel[1] = pixel[2] = 0;
+      continue;
+    }
+    pixel[0] = map.Colors[index].Red;
+    pixel[1] = map.Colors[index].Green;
+    pixel[2] = map.Colors[index].Blue;
+  }
+}
+
+absl::StatusOr<RgbImage> DecodeGif(absl::string_view data, const ImageDecodeLimits& limits,
+                                   BufferBytes* bytes) {
   GifSource source;
   absl::StatusOr<GifFile> gif = GifOpen(data, &source);
   if (!gif.ok()) return gif.status();
@@ -654,6 +801,14 @@ absl::StatusOr<RgbImage> DecodeGif(absl::string_view data, const ImageDecodeLimi
   }
   int transparent = NO_TRANSPARENT_COLOR;
   if (absl::Status s = GifSkipToFirstImage(file, &transparent); !s.ok()) return s;
+  const ColorMapObject* map = file->Image.ColorMap != nullptr ? file->Image.ColorMap
+                                                              : file->SColorMap;
+  if (map == nullptr) return MalformedImage(ImageFormat::kGif, "the frame has no colour map");
+  // The frame first: the screen is composed only once the data has proved the frame whole.
+  std::vector<uint8_t> indices;
+  GrowingRows frame_rows(&indices, static_cast<size_t>(std::max(0, file->Image.Width)),
+                         std::max(0, file->Image.Height), bytes);
+  if (absl::Status s = GifDecodeFrame(file, limits, &frame_rows); !s.ok()) return s;
   uint8_t background[3] = {0, 0, 0};
   const ColorMapObject* global = file->SColorMap;
   if (global != nullptr && file->SBackGroundColor >= 0 &&
@@ -666,9 +821,10 @@ absl::StatusOr<RgbImage> DecodeGif(absl::string_view data, const ImageDecodeLimi
   RgbImage image;
   image.width = file->SWidth;
   image.height = file->SHeight;
-  image.rgb.resize(static_cast<size_t>(image.width) * image.height * 3);
-  for (size_t i = 0; i < image.rgb.size(); i += 3) std::memcpy(&image.rgb[i], background, 3);
-  if (absl::Status s = GifComposeFrame(file, transparent, limits, &image); !s.ok()) return s;
+  GrowingRows rows(&image.rgb, static_cast<size_t>(image.width) * 3, image.height, bytes);
+  for (int64_t y = 0; y < image.height; ++y) {
+    GifComposeRow(*file, *map, transparent, background, indices, y, rows.Append());
+  }
   return image;
 }
 
@@ -751,20 +907,27 @@ absl::StatusOr<ImageSize> ProbeImageSize(absl::string_view data, absl::string_vi
 }
 
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view data, absl::string_view mime_type,
-                                     const ImageDecodeLimits& limits) {
+                                     const ImageDecodeLimits& limits, DecodeStats* stats) {
   absl::StatusOr<ImageFormat> format = CheckLabelAndSignature(data, mime_type, &limits);
   if (!format.ok()) return format.status();
+  BufferBytes bytes;
+  absl::StatusOr<RgbImage> image = absl::InternalError("unknown image format");
   switch (*format) {
     case ImageFormat::kPng:
-      return DecodePng(data, limits);
+      image = DecodePng(data, limits, &bytes);
+      break;
     case ImageFormat::kJpeg:
-      return DecodeJpeg(data, limits);
+      image = DecodeJpeg(data, limits, &bytes);
+      break;
     case ImageFormat::kWebp:
-      return DecodeWebp(data, limits);
+      image = DecodeWebp(data, limits, &bytes);
+      break;
     case ImageFormat::kGif:
-      return DecodeGif(data, limits);
+      image = DecodeGif(data, limits, &bytes);
+      break;
   }
-  return absl::InternalError("unknown image format");
+  if (stats != nullptr) stats->peak_buffer_bytes = bytes.peak;
+  return image;
 }
 
 }  // namespace tandem::workers::vision

@@ -83,7 +83,29 @@ absl::StatusOr<ImageSize> ProbeImageSize(absl::string_view data, absl::string_vi
 // interlaced PNG and progressive JPEG are taken; a GIF's first frame is composed on its
 // background. Messages do not name the request's field: callers prefix it
 // ("messages[1].content[0].image: ...").
+//
+// Memory follows the data, not the header: a file that claims a large canvas costs nothing
+// until its pixel data proves it.
+// - Before any pixel buffer, the compressed bytes present are checked against the least a
+//   valid file of the header's size could hold (PNG: deflate's 1032:1 over the raw rows; JPEG
+//   with Huffman coding: one bit per 8x8 block of its smallest component; GIF: 4096 pixels per
+//   LZW bit); a file that cannot hold its pixels is refused as cut short, allocating nothing.
+// - The output grows as rows are decoded (doubling from 1 MiB; the whole image is reserved
+//   once an eighth of it is decoded), so a file cut after k rows holds about k rows. Only an
+//   interlaced PNG or GIF frame, whose passes spread over every row, takes its whole buffer at
+//   once, after the check above.
+// - A GIF's first frame is decoded (to one byte a pixel, growing likewise) before the logical
+//   screen is composed, row by row: a screen far larger than its frame costs nothing until the
+//   frame has decoded whole.
+// libjpeg's coefficient buffer for progressive files and libwebp's output are the libraries'
+// own and are not counted below; both touch memory only as the data fills it.
+struct DecodeStats {
+  // The most bytes the decoder's own pixel buffers (the output, a GIF frame's indices, an
+  // interlaced image's whole buffer) had allocated at once.
+  int64_t peak_buffer_bytes = 0;
+};
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view data, absl::string_view mime_type,
-                                     const ImageDecodeLimits& limits);
+                                     const ImageDecodeLimits& limits,
+                                     DecodeStats* stats = nullptr);
 
 }  // namespace tandem::workers::vision

@@ -1138,5 +1138,143 @@ TEST(ImageDecoderTest, SidesOverTheBoundAreRefusedEvenByTheProbe) {
   ExpectInvalid(Decode(gif, "image/gif").status(), "a side of 0");
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Memory follows the data: a file that claims a huge canvas costs nothing until its pixel data
+// proves it (DecodeStats counts the decoder's own pixel buffers).
+
+// A PNG chunk: length, type, data, CRC over type and data.
+std::string PngChunk(const std::string& type, const std::string& data) {
+  std::string out(4, '\0');
+  PutBe32(&out, 0, static_cast<uint32_t>(data.size()));
+  out.append(type);
+  out.append(data);
+  std::string crc(4, '\0');
+  const std::string covered = out.substr(4);
+  PutBe32(&crc, 0,
+          static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(covered.data()),
+                                      static_cast<uInt>(covered.size()))));
+  return out + crc;
+}
+
+// A well-formed PNG of the header's size whose IDAT holds a few deflated bytes only.
+std::string TinyPngClaiming(uint32_t width, uint32_t height) {
+  std::string ihdr(13, '\0');
+  PutBe32(&ihdr, 0, width);
+  PutBe32(&ihdr, 4, height);
+  ihdr[8] = 8;  // bit depth
+  ihdr[9] = 2;  // RGB
+  const std::string raw(4, '\0');
+  uLongf size = compressBound(raw.size());
+  std::string idat(size, '\0');
+  EXPECT_EQ(compress2(reinterpret_cast<Bytef*>(idat.data()), &size,
+                      reinterpret_cast<const Bytef*>(raw.data()), raw.size(), 9),
+            Z_OK);
+  idat.resize(size);
+  return std::string("\x89PNG\r\n\x1a\n", 8) + PngChunk("IHDR", ihdr) + PngChunk("IDAT", idat) +
+         PngChunk("IEND", "");
+}
+
+absl::StatusOr<RgbImage> DecodeCounting(absl::string_view data, absl::string_view mime,
+                                        DecodeStats* stats) {
+  return DecodeImage(data, mime, ImageDecodeLimits{}, stats);
+}
+
+TEST(ImageDecoderMemoryTest, TinyPngWithAHugeHeaderFailsWithoutAPixelBuffer) {
+  const std::string png = TinyPngClaiming(8192, 8192);
+  EXPECT_LE(png.size(), 70u);
+  auto size = ProbeImageSize(png, "image/png");
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(size->width, 8192);
+  DecodeStats stats;
+  stats.peak_buffer_bytes = -1;
+  ExpectInvalid(DecodeCounting(png, "image/png", &stats).status(), "the data is cut short");
+  EXPECT_EQ(stats.peak_buffer_bytes, 0);
+}
+
+TEST(ImageDecoderMemoryTest, TruncatedJpegClaimingAHugeSizeFailsWithoutAPixelBuffer) {
+  for (const bool progressive : {false, true}) {
+    std::string jpeg = EncodeJpeg(RgbJpeg(64, 64, Pattern(64, 64, 3), progressive));
+    const size_t sof = jpeg.find(progressive ? "\xFF\xC2" : "\xFF\xC0");
+    ASSERT_NE(sof, std::string::npos);
+    for (size_t at : {sof + 5, sof + 7}) {  // height, then width: 8192 big-endian
+      jpeg[at] = 0x20;
+      jpeg[at + 1] = 0;
+    }
+    jpeg.resize(std::min<size_t>(jpeg.size(), 1000));
+    DecodeStats stats;
+    ExpectInvalid(DecodeCounting(jpeg, "image/jpeg", &stats).status(), "cut short");
+    EXPECT_EQ(stats.peak_buffer_bytes, 0) << "progressive " << progressive;
+  }
+}
+
+// A GIF frame that claims 8192x8192 in a few bytes is refused before its index buffer.
+TEST(ImageDecoderMemoryTest, GifFrameClaimingAHugeSizeFailsWithoutABuffer) {
+  GifSpec spec;
+  spec.width = 16;
+  spec.height = 16;
+  spec.global_map = Palette(2);
+  spec.frames.push_back(FullFrame(16, 16, 2));
+  std::string gif = EncodeGif(spec);
+  // Screen (bytes 6..9) and the image descriptor's size (after its 0x2C separator), 8192 each.
+  gif[6] = gif[8] = 0;
+  gif[7] = gif[9] = 0x20;
+  const size_t desc = gif.find('\x2C', 13);
+  ASSERT_NE(desc, std::string::npos);
+  gif[desc + 5] = gif[desc + 7] = 0;
+  gif[desc + 6] = gif[desc + 8] = 0x20;
+  DecodeStats stats;
+  ExpectInvalid(DecodeCounting(gif, "image/gif", &stats).status(), "cut short");
+  EXPECT_EQ(stats.peak_buffer_bytes, 0);
+}
+
+// A 35-byte GIF with an 8192x8192 screen and its 1x1 frame cut: the screen is never composed.
+TEST(ImageDecoderMemoryTest, GifScreenIsComposedOnlyAfterItsFrameDecodes) {
+  GifSpec spec;
+  spec.width = 8192;
+  spec.height = 8192;
+  spec.global_map = Palette(2);
+  spec.frames.push_back(FullFrame(1, 1, 2));
+  std::string gif = EncodeGif(spec);
+  const size_t desc = gif.find('\x2C', 13);
+  ASSERT_NE(desc, std::string::npos);
+  gif.resize(desc + 11);  // the descriptor and the LZW code size, no data
+  DecodeStats stats;
+  ExpectInvalid(DecodeCounting(gif, "image/gif", &stats).status());
+  EXPECT_EQ(stats.peak_buffer_bytes, 0);
+}
+
+// A PNG cut early holds about the rows it decoded, far below its full size.
+TEST(ImageDecoderMemoryTest, CutPngHoldsOnlyTheRowsItDecoded) {
+  const int side = 2048;
+  // Noise, which deflate cannot shrink: a cut at 1/32 of the file is about 1/32 of the rows.
+  PngSpec spec = PatternPng(side, side, PNG_COLOR_TYPE_RGB, 8);
+  uint32_t state = 1;
+  for (uint8_t& b : spec.rows) {
+    state = state * 1664525u + 1013904223u;
+    b = static_cast<uint8_t>(state >> 24);
+  }
+  const std::string png = EncodePng(spec);
+  const int64_t full = int64_t{side} * side * 3;
+  DecodeStats stats;
+  ExpectInvalid(DecodeCounting(png.substr(0, png.size() / 32), "image/png", &stats).status());
+  EXPECT_GT(stats.peak_buffer_bytes, 0);
+  EXPECT_LE(stats.peak_buffer_bytes, full / 4);
+  // Whole, it costs its size plus at most the last growth's copy (an eighth).
+  auto image = DecodeCounting(png, "image/png", &stats);
+  ASSERT_TRUE(image.ok()) << image.status();
+  EXPECT_EQ(static_cast<int64_t>(image->rgb.size()), full);
+  EXPECT_LE(stats.peak_buffer_bytes, full + full / 8);
+}
+
+TEST(ImageDecoderTest, JpgLabelIsJpeg) {
+  const std::string jpeg = EncodeJpeg(RgbJpeg(16, 8, Pattern(16, 8, 3)));
+  for (const char* label : {"image/jpg", "IMAGE/JPG", "image/jpeg"}) {
+    EXPECT_TRUE(Decode(jpeg, label).ok()) << label;
+    EXPECT_TRUE(ProbeImageSize(jpeg, label).ok()) << label;
+  }
+  ExpectInvalid(Decode(jpeg, "image/png").status(), "mime_type says image/png");
+}
+
 }  // namespace
 }  // namespace tandem::workers::vision
