@@ -207,7 +207,10 @@ absl::Status Gateway::StartServing() {
   if (!config_.http_listen.empty()) {
     HttpServerOptions http = config_.http;
     http.max_body_bytes = config_.intake.max_request_bytes;
-    ASSIGN_OR_RETURN(openai_, OpenAiFront::Start(config_.http_listen, http, service_.get()));
+    OpenAiFrontOptions front{.max_json_depth = config_.intake.limits.max_json_depth,
+                             .cors_origins = config_.http_cors_origins};
+    ASSIGN_OR_RETURN(openai_, OpenAiFront::Start(config_.http_listen, http, std::move(front),
+                                                 service_.get()));
   }
   pools_->Start();
   signals_->Start();

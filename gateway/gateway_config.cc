@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gateway/cors_policy.h"
 
 namespace tandem::gateway {
 namespace {
@@ -23,6 +24,7 @@ absl::Status ValidateTransport(const GatewayConfig& c) {
   }
   const HttpServerOptions& h = c.http;
   if (h.threads < 1 || h.threads > 64) return Invalid("--http_threads must be in [1, 64]");
+  if (absl::Status s = CorsPolicy::Create(c.http_cors_origins).status(); !s.ok()) return s;
   if (h.max_connections < 1 || h.max_connections > 1000000) {
     return Invalid("--http_max_connections must be in [1, 1000000]");
   }

@@ -46,6 +46,8 @@ struct GatewayConfig {
   // plaintext. Its body limit is intake.max_request_bytes.
   std::string http_listen;
   HttpServerOptions http;
+  // Web origins whose pages may call the HTTP front (CORS); empty: none.
+  std::vector<std::string> http_cors_origins;
 
   // The /metrics port.
   std::string metrics_listen = "127.0.0.1:0";

@@ -177,6 +177,10 @@ ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT of the OpenAI-compatible HTTP front (POST /v1/chat/completions, GET "
           "/v1/models); empty: off. HTTPS with the gRPC port's --tls_cert/--tls_key (and, with "
           "--tls_client_ca, client certificates required) unless --plaintext.");
+ABSL_FLAG(std::vector<std::string>, http_cors_origins, {},
+          "Comma-separated web origins (scheme://host[:port], or * for any) whose browser pages "
+          "may call the HTTP front: CORS preflights are answered and answers carry "
+          "Access-Control-Allow-Origin for them. Empty: CORS off.");
 ABSL_FLAG(int32_t, http_threads, 2, "Threads running the HTTP front's connections (1-64).");
 ABSL_FLAG(int32_t, http_max_connections, 1024,
           "HTTP connections open at once; one beyond it is closed when accepted.");
@@ -195,6 +199,7 @@ namespace {
 
 absl::Status ReadHttp(GatewayConfig& c) {
   c.http_listen = absl::GetFlag(FLAGS_http_listen);
+  c.http_cors_origins = absl::GetFlag(FLAGS_http_cors_origins);
   c.http.threads = absl::GetFlag(FLAGS_http_threads);
   c.http.max_connections = absl::GetFlag(FLAGS_http_max_connections);
   c.http.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);

@@ -256,6 +256,7 @@ void OpenAiCall::FinishOnce() {
 void OpenAiCall::RespondError(const grpc::Status& grpc_status) {
   const absl::Status status = openai::ForOpenAi(FromGrpcStatus(grpc_status));
   HttpResponse r = Head(openai::HttpStatusFor(status.code()), "application/json");
+  if (r.status == 401) r.headers.emplace_back("www-authenticate", "Bearer");
   if (retry_after() > absl::ZeroDuration()) {
     // Retry-After in whole seconds (HTTP's), and retry-after-ms, which OpenAI's SDKs read first.
     r.headers.emplace_back(

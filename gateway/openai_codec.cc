@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "common/json_depth.h"
 #include "common/json_text.h"
+#include "gateway/strict_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::gateway::openai {
@@ -26,29 +27,6 @@ using json = nlohmann::ordered_json;
 absl::Status BadParam(absl::string_view param, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(param, ": ", message));
 }
-
-// Where a body that is not JSON went wrong, as the parser says it.
-class ParseErrorSax : public nlohmann::json_sax<json> {
- public:
-  std::string message;
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t, const std::string&,
-                   const nlohmann::detail::exception& ex) override {
-    message = ex.what();
-    return false;
-  }
-};
 
 // The fields OpenAI defines that Tandem accepts only at their neutral value (a client library
 // may send them by default), with a check of that value.
@@ -196,6 +174,7 @@ absl::Status DecodeMessages(const json& messages, tandem::v1::GenerateRequest* r
   if (!messages.is_array() || messages.empty()) {
     return BadParam("messages", "expected a non-empty array of messages");
   }
+  std::set<std::string> call_ids;  // of the assistant messages so far: what a tool message answers
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& msg = messages[i];
     const std::string where = absl::StrCat("messages[", i, "]");
@@ -220,6 +199,15 @@ absl::Status DecodeMessages(const json& messages, tandem::v1::GenerateRequest* r
       if (!id->is_string()) return BadParam(where + ".tool_call_id", "expected a string");
       m->set_tool_call_id(id->get<std::string>());
     }
+    if (name == "tool" && !call_ids.contains(m->tool_call_id())) {
+      return BadParam(where + ".tool_call_id",
+                      m->tool_call_id().empty()
+                          ? "required: the id of the tool call this message answers"
+                          : "matches no tool call of an earlier assistant message");
+    }
+    for (const tandem::v1::ToolCall& call : m->tool_calls()) {
+      if (!call.id().empty()) call_ids.insert(call.id());
+    }
     auto content = msg.find("content");
     const bool may_be_empty = m->tool_calls_size() > 0;
     if (content == msg.end() || content->is_null() ||
@@ -235,7 +223,8 @@ absl::Status DecodeMessages(const json& messages, tandem::v1::GenerateRequest* r
 absl::StatusOr<int32_t> PositiveInt(const json& v, const char* key) {
   if (!v.is_number_integer() || v.get<int64_t>() < 1 ||
       v.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-    return BadParam(key, "expected an integer >= 1");
+    return BadParam(key, absl::StrCat("expected an integer from 1 to ",
+                                      std::numeric_limits<int32_t>::max()));
   }
   return static_cast<int32_t>(v.get<int64_t>());
 }
@@ -373,20 +362,19 @@ void AppendHead(const AnswerMeta& meta, const char* object, std::string* out) {
 }  // namespace
 
 absl::StatusOr<ChatRequest> DecodeChatRequest(absl::string_view body, int max_json_depth) {
-  // Scanned before the parse: nothing below (dump, copies) recurses deeper than this.
-  if (absl::Status s = CheckJsonDepth(body, max_json_depth, ""); !s.ok()) return s;
-  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    ParseErrorSax sax;
-    json::sax_parse(body, &sax);
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request body is not valid JSON: ", sax.message));
+  // The depth is scanned before the parse: nothing below (dump, copies) recurses deeper.
+  absl::StatusOr<json> doc = ParseStrictJson(body, max_json_depth);
+  if (!doc.ok()) return doc.status();
+  if (!doc->is_object()) {
+    return absl::InvalidArgumentError("the request body must be a JSON object");
   }
-  if (!doc.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
-  if (!doc.contains("messages")) return BadParam("messages", "required");
+  if (!doc->contains("messages")) return BadParam("messages", "required");
   ChatRequest out;
-  for (const auto& [key, value] : doc.items()) {
+  for (const auto& [key, value] : doc->items()) {
     if (absl::Status s = DecodeField(key, value, &out); !s.ok()) return s;
+  }
+  if (auto it = doc->find("stream_options"); it != doc->end() && !it->is_null() && !out.stream) {
+    return BadParam("stream_options", "only allowed when stream is true");
   }
   if (out.tool_choice_none) out.request.clear_tools();
   return out;
@@ -501,7 +489,9 @@ int HttpStatusFor(absl::StatusCode code) {
   }
 }
 
-std::string ErrorJson(const absl::Status& status) {
+std::string ErrorJson(const absl::Status& status) { return ErrorJson(status, ErrorCode::kDefault); }
+
+std::string ErrorJson(const absl::Status& status, ErrorCode code_choice) {
   const char* type = "server_error";
   const char* code = nullptr;
   switch (status.code()) {
@@ -519,7 +509,7 @@ std::string ErrorJson(const absl::Status& status) {
       break;
     case absl::StatusCode::kNotFound:
       type = "invalid_request_error";
-      code = "model_not_found";
+      code = code_choice == ErrorCode::kNone ? nullptr : "model_not_found";
       break;
     case absl::StatusCode::kResourceExhausted:
       type = "rate_limit_error";

@@ -43,8 +43,12 @@ absl::Status ForOpenAi(const absl::Status& status);
 // The HTTP status of a refusal with `code`: 400, 401, 403, 404, 429, 503, 504, ...
 int HttpStatusFor(absl::StatusCode code);
 
-// OpenAI's error body: {"error": {"message", "type", "param", "code"}}.
+// OpenAI's error body: {"error": {"message", "type", "param", "code"}}. NOT_FOUND is a model's
+// (code "model_not_found") unless `code` says kNone (a path that is not served: code null, as
+// OpenAI answers an unknown URL).
+enum class ErrorCode { kDefault, kNone };
 std::string ErrorJson(const absl::Status& status);
+std::string ErrorJson(const absl::Status& status, ErrorCode code);
 
 // "stop", "length", "tool_calls" (or "" while unfinished), as OpenAI names a finish reason; a
 // malformed tool call (its raw text is the content) is "malformed_tool_call".

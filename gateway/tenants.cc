@@ -251,7 +251,7 @@ absl::StatusOr<TenantRegistry::Caller> TenantRegistry::Authenticate(
     if (snap->anonymous != nullptr) return Caller{snap->anonymous, snap->anonymous_spec};
     metrics_->CountAuthFailure("missing_key");
     return absl::UnauthenticatedError(
-        "no API key: send 'authorization: Bearer KEY' (or 'x-api-key: KEY') metadata");
+        "no API key: send 'authorization: Bearer KEY' (or 'x-api-key: KEY')");
   }
   if (snap->config != nullptr) {
     // Only the key's SHA-256 is compared: the file never holds keys, and a lookup by hash leaks

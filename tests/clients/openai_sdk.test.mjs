@@ -146,7 +146,7 @@ test('tools, the calls an assistant made and their results travel the whole path
   await assert.rejects(
     client.chat.completions.create({ model: 'qwen', messages: prompt,
       tools: [{ type: 'function', function: { name: 'bad name!' } }] }),
-    (e) => e.status === 400 && e.param === 'tools[0].name');
+    (e) => e.status === 400 && e.param === 'tools[0].function.name');
 });
 
 test('a wrong key is refused with 401', async () => {
@@ -156,6 +156,10 @@ test('a wrong key is refused with 401', async () => {
     (e) => e instanceof OpenAI.AuthenticationError && e.status === 401 &&
       e.error.type === 'authentication_error');
   await assert.rejects(bad.models.list(), (e) => e.status === 401);
+  // RFC 9110: a 401 names the scheme it wants.
+  const raw = await fetch(`${baseURL}/models`, { headers: { authorization: 'Bearer not-a-key' } });
+  assert.equal(raw.status, 401);
+  assert.equal(raw.headers.get('www-authenticate'), 'Bearer');
 });
 
 test('a bad field is a 400 naming it', async () => {
@@ -221,11 +225,16 @@ test('a wrong method and an unknown path are refused in OpenAI\'s error form', a
   const auth = { authorization: `Bearer ${process.env.TANDEM_API_KEY}` };
   const get = await fetch(`${base}/chat/completions`, { headers: auth });
   assert.equal(get.status, 405);
-  assert.equal(get.headers.get('allow'), 'POST');
+  assert.equal(get.headers.get('allow'), 'POST, OPTIONS');
   assert.equal((await get.json()).error.type, 'invalid_request_error');
+  const post = await fetch(`${base}/models`, { method: 'POST', headers: auth, body: '{}' });
+  assert.equal(post.status, 405);
+  assert.equal(post.headers.get('allow'), 'GET, HEAD, OPTIONS');
   const missing = await fetch(`${base}/embeddings`, { method: 'POST', headers: auth, body: '{}' });
   assert.equal(missing.status, 404);
-  assert.match((await missing.json()).error.message, /no such endpoint/);
+  const body = await missing.json();
+  assert.match(body.error.message, /no such endpoint/);
+  assert.equal(body.error.code, null);  // a path, not a model, was not found
 });
 
 test('a client that goes away cancels the generation', async () => {

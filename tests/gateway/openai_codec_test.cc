@@ -213,7 +213,82 @@ TEST(OpenAiCodecTest, NotJsonSaysWhere) {
   auto r = DecodeChatRequest("{\"messages\": [");
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("not valid JSON"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("stops being JSON at byte 1"));
+  // The parser library's own wording stays out of answers.
+  EXPECT_THAT(r.status().message(), ::testing::Not(HasSubstr("json.exception")));
+  EXPECT_THAT(r.status().message(), ::testing::Not(HasSubstr("parse_error")));
   EXPECT_FALSE(DecodeChatRequest("[1, 2]").ok());
+  EXPECT_FALSE(DecodeChatRequest(R"({"messages": []} trailing)").ok());
+}
+
+TEST(OpenAiCodecTest, DuplicateKeysAreRefusedNamingWhere) {
+  struct Case {
+    std::string body;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {R"({"model": "qwen", "messages": [{"role": "user", "content": "x"}], "model": "nemotron"})",
+       R"(the request body: the key "model" is given twice)"},
+      {R"({"messages": [{"role": "user", "content": "x", "role": "system"}]})",
+       R"(messages[0]: the key "role" is given twice)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",)"
+       R"( "function": {"name": "f", "parameters": {"properties": {"a": 1, "a": 2}}}}]})",
+       R"(tools[0].function.parameters.properties: the key "a" is given twice)"},
+      {"{\"messages\": [], \"a b\": {\"x\": 1, \"x\": 1}}", R"(["a b"]: the key "x")"},
+  };
+  for (const Case& c : cases) {
+    auto r = DecodeChatRequest(c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.message));
+  }
+  // The same key in sibling objects is fine.
+  EXPECT_TRUE(DecodeChatRequest(
+                  R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})")
+                  .ok());
+}
+
+TEST(OpenAiCodecTest, OpenAisOwnRulesForStreamOptionsLimitsAndToolMessages) {
+  auto options = Decode(Body({{"stream_options", {{"include_usage", true}}}}));
+  ASSERT_FALSE(options.ok());
+  EXPECT_EQ(ParamOf(options.status()), "stream_options");
+  EXPECT_TRUE(Decode(Body({{"stream", true}, {"stream_options", {{"include_usage", true}}}})).ok());
+  EXPECT_TRUE(Decode(Body({{"stream_options", nullptr}})).ok());
+
+  auto huge = Decode(Body({{"max_tokens", int64_t{1} << 31}}));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("from 1 to 2147483647"));
+
+  const json assistant = {{"role", "assistant"},
+                          {"tool_calls",
+                           {{{"id", "call_1"},
+                             {"type", "function"},
+                             {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}};
+  const json user = {{"role", "user"}, {"content", "x"}};
+  auto unmatched = Decode(Body(
+      {{"messages", {user, assistant, {{"role", "tool"}, {"tool_call_id", "call_9"}, {"content", "r"}}}}}));
+  ASSERT_FALSE(unmatched.ok());
+  EXPECT_EQ(ParamOf(unmatched.status()), "messages[2].tool_call_id");
+  EXPECT_THAT(std::string(unmatched.status().message()), HasSubstr("matches no tool call"));
+  auto missing = Decode(Body({{"messages", {user, assistant, {{"role", "tool"}, {"content", "r"}}}}}));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("required"));
+  // A call answered before it was made matches nothing either.
+  auto early = Decode(Body(
+      {{"messages", {user, {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "r"}}, assistant}}}));
+  EXPECT_FALSE(early.ok());
+  EXPECT_TRUE(Decode(Body({{"messages",
+                            {user, assistant,
+                             {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "r"}}}}}))
+                  .ok());
+}
+
+TEST(OpenAiCodecTest, AnUnknownPathIsNotAnUnknownModel) {
+  const json model = json::parse(ErrorJson(absl::NotFoundError("model 'x' is not served")));
+  EXPECT_EQ(model["error"]["code"], "model_not_found");
+  const json path = json::parse(ErrorJson(absl::NotFoundError("no such endpoint"), ErrorCode::kNone));
+  EXPECT_TRUE(path["error"]["code"].is_null());
+  EXPECT_EQ(path["error"]["type"], "invalid_request_error");
 }
 
 TEST(OpenAiCodecTest, IntakeMessagesMapToOpenAiParams) {
