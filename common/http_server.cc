@@ -553,8 +553,23 @@ class Session final : public SessionBase {
     const size_t used = parser_->put(buffer_.data(), ec);
     buffer_.consume(used);
     if (ec == http::error::need_more) return Read();
+    if (ec == http::error::bad_version && WellFormedVersion()) {
+      return RefuseOrDefer({505, "this server speaks HTTP/1.1 (and answers HTTP/1.0)"});
+    }
     if (ec) return RefuseOrDefer(RefusalFor(ec));
     OnHeader();
+  }
+
+  // Whether the buffered request line ends in a version of the right form ("HTTP/2.0"): Beast
+  // refuses all but 1.x alike, and another major version is 505, not 400 (RFC 9110 15.6.6).
+  bool WellFormedVersion() const {
+    const absl::string_view in(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    const absl::string_view line = in.substr(0, in.find("\r\n"));
+    const size_t space = line.rfind(' ');
+    if (space == absl::string_view::npos) return false;
+    const absl::string_view v = line.substr(space + 1);
+    return v.size() == 8 && absl::StartsWith(v, "HTTP/") && absl::ascii_isdigit(v[5]) &&
+           v[6] == '.' && absl::ascii_isdigit(v[7]);
   }
 
   void OnHeader() {
