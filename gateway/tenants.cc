@@ -110,13 +110,7 @@ void TenantRegistry::Apply(std::shared_ptr<const policies::TenantConfig> config)
 
 absl::Status CheckTenantRights(const policies::TenantConfig& next,
                                const policies::TenantConfig* live, const std::string& path) {
-  const policies::TenantSpec* anonymous = next.Anonymous();
-  if (anonymous != nullptr && anonymous->admin) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: tenant 'anonymous' may not have admin: true (under --allow_unauthenticated every "
-        "caller without a key would be an admin); give admin to a tenant with a key",
-        path));
-  }
+  if (absl::Status s = policies::CheckAnonymousIsNotAdmin(next, path); !s.ok()) return s;
   if (live == nullptr || !AdminNames(next).empty()) return absl::OkStatus();
   const std::string live_admins = AdminNames(*live);
   if (live_admins.empty()) return absl::OkStatus();  // started without admins: stays so

@@ -213,4 +213,13 @@ std::string TenantKeyEntry(const std::string& api_key) {
   return absl::StrCat(kKeyPrefix, Sha256Hex(api_key));
 }
 
+absl::Status CheckAnonymousIsNotAdmin(const TenantConfig& config, const std::string& path) {
+  const TenantSpec* anonymous = config.Anonymous();
+  if (anonymous == nullptr || !anonymous->admin) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      path,
+      ": tenant 'anonymous' may not have admin: true (under --allow_unauthenticated every "
+      "caller without a key would be an admin); give admin to a tenant with a key"));
+}
+
 }  // namespace tandem::policies

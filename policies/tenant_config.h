@@ -88,6 +88,11 @@ absl::StatusOr<std::shared_ptr<const TenantConfig>> LoadTenantFile(
     const std::string& path, const std::set<std::string>& known_models,
     const TenantsFileLimits& limits = TenantsFileLimits());
 
+// INVALID_ARGUMENT (prefixed "PATH: ") when `anonymous` has admin: true: under
+// --allow_unauthenticated every caller without a key would be an admin. The gateway applies it
+// at start-up and on every reload, `tandemctl tenants lint` offline.
+absl::Status CheckAnonymousIsNotAdmin(const TenantConfig& config, const std::string& path);
+
 // An API key as a tenants file lists it: "sha256:" and the key's SHA-256 in hex.
 std::string TenantKeyEntry(const std::string& api_key);
 

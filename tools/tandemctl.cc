@@ -336,6 +336,10 @@ int TenantsLint(const std::vector<std::string>& words) {
     std::cerr << config.status().message() << "\n";
     return 1;
   }
+  if (absl::Status s = tandem::policies::CheckAnonymousIsNotAdmin(**config, words[1]); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 1;
+  }
   std::cout << words[1] << ": ok (" << (*config)->tenants.size() << " tenants, "
             << (*config)->by_key.size() << " keys; models "
             << (models.empty() ? "not checked" : "checked against " + absl::StrJoin(models, ","))
