@@ -86,6 +86,9 @@ absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const std::strin
   std::unique_ptr<OpenAiFront> front(
       new OpenAiFront(service, std::move(front_options), *std::move(cors)));
   OpenAiFront* self = front.get();
+  // Who is calling, from the headers alone: a chat body from a caller without a valid key is
+  // never read, let alone parsed.
+  options.on_headers = [self](const HttpRequest& head) { return self->CheckHeaders(head); };
   auto server =
       HttpServer::Start(address, std::move(options),
                         [self](std::shared_ptr<HttpExchange> e) { self->Handle(std::move(e)); });
@@ -108,6 +111,20 @@ absl::StatusOr<TenantRegistry::Caller> OpenAiFront::Authenticate(const HttpReque
         "authorization: expected 'Bearer KEY' (the header holds no bearer token)");
   }
   return service_->Authenticate(ApiKeyFromHeaders(authorization, r.Header("x-api-key")));
+}
+
+std::optional<HttpResponse> OpenAiFront::CheckHeaders(const HttpRequest& head) const {
+  absl::string_view path = head.target;
+  path = path.substr(0, path.find('?'));
+  if (head.method != "POST" || path != kChatPath) return std::nullopt;
+  absl::StatusOr<TenantRegistry::Caller> caller = Authenticate(head);
+  if (caller.ok()) return std::nullopt;
+  HttpResponse refused = ErrorResponse(caller.status());
+  // A browser page of an allowed origin may read why.
+  if (const absl::string_view origin = head.Header("origin"); cors_.Allows(origin)) {
+    cors_.AddResponseHeaders(origin, &refused.headers);
+  }
+  return refused;
 }
 
 void OpenAiFront::Handle(std::shared_ptr<HttpExchange> exchange) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ class OpenAiFront {
   void Handle(std::shared_ptr<HttpExchange> exchange);
   void ChatCompletions(std::shared_ptr<HttpExchange> exchange);
   void Models(const std::shared_ptr<HttpExchange>& exchange, absl::string_view raw_id);
+  // The header-phase check (HttpServerOptions::on_headers): a chat request whose caller does not
+  // authenticate is answered before its body is read.
+  std::optional<HttpResponse> CheckHeaders(const HttpRequest& head) const;
   // OPTIONS: 204 with Allow, and the CORS headers when an allowed origin asks.
   HttpResponse Preflight(const HttpRequest& r, const char* allowed) const;
   // The caller of a request, from its headers: INVALID_ARGUMENT for two Authorization headers,

@@ -148,6 +148,19 @@ TEST_F(HttpFrontTest, DeepBodiesAreRefusedWithOrWithoutAKeyAndNothingCrashes) {
       }
     }
   }
+  // Without a key the body is not even read: headers announcing 30 MB get their 401 at once.
+  const int fd = ConnectLoopback(gateway_->http_address);
+  ASSERT_GE(fd, 0);
+  const std::string head =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 30000000\r\n\r\n{\"messages\": [";
+  ASSERT_EQ(write(fd, head.data(), head.size()), static_cast<ssize_t>(head.size()));
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) answer.append(buf, static_cast<size_t>(n));
+  close(fd);
+  EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(answer, HasSubstr("Connection: close"));
   // Malformed JSON without a key is a 401 too: the body is never looked at.
   auto junk = Chat("{not json", {});
   ASSERT_TRUE(junk.ok());
