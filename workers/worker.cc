@@ -30,7 +30,7 @@ Worker::Worker(WorkerConfig config, DeviceDescription device, LoadedEngine engin
   scheduler_ = std::make_unique<Scheduler>(engine_.engine.get(), metrics_.get(), Clock::Real(),
                                            config_.scheduler);
   service_ = std::make_unique<WorkerService>(engine_.engine.get(), scheduler_.get(), metrics_.get(),
-                                             device_, config_.limits);
+                                             device_, config_.limits, config_.image_pool);
 }
 
 Worker::~Worker() = default;

@@ -40,6 +40,12 @@ absl::Status ValidateServing(const WorkerConfig& c) {
   if (c.scheduler.max_queue < 0) return Invalid("--max_queue must be >= 0");
   if (c.synthetic.time_scale < 0) return Invalid("--synthetic_time_scale must be >= 0");
   if (c.synthetic.output_tokens < 0) return Invalid("--synthetic_output_tokens must be >= 0");
+  if (c.image_pool.threads < 1 || c.image_pool.threads > 256) {
+    return Invalid("--image_threads must be in [1, 256]");
+  }
+  if (c.image_pool.queue < 0 || c.image_pool.queue > 65536) {
+    return Invalid("--image_queue must be in [0, 65536]");
+  }
   if (c.synthetic_load_time < absl::ZeroDuration()) {
     return Invalid("--synthetic_load_time must be >= 0");
   }

@@ -11,6 +11,7 @@
 #include "common/metrics_server.h"
 #include "common/request_validation.h"
 #include "workers/scheduler.h"
+#include "workers/image_pool.h"
 #include "workers/simulator/synthetic_engine.h"
 #include "workers/weights_source.h"
 
@@ -48,6 +49,8 @@ struct WorkerConfig {
   RequestLimits limits;
   Scheduler::Options scheduler;
 
+  // The threads that decode and resize images, and the requests that may wait for them.
+  ImagePool::Options image_pool;
   // Ports and their transport (null credentials: refused by Validate).
   std::string listen = "127.0.0.1:0";
   std::shared_ptr<grpc::ServerCredentials> server_credentials;

@@ -55,6 +55,12 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
 ABSL_FLAG(int32_t, max_batch_size, 64, "Most sequences in the running batch.");
 ABSL_FLAG(int32_t, max_queue, 256,
           "Most requests waiting for a batch slot; beyond it RESOURCE_EXHAUSTED at once.");
+ABSL_FLAG(int32_t, image_threads, 2,
+          "Threads that decode and resize request images, apart from gRPC's (which answer "
+          "health checks and text requests); they run at a lower CPU priority (nice +10).");
+ABSL_FLAG(int32_t, image_queue, 16,
+          "Requests with images that may wait for an image thread; beyond them "
+          "RESOURCE_EXHAUSTED at once.");
 ABSL_FLAG(int32_t, max_output_tokens, 0, "Cap on max_tokens; 0 keeps the model's (32768).");
 ABSL_FLAG(int32_t, max_context_tokens, 0, "Cap on prompt + output tokens; 0 keeps the model's.");
 ABSL_FLAG(int64_t, max_request_bytes, 32ll << 20, "Largest request message accepted, in bytes.");
@@ -114,6 +120,8 @@ void ReadServing(WorkerConfig& c) {
   c.listen = absl::GetFlag(FLAGS_listen);
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  c.image_pool.threads = absl::GetFlag(FLAGS_image_threads);
+  c.image_pool.queue = absl::GetFlag(FLAGS_image_queue);
   c.device_refresh_interval = absl::GetFlag(FLAGS_device_refresh_interval);
 }
 

@@ -89,6 +89,28 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const Labels& l)
                             .Add({{"model_name", l.model_name}, {"reason", "draining"}})),
       rejected_loading(CounterFamily(r, "tandem_worker_rejected_requests_total")
                            .Add({{"model_name", l.model_name}, {"reason", "loading"}})),
+      rejected_image_pool_full(
+          CounterFamily(r, "tandem_worker_rejected_requests_total")
+              .Add({{"model_name", l.model_name}, {"reason", "image_pool_full"}})),
+      image_pool_threads(GaugeFamily(r, "tandem_worker_image_pool_threads",
+                                     "Threads that decode and resize images (--image_threads).")
+                             .Add({{"model_name", l.model_name}})),
+      image_pool_queue_capacity(
+          GaugeFamily(r, "tandem_worker_image_pool_queue_capacity",
+                      "Requests with images that may wait for an image thread (--image_queue); "
+                      "beyond them RESOURCE_EXHAUSTED.")
+              .Add({{"model_name", l.model_name}})),
+      image_pool_busy(GaugeFamily(r, "tandem_worker_image_pool_busy_threads",
+                                  "Image threads working on a request's images.")
+                          .Add({{"model_name", l.model_name}})),
+      image_pool_queued(GaugeFamily(r, "tandem_worker_image_pool_queued_requests",
+                                    "Requests with images waiting for an image thread.")
+                            .Add({{"model_name", l.model_name}})),
+      image_prepare_duration(
+          HistogramFamily(r, "tandem_worker_image_prepare_duration_seconds",
+                          "Time an image thread spends on one request's images (decode and "
+                          "resize of all of them).")
+              .Add({{"model_name", l.model_name}}, LatencyBuckets())),
       sequence_memory_reserved(GaugeFamily(r, "tandem_worker_sequence_memory_reserved_bytes",
                                            "KV cache and recurrent state bytes reserved by "
                                            "admitted sequences (prompt plus max_tokens each).")

@@ -47,6 +47,16 @@ struct WorkerMetrics {
   prometheus::Counter& rejected_invalid;
   prometheus::Counter& rejected_draining;
   prometheus::Counter& rejected_loading;
+  // Requests with images refused because the image pool was full (reason="image_pool_full").
+  prometheus::Counter& rejected_image_pool_full;
+  // The image pool (workers/image_pool.h): its size (--image_threads, --image_queue), the
+  // threads working and the jobs waiting for one, and the time a request's images take there
+  // (decode and resize of all of them).
+  prometheus::Gauge& image_pool_threads;
+  prometheus::Gauge& image_pool_queue_capacity;
+  prometheus::Gauge& image_pool_busy;
+  prometheus::Gauge& image_pool_queued;
+  prometheus::Histogram& image_prepare_duration;
   // KV cache and recurrent state reserved by running sequences, and its budget (0: none).
   prometheus::Gauge& sequence_memory_reserved;
   prometheus::Gauge& sequence_memory_budget;

@@ -25,15 +25,22 @@ Clock::TimePoint SteadyDeadline(std::chrono::system_clock::time_point deadline) 
 }
 
 // One Generate call. The engine thread reaches it through Bridge, which outlives the reactor
-// (the scheduler may hold it after the RPC is gone).
+// (the scheduler may hold it after the RPC is gone). A request with images has them decoded
+// and resized on the image pool, never on this gRPC thread: gRPC's threads answer health
+// checks and every other call, and must not wait on a decode.
 class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> {
  public:
   // `state` is the worker's: only READY workers accept work.
   GenerateCall(const Engine* engine, Scheduler* scheduler, WorkerMetrics* metrics,
-               const RequestLimits& limits, LogRateLimiter* rejected_log,
+               const RequestLimits& limits, LogRateLimiter* rejected_log, ImagePool* image_pool,
                tandem::v1::WorkerInfo::State state, grpc::CallbackServerContext* context,
                const tandem::v1::WorkerGenerateRequest* request)
       : bridge_(std::make_shared<Bridge>(this)),
+        engine_(engine),
+        scheduler_(scheduler),
+        metrics_(metrics),
+        limits_(&limits),
+        request_(request),
         rejected_log_(rejected_log),
         // Only a valid id is logged as it is (the request is refused otherwise).
         request_id_(request->request_id().empty() ||
@@ -60,72 +67,50 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     if (status.ok()) status = ValidateSampling(request->sampling(), info.max_output_tokens, limits);
     if (status.ok()) status = ValidateTools(request->tools(), limits);
     // The load simulator takes images without a processor (its tokenizer counts them);
-    // otherwise images go through the engine's processor, or are refused without one.
+    // otherwise images go through the engine's processor, or are refused without one. Their
+    // headers are checked here, all of them (sizes, limits, the context), before any decode.
     const bool prepare_images = engine->ImageProcessor() != nullptr || !info.vision;
-    absl::StatusOr<RequestImages> images =
+    absl::StatusOr<ImagePlan> plan =
         status.ok() && prepare_images
-            ? PrepareRequestImages(request->messages(), engine->ImageProcessor(), info.model_name,
-                                   limits, info.max_context_tokens)
-            : (status.ok() ? absl::StatusOr<RequestImages>(RequestImages())
-                           : absl::StatusOr<RequestImages>(status));
+            ? PlanRequestImages(request->messages(), engine->ImageProcessor(), info.model_name,
+                                limits, info.max_context_tokens)
+            : (status.ok() ? absl::StatusOr<ImagePlan>(ImagePlan())
+                           : absl::StatusOr<ImagePlan>(status));
+    // The whole prompt, with each image's token count from its header, against the context:
+    // a request that cannot fit is refused before any of its images is decoded.
     absl::StatusOr<std::vector<int32_t>> prompt =
-        images.ok() ? engine->GetTokenizer().EncodeChatWithImages(
-                          request->messages(), request->tools(), request->reasoning(),
-                          request->continue_final_message(), images->tokens)
-                    : absl::StatusOr<std::vector<int32_t>>(images.status());
-    if (prompt.ok() && static_cast<int64_t>(prompt->size()) >= info.max_context_tokens) {
-      prompt = absl::InvalidArgumentError(absl::StrFormat(
-          "messages: prompt of %d tokens does not fit the model's context of %d tokens",
-          prompt->size(), info.max_context_tokens));
-    }
+        plan.ok() ? Tokenize(plan->parts) : absl::StatusOr<std::vector<int32_t>>(plan.status());
     if (!prompt.ok()) {
       metrics->rejected_invalid.Increment();
       Reject(prompt.status());
       return;
     }
-    GenerationRequest g;
-    g.request_id = request_id_;
-    g.prompt = std::move(*prompt);
-    g.images = std::move(images->images);
-    const auto& s = request->sampling();
-    g.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
-    g.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
-    g.sampling.top_k = s.top_k();
-    g.sampling.seed = s.has_seed() ? s.seed() : std::random_device{}();
-    g.max_tokens = s.has_max_tokens() ? s.max_tokens() : info.max_output_tokens;
-    g.stop.assign(s.stop().begin(), s.stop().end());
-    if (request->reasoning().mode() != tandem::v1::REASONING_MODE_OFF) {
-      g.thinking_budget = std::max(0, request->reasoning().thinking_budget_tokens());
-    }
-    g.arrival = start_;
-    g.deadline = SteadyDeadline(deadline_);
-    const size_t prompt_tokens = g.prompt.size();
-    auto submitted = scheduler->Submit(std::move(g), bridge_);
-    if (!submitted.ok()) {
-      Reject(submitted.status());
+    if (plan->parts.empty()) {
+      Admit(RequestImages(), std::move(*prompt));
       return;
     }
-    cancellation_ = std::move(*submitted);
-    spdlog::info("request_id={} model={} start prompt_tokens={} max_tokens={}", request_id_,
-                 info.model_name, prompt_tokens,
-                 s.has_max_tokens() ? s.max_tokens() : info.max_output_tokens);
+    // Once queued, the job owns the rest of the call: nothing here touches it after Submit.
+    absl::Status queued = image_pool->Submit(
+        [this, plan = std::move(*plan), prompt = std::move(*prompt)]() mutable {
+          PrepareImagesAndAdmit(plan, std::move(prompt));
+        });
+    if (!queued.ok()) {
+      metrics->rejected_image_pool_full.Increment();
+      Reject(queued);
+    }
   }
 
   void OnWriteDone(bool ok) override {
-    if (!ok && cancellation_) cancellation_->Cancel();
+    if (!ok) bridge_->CancelWork(/*expired=*/false);
     bridge_->WriteDone(ok);
   }
   void OnCancel() override {
-    if (!cancellation_) return;
     // gRPC cancels calls whose deadline passed; tell that apart from a client cancelling. The
     // deadline fires upstream first and its cancel can arrive just before ours: within 100 ms of
     // it the cancel is the deadline. (The gateway's kWorkerTimeoutHeader makes deadline_ fire
     // here first; a caller without it is left with this.)
-    if (std::chrono::system_clock::now() + std::chrono::milliseconds(100) >= deadline_) {
-      cancellation_->Expire();
-    } else {
-      cancellation_->Cancel();
-    }
+    bridge_->CancelWork(std::chrono::system_clock::now() + std::chrono::milliseconds(100) >=
+                        deadline_);
   }
   void OnDone() override {
     bridge_->Detach();
@@ -181,8 +166,39 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
       absl::MutexLock l(&mu_);
       call_ = nullptr;
     }
+    // The scheduler's handle on the admitted work; a cancel that came before it applies now.
+    void SetCancellation(std::shared_ptr<Cancellation> cancellation) ABSL_LOCKS_EXCLUDED(mu_) {
+      mu_.Lock();
+      cancellation_ = cancellation;
+      const CancelKind pending = cancel_;
+      mu_.Unlock();
+      ApplyCancel(cancellation.get(), pending);
+    }
+    // The client went away (or its deadline passed): the work stops, or never starts.
+    void CancelWork(bool expired) ABSL_LOCKS_EXCLUDED(mu_) {
+      mu_.Lock();
+      if (cancel_ == CancelKind::kNone) cancel_ = expired ? CancelKind::kExpire : CancelKind::kCancel;
+      std::shared_ptr<Cancellation> cancellation = cancellation_;
+      const CancelKind kind = cancel_;
+      mu_.Unlock();
+      ApplyCancel(cancellation.get(), kind);
+    }
+    bool cancelled() ABSL_LOCKS_EXCLUDED(mu_) {
+      absl::MutexLock l(&mu_);
+      return cancel_ != CancelKind::kNone;
+    }
 
    private:
+    enum class CancelKind { kNone, kCancel, kExpire };
+    static void ApplyCancel(Cancellation* cancellation, CancelKind kind) {
+      if (cancellation == nullptr || kind == CancelKind::kNone) return;
+      if (kind == CancelKind::kExpire) {
+        cancellation->Expire();
+      } else {
+        cancellation->Cancel();
+      }
+    }
+
     // Starts the next write or the Finish, if one is due. Releases mu_ on every path, before
     // calling gRPC.
     void PumpAndUnlock() ABSL_UNLOCK_FUNCTION(mu_) {
@@ -225,7 +241,92 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     bool broken_ ABSL_GUARDED_BY(mu_) = false;
     grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
     int32_t completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+    std::shared_ptr<Cancellation> cancellation_ ABSL_GUARDED_BY(mu_);
+    CancelKind cancel_ ABSL_GUARDED_BY(mu_) = CancelKind::kNone;
   };
+
+  // The prompt's tokens, each image taking the tokens `parts` gives it; INVALID_ARGUMENT when
+  // it does not fit the context.
+  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::vector<ImagePlan::Part>& parts) {
+    const EngineInfo& info = engine_->Info();
+    std::vector<int64_t> image_tokens;
+    for (const ImagePlan::Part& p : parts) image_tokens.push_back(p.tokens);
+    absl::StatusOr<std::vector<int32_t>> prompt = engine_->GetTokenizer().EncodeChatWithImages(
+        request_->messages(), request_->tools(), request_->reasoning(),
+        request_->continue_final_message(), image_tokens);
+    if (prompt.ok() && static_cast<int64_t>(prompt->size()) >= info.max_context_tokens) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "messages: prompt of %d tokens does not fit the model's context of %d tokens",
+          prompt->size(), info.max_context_tokens));
+    }
+    return prompt;
+  }
+
+  // On an image thread: the images decoded and resized, then the request admitted.
+  void PrepareImagesAndAdmit(const ImagePlan& plan, std::vector<int32_t> prompt) {
+    if (bridge_->cancelled()) {
+      Reject(absl::CancelledError("the call ended while its images waited for an image thread"));
+      return;
+    }
+    if (std::chrono::system_clock::now() >= deadline_) {
+      Reject(absl::DeadlineExceededError(
+          "the deadline passed while the request's images waited for an image thread"));
+      return;
+    }
+    const auto started = std::chrono::steady_clock::now();
+    absl::StatusOr<RequestImages> images =
+        PrepareRequestImages(request_->messages(), plan, *engine_->ImageProcessor(), *limits_);
+    metrics_->image_prepare_duration.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    if (!images.ok()) {
+      metrics_->rejected_invalid.Increment();
+      Reject(images.status());
+      return;
+    }
+    // The prompt was laid out with the tokens the headers gave; the resize must agree.
+    for (size_t i = 0; i < plan.parts.size(); ++i) {
+      if (images->tokens[i] != plan.parts[i].tokens) {
+        Reject(absl::InternalError("an image's token count changed between header and decode"));
+        return;
+      }
+    }
+    Admit(std::move(*images), std::move(prompt));
+  }
+
+  // Submits the request with its prompt and images to the scheduler. Touches nothing of the
+  // call after the scheduler has it: the engine thread may finish (and delete) it at once.
+  void Admit(RequestImages images, std::vector<int32_t> prompt) {
+    const EngineInfo& info = engine_->Info();
+    const tandem::v1::WorkerGenerateRequest* request = request_;
+    GenerationRequest g;
+    g.request_id = request_id_;
+    g.prompt = std::move(prompt);
+    g.images = std::move(images.images);
+    const auto& s = request->sampling();
+    g.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
+    g.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
+    g.sampling.top_k = s.top_k();
+    g.sampling.seed = s.has_seed() ? s.seed() : std::random_device{}();
+    g.max_tokens = s.has_max_tokens() ? s.max_tokens() : info.max_output_tokens;
+    g.stop.assign(s.stop().begin(), s.stop().end());
+    if (request->reasoning().mode() != tandem::v1::REASONING_MODE_OFF) {
+      g.thinking_budget = std::max(0, request->reasoning().thinking_budget_tokens());
+    }
+    g.arrival = start_;
+    g.deadline = SteadyDeadline(deadline_);
+    const size_t prompt_tokens = g.prompt.size();
+    const int32_t max_tokens = g.max_tokens;
+    const std::string request_id = request_id_;
+    std::shared_ptr<Bridge> bridge = bridge_;
+    auto submitted = scheduler_->Submit(std::move(g), bridge);
+    if (!submitted.ok()) {
+      Reject(submitted.status());
+      return;
+    }
+    bridge->SetCancellation(std::move(*submitted));
+    spdlog::info("request_id={} model={} start prompt_tokens={} max_tokens={}", request_id,
+                 info.model_name, prompt_tokens, max_tokens);
+  }
 
   void Reject(const absl::Status& status) {
     int64_t suppressed = 0;
@@ -246,8 +347,13 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   }
 
   std::shared_ptr<Bridge> bridge_;
+  const Engine* const engine_;
+  Scheduler* const scheduler_;
+  WorkerMetrics* const metrics_;
+  const RequestLimits* const limits_;
+  // gRPC keeps the request until OnDone, which comes only after Finish.
+  const tandem::v1::WorkerGenerateRequest* const request_;
   LogRateLimiter* const rejected_log_;
-  std::shared_ptr<Cancellation> cancellation_;
   WorkerGenerateChunk out_;  // touched only while a write is not in flight
   const std::string request_id_;
   const std::chrono::steady_clock::time_point start_;
@@ -259,20 +365,22 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
 }  // namespace
 
 WorkerService::WorkerService(const Engine* engine, Scheduler* scheduler, WorkerMetrics* metrics,
-                             DeviceDescription device, RequestLimits limits)
+                             DeviceDescription device, RequestLimits limits,
+                             ImagePool::Options image_pool)
     : engine_(engine),
       scheduler_(scheduler),
       metrics_(metrics),
       limits_(limits),
       rejected_log_(limits.rejected_log_per_second, 2 * limits.rejected_log_per_second),
-      device_(std::move(device)) {
+      device_(std::move(device)),
+      image_pool_(std::make_unique<ImagePool>(image_pool, metrics)) {
   RefreshDevice();
 }
 
 grpc::ServerWriteReactor<WorkerGenerateChunk>* WorkerService::Generate(
     grpc::CallbackServerContext* context, const tandem::v1::WorkerGenerateRequest* request) {
-  return new GenerateCall(engine_, scheduler_, metrics_, limits_, &rejected_log_, state_.load(),
-                          context, request);
+  return new GenerateCall(engine_, scheduler_, metrics_, limits_, &rejected_log_,
+                          image_pool_.get(), state_.load(), context, request);
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* context,

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -9,6 +10,7 @@
 #include "tandem/v1/worker.grpc.pb.h"
 #include "workers/device.h"
 #include "workers/engine.h"
+#include "workers/image_pool.h"
 #include "workers/scheduler.h"
 #include "workers/worker_metrics.h"
 
@@ -16,11 +18,14 @@ namespace tandem::workers {
 
 // tandem.v1.Worker over the callback API. Reactors never block: generation runs on the
 // scheduler's engine thread, which hands text to the reactor; one write is in flight at a time
-// and text produced meanwhile is coalesced into the next chunk.
+// and text produced meanwhile is coalesced into the next chunk. Images are decoded and resized
+// on the service's image pool (a full pool refuses with RESOURCE_EXHAUSTED), so gRPC's threads,
+// which also answer health checks, never decode.
 class WorkerService final : public tandem::v1::Worker::CallbackService {
  public:
   WorkerService(const Engine* engine, Scheduler* scheduler, WorkerMetrics* metrics,
-                DeviceDescription device, RequestLimits limits);
+                DeviceDescription device, RequestLimits limits,
+                ImagePool::Options image_pool = ImagePool::Options());
 
   grpc::ServerWriteReactor<tandem::v1::WorkerGenerateChunk>* Generate(
       grpc::CallbackServerContext* context,
@@ -51,6 +56,8 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
   std::atomic<bool> metrics_tls_{false};
   absl::Mutex device_mu_;
   DeviceDescription device_ ABSL_GUARDED_BY(device_mu_);
+  // Last: destroyed first, its queued jobs run while everything they use is still here.
+  std::unique_ptr<ImagePool> image_pool_;
 };
 
 }  // namespace tandem::workers
