@@ -193,8 +193,8 @@ class GrowingRows {
 absl::Status CannotHoldPixels(ImageFormat format, int64_t width, int64_t height, int64_t need,
                               int64_t have) {
   return MalformedImage(format,
-                        absl::StrCat("the data is cut short: a ", width, "x", height,
-                                     " image needs at least ", need,
+                        absl::StrCat("the data is cut short: ", width, "x", height,
+                                     " pixels need at least ", need,
                                      " bytes of compressed pixel data and the file has ", have,
                                      " after its header"));
 }
