@@ -207,6 +207,9 @@ absl::Status Gateway::StartServing() {
   if (!config_.http_listen.empty()) {
     HttpServerOptions http = config_.http;
     http.max_body_bytes = config_.intake.max_request_bytes;
+    http.on_connection_refused = [m = metrics_.get()] {
+      m->http_connections_refused().Increment();
+    };
     OpenAiFrontOptions front{.max_json_depth = config_.intake.limits.max_json_depth,
                              .cors_origins = config_.http_cors_origins};
     ASSIGN_OR_RETURN(openai_, OpenAiFront::Start(config_.http_listen, http, std::move(front),

@@ -31,8 +31,10 @@ absl::Status ValidateTransport(const GatewayConfig& c) {
   if (h.max_header_bytes < 1024 || h.max_header_bytes > (1 << 20)) {
     return Invalid("--http_max_header_bytes must be in [1024, 1048576]");
   }
-  if (h.read_timeout < absl::Milliseconds(100) || h.write_timeout < absl::Milliseconds(100)) {
-    return Invalid("--http_read_timeout and --http_write_timeout must be >= 100ms");
+  if (h.read_timeout < absl::Milliseconds(100) || h.write_timeout < absl::Milliseconds(100) ||
+      h.idle_timeout < absl::Milliseconds(100)) {
+    return Invalid(
+        "--http_read_timeout, --http_idle_timeout and --http_write_timeout must be >= 100ms");
   }
   const TlsFiles& t = c.worker_tls;
   const bool any_tls = !t.ca.empty() || !t.cert.empty() || !t.key.empty();

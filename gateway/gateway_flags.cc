@@ -183,13 +183,19 @@ ABSL_FLAG(std::vector<std::string>, http_cors_origins, {},
           "Access-Control-Allow-Origin for them. Empty: CORS off.");
 ABSL_FLAG(int32_t, http_threads, 2, "Threads running the HTTP front's connections (1-64).");
 ABSL_FLAG(int32_t, http_max_connections, 1024,
-          "HTTP connections open at once; one beyond it is closed when accepted.");
+          "HTTP connections open at once; one beyond it closes the connection idle the longest "
+          "(kept alive between requests), or with none idle is answered 503 and closed "
+          "(tandem_gateway_http_connections_refused_total).");
 ABSL_FLAG(int32_t, http_max_header_bytes, 16 << 10,
           "Bytes of one HTTP request's line and headers (431 beyond); its body is bounded by "
           "--max_request_bytes (413 beyond).");
 ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
-          "The most an HTTP connection may take to deliver a whole request, waiting for it "
-          "included (a kept-alive connection idle that long is closed).");
+          "The most an HTTP client may take to deliver a whole request, from the connection's "
+          "accept (TLS handshake included) or a later request's first byte; one that stalls "
+          "mid-request is answered 408 and closed.");
+ABSL_FLAG(absl::Duration, http_idle_timeout, absl::Seconds(60),
+          "The most a kept-alive HTTP connection may wait for the first byte of its next "
+          "request after an answer; it is closed then.");
 ABSL_FLAG(absl::Duration, http_write_timeout, absl::Seconds(30),
           "The most one write to an HTTP client may take; a client that stopped reading is cut "
           "off and its request cancelled.");
@@ -204,6 +210,7 @@ absl::Status ReadHttp(GatewayConfig& c) {
   c.http.max_connections = absl::GetFlag(FLAGS_http_max_connections);
   c.http.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
   c.http.read_timeout = absl::GetFlag(FLAGS_http_read_timeout);
+  c.http.idle_timeout = absl::GetFlag(FLAGS_http_idle_timeout);
   c.http.write_timeout = absl::GetFlag(FLAGS_http_write_timeout);
   c.http.tls = ServerTlsFilesFromFlags();
   return absl::OkStatus();

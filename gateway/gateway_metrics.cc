@@ -157,7 +157,12 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
                                           "was more than --decision_log_queue records behind).")
                                 .Add({{"outcome", "written"}})),
       decision_log_dropped_(CounterFamily(r, "tandem_gateway_decision_log_records_total")
-                                .Add({{"outcome", "dropped"}})) {
+                                .Add({{"outcome", "dropped"}})),
+      http_connections_refused_(
+          CounterFamily(r, "tandem_gateway_http_connections_refused_total",
+                        "HTTP front connections refused (503 and closed) because "
+                        "--http_max_connections were open and none was idle to close instead.")
+              .Add({})) {
   GaugeFamily(r, "tandem_gateway_info", "Constant 1; labels describe the gateway build.")
       .Add({{"version", version}})
       .Set(1);

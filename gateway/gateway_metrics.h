@@ -131,6 +131,9 @@ class GatewayMetrics {
   // Decision-log records written and dropped (writer behind).
   prometheus::Counter& decision_log_written() { return decision_log_written_; }
   prometheus::Counter& decision_log_dropped() { return decision_log_dropped_; }
+  // HTTP front connections refused: --http_max_connections open and none idle to evict
+  // (HttpServerOptions::on_connection_refused feeds it).
+  prometheus::Counter& http_connections_refused() { return http_connections_refused_; }
 
  private:
   // Orders tuples of strings and of string_views alike, so that a hit (every request) is looked
@@ -208,6 +211,7 @@ class GatewayMetrics {
   prometheus::Counter& tenants_reloads_error_;
   prometheus::Counter& decision_log_written_;
   prometheus::Counter& decision_log_dropped_;
+  prometheus::Counter& http_connections_refused_;
   prometheus::Gauge* live_policy_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::map<std::string, Model> models_;
   // Family::Add hashes every label and locks; this cache keeps the hot path to one lookup.
