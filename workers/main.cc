@@ -28,6 +28,7 @@ int Run() {
   absl::StatusOr<WorkerConfig> config = WorkerConfigFromFlags();
   if (!config.ok()) Fatal(std::string(config.status().message()));
   if (absl::Status s = config->Validate(); !s.ok()) Fatal(std::string(s.message()));
+  for (const std::string& w : config->LimitWarnings()) spdlog::warn("{}", w);
   absl::StatusOr<DeviceDescription> device = OpenDevice(config->device);
   if (!device.ok()) Fatal(std::string(device.status().message()));
   absl::StatusOr<LoadedEngine> engine = MakeEngine(*config, *device);

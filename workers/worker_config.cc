@@ -1,5 +1,7 @@
 #include "workers/worker_config.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace tandem::workers {
 namespace {
 
@@ -38,14 +40,14 @@ absl::Status ValidateWeights(const WorkerConfig& c) {
 absl::Status ValidateServing(const WorkerConfig& c) {
   if (c.scheduler.max_batch_size < 1) return Invalid("--max_batch_size must be >= 1");
   if (c.scheduler.max_queue < 0) return Invalid("--max_queue must be >= 0");
-  if (c.synthetic.time_scale < 0) return Invalid("--synthetic_time_scale must be >= 0");
-  if (c.synthetic.output_tokens < 0) return Invalid("--synthetic_output_tokens must be >= 0");
   if (c.image_pool.threads < 1 || c.image_pool.threads > 256) {
     return Invalid("--image_threads must be in [1, 256]");
   }
   if (c.image_pool.queue < 0 || c.image_pool.queue > 65536) {
     return Invalid("--image_queue must be in [0, 65536]");
   }
+  if (c.synthetic.time_scale < 0) return Invalid("--synthetic_time_scale must be >= 0");
+  if (c.synthetic.output_tokens < 0) return Invalid("--synthetic_output_tokens must be >= 0");
   if (c.synthetic_load_time < absl::ZeroDuration()) {
     return Invalid("--synthetic_load_time must be >= 0");
   }
@@ -69,6 +71,16 @@ absl::Status WorkerConfig::Validate() const {
   if (device.empty()) return Invalid("--device is required: a CUDA ordinal such as 0, or 'cpu'");
   if (absl::Status s = ValidateWeights(*this); !s.ok()) return s;
   return ValidateServing(*this);
+}
+
+std::vector<std::string> WorkerConfig::LimitWarnings() const {
+  std::vector<std::string> out;
+  if (limits.max_image_bytes > max_request_bytes) {
+    out.push_back(absl::StrCat("--max_image_bytes (", limits.max_image_bytes,
+                               ") exceeds --max_request_bytes (", max_request_bytes,
+                               "): no request can carry an image that large"));
+  }
+  return out;
 }
 
 }  // namespace tandem::workers

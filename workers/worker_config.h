@@ -5,13 +5,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/metrics_server.h"
 #include "common/request_validation.h"
-#include "workers/scheduler.h"
 #include "workers/image_pool.h"
+#include "workers/scheduler.h"
 #include "workers/simulator/synthetic_engine.h"
 #include "workers/weights_source.h"
 
@@ -45,12 +46,12 @@ struct WorkerConfig {
   // Limits of what one request may ask (0: the model's own).
   int32_t max_output_tokens = 0;
   int32_t max_context_tokens = 0;
-  int64_t max_request_bytes = 32ll << 20;
+  int64_t max_request_bytes = 48ll << 20;
   RequestLimits limits;
   Scheduler::Options scheduler;
-
   // The threads that decode and resize images, and the requests that may wait for them.
   ImagePool::Options image_pool;
+
   // Ports and their transport (null credentials: refused by Validate).
   std::string listen = "127.0.0.1:0";
   std::shared_ptr<grpc::ServerCredentials> server_credentials;
@@ -65,6 +66,9 @@ struct WorkerConfig {
 
   // Every check of the configuration, in one place: InvalidArgument naming the flag at fault.
   absl::Status Validate() const;
+  // Limits that another limit makes unreachable, one line each naming both flags; logged at
+  // start-up.
+  std::vector<std::string> LimitWarnings() const;
 };
 
 }  // namespace tandem::workers

@@ -63,7 +63,10 @@ ABSL_FLAG(int32_t, image_queue, 16,
           "RESOURCE_EXHAUSTED at once.");
 ABSL_FLAG(int32_t, max_output_tokens, 0, "Cap on max_tokens; 0 keeps the model's (32768).");
 ABSL_FLAG(int32_t, max_context_tokens, 0, "Cap on prompt + output tokens; 0 keeps the model's.");
-ABSL_FLAG(int64_t, max_request_bytes, 32ll << 20, "Largest request message accepted, in bytes.");
+ABSL_FLAG(int64_t, max_request_bytes, 48ll << 20,
+          "Largest request message accepted, in bytes: at least the gateway's "
+          "--max_request_bytes plus 1 MiB (the gateway adds its routing fields to what a caller "
+          "sent).");
 ABSL_FLAG(double, synthetic_time_scale, 1.0,
           "Synthetic engine: multiplies simulated step times; 0 means no delay.");
 ABSL_FLAG(int32_t, synthetic_output_tokens, 0,
@@ -117,11 +120,11 @@ void ReadServing(WorkerConfig& c) {
   c.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   c.scheduler.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   c.scheduler.max_queue = absl::GetFlag(FLAGS_max_queue);
+  c.image_pool.threads = absl::GetFlag(FLAGS_image_threads);
+  c.image_pool.queue = absl::GetFlag(FLAGS_image_queue);
   c.listen = absl::GetFlag(FLAGS_listen);
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
-  c.image_pool.threads = absl::GetFlag(FLAGS_image_threads);
-  c.image_pool.queue = absl::GetFlag(FLAGS_image_queue);
   c.device_refresh_interval = absl::GetFlag(FLAGS_device_refresh_interval);
 }
 

@@ -68,6 +68,8 @@ TEST(WorkerConfigTest, EachOutOfRangeValueNamesItsFlag) {
       {"--synthetic_time_scale", [](WorkerConfig& c) { c.synthetic.time_scale = -1; }},
       {"--max_output_tokens", [](WorkerConfig& c) { c.max_output_tokens = -1; }},
       {"--max_request_bytes", [](WorkerConfig& c) { c.max_request_bytes = 10; }},
+      {"--image_threads", [](WorkerConfig& c) { c.image_pool.threads = 0; }},
+      {"--image_queue", [](WorkerConfig& c) { c.image_pool.queue = -1; }},
       {"--drain_timeout", [](WorkerConfig& c) { c.drain_timeout = -absl::Seconds(1); }},
       {"--device_refresh_interval", [](WorkerConfig& c) { c.device_refresh_interval = {}; }},
   };
@@ -78,6 +80,25 @@ TEST(WorkerConfigTest, EachOutOfRangeValueNamesItsFlag) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.flag;
     EXPECT_THAT(std::string(s.message()), HasSubstr(k.flag));
   }
+}
+
+}  // namespace
+}  // namespace tandem::workers
+
+namespace tandem::workers {
+namespace {
+
+TEST(WorkerConfigTest, DefaultLimitsFitEachOther) {
+  const WorkerConfig c = ValidConfig();
+  EXPECT_TRUE(c.LimitWarnings().empty());
+  // A worker takes the largest request a gateway forwards (its --max_request_bytes, 32 MiB by
+  // default, plus its routing fields).
+  EXPECT_GE(c.max_request_bytes, (32ll << 20) + (1 << 20));
+  WorkerConfig small = ValidConfig();
+  small.max_request_bytes = 1 << 20;
+  ASSERT_EQ(small.LimitWarnings().size(), 1u);
+  EXPECT_THAT(small.LimitWarnings()[0], HasSubstr("--max_image_bytes (20971520) exceeds "
+                                                  "--max_request_bytes (1048576)"));
 }
 
 }  // namespace
