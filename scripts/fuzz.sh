@@ -15,7 +15,8 @@ if ! grep -qs '^TANDEM_FUZZ:BOOL=ON$' "$BUILD_DIR/CMakeCache.txt"; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DTANDEM_FUZZ=ON -DTANDEM_ENABLE_CUDA=OFF \
     -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-targets=(prometheus_text policy safetensors tokenizer request image_decoder json_consumers)
+targets=(prometheus_text policy safetensors tokenizer request image_decoder json_consumers
+  http_server)
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]/%/_fuzzer}"
 work=$(mktemp -d /tmp/tandem-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
