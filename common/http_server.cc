@@ -137,9 +137,9 @@ struct HttpServer::Impl {
   // On a strand of its own: Accept's chain and Stop never run at once.
   tcp::acceptor acceptor{net::make_strand(ioc)};
   std::vector<std::thread> threads;
-  std::atomic<int> connections{0};  // sessions holding a slot of options.max_connections
-  std::atomic<int> refusing{0};     // sessions writing a 503
-  std::atomic<int64_t> refused{0};  // connections refused, ever
+  std::atomic<int> connections{0};            // sessions holding a slot of options.max_connections
+  std::atomic<int> refusing{0};               // sessions writing a 503
+  std::atomic<int64_t> refused{0};            // connections refused, ever
   std::atomic<int64_t> refused_logged_at{0};  // steady ns of the last log line about them
   absl::Mutex sessions_mu;
   std::list<std::weak_ptr<SessionBase>> sessions ABSL_GUARDED_BY(sessions_mu);
@@ -236,8 +236,8 @@ std::optional<Refusal> NormalizeTarget(absl::string_view method, std::string* ta
   if (method == "OPTIONS" && *target == "*") return std::nullopt;
   if (method == "CONNECT" && !target->empty()) return std::nullopt;  // the authority form
   const size_t scheme = absl::StartsWithIgnoreCase(*target, "http://")    ? 7
-                       : absl::StartsWithIgnoreCase(*target, "https://") ? 8
-                                                                         : 0;
+                        : absl::StartsWithIgnoreCase(*target, "https://") ? 8
+                                                                          : 0;
   if (scheme > 0) {
     const absl::string_view rest = absl::string_view(*target).substr(scheme);
     const size_t end = std::min(rest.find_first_of("/?"), rest.size());
@@ -273,8 +273,8 @@ std::optional<Refusal> CheckHead(const RequestParser& parser, HttpRequest* head)
     }
   }
   if (m.version() == 11 && hosts != 1) {
-    return Refusal{400, hosts == 0 ? "an HTTP/1.1 request needs a Host header"
-                                   : "more than one Host header"};
+    return Refusal{
+        400, hosts == 0 ? "an HTTP/1.1 request needs a Host header" : "more than one Host header"};
   }
   if (hosts > 1) return Refusal{400, "more than one Host header"};
   std::string authority;
@@ -489,17 +489,15 @@ class Session final : public SessionBase {
     if (reading_ || closed_) return;
     if (read_end_) return OnReadEnd(read_end_);
     reading_ = true;
-    holder_.s.async_read_some(buffer_.prepare(kReadBytes),
-                              [self = Self()](beast::error_code ec, size_t n) {
-                                self->OnRead(ec, n);
-                              });
+    holder_.s.async_read_some(
+        buffer_.prepare(kReadBytes),
+        [self = Self()](beast::error_code ec, size_t n) { self->OnRead(ec, n); });
   }
 
   // The read ended (the client closed or reset, or the read was cancelled) with nothing unparsed.
   void OnReadEnd(beast::error_code ec) {
     const bool eof = ec == net::error::eof || ec == net::ssl::error::stream_truncated;
-    const bool mid_request =
-        (phase_ == Phase::kHeader && started_) || phase_ == Phase::kBody;
+    const bool mid_request = (phase_ == Phase::kHeader && started_) || phase_ == Phase::kBody;
     if (eof && mid_request) {
       // Bytes of a request and then the end: an incomplete request, not a client that left
       // between requests; the answer in flight still goes out, then this 400.
@@ -531,8 +529,7 @@ class Session final : public SessionBase {
     if (!started_) {
       // Empty lines before a request line are ignored (RFC 9112 section 2.2).
       while (buffer_.size() > 0) {
-        const absl::string_view in(static_cast<const char*>(buffer_.data().data()),
-                                   buffer_.size());
+        const absl::string_view in(static_cast<const char*>(buffer_.data().data()), buffer_.size());
         if (absl::StartsWith(in, "\n")) {
           buffer_.consume(1);
         } else if (absl::StartsWith(in, "\r\n")) {
@@ -624,7 +621,8 @@ class Session final : public SessionBase {
     HttpRequest request = std::move(head_);
     request.body = std::move(parser_->get().body());
     parser_.reset();
-    auto exchange = std::make_shared<Exchange>(shared_from_this(), ++exchanges_, std::move(request));
+    auto exchange =
+        std::make_shared<Exchange>(shared_from_this(), ++exchanges_, std::move(request));
     current_ = exchange;
     answer_ = Answer::kNone;
     if (keep_alive_) {
@@ -706,9 +704,9 @@ class Session final : public SessionBase {
     phase_ = Phase::kStopped;
     beast::error_code ignored;
     Lowest().socket().cancel(ignored);
-    Refuse({408, absl::StrCat("the request was not received within ",
-                              absl::FormatDuration(options().read_timeout),
-                              " (--http_read_timeout)")});
+    Refuse({408,
+            absl::StrCat("the request was not received within ",
+                         absl::FormatDuration(options().read_timeout), " (--http_read_timeout)")});
   }
 
   void ArmWrite() {
@@ -730,10 +728,10 @@ class Session final : public SessionBase {
       if (SendableHeader(k, v)) absl::StrAppend(&out, k, ": ", v, "\r\n");
     }
     if (r.status >= 200) {
-      absl::StrAppend(&out, "Date: ",
-                      absl::FormatTime("%a, %d %b %Y %H:%M:%S GMT", absl::Now(),
-                                       absl::UTCTimeZone()),
-                      "\r\n");
+      absl::StrAppend(
+          &out,
+          "Date: ", absl::FormatTime("%a, %d %b %Y %H:%M:%S GMT", absl::Now(), absl::UTCTimeZone()),
+          "\r\n");
     }
     if (framing == Framing::kLength) absl::StrAppend(&out, "Content-Length: ", length, "\r\n");
     if (framing == Framing::kChunked) absl::StrAppend(&out, "Transfer-Encoding: chunked\r\n");

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -47,8 +47,7 @@ void Check(bool ok, const char* what) {
 void CheckRequest(const HttpRequest& r) {
   Check(r.version == 10 || r.version == 11, "version");
   Check(r.body.size() <= static_cast<size_t>(kMaxBody), "body over the limit");
-  Check(absl::StartsWith(r.target, "/") || r.target == "*" || r.method == "CONNECT",
-        "target form");
+  Check(absl::StartsWith(r.target, "/") || r.target == "*" || r.method == "CONNECT", "target form");
   int hosts = 0;
   for (const auto& [k, v] : r.headers) {
     if (k == "host") ++hosts;

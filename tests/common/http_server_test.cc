@@ -170,19 +170,20 @@ TEST_F(HttpServerTest, TransferEncodingMustEndInChunkedAndHoldNothingElse) {
   // RFC 9112 section 6.3: a final coding other than chunked leaves the length unknowable (400),
   // the request's "body" must never be read as a request of its own.
   const std::string hidden = "GET /hidden HTTP/1.1\r\nHost: x\r\n\r\n";
-  for (const char* te : {"gzip", "chunked, identity", "chunked, chunked", "identity", "chunked;x=1",
-                         ", "}) {
-    const auto r = Responses(absl::StrCat("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ", te,
-                                          "\r\n\r\n", hidden));
+  for (const char* te :
+       {"gzip", "chunked, identity", "chunked, chunked", "identity", "chunked;x=1", ", "}) {
+    const auto r = Responses(
+        absl::StrCat("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ", te, "\r\n\r\n", hidden));
     ASSERT_EQ(r.size(), 1u) << te;
     EXPECT_EQ(r[0].status, 400) << te;
     EXPECT_TRUE(r[0].Closes()) << te;
     EXPECT_THAT(r[0].body, Not(HasSubstr("hidden")));
   }
   // Two fields make one list.
-  auto r = Responses(absl::StrCat(
-      "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
-      hidden));
+  auto r =
+      Responses(absl::StrCat("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                             "chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
+                             hidden));
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].status, 400);
   // A coding this server does not decode (501), the connection closed.
@@ -193,7 +194,8 @@ TEST_F(HttpServerTest, TransferEncodingMustEndInChunkedAndHoldNothingElse) {
     EXPECT_EQ(r[0].status, 501) << te;
     EXPECT_TRUE(r[0].Closes());
   }
-  r = Responses(absl::StrCat("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
+  r =
+      Responses(absl::StrCat("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
                              "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"));
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].status, 501);
@@ -207,10 +209,10 @@ TEST_F(HttpServerTest, TransferEncodingMustEndInChunkedAndHoldNothingElse) {
     EXPECT_EQ(r[0].status, 400) << req;
   }
   // Plain chunked is fine, trailers and all.
-  r = Responses(absl::StrCat(
-      "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n"
-      "3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n",
-      kClose));
+  r =
+      Responses(absl::StrCat("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n"
+                             "3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n",
+                             kClose));
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[0].body, "POST /a abcde");
   EXPECT_EQ(handled_.load(), 2);  // only the valid ones reached the handler
@@ -218,9 +220,9 @@ TEST_F(HttpServerTest, TransferEncodingMustEndInChunkedAndHoldNothingElse) {
 
 TEST_F(HttpServerTest, JunkAfterACompleteRequestIsAnsweredAfterIt) {
   const std::string first = "GET /first HTTP/1.1\r\nHost: x\r\n\r\n";
-  for (const std::string& junk :
-       {std::string("XXXX\r\n\r\n"), std::string("}"),
-        absl::StrCat("GET /b HTTP/1.1\r\nHost: x\r\nX-Big: ", std::string(3000, 'b'), "\r\n\r\n")}) {
+  for (const std::string& junk : {std::string("XXXX\r\n\r\n"), std::string("}"),
+                                  absl::StrCat("GET /b HTTP/1.1\r\nHost: x\r\nX-Big: ",
+                                               std::string(3000, 'b'), "\r\n\r\n")}) {
     const auto r = Responses(first + junk);
     ASSERT_EQ(r.size(), 2u) << junk.substr(0, 20);
     EXPECT_EQ(r[0].status, 200);
@@ -291,8 +293,10 @@ TEST_F(HttpServerTest, NothingIsReadAfterARequestThatEndsTheConnection) {
 }
 
 TEST_F(HttpServerTest, HeadGetsHeadersOnly) {
-  auto r = Responses(absl::StrCat("HEAD /a HTTP/1.1\r\nHost: x\r\n\r\n", "HEAD /stream HTTP/1.1\r\n"
-                                  "Host: x\r\n\r\n", kClose),
+  auto r = Responses(absl::StrCat("HEAD /a HTTP/1.1\r\nHost: x\r\n\r\n",
+                                  "HEAD /stream HTTP/1.1\r\n"
+                                  "Host: x\r\n\r\n",
+                                  kClose),
                      {0, 1});
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[0].status, 200);
@@ -311,10 +315,9 @@ TEST_F(HttpServerTest, Http10StreamsAreRawAndEndWithTheConnection) {
   EXPECT_TRUE(r[0].Closes());
   EXPECT_EQ(r[0].body, "data: a\n\ndata: b\n\n");
   // Even when it asked to be kept alive: nothing else can end the stream.
-  EXPECT_EQ(SplitResponses(Exchange("GET /stream HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"))
-                .at(0)
-                .body,
-            "data: a\n\ndata: b\n\n");
+  EXPECT_EQ(
+      SplitResponses(Exchange("GET /stream HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")).at(0).body,
+      "data: a\n\ndata: b\n\n");
 }
 
 TEST_F(HttpServerTest, ExpectContinueIsAnsweredBeforeTheBody) {
@@ -365,8 +368,8 @@ TEST_F(HttpServerTest, HostAndTargetForms) {
   r = Responses("GET HTTPS://h?q HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].body, "GET /?q ");
-  for (const char* bad : {"GET a/b HTTP/1.1\r\nHost: x\r\n\r\n",
-                          "GET http:///a HTTP/1.1\r\nHost: x\r\n\r\n"}) {
+  for (const char* bad :
+       {"GET a/b HTTP/1.1\r\nHost: x\r\n\r\n", "GET http:///a HTTP/1.1\r\nHost: x\r\n\r\n"}) {
     r = Responses(bad);
     ASSERT_EQ(r.size(), 1u) << bad;
     EXPECT_EQ(r[0].status, 400) << bad;

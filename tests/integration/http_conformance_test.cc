@@ -34,8 +34,9 @@ constexpr char kModelsClose[] = "GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnecti
 
 std::string ChatPost(absl::string_view body, absl::string_view extra_headers = "",
                      absl::string_view target = "/v1/chat/completions") {
-  return absl::StrCat("POST ", target, " HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n",
-                      extra_headers, "Content-Length: ", body.size(), "\r\n\r\n", body);
+  return absl::StrCat("POST ", target,
+                      " HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n", extra_headers,
+                      "Content-Length: ", body.size(), "\r\n\r\n", body);
 }
 
 class HttpConformanceTest : public ::testing::Test {
@@ -125,9 +126,9 @@ Server* HttpConformanceTest::gateway_ = nullptr;
 TEST_F(HttpConformanceTest, TransferEncodingCannotSmuggleARequest) {
   const std::string hidden = kModels;
   for (const char* te : {"gzip", "chunked, identity", "chunked, chunked", "identity"}) {
-    const auto r = Send(absl::StrCat(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: ", te, "\r\n\r\n",
-        hidden));
+    const auto r = Send(
+        absl::StrCat("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: ", te,
+                     "\r\n\r\n", hidden));
     ASSERT_EQ(r.size(), 1u) << te << ": the hidden request was answered";
     EXPECT_EQ(r[0].status, 400) << te;
     EXPECT_TRUE(r[0].Closes()) << te;
@@ -151,9 +152,8 @@ TEST_F(HttpConformanceTest, TransferEncodingCannotSmuggleARequest) {
 // Item 3: every complete request is answered, in order, then what cannot be read (400 or 431),
 // and the connection closes.
 TEST_F(HttpConformanceTest, JunkAfterACompleteRequestIsAnsweredAfterIt) {
-  const std::string big_header =
-      absl::StrCat("GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Big: ", std::string(17 << 10, 'b'),
-                   "\r\n\r\n");
+  const std::string big_header = absl::StrCat(
+      "GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Big: ", std::string(17 << 10, 'b'), "\r\n\r\n");
   struct Case {
     std::string first, junk;
     int status;
@@ -246,7 +246,8 @@ TEST_F(HttpConformanceTest, StalledAndIdleConnectionsAreClosedAtTheirTimeouts) {
   // Slowloris: a byte at a time, each within the timeout, the whole far beyond it.
   fd = Connect();
   const absl::Time start = absl::Now();
-  const std::string slow = "GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Slow: " + std::string(500, 's');
+  const std::string slow =
+      "GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Slow: " + std::string(500, 's');
   std::string out;
   for (size_t i = 0; i < slow.size(); ++i) {
     if (!SendAll(fd, slow.substr(i, 1))) break;
@@ -283,7 +284,8 @@ TEST_F(HttpConformanceTest, HeadHttp10ExpectHostAndAbsoluteForm) {
 
   const std::string stream = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":4,)"
                              R"("stream":true})";
-  r = Send(absl::StrCat("POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+  r =
+      Send(absl::StrCat("POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
                         "Content-Length: ",
                         stream.size(), "\r\n\r\n", stream));
   ASSERT_EQ(r.size(), 1u);
@@ -334,8 +336,8 @@ TEST_F(HttpConformanceTest, FramingChecksAndLimitsHold) {
     EXPECT_EQ(r[0].status, 400) << bad;
     EXPECT_TRUE(r[0].Closes());
   }
-  auto r = Send(absl::StrCat("GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Big: ",
-                             std::string(17 << 10, 'b'), "\r\n\r\n"));
+  auto r = Send(absl::StrCat(
+      "GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Big: ", std::string(17 << 10, 'b'), "\r\n\r\n"));
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].status, 431);
   r = Send("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 999999999\r\n\r\n");

@@ -53,8 +53,8 @@ inline std::vector<RawResponse> SplitResponses(absl::string_view bytes,
     r.head = std::string(bytes.substr(0, end + 4));
     if (!absl::SimpleAtoi(bytes.substr(9, 3), &r.status)) break;
     absl::string_view body = bytes.substr(end + 4);
-    const bool no_body = bodiless.count(out.size()) > 0 || r.status < 200 || r.status == 204 ||
-                         r.status == 304;
+    const bool no_body =
+        bodiless.count(out.size()) > 0 || r.status < 200 || r.status == 204 || r.status == 304;
     size_t used = 0;
     uint64_t length = 0;
     if (no_body) {
