@@ -222,7 +222,9 @@ TEST_F(HttpConformanceTest, AFullGatewayEvictsIdleConnectionsThenRefuses) {
   ASSERT_TRUE(SendAll(busy[0], "Host: gw\r\nConnection: close\r\n\r\n"));
   const auto served = SplitResponses(ReadUntilClosed(busy[0]));
   ASSERT_EQ(served.size(), 1u);
-  EXPECT_EQ(served[0].status, 200);
+  // Served; or, where a sanitizer build is slow enough that --http_read_timeout passed while the
+  // request was held half-sent, answered 408: either way a connection the server was reading.
+  EXPECT_THAT(served[0].status, ::testing::AnyOf(200, 408));
   for (int fd : idle) close(fd);
   for (int fd : busy) close(fd);
   // The slots come back as the gateway notices the closes.
