@@ -53,6 +53,19 @@ absl::Status TooDeep(absl::string_view field, int max_depth, const std::vector<F
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", limit, " at ", PathOf(frames)));
 }
 
+// Inside a string literal: `c` moves past escapes and the closing quote. Returns whether the
+// string ended at `c`.
+bool StringEndsAt(char c, bool* escaped) {
+  if (*escaped) {
+    *escaped = false;
+  } else if (c == '\\') {
+    *escaped = true;
+  } else if (c == '"') {
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int JsonNestingDepth(absl::string_view text) {
@@ -62,13 +75,7 @@ int JsonNestingDepth(absl::string_view text) {
   bool escaped = false;
   for (const char c : text) {
     if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
+      in_string = !StringEndsAt(c, &escaped);
       continue;
     }
     if (c == '"') {
@@ -91,11 +98,7 @@ absl::Status CheckJsonDepth(absl::string_view text, int max_depth, absl::string_
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
+      if (StringEndsAt(c, &escaped)) {
         in_string = false;
         if (key_start != absl::string_view::npos) {
           frames.back().key = text.substr(key_start, i - key_start);

@@ -48,29 +48,11 @@ std::string Header(const HttpAnswer& a, const std::string& name) {
 absl::StatusOr<HttpAnswer> Send(const std::string& address, const std::string& method,
                                 const std::string& path, const std::string& body,
                                 const std::vector<std::string>& headers) {
-  const int fd = ConnectLoopback(address);
-  if (fd < 0) return absl::UnavailableError("cannot connect");
   std::string req = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
   for (const std::string& h : headers) absl::StrAppend(&req, h, "\r\n");
   if (!body.empty()) absl::StrAppend(&req, "Content-Length: ", body.size(), "\r\n");
   absl::StrAppend(&req, "\r\n", body);
-  for (size_t sent = 0; sent < req.size();) {
-    const ssize_t n = send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-  std::string resp;
-  char buf[8192];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, static_cast<size_t>(n));
-  close(fd);
-  HttpAnswer out;
-  const size_t end = resp.find("\r\n\r\n");
-  if (end == std::string::npos || !absl::SimpleAtoi(resp.substr(9, 3), &out.status)) {
-    return absl::UnavailableError(absl::StrCat("no answer (", resp.size(), " bytes)"));
-  }
-  out.headers = resp.substr(0, end);
-  out.body = resp.substr(end + 4);
-  return out;
+  return HttpExchangeRaw(address, req);
 }
 
 class HttpFrontTest : public ::testing::Test {

@@ -166,21 +166,14 @@ absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::str
   return body == std::string::npos ? "" : resp.substr(body + 4);
 }
 
-absl::StatusOr<HttpAnswer> HttpPost(const std::string& host_port, const std::string& path,
-                                    const std::string& body,
-                                    const std::vector<std::string>& headers) {
+absl::StatusOr<HttpAnswer> HttpExchangeRaw(const std::string& host_port,
+                                           const std::string& request) {
   const int fd = ConnectLoopback(host_port);
   if (fd < 0) return absl::UnavailableError("cannot connect to " + host_port);
-  std::string req = absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: ", host_port,
-                                 "\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                                 "Content-Length: ",
-                                 body.size(), "\r\n");
-  for (const std::string& h : headers) absl::StrAppend(&req, h, "\r\n");
-  absl::StrAppend(&req, "\r\n", body);
-  // A server may answer (413, 400) and close before it has read the whole body: stop writing
-  // then, and read what it said.
-  for (size_t sent = 0; sent < req.size();) {
-    const ssize_t n = send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+  // A server may answer (413, 400, 401) and close before it has read the whole body: stop
+  // writing then, and read what it said.
+  for (size_t sent = 0; sent < request.size();) {
+    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
@@ -199,6 +192,18 @@ absl::StatusOr<HttpAnswer> HttpPost(const std::string& host_port, const std::str
   out.headers = resp.substr(0, end);
   out.body = resp.substr(end + 4);
   return out;
+}
+
+absl::StatusOr<HttpAnswer> HttpPost(const std::string& host_port, const std::string& path,
+                                    const std::string& body,
+                                    const std::vector<std::string>& headers) {
+  std::string req = absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: ", host_port,
+                                 "\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: ",
+                                 body.size(), "\r\n");
+  for (const std::string& h : headers) absl::StrAppend(&req, h, "\r\n");
+  absl::StrAppend(&req, "\r\n", body);
+  return HttpExchangeRaw(host_port, req);
 }
 
 absl::StatusOr<double> MetricValue(const std::string& exposition, const std::string& name,

@@ -62,6 +62,10 @@ struct HttpAnswer {
 absl::StatusOr<HttpAnswer> HttpPost(const std::string& host_port, const std::string& path,
                                     const std::string& body,
                                     const std::vector<std::string>& headers = {});
+// `request` as raw bytes on a connection of its own (it should end the connection), then the
+// answer read to the end; an error when none came back.
+absl::StatusOr<HttpAnswer> HttpExchangeRaw(const std::string& host_port,
+                                           const std::string& request);
 
 // The value of the sample `name` whose labels include all of `labels`.
 absl::StatusOr<double> MetricValue(const std::string& exposition, const std::string& name,
