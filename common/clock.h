@@ -17,4 +17,10 @@ class Clock {
   static Clock* Real();
 };
 
+// A steady-clock span in seconds, for metrics and logs (one definition: copies in anonymous
+// namespaces collide when a unity build puts two of them in one batch).
+inline double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
 }  // namespace tandem

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/clock.h"
 #include "common/grpc_status.h"
 #include "common/proto_request.h"
 #include "common/steady_wait.h"
@@ -29,7 +30,6 @@ using SteadyClock = std::chrono::steady_clock;
 using tandem::v1::GenerateRequest;
 using tandem::v1::WorkerGenerateChunk;
 
-double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 void FillRoute(const Admission& a, Disclosure disclosure, tandem::v1::RouteInfo* route) {
   route->set_model(a.decision.model);

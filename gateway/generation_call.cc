@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "common/call_metadata.h"
+#include "common/clock.h"
 #include "common/grpc_status.h"
 #include "common/log_text.h"
 #include "common/proto_request.h"
@@ -28,7 +29,6 @@ using tandem::v1::WorkerGenerateChunk;
 // The model and class label of a request refused before it was routed.
 constexpr absl::string_view kNone = "none";
 
-double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Runs `fn` now, unless this thread is already inside a call of this function: then `fn` runs
 // when the outermost one returns. A dispatch grant runs on the thread that freed the slot; one

@@ -14,8 +14,6 @@
 namespace tandem::gateway {
 namespace {
 
-double Seconds(Clock::TimePoint::duration d) { return std::chrono::duration<double>(d).count(); }
-
 // Sum of the samples named `name` that carry `labels`; nullopt when there are none.
 std::optional<double> SumMatching(const std::vector<Sample>& samples, const std::string& name,
                                   const std::map<std::string, std::string>& labels) {

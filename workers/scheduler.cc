@@ -8,11 +8,6 @@
 #include "workers/stop_matcher.h"
 
 namespace tandem::workers {
-namespace {
-
-double Seconds(Clock::TimePoint::duration d) { return std::chrono::duration<double>(d).count(); }
-
-}  // namespace
 
 struct Scheduler::Sequence {
   uint64_t id = 0;
