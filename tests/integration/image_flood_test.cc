@@ -332,11 +332,18 @@ TEST_F(ImageFloodTest, HostileImagesKeepHealthAndOtherCallersFast) {
   // 50 ms of slack for this 2-core VM's scheduling noise).
   EXPECT_EQ(flood.failures, 0);
   EXPECT_EQ(flood.not_ready, 0);
-  EXPECT_LE(flood_request, std::max(2 * idle_request, idle_request + 0.05));
-  EXPECT_LE(flood_health, std::max(2 * idle_health, idle_health + 0.05));
   // No 200 MB canvas for headers that lie (a valid 8192x8192 RGB buffer is 192 MiB).
   ASSERT_GT(peak_before, 0);
-  EXPECT_LT(peak_after - peak_before, 64ll << 20);
+  // The latency and memory bounds hold for the optimized build. Under ASan or TSan every
+  // process runs several times slower, so the flooders' protobuf parsing alone saturates this
+  // VM's 2 cores (CI saw p99 27 -> 249 ms), and ASan's quarantine keeps up to 256 MiB of freed
+  // requests resident (peak +187 MiB; +<64 MiB with quarantine_size_mb=8). What a sanitizer
+  // build checks here is that nothing fails, nothing goes unready and no report appears.
+  if (!TANDEM_SANITIZED) {
+    EXPECT_LE(flood_request, std::max(2 * idle_request, idle_request + 0.05));
+    EXPECT_LE(flood_health, std::max(2 * idle_health, idle_health + 0.05));
+    EXPECT_LT(peak_after - peak_before, 64ll << 20);
+  }
 
   // The pool's size is exported, and the worker still answers an ordinary request.
   auto metrics = HttpGet(worker_.metrics_address, "/metrics");

@@ -185,7 +185,12 @@ TEST_F(QwenVisionGoldenTest, TwoImagesInOneCallEqualSeparateCalls) {
   ASSERT_TRUE(joint.ok() && a.ok() && b.ok());
   std::vector<float> separate = *a;
   separate.insert(separate.end(), b->begin(), b->end());
-  EXPECT_EQ(*joint, separate);
+  // Images never attend to each other, so only the linear layers' row count differs, and BLAS
+  // may sum in another order for another M (OpenBLAS's kernels on an AMD EPYC do: 1.1e-6 at
+  // most; on earlier Intel hosts the bits were equal). Attention across images would move
+  // embeddings of magnitude ~1 by far more.
+  ASSERT_EQ(joint->size(), separate.size());
+  EXPECT_LE(MaxAbsDiff(*joint, separate), 1e-5f);
 }
 
 TEST_F(QwenVisionGoldenTest, BadGridsAreInvalidArgument) {
