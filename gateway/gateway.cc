@@ -213,8 +213,8 @@ absl::Status Gateway::StartServing() {
     };
     OpenAiFrontOptions front{.max_json_depth = config_.intake.limits.max_json_depth,
                              .cors_origins = config_.http_cors_origins};
-    ASSIGN_OR_RETURN(openai_, OpenAiFront::Start(config_.http_listen, http, std::move(front),
-                                                 service_.get()));
+    ASSIGN_OR_RETURN(
+        openai_, OpenAiFront::Start(config_.http_listen, http, std::move(front), service_.get()));
   }
   pools_->Start();
   signals_->Start();

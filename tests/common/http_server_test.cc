@@ -62,6 +62,12 @@ class HttpServerTest : public ::testing::Test {
       });
       return;
     }
+    if (r.target == "/flood") {  // writes 1 MiB chunks for as long as they are taken
+      e->OnClientGone([this] { gone_.Notify(); });
+      e->StartStream(HttpResponse{200, {}, ""});
+      Flood(e);
+      return;
+    }
     if (r.target == "/hang") {
       e->OnClientGone([this] { gone_.Notify(); });
       absl::MutexLock l(&mu_);
@@ -86,6 +92,12 @@ class HttpServerTest : public ::testing::Test {
                              {"x-host", std::string(r.Header("host"))},
                              {"x-version", absl::StrCat(r.version)}},
                             absl::StrCat(r.method, " ", r.target, " ", r.body)});
+  }
+
+  void Flood(const std::shared_ptr<HttpExchange>& e) {
+    e->Write(std::string(1 << 20, 'x'), [this, e](bool ok) {
+      if (ok) Flood(e);
+    });
   }
 
   // Waits until `n` requests to /hang are held; returns them.
@@ -478,6 +490,24 @@ TEST_F(HttpServerTest, ReadTimeoutAnswers408MidRequestAndIdleConnectionsClose) {
   fd = Connect();
   EXPECT_EQ(ReadUntilClosed(fd), "");
   close(fd);
+}
+
+TEST_F(HttpServerTest, AClientThatStopsReadingIsCutOffAtTheWriteTimeout) {
+  HttpServerOptions options;
+  options.write_timeout = absl::Milliseconds(300);
+  Restart(options);
+  // A stream the client never reads: once the socket buffers are full no write progresses, and
+  // --http_write_timeout later the server gives up on the client and tells the handler.
+  const int fd = Connect();
+  ASSERT_TRUE(SendAll(fd, "GET /flood HTTP/1.1\r\nHost: x\r\n\r\n"));
+  gone_.WaitForNotification();
+  const std::string got = ReadUntilClosed(fd);  // what was buffered, then the end
+  close(fd);
+  EXPECT_THAT(got, StartsWith("HTTP/1.1 200"));
+  // The server serves on.
+  const auto r = Responses(kClose);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, 200);
 }
 
 TEST_F(HttpServerTest, AFullServerEvictsTheOldestIdleConnectionThenRefuses) {

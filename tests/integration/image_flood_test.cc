@@ -152,9 +152,9 @@ class ImageFloodTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // One image thread and a queue of two: eight flooders overfill it, so admission refuses.
-    auto w = StartWorker("qwen", {"--engine=native", "--checkpoint=" + MakeCheckpoint(),
-                                  "--memory_budget=268435456", "--native_threads=1",
-                                  "--image_threads=1", "--image_queue=2"});
+    auto w = StartWorker(
+        "qwen", {"--engine=native", "--checkpoint=" + MakeCheckpoint(), "--memory_budget=268435456",
+                 "--native_threads=1", "--image_threads=1", "--image_queue=2"});
     ASSERT_TRUE(w.ok()) << w.status();
     worker_ = std::move(*w);
     // The routing policy names both models; nemotron is a synthetic stand-in here.
@@ -261,7 +261,8 @@ TEST_F(ImageFloodTest, HostileImagesKeepHealthAndOtherCallersFast) {
   const std::string gif = GifWithHugeScreen();
   ASSERT_EQ(gif.size(), 35u);
   // 69 bytes: an 8192x8192 header and 12 bytes of IDAT.
-  const std::string tiny_png = Png(8192, 8192, std::string("\x78\xda\x63\x60\x60\x60\x00\x00\x00\x04\x00\x01", 12));
+  const std::string tiny_png =
+      Png(8192, 8192, std::string("\x78\xda\x63\x60\x60\x60\x00\x00\x00\x04\x00\x01", 12));
   ASSERT_EQ(tiny_png.size(), 69u);
   const std::string big_png = Png(8192, 8192, BlackIdat(8192));
   const std::vector<tandem::v1::WorkerGenerateRequest> hostile = {

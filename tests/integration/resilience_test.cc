@@ -13,12 +13,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/admin.grpc.pb.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/support/raw_http.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 
@@ -203,6 +205,46 @@ TEST_F(ResilienceTest, WorkerKilledMidStreamTheAnswerContinuesOnAnotherReplicaAn
   EXPECT_EQ(GatewayMetric("tandem_gateway_midstream_failovers_total",
                           {{"from_model", "qwen"}, {"to_model", "qwen"}}),
             1);
+}
+
+// The OpenAI front has sent its 200 and the first chunks when the only replica dies, with no
+// fallback: the stream must end with an error event and proper chunked framing, and the
+// gateway serves on.
+TEST_F(ResilienceTest, OpenAiStreamWhoseLastWorkerDiesEndsWithAnErrorEvent) {
+  Server qwen = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"qwen=" + qwen.grpc_address},
+                       {"--policy=" + QwenOnlyPolicy(), "--http_listen=127.0.0.1:0"}));
+  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1; }));
+
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"tell me a long story"}],"max_tokens":200,)"
+      R"("stream":true})";
+  const int fd = ConnectLoopback(gateway_.http_address);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, absl::StrCat("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+                                       "Connection: close\r\nContent-Type: application/json\r\n"
+                                       "Content-Length: ",
+                                       body.size(), "\r\n\r\n", body)));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: {") == std::string::npos) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0) << "no first chunk; got: " << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ASSERT_TRUE(absl::StartsWith(got, "HTTP/1.1 200")) << got;
+  qwen.process->Signal(SIGKILL);
+  qwen.process->Wait(absl::Seconds(10));
+  got += ReadUntilClosed(fd);
+  close(fd);
+
+  const auto answers = SplitResponses(got);
+  ASSERT_EQ(answers.size(), 1u) << got;
+  EXPECT_THAT(answers[0].body, HasSubstr("data: {\"error\""));
+  EXPECT_THAT(answers[0].body, ::testing::Not(HasSubstr("[DONE]")));
+  auto models = HttpGet(gateway_.http_address, "/v1/models");
+  EXPECT_TRUE(models.ok()) << models.status();
 }
 
 // Reads `req` to its end, without faults: the reference text of its answer.
