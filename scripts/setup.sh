@@ -22,6 +22,7 @@ PACKAGES=(
   clang               # libFuzzer targets (scripts/fuzz.sh)
   python3             # builds the classifier's labelled data (router/classifier)
   python3-yaml        # deploy/ checks (compose, Kubernetes manifests)
+  python3-numpy ccache   # the llama-server test peer: its tiny model, and its build's cache
   python3-grpcio python3-protobuf   # examples/python, run by tests/integration/clients_test.cc
   docker-compose      # deploy/compose: `docker-compose config` in ctest
   systemd             # deploy/systemd: `systemd-analyze verify` in ctest

@@ -64,7 +64,7 @@ absl::StatusOr<LoadedEngine> MakeCudaEngine(const WorkerConfig& config,
                WeightsPath(config.weights), device.id, SecondsSince(start),
                (*engine)->MemoryBudgetBytes());
   if (random_weights) WarnRandomWeights(config.weights, (*engine)->Info().model_id);
-  return LoadedEngine{std::move(*engine), random_weights ? "random" : "checkpoint"};
+  return LoadedEngine{std::move(*engine), random_weights ? "random" : "checkpoint", nullptr};
 #else
   return absl::FailedPreconditionError(
       absl::StrCat("--engine=native --device=", config.device,
@@ -90,7 +90,7 @@ absl::StatusOr<LoadedEngine> MakeCpuEngine(const WorkerConfig& config) {
                WeightsPath(config.weights), SecondsSince(start), shape.kv_bytes_per_token,
                shape.state_bytes);
   if (random_weights) WarnRandomWeights(config.weights, (*engine)->Info().model_id);
-  return LoadedEngine{std::move(*engine), random_weights ? "random" : "checkpoint"};
+  return LoadedEngine{std::move(*engine), random_weights ? "random" : "checkpoint", nullptr};
 }
 
 absl::StatusOr<LoadedEngine> MakeSyntheticEngine(const WorkerConfig& config) {
@@ -99,7 +99,29 @@ absl::StatusOr<LoadedEngine> MakeSyntheticEngine(const WorkerConfig& config) {
   if (config.max_output_tokens > 0) profile->info.max_output_tokens = config.max_output_tokens;
   if (config.max_context_tokens > 0) profile->info.max_context_tokens = config.max_context_tokens;
   return LoadedEngine{std::make_unique<SyntheticEngine>(*profile, config.synthetic, Clock::Real()),
-                      "none"};
+                      "none", nullptr};
+}
+
+// What the gateway is told about an engine server's model: the model's own limits (those of
+// the simulator's profile, which carries both models' real ones) unless capped by flags.
+absl::StatusOr<LoadedEngine> MakeUpstreamEngine(const WorkerConfig& config) {
+  absl::StatusOr<SyntheticProfile> profile = SyntheticProfileFor(config.model);
+  if (!profile.ok()) return profile.status();
+  EngineInfo info = profile->info;
+  info.engine = absl::StrCat("upstream:", config.upstream.profile.name);
+  info.model_id = !config.upstream.served_model.empty() ? config.upstream.served_model
+                  : !config.model_id.empty()            ? config.model_id
+                                                        : info.model_id;
+  info.vision = config.upstream.vision;
+  if (config.max_output_tokens > 0) info.max_output_tokens = config.max_output_tokens;
+  if (config.max_context_tokens > 0) info.max_context_tokens = config.max_context_tokens;
+  absl::StatusOr<std::unique_ptr<upstream::UpstreamEngine>> engine =
+      upstream::UpstreamEngine::Create(config.upstream, std::move(info));
+  if (!engine.ok()) return engine.status();
+  LoadedEngine loaded;
+  loaded.upstream = *std::move(engine);
+  loaded.weights = "upstream";
+  return loaded;
 }
 
 }  // namespace
@@ -107,6 +129,7 @@ absl::StatusOr<LoadedEngine> MakeSyntheticEngine(const WorkerConfig& config) {
 absl::StatusOr<LoadedEngine> MakeEngine(const WorkerConfig& config,
                                         const DeviceDescription& device) {
   if (config.engine == EngineKind::kSynthetic) return MakeSyntheticEngine(config);
+  if (config.engine == EngineKind::kUpstream) return MakeUpstreamEngine(config);
   if (device.id != "cpu") return MakeCudaEngine(config, device);
   return MakeCpuEngine(config);
 }

@@ -6,15 +6,19 @@
 #include "absl/status/statusor.h"
 #include "workers/device.h"
 #include "workers/engine.h"
+#include "workers/upstream/upstream_engine.h"
 #include "workers/worker_config.h"
 
 namespace tandem::workers {
 
 struct LoadedEngine {
+  // A model executor, or null when the worker fronts an engine server (`upstream`).
   std::unique_ptr<Engine> engine;
   // Where the weights came from, for tandem_worker_info's `weights` label: "checkpoint",
-  // "random" (generated, or written by tandem-make-checkpoint) or "none" (the simulator).
+  // "random" (generated, or written by tandem-make-checkpoint), "none" (the simulator) or
+  // "upstream" (the engine server's own).
   std::string weights;
+  std::unique_ptr<upstream::UpstreamEngine> upstream;
 };
 
 // The engine `config` asks for on `device`: the native engine on the CPU or, in a build with the

@@ -266,7 +266,10 @@ void Scheduler::Loop() {
       }
     }
     std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
-    metrics_->sequence_memory_reserved.Set(static_cast<double>(engine_->MemoryReservedBytes()));
+    const int64_t reserved = engine_->MemoryReservedBytes();
+    const int64_t budget = engine_->MemoryBudgetBytes();
+    metrics_->sequence_memory_reserved.Set(static_cast<double>(reserved));
+    metrics_->kv_cache_usage.Set(budget > 0 ? static_cast<double>(reserved) / budget : 0.0);
     running_count_.store(static_cast<int32_t>(running_.size()), std::memory_order_relaxed);
     metrics_->running.Set(static_cast<double>(running_.size()));
   }

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "common/clock.h"
 #include "common/grpc_server.h"
+#include "common/process.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -21,16 +22,43 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerConfig config, Devic
 
 Worker::Worker(WorkerConfig config, DeviceDescription device, LoadedEngine engine)
     : config_(std::move(config)), device_(std::move(device)), engine_(std::move(engine)) {
-  const EngineInfo& info = engine_.engine->Info();
+  const EngineInfo& info = Info();
   registry_ = std::make_shared<prometheus::Registry>();
   metrics_ = std::make_unique<WorkerMetrics>(
       *registry_, WorkerMetrics::Labels{info.model_name, info.model_id, info.engine, device_.id,
                                         device_.name, engine_.weights});
+  if (engine_.upstream != nullptr) {
+    service_ = std::make_unique<WorkerService>(engine_.upstream.get(), metrics_.get(), device_,
+                                               config_.limits);
+    return;
+  }
   metrics_->sequence_memory_budget.Set(static_cast<double>(engine_.engine->MemoryBudgetBytes()));
   scheduler_ = std::make_unique<Scheduler>(engine_.engine.get(), metrics_.get(), Clock::Real(),
                                            config_.scheduler);
   service_ = std::make_unique<WorkerService>(engine_.engine.get(), scheduler_.get(), metrics_.get(),
                                              device_, config_.limits, config_.image_pool);
+}
+
+const EngineInfo& Worker::Info() const {
+  return engine_.upstream != nullptr ? engine_.upstream->Info() : engine_.engine->Info();
+}
+
+void Worker::SetServing(bool serving) {
+  service_->SetState(serving ? tandem::v1::WorkerInfo::STATE_READY
+                             : tandem::v1::WorkerInfo::STATE_LOADING);
+  metrics_->ready.Set(serving ? 1 : 0);
+  health_.SetAllServingStatus(serving);
+}
+
+// The worker is ready while its engine server is: health follows the engine's three states
+// (starting and dead both refuse work with UNAVAILABLE, so the gateway sends it elsewhere).
+void Worker::ServeUpstream() {
+  engine_.upstream->Start(
+      metrics_.get(),
+      [this](upstream::UpstreamEngine::Health h) {
+        if (!draining_.load()) SetServing(h == upstream::UpstreamEngine::Health::kReady);
+      },
+      [](std::string message) { Fatal(message); });
 }
 
 Worker::~Worker() = default;
@@ -62,11 +90,13 @@ absl::Status Worker::StartServers() {
 }
 
 void Worker::Serve() {
-  scheduler_->Start();
-  service_->SetState(tandem::v1::WorkerInfo::STATE_READY);
-  metrics_->ready.Set(1);
-  health_.SetAllServingStatus(true);
-  const EngineInfo& info = engine_.engine->Info();
+  if (engine_.upstream != nullptr) {
+    ServeUpstream();
+  } else {
+    scheduler_->Start();
+    SetServing(true);
+  }
+  const EngineInfo& info = Info();
   const char* label = "";
   if (engine_.weights == "none") label = " [LOAD SIMULATOR: not a real model]";
   if (engine_.weights == "random") {
@@ -93,17 +123,26 @@ void Worker::RefreshDeviceLoop() {
 void Worker::Drain() {
   spdlog::info("draining (health NOT_SERVING, up to {})",
                absl::FormatDuration(config_.drain_timeout));
+  draining_.store(true);
   service_->SetState(tandem::v1::WorkerInfo::STATE_DRAINING);
   health_.SetAllServingStatus(false);
   metrics_->ready.Set(0);
-  scheduler_->Drain();
   const auto deadline =
       std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(config_.drain_timeout);
-  if (!scheduler_->WaitIdle(deadline)) spdlog::warn("drain timed out; ending what is left");
+  bool idle = false;
+  if (engine_.upstream != nullptr) {
+    engine_.upstream->Drain();
+    idle = engine_.upstream->WaitIdle(deadline);
+  } else {
+    scheduler_->Drain();
+    idle = scheduler_->WaitIdle(deadline);
+  }
+  if (!idle) spdlog::warn("drain timed out; ending what is left");
 }
 
 void Worker::Stop() {
-  scheduler_->Stop();
+  if (scheduler_ != nullptr) scheduler_->Stop();
+  if (engine_.upstream != nullptr) engine_.upstream->Stop();
   StopGrpcServer(server_.get(), &health_, /*grace_seconds=*/5);
   {
     absl::MutexLock l(&refresh_mu_);

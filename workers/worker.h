@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -46,13 +47,17 @@ class Worker {
   Worker(WorkerConfig config, DeviceDescription device, LoadedEngine engine);
   absl::Status StartServers();
   void RefreshDeviceLoop();
+  const EngineInfo& Info() const;
+  void SetServing(bool serving);
+  void ServeUpstream();
 
   WorkerConfig config_;
   DeviceDescription device_;
   LoadedEngine engine_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<WorkerMetrics> metrics_;
-  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Scheduler> scheduler_;  // null in front of an engine server
+  std::atomic<bool> draining_{false};
   std::unique_ptr<WorkerService> service_;
   std::unique_ptr<MetricsServer> metrics_server_;
   HealthService health_;

@@ -38,6 +38,9 @@ absl::Status ValidateWeights(const WorkerConfig& c) {
 }
 
 absl::Status ValidateServing(const WorkerConfig& c) {
+  if (c.engine == EngineKind::kUpstream) {
+    if (absl::Status s = upstream::ValidateUpstreamOptions(c.upstream); !s.ok()) return s;
+  }
   if (c.scheduler.max_batch_size < 1) return Invalid("--max_batch_size must be >= 1");
   if (c.scheduler.max_queue < 0) return Invalid("--max_queue must be >= 0");
   if (c.image_pool.threads < 1 || c.image_pool.threads > 256) {

@@ -14,12 +14,14 @@
 #include "workers/image_pool.h"
 #include "workers/scheduler.h"
 #include "workers/simulator/synthetic_engine.h"
+#include "workers/upstream/upstream_engine.h"
 #include "workers/weights_source.h"
 
 namespace tandem::workers {
 
-// Which engine serves: the model itself, or the load simulator (filler text, real timing).
-enum class EngineKind { kNative, kSynthetic };
+// Which engine serves: the model itself, an engine server the worker fronts (vLLM, SGLang,
+// trtllm-serve, llama-server), or the load simulator (filler text, real timing).
+enum class EngineKind { kNative, kSynthetic, kUpstream };
 
 // Everything tandem-worker runs with: read from its flags (worker_flags.h) or built by a test,
 // and checked by Validate() before a device is opened or a checkpoint read, so that bad flags
@@ -38,6 +40,9 @@ struct WorkerConfig {
   double gpu_memory_fraction = 0.9;   // GPU: share of memory after the weights
   bool cuda_graphs = true;            // GPU: replay decode steps as CUDA graphs
   int64_t gpu_max_image_patches = 0;  // GPU: vision scratch, patches of one image (0: model's)
+
+  // Upstream engine: the server, its profile and the worker's limits in front of it.
+  upstream::UpstreamOptions upstream;
 
   // Synthetic engine.
   SyntheticEngineOptions synthetic;

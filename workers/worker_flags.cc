@@ -6,10 +6,14 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/limit_flags.h"
 #include "common/server_tls_flags.h"
 #include "common/status_macros.h"
+#include "workers/upstream/engine_profile.h"
 
 ABSL_FLAG(std::string, model, "", "Model to serve: qwen or nemotron.");
 ABSL_FLAG(std::string, checkpoint, "",
@@ -77,6 +81,40 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish.");
 ABSL_FLAG(absl::Duration, device_refresh_interval, absl::Seconds(1),
           "How often device memory is re-read into metrics and worker info.");
+ABSL_FLAG(std::string, upstream_url, "",
+          "--engine=upstream: the engine server's base URL, http(s)://HOST:PORT.");
+ABSL_FLAG(std::string, upstream_profile, "",
+          "--engine=upstream: vllm, sglang, trtllm, llamacpp, openai, or a profile .yaml file "
+          "(docs/engines.md).");
+ABSL_FLAG(std::string, upstream_model, "",
+          "--engine=upstream: the model id the engine must serve (its /v1/models); empty: the "
+          "one it serves. Also reported as the worker's model id.");
+ABSL_FLAG(std::string, upstream_api_key_file, "",
+          "--engine=upstream: a file holding the engine's API key (sent as a bearer token).");
+ABSL_FLAG(std::string, upstream_ca, "",
+          "--engine=upstream with https: PEM roots that verify the engine (default: system's).");
+ABSL_FLAG(std::string, upstream_vision, "auto",
+          "--engine=upstream: the engine takes images: on, off, or auto (on for qwen).");
+ABSL_FLAG(int32_t, upstream_max_in_flight, 64,
+          "--engine=upstream: most requests in flight to the engine at once; more wait in the "
+          "worker's queue (--max_queue).");
+ABSL_FLAG(absl::Duration, upstream_connect_timeout, absl::Seconds(5),
+          "--engine=upstream: time to connect to the engine.");
+ABSL_FLAG(absl::Duration, upstream_idle_timeout, absl::Seconds(60),
+          "--engine=upstream: a call with no byte from the engine for this long ends UNAVAILABLE.");
+ABSL_FLAG(absl::Duration, upstream_health_interval, absl::Seconds(1),
+          "--engine=upstream: how often the engine's health endpoint is checked.");
+ABSL_FLAG(absl::Duration, upstream_health_timeout, absl::Seconds(10),
+          "--engine=upstream: time one health check may take (a busy engine answers slowly).");
+ABSL_FLAG(int32_t, upstream_health_failures, 3,
+          "--engine=upstream: failed health checks in a row that make a ready engine dead.");
+ABSL_FLAG(int32_t, upstream_health_successes, 2,
+          "--engine=upstream: good health checks in a row that make a dead engine ready again.");
+ABSL_FLAG(absl::Duration, upstream_metrics_interval, absl::Milliseconds(250),
+          "--engine=upstream: how often the engine's /metrics is read (at least 50ms).");
+ABSL_FLAG(absl::Duration, upstream_metrics_stale, absl::Seconds(5),
+          "--engine=upstream: engine metrics older than this are stale and not used.");
+
 namespace tandem::workers {
 namespace {
 
@@ -84,15 +122,64 @@ absl::StatusOr<EngineKind> EngineFromFlag() {
   const std::string name = absl::GetFlag(FLAGS_engine);
   if (name == "native") return EngineKind::kNative;
   if (name == "synthetic") return EngineKind::kSynthetic;
+  if (name == "upstream") return EngineKind::kUpstream;
   if (name.empty()) {
     return absl::InvalidArgumentError(
-        "--engine is required: native (the model from --checkpoint) or synthetic (the load "
-        "simulator: filler text, not a model)");
+        "--engine is required: native (the model from --checkpoint), upstream (an engine "
+        "server at --upstream_url) or synthetic (the load simulator: filler text, not a model)");
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--engine=", name,
-                   ": unknown engine; expected native (the model from --checkpoint) or "
-                   "synthetic (the load simulator)"));
+                   ": unknown engine; expected native (the model from --checkpoint), upstream "
+                   "(an engine server at --upstream_url) or synthetic (the load simulator)"));
+}
+
+absl::Status ReadUpstream(WorkerConfig& c) {
+  upstream::UpstreamOptions& u = c.upstream;
+  u.url = absl::GetFlag(FLAGS_upstream_url);
+  const std::string profile = absl::GetFlag(FLAGS_upstream_profile);
+  if (c.engine != EngineKind::kUpstream) {
+    if (!u.url.empty() || !profile.empty()) {
+      return absl::InvalidArgumentError(
+          "--upstream_url and --upstream_profile need --engine=upstream");
+    }
+    return absl::OkStatus();
+  }
+  if (profile.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--engine=upstream needs --upstream_profile: ",
+        absl::StrJoin(upstream::BuiltinProfileNames(), ", "), ", or a profile .yaml file"));
+  }
+  absl::StatusOr<upstream::EngineProfile> p = upstream::LoadEngineProfile(profile);
+  if (!p.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--upstream_profile: ", p.status().message()));
+  u.profile = *std::move(p);
+  u.served_model = absl::GetFlag(FLAGS_upstream_model);
+  if (const std::string key_file = absl::GetFlag(FLAGS_upstream_api_key_file); !key_file.empty()) {
+    absl::StatusOr<std::string> key = ReadFileToString(key_file, 4096, "");
+    if (!key.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("--upstream_api_key_file: ", key.status().message()));
+    u.api_key = std::string(absl::StripAsciiWhitespace(*key));
+  }
+  u.tls.ca = absl::GetFlag(FLAGS_upstream_ca);
+  const std::string vision = absl::GetFlag(FLAGS_upstream_vision);
+  if (vision != "auto" && vision != "on" && vision != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--upstream_vision=", vision, ": expected on, off or auto"));
+  }
+  u.vision = vision == "on" || (vision == "auto" && c.model == "qwen");
+  u.max_in_flight = absl::GetFlag(FLAGS_upstream_max_in_flight);
+  u.max_queue = absl::GetFlag(FLAGS_max_queue);
+  u.connect_timeout = absl::GetFlag(FLAGS_upstream_connect_timeout);
+  u.idle_timeout = absl::GetFlag(FLAGS_upstream_idle_timeout);
+  u.health_interval = absl::GetFlag(FLAGS_upstream_health_interval);
+  u.health_timeout = absl::GetFlag(FLAGS_upstream_health_timeout);
+  u.health_failures = absl::GetFlag(FLAGS_upstream_health_failures);
+  u.health_successes = absl::GetFlag(FLAGS_upstream_health_successes);
+  u.metrics_interval = absl::GetFlag(FLAGS_upstream_metrics_interval);
+  u.metrics_stale = absl::GetFlag(FLAGS_upstream_metrics_stale);
+  return absl::OkStatus();
 }
 
 void ReadEngine(WorkerConfig& c) {
@@ -135,6 +222,7 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags() {
   ASSIGN_OR_RETURN(c.engine, EngineFromFlag());
   ReadEngine(c);
   ReadServing(c);
+  RETURN_IF_ERROR(ReadUpstream(c));
   ASSIGN_OR_RETURN(c.server_credentials,
                    ServerCredentialsFromFlags("tandem-worker", /*require_client_ca=*/true));
   c.server_transport = ServerTransportFromFlags();

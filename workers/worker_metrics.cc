@@ -124,6 +124,17 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const Labels& l)
       device_memory_used(GaugeFamily(r, "tandem_worker_device_memory_used_bytes",
                                      "Device memory in use (host memory in use for --device=cpu).")
                              .Add({{"model_name", l.model_name}, {"device", l.device}})),
+      kv_cache_usage(GaugeFamily(r, "tandem_worker_kv_cache_usage_perc",
+                                 "KV cache in use, 0 to 1: sequence memory reserved over its "
+                                 "budget, or the fronted engine's own gauge (--engine=upstream).")
+                         .Add({{"model_name", l.model_name}})),
+      engine_metrics_stale(GaugeFamily(r, "tandem_worker_engine_metrics_stale",
+                                       "1 while the fronted engine's /metrics is older than "
+                                       "--upstream_metrics_stale (its gauges are then not used).")
+                               .Add({{"model_name", l.model_name}})),
+      engine_metrics_age(GaugeFamily(r, "tandem_worker_engine_metrics_age_seconds",
+                                     "Age of the fronted engine's last good /metrics read.")
+                             .Add({{"model_name", l.model_name}})),
       info(GaugeFamily(r, "tandem_worker_info", "Constant 1; labels describe the worker.")
                .Add({{"model_name", l.model_name},
                      {"model_id", l.model_id},

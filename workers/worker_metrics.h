@@ -62,6 +62,11 @@ struct WorkerMetrics {
   prometheus::Gauge& sequence_memory_budget;
   prometheus::Gauge& device_memory_total;
   prometheus::Gauge& device_memory_used;
+  // KV cache in use, 0..1 (the engine's own gauge for an upstream engine).
+  prometheus::Gauge& kv_cache_usage;
+  // An upstream engine's /metrics: stale (1) past --upstream_metrics_stale, and its age.
+  prometheus::Gauge& engine_metrics_stale;
+  prometheus::Gauge& engine_metrics_age;
   prometheus::Gauge& info;
 };
 

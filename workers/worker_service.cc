@@ -31,13 +31,17 @@ Clock::TimePoint SteadyDeadline(std::chrono::system_clock::time_point deadline) 
 class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> {
  public:
   // `state` is the worker's: only READY workers accept work.
-  GenerateCall(const Engine* engine, Scheduler* scheduler, WorkerMetrics* metrics,
+  // `engine` and `scheduler` are null for a worker in front of an engine server (`upstream`).
+  GenerateCall(const EngineInfo& engine_info, const Engine* engine, Scheduler* scheduler,
+               upstream::UpstreamEngine* upstream, WorkerMetrics* metrics,
                const RequestLimits& limits, LogRateLimiter* rejected_log, ImagePool* image_pool,
                tandem::v1::WorkerInfo::State state, grpc::CallbackServerContext* context,
                const tandem::v1::WorkerGenerateRequest* request)
       : bridge_(std::make_shared<Bridge>(this)),
+        info_(engine_info),
         engine_(engine),
         scheduler_(scheduler),
+        upstream_(upstream),
         metrics_(metrics),
         limits_(&limits),
         request_(request),
@@ -49,15 +53,17 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
                         : QuoteForLog(request->request_id())),
         start_(std::chrono::steady_clock::now()),
         deadline_(WorkerDeadline(*context, std::chrono::system_clock::now())) {
-    const EngineInfo& info = engine->Info();
+    const EngineInfo& info = info_;
     if (state != tandem::v1::WorkerInfo::STATE_READY) {
       (state == tandem::v1::WorkerInfo::STATE_DRAINING ? metrics->rejected_draining
                                                        : metrics->rejected_loading)
           .Increment();
-      Reject(absl::UnavailableError(absl::StrCat(
-          "worker is ",
-          state == tandem::v1::WorkerInfo::STATE_DRAINING ? "draining" : "loading its model",
-          " and accepts no new requests")));
+      const bool draining = state == tandem::v1::WorkerInfo::STATE_DRAINING;
+      Reject(absl::UnavailableError(!draining && upstream != nullptr
+                                        ? upstream->NotReadyReason()
+                                        : absl::StrCat("worker is ",
+                                                       draining ? "draining" : "loading its model",
+                                                       " and accepts no new requests")));
       return;
     }
     absl::Status status =
@@ -66,6 +72,17 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     if (status.ok()) status = ValidateMessages(request->messages(), limits);
     if (status.ok()) status = ValidateSampling(request->sampling(), info.max_output_tokens, limits);
     if (status.ok()) status = ValidateTools(request->tools(), limits);
+    if (upstream != nullptr) {
+      // The engine server tokenizes and checks the context itself; its refusals come back as
+      // the call's status.
+      if (!status.ok()) {
+        metrics->rejected_invalid.Increment();
+        Reject(status);
+        return;
+      }
+      SubmitUpstream();
+      return;
+    }
     // The load simulator takes images without a processor (its tokenizer counts them);
     // otherwise images go through the engine's processor, or are refused without one. Their
     // headers are checked here, all of them (sizes, limits, the context), before any decode.
@@ -90,8 +107,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
       return;
     }
     // Once queued, the job owns the rest of the call: nothing here touches it after Submit.
-    absl::Status queued = image_pool->Submit(
-        [this, plan = std::move(*plan), prompt = std::move(*prompt)]() mutable {
+    absl::Status queued =
+        image_pool->Submit([this, plan = std::move(*plan), prompt = std::move(*prompt)]() mutable {
           PrepareImagesAndAdmit(plan, std::move(prompt));
         });
     if (!queued.ok()) {
@@ -177,7 +194,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     // The client went away (or its deadline passed): the work stops, or never starts.
     void CancelWork(bool expired) ABSL_LOCKS_EXCLUDED(mu_) {
       mu_.Lock();
-      if (cancel_ == CancelKind::kNone) cancel_ = expired ? CancelKind::kExpire : CancelKind::kCancel;
+      if (cancel_ == CancelKind::kNone)
+        cancel_ = expired ? CancelKind::kExpire : CancelKind::kCancel;
       std::shared_ptr<Cancellation> cancellation = cancellation_;
       const CancelKind kind = cancel_;
       mu_.Unlock();
@@ -245,10 +263,26 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
     CancelKind cancel_ ABSL_GUARDED_BY(mu_) = CancelKind::kNone;
   };
 
+  // Hands the request to the engine server's dispatcher. As Admit: touches nothing of the call
+  // after the dispatcher has it.
+  void SubmitUpstream() {
+    std::shared_ptr<Bridge> bridge = bridge_;
+    const std::string request_id = request_id_;
+    const std::string model = info_.model_name;
+    auto submitted =
+        upstream_->Submit(*request_, request_id_, start_, SteadyDeadline(deadline_), bridge);
+    if (!submitted.ok()) {
+      Reject(submitted.status());
+      return;
+    }
+    bridge->SetCancellation(std::move(*submitted));
+    spdlog::info("request_id={} model={} start engine=upstream", request_id, model);
+  }
+
   // The prompt's tokens, each image taking the tokens `parts` gives it; INVALID_ARGUMENT when
   // it does not fit the context.
   absl::StatusOr<std::vector<int32_t>> Tokenize(const std::vector<ImagePlan::Part>& parts) {
-    const EngineInfo& info = engine_->Info();
+    const EngineInfo& info = info_;
     std::vector<int64_t> image_tokens;
     for (const ImagePlan::Part& p : parts) image_tokens.push_back(p.tokens);
     absl::StatusOr<std::vector<int32_t>> prompt = engine_->GetTokenizer().EncodeChatWithImages(
@@ -296,7 +330,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   // Submits the request with its prompt and images to the scheduler. Touches nothing of the
   // call after the scheduler has it: the engine thread may finish (and delete) it at once.
   void Admit(RequestImages images, std::vector<int32_t> prompt) {
-    const EngineInfo& info = engine_->Info();
+    const EngineInfo& info = info_;
     const tandem::v1::WorkerGenerateRequest* request = request_;
     GenerationRequest g;
     g.request_id = request_id_;
@@ -347,8 +381,10 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   }
 
   std::shared_ptr<Bridge> bridge_;
+  const EngineInfo& info_;
   const Engine* const engine_;
   Scheduler* const scheduler_;
+  upstream::UpstreamEngine* const upstream_;
   WorkerMetrics* const metrics_;
   const RequestLimits* const limits_;
   // gRPC keeps the request until OnDone, which comes only after Finish.
@@ -369,6 +405,7 @@ WorkerService::WorkerService(const Engine* engine, Scheduler* scheduler, WorkerM
                              ImagePool::Options image_pool)
     : engine_(engine),
       scheduler_(scheduler),
+      info_(engine->Info()),
       metrics_(metrics),
       limits_(limits),
       rejected_log_(limits.rejected_log_per_second, 2 * limits.rejected_log_per_second),
@@ -377,16 +414,30 @@ WorkerService::WorkerService(const Engine* engine, Scheduler* scheduler, WorkerM
   RefreshDevice();
 }
 
+WorkerService::WorkerService(upstream::UpstreamEngine* upstream, WorkerMetrics* metrics,
+                             DeviceDescription device, RequestLimits limits)
+    : engine_(nullptr),
+      scheduler_(nullptr),
+      upstream_(upstream),
+      info_(upstream->Info()),
+      metrics_(metrics),
+      limits_(limits),
+      rejected_log_(limits.rejected_log_per_second, 2 * limits.rejected_log_per_second),
+      device_(std::move(device)),
+      image_pool_(std::make_unique<ImagePool>(ImagePool::Options(), metrics)) {
+  RefreshDevice();
+}
+
 grpc::ServerWriteReactor<WorkerGenerateChunk>* WorkerService::Generate(
     grpc::CallbackServerContext* context, const tandem::v1::WorkerGenerateRequest* request) {
-  return new GenerateCall(engine_, scheduler_, metrics_, limits_, &rejected_log_,
+  return new GenerateCall(info_, engine_, scheduler_, upstream_, metrics_, limits_, &rejected_log_,
                           image_pool_.get(), state_.load(), context, request);
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* context,
                                                  const tandem::v1::WorkerInfoRequest*,
                                                  tandem::v1::WorkerInfo* response) {
-  const EngineInfo& info = engine_->Info();
+  const EngineInfo& info = info_;
   response->set_model_name(info.model_name);
   response->set_model_id(info.model_id);
   response->set_engine(info.engine);
@@ -403,10 +454,17 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* co
     d->set_memory_free_bytes(device_.memory_free_bytes);
   }
   auto* load = response->mutable_load();
-  load->set_running(scheduler_->running());
-  load->set_waiting(scheduler_->waiting());
-  load->set_max_batch_size(scheduler_->options().max_batch_size);
-  load->set_max_queue(scheduler_->options().max_queue);
+  if (upstream_ != nullptr) {
+    load->set_running(upstream_->in_flight());
+    load->set_waiting(upstream_->queued());
+    load->set_max_batch_size(upstream_->options().max_in_flight);
+    load->set_max_queue(upstream_->options().max_queue);
+  } else {
+    load->set_running(scheduler_->running());
+    load->set_waiting(scheduler_->waiting());
+    load->set_max_batch_size(scheduler_->options().max_batch_size);
+    load->set_max_queue(scheduler_->options().max_queue);
+  }
   response->set_state(state_.load());
   response->set_metrics_port(metrics_port_.load());
   response->set_metrics_tls(metrics_tls_.load());

@@ -12,6 +12,7 @@
 #include "workers/engine.h"
 #include "workers/image_pool.h"
 #include "workers/scheduler.h"
+#include "workers/upstream/upstream_engine.h"
 #include "workers/worker_metrics.h"
 
 namespace tandem::workers {
@@ -26,6 +27,10 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
   WorkerService(const Engine* engine, Scheduler* scheduler, WorkerMetrics* metrics,
                 DeviceDescription device, RequestLimits limits,
                 ImagePool::Options image_pool = ImagePool::Options());
+  // A worker in front of an engine server (--engine=upstream): requests are validated here and
+  // relayed by `upstream`, which also reports the load.
+  WorkerService(upstream::UpstreamEngine* upstream, WorkerMetrics* metrics,
+                DeviceDescription device, RequestLimits limits);
 
   grpc::ServerWriteReactor<tandem::v1::WorkerGenerateChunk>* Generate(
       grpc::CallbackServerContext* context,
@@ -46,8 +51,11 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
   void RefreshDevice() ABSL_LOCKS_EXCLUDED(device_mu_);
 
  private:
+  // Either engine_ and scheduler_ (a native engine or the simulator), or upstream_.
   const Engine* const engine_;
   Scheduler* const scheduler_;
+  upstream::UpstreamEngine* const upstream_ = nullptr;
+  const EngineInfo& info_;
   WorkerMetrics* const metrics_;
   const RequestLimits limits_;
   LogRateLimiter rejected_log_;

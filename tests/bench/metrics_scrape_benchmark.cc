@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/metrics_server.h"
-#include "gateway/http_client.h"
+#include "common/http_client.h"
 #include "prometheus/registry.h"
 #include "tests/support/pki.h"
 #include "workers/worker_metrics.h"
@@ -67,12 +67,12 @@ void BM_ScrapeWorkerMetrics(benchmark::State& state) {
     state.SkipWithError(std::string(server.status().message()).c_str());
     return;
   }
-  auto http = std::make_unique<tandem::gateway::CurlHttpClient>(client);
+  auto http = std::make_unique<tandem::CurlHttpClient>(client);
   const std::string url =
       absl::StrCat((*server)->Scheme(), "://", (*server)->Address(), "/metrics");
   size_t bytes = 0;
   for (auto _ : state) {
-    if (!reuse) http = std::make_unique<tandem::gateway::CurlHttpClient>(client);
+    if (!reuse) http = std::make_unique<tandem::CurlHttpClient>(client);
     auto body = http->Get(url, absl::Seconds(5));
     if (!body.ok()) {
       state.SkipWithError(std::string(body.status().message()).c_str());

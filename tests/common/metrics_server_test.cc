@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "gateway/http_client.h"
+#include "common/http_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/counter.h"
@@ -27,7 +27,6 @@
 namespace tandem {
 namespace {
 
-using gateway::CurlHttpClient;
 using ::testing::HasSubstr;
 using testing::HttpGet;
 using ::testing::Not;

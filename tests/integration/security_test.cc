@@ -18,7 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file.h"
 #include "common/tls.h"
-#include "gateway/http_client.h"
+#include "common/http_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policies/tenant_config.h"
@@ -224,7 +224,7 @@ absl::StatusOr<std::string> GetMetricsOverTls(const std::string& address, const 
     tls.cert = client->cert;
     tls.key = client->key;
   }
-  return gateway::CurlHttpClient(tls).Get(absl::StrCat("https://", address, "/metrics"),
+  return CurlHttpClient(tls).Get(absl::StrCat("https://", address, "/metrics"),
                                           absl::Seconds(10));
 }
 

@@ -1,11 +1,11 @@
-#include "gateway/prometheus_text.h"
+#include "common/prometheus_text.h"
 
 #include <cmath>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tandem::gateway {
+namespace tandem {
 namespace {
 
 using ::testing::HasSubstr;
@@ -52,4 +52,4 @@ TEST(PrometheusTextTest, MalformedLinesNameLineAndColumn) {
 }
 
 }  // namespace
-}  // namespace tandem::gateway
+}  // namespace tandem

@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tandem::gateway {
+namespace tandem {
 
 // One sample of the Prometheus text exposition format (version 0.0.4): a metric name, its
 // labels and a value. Histograms appear as their _bucket (with le), _sum and _count samples.
@@ -25,4 +25,4 @@ absl::StatusOr<std::vector<Sample>> ParsePrometheusText(std::string_view text);
 bool LabelsMatch(const std::map<std::string, std::string>& labels,
                  const std::map<std::string, std::string>& want);
 
-}  // namespace tandem::gateway
+}  // namespace tandem

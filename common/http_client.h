@@ -7,7 +7,7 @@
 #include "absl/time/time.h"
 #include "common/tls.h"
 
-namespace tandem::gateway {
+namespace tandem {
 
 // Blocking HTTP GET, used only from the signal engine's own threads (never from a reactor). The
 // seam lets tests serve canned bodies.
@@ -43,4 +43,4 @@ class CurlHttpClient final : public HttpClient {
   void* curl_;  // CURL*
 };
 
-}  // namespace tandem::gateway
+}  // namespace tandem

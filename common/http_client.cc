@@ -1,4 +1,4 @@
-#include "gateway/http_client.h"
+#include "common/http_client.h"
 
 #include <curl/curl.h>
 
@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
-namespace tandem::gateway {
+namespace tandem {
 namespace {
 
 // Bodies larger than this are refused: a /metrics page or query result is far smaller.
@@ -109,4 +109,4 @@ std::string CurlHttpClient::Escape(const std::string& text) {
   return out;
 }
 
-}  // namespace tandem::gateway
+}  // namespace tandem

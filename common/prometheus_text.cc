@@ -1,4 +1,4 @@
-#include "gateway/prometheus_text.h"
+#include "common/prometheus_text.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
-namespace tandem::gateway {
+namespace tandem {
 namespace {
 
 bool NameStart(char c) { return absl::ascii_isalpha(c) || c == '_' || c == ':'; }
@@ -166,4 +166,4 @@ bool LabelsMatch(const std::map<std::string, std::string>& labels,
   return true;
 }
 
-}  // namespace tandem::gateway
+}  // namespace tandem

@@ -1,0 +1,309 @@
+// tandem-worker --engine=upstream in front of a real llama-server (llama.cpp v0.4.0, built by
+// scripts/build_llama_server.sh, serving a tiny random-weight model written at test time), with a
+// real gateway in front: answers whole and streamed, thinking on and off through the OpenAI
+// front, cancellation reaching the engine, health through an engine restart, mid-stream failover
+// both ways between the upstream worker and another worker, and a wrong served model refused at
+// start-up.
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tandem/v1/admin.grpc.pb.h"
+#include "tandem/v1/gateway.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "tests/support/llama_server.h"
+#include "tests/support/requests.h"
+#include "tests/support/stack.h"
+#include "tests/support/temp_path.h"
+
+namespace tandem::testing {
+namespace {
+
+using tandem::v1::GenerateRequest;
+using ::testing::HasSubstr;
+
+constexpr char kQwenOnly[] = R"(schema: 1
+version: test
+models: {qwen: {}}
+classes: [accuracy_critical]
+default_class: accuracy_critical
+rules:
+  - name: rest
+    action: {route: qwen}
+)";
+
+GenerateRequest NoThinking(const std::string& text, int32_t max_tokens) {
+  GenerateRequest r = Prompt(text, max_tokens);
+  r.mutable_hints()->mutable_reasoning()->set_mode(tandem::v1::REASONING_MODE_OFF);
+  return r;
+}
+
+class UpstreamEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dir = LlamaServerDir();
+    ASSERT_TRUE(dir.ok()) << dir.status();
+  }
+  Server Must(absl::StatusOr<Server> s) {
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : Server{};
+  }
+  void StartGatewayFor(const std::vector<std::string>& workers,
+                       std::vector<std::string> extra = {}) {
+    extra.push_back("--policy=" + WriteTempFile("qwen_only.yaml", kQwenOnly));
+    std::vector<std::string> entries;
+    for (const std::string& w : workers) entries.push_back("qwen=" + w);
+    gateway_ = Must(StartGateway(entries, extra));
+    auto channel = grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials());
+    stub_ = tandem::v1::Gateway::NewStub(channel);
+    admin_ = tandem::v1::Admin::NewStub(channel);
+  }
+  bool Usable(const std::string& address) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(5));
+    tandem::v1::ListEndpointsResponse r;
+    if (!admin_->ListEndpoints(&ctx, {}, &r).ok()) return false;
+    for (const auto& e : r.endpoints()) {
+      if (e.address() == address) return e.usable();
+    }
+    return false;
+  }
+  double EngineMetric(const Server& llama, const std::string& name) {
+    auto text = HttpGet(llama.http_address, "/metrics");
+    if (!text.ok()) return -1;
+    return MetricValue(*text, name, {}).value_or(-1);
+  }
+
+  Server gateway_;
+  std::unique_ptr<tandem::v1::Gateway::Stub> stub_;
+  std::unique_ptr<tandem::v1::Admin::Stub> admin_;
+};
+
+TEST_F(UpstreamEngineTest, AnswersWholeAndStreamedThroughTheGateway) {
+  Server llama = Must(StartLlamaServer("qwen"));
+  Server worker = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
+  ASSERT_TRUE(WaitForHealth(worker.grpc_address, "", /*serving=*/true).ok());
+  StartGatewayFor({worker.grpc_address});
+  ASSERT_TRUE(WaitUntil([&] { return Usable(worker.grpc_address); }));
+
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  tandem::v1::GenerateResponse whole;
+  grpc::Status s = stub_->Generate(&ctx, NoThinking("Say something.", 8), &whole);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(whole.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(whole.usage().completion_tokens(), 8);
+  EXPECT_GT(whole.usage().prompt_tokens(), 0);
+  EXPECT_EQ(whole.route().worker(), worker.grpc_address);
+
+  grpc::ClientContext sctx;
+  Deadline(&sctx, std::chrono::seconds(30));
+  auto reader = stub_->GenerateStream(&sctx, NoThinking("Say something.", 8));
+  tandem::v1::GenerateStreamChunk c;
+  std::string streamed;
+  int chunks = 0;
+  tandem::v1::GenerateStreamChunk last;
+  while (reader->Read(&c)) {
+    streamed += c.text();
+    ++chunks;
+    last = c;
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(streamed, whole.text()) << "greedy: the same answer whole and streamed";
+  EXPECT_GT(chunks, 1);
+  EXPECT_EQ(last.usage().completion_tokens(), 8);
+
+  // The worker says what it fronts, and exports the engine's load as its own families.
+  auto info = HttpGet(worker.metrics_address, "/metrics");
+  ASSERT_TRUE(info.ok());
+  EXPECT_THAT(*info, HasSubstr("engine=\"upstream:llamacpp\""));
+  EXPECT_EQ(MetricValue(*info, "tandem_worker_requests_total", {{"finish_reason", "length"}})
+                .value_or(-1),
+            2);
+  EXPECT_EQ(MetricValue(*info, "tandem_worker_engine_metrics_stale", {}).value_or(-1), 0);
+}
+
+TEST_F(UpstreamEngineTest, ThinkingOnAndOffReachTheEngineAndComeBackAsReasoning) {
+  Server llama = Must(StartLlamaServer("qwen"));
+  Server worker = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
+  StartGatewayFor({worker.grpc_address}, {"--http_listen=127.0.0.1:0"});
+  ASSERT_TRUE(WaitUntil([&] { return Usable(worker.grpc_address); }));
+  auto ask = [&](const char* effort) {
+    nlohmann::json body = {{"model", "qwen"},
+                           {"max_tokens", 6},
+                           {"temperature", 0},
+                           {"messages", {{{"role", "user"}, {"content", "Think about it."}}}}};
+    if (effort != nullptr) body["reasoning_effort"] = effort;
+    auto a = HttpPost(gateway_.http_address, "/v1/chat/completions", body.dump());
+    EXPECT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a.ok() ? a->status : 0, 200) << (a.ok() ? a->body : "");
+    return a.ok() ? nlohmann::json::parse(a->body, nullptr, false) : nlohmann::json();
+  };
+  // The tiny model never closes its think block: with thinking on, all it says is reasoning.
+  nlohmann::json on = ask("high");
+  ASSERT_TRUE(on.is_object());
+  const auto& m_on = on["choices"][0]["message"];
+  EXPECT_FALSE(m_on.value("reasoning_content", "").empty()) << on.dump();
+  // With thinking off the engine's template closes it in the prompt: all of it is content.
+  nlohmann::json off = ask("none");
+  ASSERT_TRUE(off.is_object());
+  const auto& m_off = off["choices"][0]["message"];
+  EXPECT_TRUE(m_off.value("reasoning_content", "").empty()) << off.dump();
+  EXPECT_FALSE(m_off.value("content", "").empty()) << off.dump();
+}
+
+TEST_F(UpstreamEngineTest, ACancelledCallClosesTheEngineStream) {
+  Server llama = Must(StartLlamaServer("qwen"));
+  Server worker = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
+  StartGatewayFor({worker.grpc_address});
+  ASSERT_TRUE(WaitUntil([&] { return Usable(worker.grpc_address); }));
+
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(60));
+  auto reader = stub_->GenerateStream(&ctx, NoThinking("Go on and on.", 3500));
+  tandem::v1::GenerateStreamChunk c;
+  ASSERT_TRUE(reader->Read(&c));
+  EXPECT_TRUE(WaitUntil([&] { return EngineMetric(llama, "llamacpp:requests_processing") == 1; }));
+  ctx.TryCancel();
+  while (reader->Read(&c)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // The worker closed its engine connection, and llama-server stopped generating.
+  EXPECT_TRUE(WaitUntil([&] { return EngineMetric(llama, "llamacpp:requests_processing") == 0; },
+                        absl::Seconds(10)));
+  EXPECT_TRUE(WaitForMetric(worker.metrics_address, "tandem_worker_requests_total",
+                            {{"finish_reason", "cancelled"}}, 1)
+                  .ok());
+}
+
+TEST_F(UpstreamEngineTest, HealthFollowsTheEngineThroughARestart) {
+  Server llama = Must(StartLlamaServer("qwen"));
+  Server worker =
+      Must(StartWorker("qwen", UpstreamWorkerFlags(llama, {"--upstream_health_failures=2",
+                                                           "--upstream_health_successes=2"})));
+  ASSERT_TRUE(WaitForHealth(worker.grpc_address, "", /*serving=*/true).ok());
+  const std::string port = llama.http_address.substr(llama.http_address.rfind(':') + 1);
+  llama.process->Signal(SIGKILL);
+  llama.process->Wait(absl::Seconds(10));
+  // Dead after two failed checks: NOT_SERVING, and calls refused with UNAVAILABLE.
+  ASSERT_TRUE(WaitForHealth(worker.grpc_address, "", /*serving=*/false).ok());
+  auto stub = tandem::v1::Worker::NewStub(
+      grpc::CreateChannel(worker.grpc_address, grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::WorkerGenerateRequest req;
+    auto* m = req.add_messages();
+    m->set_role("user");
+    m->add_content()->set_text("hello");
+    auto r = stub->Generate(&ctx, req);
+    tandem::v1::WorkerGenerateChunk c;
+    while (r->Read(&c)) {
+    }
+    const grpc::Status s = r->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(s.error_message(), HasSubstr("health"));
+  }
+  // The engine comes back on its port: ready again.
+  Server again = Must(StartLlamaServer("qwen", std::stoi(port)));
+  EXPECT_TRUE(WaitForHealth(worker.grpc_address, "", /*serving=*/true).ok());
+}
+
+// Reads a stream, calling `on_first` after its first chunk.
+struct Streamed {
+  grpc::Status status;
+  std::string text;
+  tandem::v1::GenerateStreamChunk first, last;
+};
+Streamed StreamWith(tandem::v1::Gateway::Stub* stub, const GenerateRequest& req,
+                    const std::function<void(const tandem::v1::GenerateStreamChunk&)>& on_first) {
+  Streamed out;
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(60));
+  auto reader = stub->GenerateStream(&ctx, req);
+  tandem::v1::GenerateStreamChunk c;
+  bool first = true;
+  while (reader->Read(&c)) {
+    out.text += c.text();
+    if (first) {
+      first = false;
+      out.first = c;
+      on_first(c);
+    }
+    out.last = c;
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+// The engine dies mid-answer: the gateway continues it on the other replica (the simulator,
+// which turns ready only after the answer started, so the first attempt is the upstream one).
+TEST_F(UpstreamEngineTest, AKilledEngineMidStreamIsContinuedOnAnotherWorker) {
+  Server llama = Must(StartLlamaServer("qwen"));
+  Server upstream = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
+  Server sim = Must(StartWorker("qwen", {"--synthetic_load_time=2s", "--synthetic_time_scale=0",
+                                         "--synthetic_output_tokens=5000"}));
+  StartGatewayFor({upstream.grpc_address, sim.grpc_address});
+  ASSERT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
+  ASSERT_FALSE(Usable(sim.grpc_address));
+
+  const Streamed s = StreamWith(stub_.get(), NoThinking("Tell a long story.", 3000), [&](auto& c) {
+    EXPECT_EQ(c.route().worker(), upstream.grpc_address);
+    EXPECT_TRUE(WaitUntil([&] { return Usable(sim.grpc_address); }));
+    llama.process->Signal(SIGKILL);
+  });
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_EQ(s.last.recovery().failovers(), 1);
+  EXPECT_EQ(s.last.recovery().final_worker(), sim.grpc_address);
+  EXPECT_EQ(s.last.usage().completion_tokens(), 3000) << "the answer is whole";
+  EXPECT_EQ(s.last.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
+}
+
+// The other way: a native-protocol worker dies mid-answer and llama-server continues the partial
+// answer (continue_final_message) through the upstream worker, which turns ready only then.
+TEST_F(UpstreamEngineTest, AnAnswerCutOffElsewhereIsContinuedByTheEngine) {
+  Server sim =
+      Must(StartWorker("qwen", {"--synthetic_time_scale=20", "--synthetic_output_tokens=5000"}));
+  // The engine's port is taken only after the answer started: the worker is "starting" until.
+  Server placeholder = Must(StartLlamaServer("qwen"));
+  const std::string port = placeholder.http_address.substr(placeholder.http_address.rfind(':') + 1);
+  placeholder.process->Signal(SIGKILL);
+  placeholder.process->Wait(absl::Seconds(10));
+  Server upstream = Must(StartWorker("qwen", UpstreamWorkerFlags(placeholder)));
+  StartGatewayFor({sim.grpc_address, upstream.grpc_address});
+  ASSERT_TRUE(WaitUntil([&] { return Usable(sim.grpc_address); }));
+
+  Server llama;
+  const Streamed s = StreamWith(stub_.get(), NoThinking("Tell a long story.", 200), [&](auto& c) {
+    EXPECT_EQ(c.route().worker(), sim.grpc_address);
+    llama = Must(StartLlamaServer("qwen", std::stoi(port)));
+    EXPECT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
+    sim.process->Signal(SIGKILL);
+  });
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_EQ(s.last.recovery().failovers(), 1);
+  EXPECT_EQ(s.last.recovery().final_worker(), upstream.grpc_address);
+  EXPECT_EQ(s.last.usage().completion_tokens(), 200) << "the answer is whole";
+}
+
+TEST_F(UpstreamEngineTest, AnEngineServingAnotherModelIsAStartUpErrorNamingBoth) {
+  Server llama = Must(StartLlamaServer("qwen"));
+  auto [code, output] =
+      RunToExit(TANDEM_WORKER_BIN,
+                {"--model=qwen", "--device=cpu", "--plaintext", "--listen=127.0.0.1:0",
+                 "--metrics_listen=127.0.0.1:0", "--engine=upstream", "--upstream_profile=llamacpp",
+                 "--upstream_url=http://" + llama.http_address, "--upstream_health_interval=100ms",
+                 "--upstream_model=Qwen/Qwen3.5-35B-A3B"});
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(output, HasSubstr("Qwen/Qwen3.5-35B-A3B"));
+  EXPECT_THAT(output, HasSubstr("tiny-qwen"));
+}
+
+}  // namespace
+}  // namespace tandem::testing

@@ -1,0 +1,116 @@
+#include "tests/support/llama_server.h"
+
+#include <cstdlib>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "tests/support/child_process.h"
+#include "tests/support/temp_path.h"
+
+namespace tandem::testing {
+namespace {
+
+bool IsFile(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+}  // namespace
+
+absl::StatusOr<std::string> LlamaServerDir() {
+  std::string dir;
+  if (const char* d = std::getenv("TANDEM_LLAMA_SERVER_DIR"); d != nullptr && *d != '\0') {
+    dir = d;
+  } else {
+    const char* cache = std::getenv("TANDEM_CACHE");
+    const char* home = std::getenv("HOME");
+    dir = absl::StrCat(cache != nullptr && *cache != '\0'
+                           ? std::string(cache)
+                           : absl::StrCat(home ? home : "", "/.cache/tandem"),
+                       "/llama-server-node-llama-cpp-3.21.1");
+  }
+  if (!IsFile(dir + "/bin/llama-server") || !IsFile(dir + "/models/ggml-vocab-qwen35.gguf")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no llama-server in ", dir, ": run scripts/build_llama_server.sh (scripts/test.sh does)"));
+  }
+  return dir;
+}
+
+absl::StatusOr<std::string> TinyGguf(const std::string& model) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* written = new std::map<std::string, std::string>();
+  absl::MutexLock l(&mu);
+  if (auto it = written->find(model); it != written->end()) return it->second;
+  absl::StatusOr<std::string> dir = LlamaServerDir();
+  if (!dir.ok()) return dir.status();
+  const std::string path = TempPath("tiny_" + model + ".gguf");
+  auto [code, output] = RunToExit("/usr/bin/env",
+                                  {"PYTHONPATH=" + *dir + "/gguf-py", "/usr/bin/python3",
+                                   TANDEM_TINY_GGUF_SCRIPT, *dir, path, model},
+                                  absl::Seconds(120));
+  if (code != 0) {
+    return absl::InternalError(absl::StrCat("make_tiny_gguf.py failed: ", output));
+  }
+  (*written)[model] = path;
+  return path;
+}
+
+absl::StatusOr<Server> StartLlamaServer(const std::string& model, int port,
+                                        const std::vector<std::string>& extra_args) {
+  absl::StatusOr<std::string> dir = LlamaServerDir();
+  if (!dir.ok()) return dir.status();
+  absl::StatusOr<std::string> gguf = TinyGguf(model);
+  if (!gguf.ok()) return gguf.status();
+  // Everything llama-server prints goes to the log file: nobody drains a pipe for it.
+  std::vector<std::string> args = {"-c",
+                                   "exec \"$0\" \"$@\" 1>&2",
+                                   *dir + "/bin/llama-server",
+                                   "-m",
+                                   *gguf,
+                                   "--host",
+                                   "127.0.0.1",
+                                   "--port",
+                                   absl::StrCat(port),
+                                   "--metrics",
+                                   "--jinja",
+                                   "-c",
+                                   "4096",
+                                   "-np",
+                                   "4",
+                                   "-t",
+                                   "1",
+                                   "--alias",
+                                   "tiny-" + model};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  auto process = ChildProcess::Start("/bin/sh", args, TempPath("llama_server_" + model + ".log"));
+  if (!process.ok()) return process.status();
+  std::string address;
+  const bool listening = WaitUntil(
+      [&] {
+        const std::string log = (*process)->ReadLog();
+        const size_t at = log.find("listening on http://");
+        if (at == std::string::npos) return false;
+        const size_t start = at + std::string("listening on http://").size();
+        address = log.substr(start, log.find_first_of("\r\n", start) - start);
+        return true;
+      },
+      absl::Seconds(30));
+  if (!listening) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("llama-server did not listen: ", (*process)->ReadLog()));
+  }
+  Server s;
+  s.http_address = address;
+  s.process = std::move(*process);
+  return s;
+}
+
+std::vector<std::string> UpstreamWorkerFlags(const Server& llama,
+                                             const std::vector<std::string>& extra) {
+  std::vector<std::string> flags = {"--engine=upstream", "--upstream_profile=llamacpp",
+                                    "--upstream_url=http://" + llama.http_address,
+                                    "--upstream_health_interval=100ms",
+                                    "--upstream_metrics_interval=100ms"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
+}  // namespace tandem::testing

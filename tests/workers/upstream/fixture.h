@@ -1,0 +1,18 @@
+#pragma once
+
+#include <string>
+
+#include "common/file.h"
+#include "gtest/gtest.h"
+
+namespace tandem::workers::upstream {
+
+// A file of tests/workers/upstream/fixtures (README.md there says where each comes from).
+inline std::string Fixture(const std::string& name) {
+  auto text =
+      ReadFileToString(std::string(TANDEM_SOURCE_DIR) + "/tests/workers/upstream/fixtures/" + name);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : "";
+}
+
+}  // namespace tandem::workers::upstream

@@ -1,0 +1,408 @@
+#include "workers/upstream/upstream_engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/clock.h"
+#include "common/http_client.h"
+#include "common/prometheus_text.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+#include "workers/upstream/chat_request.h"
+#include "workers/upstream/chat_stream_decoder.h"
+#include "workers/upstream/engine_signals.h"
+#include "workers/upstream/sse_parser.h"
+#include "workers/upstream/streaming_post.h"
+
+namespace tandem::workers::upstream {
+
+struct UpstreamEngine::Job {
+  std::string request_id;
+  std::string body;
+  bool thinking = false;
+  std::chrono::steady_clock::time_point arrival;
+  std::chrono::steady_clock::time_point deadline;
+  std::shared_ptr<GenerationSink> sink;
+  std::shared_ptr<Cancellation> cancellation;
+};
+
+namespace {
+
+// The caller-facing status of an engine's non-200 answer. The engine's faults are UNAVAILABLE
+// (the gateway fails over); what describes the request keeps its meaning.
+absl::Status HttpError(long code, const std::string& body) {
+  std::string message = body;
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("error")) {
+    const auto& e = j["error"];
+    if (e.is_object() && e.contains("message") && e["message"].is_string()) {
+      message = e["message"].get<std::string>();
+    } else if (e.is_string()) {
+      message = e.get<std::string>();
+    }
+  }
+  message = absl::StrCat("engine answered HTTP ", code, ": ", message.substr(0, 512));
+  if (code == 400 || code == 422) return absl::InvalidArgumentError(message);
+  if (code == 429) return absl::ResourceExhaustedError(message);
+  return absl::UnavailableError(message);
+}
+
+tandem::v1::FinishReason ErrorReason(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kDeadlineExceeded
+             ? tandem::v1::FINISH_REASON_CANCELLED
+             : tandem::v1::FINISH_REASON_UNSPECIFIED;
+}
+
+}  // namespace
+
+absl::Status ValidateUpstreamOptions(const UpstreamOptions& options) {
+  if (options.url.rfind("http://", 0) != 0 && options.url.rfind("https://", 0) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--upstream_url must be http(s)://HOST:PORT, got '", options.url, "'"));
+  }
+  if (options.max_in_flight < 1 || options.max_in_flight > 4096) {
+    return absl::InvalidArgumentError("--upstream_max_in_flight must be in [1, 4096]");
+  }
+  if (options.max_queue < 0) return absl::InvalidArgumentError("--max_queue must be >= 0");
+  if (options.metrics_interval < absl::Milliseconds(50)) {
+    return absl::InvalidArgumentError("--upstream_metrics_interval must be at least 50ms");
+  }
+  if (options.health_interval <= absl::ZeroDuration() ||
+      options.health_timeout <= absl::ZeroDuration() ||
+      options.connect_timeout <= absl::ZeroDuration() || options.idle_timeout < absl::Seconds(1) ||
+      options.metrics_stale <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--upstream_health_interval, _health_timeout, _connect_timeout and _metrics_stale must "
+        "be > 0, --upstream_idle_timeout at least 1s");
+  }
+  if (options.health_failures < 1 || options.health_successes < 1) {
+    return absl::InvalidArgumentError(
+        "--upstream_health_failures and --upstream_health_successes must be at least 1");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<UpstreamEngine>> UpstreamEngine::Create(UpstreamOptions options,
+                                                                       EngineInfo info) {
+  if (absl::Status s = ValidateUpstreamOptions(options); !s.ok()) return s;
+  while (!options.url.empty() && options.url.back() == '/') options.url.pop_back();
+  return std::unique_ptr<UpstreamEngine>(new UpstreamEngine(std::move(options), std::move(info)));
+}
+
+UpstreamEngine::UpstreamEngine(UpstreamOptions options, EngineInfo info)
+    : options_(std::move(options)), info_(std::move(info)) {}
+
+UpstreamEngine::~UpstreamEngine() { Stop(); }
+
+void UpstreamEngine::Start(WorkerMetrics* metrics, std::function<void(Health)> on_health,
+                           std::function<void(std::string)> on_fatal) {
+  metrics_ = metrics;
+  for (int i = 0; i < options_.max_in_flight; ++i)
+    threads_.emplace_back([this] { DispatchLoop(); });
+  threads_.emplace_back([this, on_health = std::move(on_health), on_fatal = std::move(on_fatal)] {
+    HealthLoop(on_health, on_fatal);
+  });
+  if (!options_.profile.metrics_path.empty()) threads_.emplace_back([this] { MetricsLoop(); });
+}
+
+void UpstreamEngine::Drain() {
+  absl::MutexLock l(&mu_);
+  draining_ = true;
+}
+
+bool UpstreamEngine::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  absl::MutexLock l(&mu_);
+  while (!queue_.empty() || in_flight_.load() > 0) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) return false;
+    idle_cv_.WaitWithTimeout(&mu_, absl::FromChrono(left));
+  }
+  return true;
+}
+
+void UpstreamEngine::Stop() {
+  std::deque<std::unique_ptr<Job>> left;
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    draining_ = true;
+    left.swap(queue_);
+    queued_.store(0);
+    work_cv_.SignalAll();
+  }
+  stop_.store(true);
+  for (auto& job : left) {
+    job->sink->OnFinished(absl::UnavailableError("the worker is stopping"),
+                          tandem::v1::FINISH_REASON_UNSPECIFIED, 0);
+  }
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+bool UpstreamEngine::Sleep(absl::Duration d) {
+  absl::MutexLock l(&mu_);
+  return !mu_.AwaitWithTimeout(absl::Condition(&stopping_), d);
+}
+
+absl::StatusOr<std::shared_ptr<Cancellation>> UpstreamEngine::Submit(
+    const tandem::v1::WorkerGenerateRequest& request, const std::string& request_id,
+    std::chrono::steady_clock::time_point arrival, std::chrono::steady_clock::time_point deadline,
+    std::shared_ptr<GenerationSink> sink) {
+  ChatRequestOptions o{options_.served_model, options_.vision, /*stream=*/true};
+  absl::StatusOr<std::string> body = BuildChatRequest(request, options_.profile, o);
+  if (!body.ok()) {
+    metrics_->rejected_invalid.Increment();
+    return body.status();
+  }
+  auto job = std::make_unique<Job>();
+  job->request_id = request_id;
+  job->body = *std::move(body);
+  job->thinking = info_.reasoning && request.reasoning().mode() != tandem::v1::REASONING_MODE_OFF;
+  job->arrival = arrival;
+  job->deadline = deadline;
+  job->sink = std::move(sink);
+  job->cancellation = std::make_shared<Cancellation>();
+  std::shared_ptr<Cancellation> cancellation = job->cancellation;
+  {
+    absl::MutexLock l(&mu_);
+    if (draining_) {
+      metrics_->rejected_draining.Increment();
+      return absl::UnavailableError("worker is draining and accepts no new requests");
+    }
+    if (health_.load() != Health::kReady) {
+      metrics_->rejected_loading.Increment();
+      return absl::UnavailableError(NotReadyReason());
+    }
+    const int32_t free_slots = options_.max_in_flight - in_flight_.load();
+    if (static_cast<int32_t>(queue_.size()) >= options_.max_queue + std::max(0, free_slots)) {
+      metrics_->rejected_queue_full.Increment();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("worker queue is full (", options_.max_queue, " waiting, --max_queue)"));
+    }
+    queue_.push_back(std::move(job));
+    queued_.store(static_cast<int32_t>(queue_.size()));
+    work_cv_.Signal();
+  }
+  PublishLoad(engine_waiting_.load(), engine_running_.load());
+  return cancellation;
+}
+
+std::string UpstreamEngine::NotReadyReason() const {
+  return absl::StrCat(
+      "the engine at ", options_.url, " is ",
+      health_.load() == Health::kStarting ? "starting" : "failing its health checks",
+      "; this worker accepts no requests until it is ready");
+}
+
+void UpstreamEngine::DispatchLoop() {
+  StreamingPost post(StreamingPost::Options{options_.tls, options_.api_key,
+                                            options_.connect_timeout, options_.idle_timeout});
+  for (;;) {
+    std::unique_ptr<Job> job;
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      while (!ready()) work_cv_.Wait(&mu_);
+      if (stopping_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      queued_.store(static_cast<int32_t>(queue_.size()));
+      in_flight_.fetch_add(1);  // credited at dispatch: the engine's gauges lag
+    }
+    PublishLoad(engine_waiting_.load(), engine_running_.load());
+    Run(*job, post);
+    job.reset();
+    {
+      absl::MutexLock l(&mu_);
+      in_flight_.fetch_sub(1);
+      idle_cv_.SignalAll();
+    }
+    PublishLoad(engine_waiting_.load(), engine_running_.load());
+  }
+}
+
+void UpstreamEngine::Run(Job& job, StreamingPost& post) {
+  const auto dispatched = std::chrono::steady_clock::now();
+  const double queue_seconds = Seconds(dispatched - job.arrival);
+  metrics_->queue_time.Observe(queue_seconds);
+  SseParser sse(options_.max_event_bytes);
+  ChatStreamDecoder decoder(options_.profile, job.thinking);
+  std::vector<SseParser::Event> events;
+  bool started = false;
+  std::chrono::steady_clock::time_point last_token;
+  int32_t tokens_seen = 0;
+  auto on_body = [&](absl::string_view bytes) -> absl::Status {
+    if (!started) {
+      started = true;
+      job.sink->OnStarted(0, queue_seconds);  // the prompt's size comes with the usage, last
+    }
+    events.clear();
+    if (absl::Status s = sse.Feed(bytes, &events); !s.ok()) return absl::DataLossError(s.message());
+    for (const SseParser::Event& e : events) {
+      if (decoder.done()) break;
+      ChatStreamDecoder::Piece piece;
+      absl::Status s = decoder.Feed(e.data, &piece);
+      if (!s.ok()) return absl::DataLossError(s.message());
+      if (piece.tokens == 0 && piece.text.empty()) continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (tokens_seen == 0) {
+        metrics_->time_to_first_token.Observe(Seconds(now - job.arrival));
+      } else if (piece.tokens > 0) {
+        metrics_->time_per_output_token.Observe(Seconds(now - last_token) / piece.tokens);
+      }
+      last_token = now;
+      tokens_seen += piece.tokens;
+      job.sink->OnText(piece.text, piece.tokens);
+    }
+    return absl::OkStatus();
+  };
+  auto should_stop = [&] { return job.cancellation->IsCancelled() || stop_.load(); };
+  const std::string url = options_.url + options_.profile.chat_path;
+  StreamingPost::Result r = post.Post(url, job.body, job.deadline, on_body, should_stop);
+  absl::Status status = r.status;
+  if (status.ok() && r.http_status != 200) status = HttpError(r.http_status, r.error_body);
+  if (status.code() == absl::StatusCode::kCancelled && job.cancellation->IsExpired()) {
+    status = absl::DeadlineExceededError("the deadline passed while the engine answered");
+  }
+  ChatStreamDecoder::Piece tail;
+  if (status.ok()) {
+    absl::Status s = decoder.Finish(&tail);
+    if (!s.ok()) status = absl::DataLossError(s.message());
+  }
+  if (!tail.text.empty()) job.sink->OnText(tail.text, tail.tokens);
+  const auto end = std::chrono::steady_clock::now();
+  metrics_->e2e_latency.Observe(Seconds(end - job.arrival));
+  if (!status.ok()) {
+    (status.code() == absl::StatusCode::kCancelled          ? metrics_->finished_cancelled
+     : status.code() == absl::StatusCode::kDeadlineExceeded ? metrics_->finished_deadline
+                                                            : metrics_->finished_error)
+        .Increment();
+    spdlog::info("request_id={} engine call failed: {}", job.request_id, status.ToString());
+    job.sink->OnFinished(status, ErrorReason(status), decoder.completion_tokens());
+    return;
+  }
+  metrics_->prompt_tokens.Increment(decoder.prompt_tokens());
+  metrics_->generation_tokens.Increment(decoder.completion_tokens());
+  (decoder.finish_reason() == tandem::v1::FINISH_REASON_LENGTH ? metrics_->finished_length
+                                                               : metrics_->finished_stop)
+      .Increment();
+  if (decoder.prompt_tokens() > 0) job.sink->OnStarted(decoder.prompt_tokens(), queue_seconds);
+  job.sink->OnFinished(absl::OkStatus(), decoder.finish_reason(), decoder.completion_tokens());
+}
+
+absl::Status UpstreamEngine::CheckServedModel() {
+  CurlHttpClient http(options_.tls);
+  absl::StatusOr<std::string> body =
+      http.Get(options_.url + options_.profile.models_path, options_.health_timeout);
+  if (!body.ok()) return body.status();
+  nlohmann::json j = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  std::vector<std::string> ids;
+  if (j.is_object() && j.contains("data") && j["data"].is_array()) {
+    for (const auto& m : j["data"]) {
+      if (m.is_object() && m.contains("id") && m["id"].is_string()) ids.push_back(m["id"]);
+    }
+  }
+  if (ids.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the engine at ", options_.url, options_.profile.models_path, " lists no model"));
+  }
+  if (options_.served_model.empty()) {
+    if (ids.size() == 1) {
+      spdlog::info("engine at {} serves {}", options_.url, ids[0]);
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("the engine at ", options_.url, " serves several models (",
+                     absl::StrJoin(ids, ", "), "): name one with --upstream_model"));
+  }
+  if (std::find(ids.begin(), ids.end(), options_.served_model) == ids.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--upstream_model is '", options_.served_model, "' but the engine at ",
+                     options_.url, " serves ", absl::StrJoin(ids, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+void UpstreamEngine::HealthLoop(std::function<void(Health)> on_health,
+                                std::function<void(std::string)> on_fatal) {
+  CurlHttpClient http(options_.tls);
+  const std::string url = options_.url + options_.profile.health_path;
+  bool ever_ready = false;
+  int good = 0;
+  int bad = 0;
+  do {
+    absl::StatusOr<std::string> r = http.Get(url, options_.health_timeout);
+    const Health before = health_.load();
+    Health now = before;
+    if (r.ok()) {
+      bad = 0;
+      if (before != Health::kReady && ++good >= (ever_ready ? options_.health_successes : 1)) {
+        if (!ever_ready) {
+          if (absl::Status s = CheckServedModel(); !s.ok()) {
+            if (s.code() == absl::StatusCode::kFailedPrecondition) {
+              on_fatal(std::string(s.message()));
+              return;
+            }
+            continue;  // /v1/models not answering yet: still starting
+          }
+        }
+        ever_ready = true;
+        now = Health::kReady;
+      }
+    } else {
+      good = 0;
+      // Before the first ready, a refused connection or a loading status is "starting".
+      if (ever_ready && ++bad >= options_.health_failures) now = Health::kDead;
+    }
+    if (now != before) {
+      health_.store(now);
+      spdlog::info("engine at {} is {} ({})", options_.url,
+                   now == Health::kReady  ? "ready"
+                   : now == Health::kDead ? "dead"
+                                          : "starting",
+                   r.ok() ? std::string("health check passed") : std::string(r.status().message()));
+      on_health(now);
+    }
+  } while (Sleep(options_.health_interval));
+}
+
+void UpstreamEngine::PublishLoad(double engine_waiting, double engine_running) const {
+  const double own = in_flight_.load();
+  metrics_->waiting.Set(queued_.load() + engine_waiting);
+  metrics_->running.Set(std::max({own - engine_waiting, engine_running, 0.0}));
+}
+
+void UpstreamEngine::MetricsLoop() {
+  CurlHttpClient http(options_.tls);
+  const std::string url = options_.url + options_.profile.metrics_path;
+  auto last_good = std::chrono::steady_clock::time_point();
+  const auto stale_after = absl::ToChronoNanoseconds(options_.metrics_stale);
+  do {
+    absl::StatusOr<std::string> body = http.Get(url, options_.metrics_timeout);
+    absl::StatusOr<std::vector<Sample>> samples =
+        body.ok() ? ParsePrometheusText(*body) : absl::StatusOr<std::vector<Sample>>(body.status());
+    const auto now = std::chrono::steady_clock::now();
+    if (samples.ok()) {
+      last_good = now;
+      const EngineSignals s = ReadEngineSignals(*samples, options_.profile);
+      engine_waiting_.store(s.waiting.value_or(0));
+      engine_running_.store(s.running.value_or(0));
+      if (s.kv_cache_usage) metrics_->kv_cache_usage.Set(*s.kv_cache_usage);
+      metrics_->engine_metrics_stale.Set(0);
+    } else if (now - last_good > stale_after) {
+      // Stale: the worker's own counts stand alone, and the gauge tells the policies.
+      engine_waiting_.store(0);
+      engine_running_.store(0);
+      metrics_->engine_metrics_stale.Set(1);
+    }
+    if (last_good != std::chrono::steady_clock::time_point()) {
+      metrics_->engine_metrics_age.Set(Seconds(now - last_good));
+    }
+    PublishLoad(engine_waiting_.load(), engine_running_.load());
+  } while (Sleep(options_.metrics_interval));
+}
+
+}  // namespace tandem::workers::upstream
