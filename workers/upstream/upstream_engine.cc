@@ -150,7 +150,11 @@ absl::StatusOr<std::shared_ptr<Cancellation>> UpstreamEngine::Submit(
     const tandem::v1::WorkerGenerateRequest& request, const std::string& request_id,
     std::chrono::steady_clock::time_point arrival, std::chrono::steady_clock::time_point deadline,
     std::shared_ptr<GenerationSink> sink) {
-  ChatRequestOptions o{options_.served_model, options_.vision, /*stream=*/true};
+  ChatRequestOptions o{"", options_.vision, /*stream=*/true};
+  {
+    absl::MutexLock l(&mu_);
+    o.served_model = served_model_;
+  }
   absl::StatusOr<std::string> body = BuildChatRequest(request, options_.profile, o);
   if (!body.ok()) {
     metrics_->rejected_invalid.Increment();
@@ -312,6 +316,8 @@ absl::Status UpstreamEngine::CheckServedModel() {
   if (options_.served_model.empty()) {
     if (ids.size() == 1) {
       spdlog::info("engine at {} serves {}", options_.url, ids[0]);
+      absl::MutexLock l(&mu_);
+      served_model_ = ids[0];
       return absl::OkStatus();
     }
     return absl::FailedPreconditionError(

@@ -120,6 +120,8 @@ class UpstreamEngine {
   std::atomic<double> engine_running_{0};
 
   absl::Mutex mu_;
+  // The model id requests name: --upstream_model, or the one the engine listed.
+  std::string served_model_ ABSL_GUARDED_BY(mu_);
   absl::CondVar work_cv_;
   absl::CondVar idle_cv_;
   std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
