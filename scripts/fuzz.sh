@@ -16,7 +16,7 @@ if ! grep -qs '^TANDEM_FUZZ:BOOL=ON$' "$BUILD_DIR/CMakeCache.txt"; then
     -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
 targets=(prometheus_text policy safetensors tokenizer request image_decoder json_consumers
-  http_server)
+  http_server upstream_stream)
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]/%/_fuzzer}"
 work=$(mktemp -d /tmp/tandem-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT

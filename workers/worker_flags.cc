@@ -89,6 +89,13 @@ ABSL_FLAG(std::string, upstream_profile, "",
 ABSL_FLAG(std::string, upstream_model, "",
           "--engine=upstream: the model id the engine must serve (its /v1/models); empty: the "
           "one it serves. Also reported as the worker's model id.");
+ABSL_FLAG(std::string, upstream_command, "",
+          "--engine=upstream: start the engine server as the worker's child with this shell "
+          "command (CUDA_VISIBLE_DEVICES from --device), restart it when it dies, stop it with "
+          "the worker; --upstream_url is where that command makes it listen.");
+ABSL_FLAG(absl::Duration, upstream_stop_timeout, absl::Seconds(30),
+          "--engine=upstream with --upstream_command: time the engine has to exit after SIGTERM "
+          "before SIGKILL.");
 ABSL_FLAG(std::string, upstream_api_key_file, "",
           "--engine=upstream: a file holding the engine's API key (sent as a bearer token).");
 ABSL_FLAG(std::string, upstream_ca, "",
@@ -155,6 +162,9 @@ absl::Status ReadUpstream(WorkerConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat("--upstream_profile: ", p.status().message()));
   u.profile = *std::move(p);
   u.served_model = absl::GetFlag(FLAGS_upstream_model);
+  u.command = absl::GetFlag(FLAGS_upstream_command);
+  u.device = c.device;
+  u.stop_timeout = absl::GetFlag(FLAGS_upstream_stop_timeout);
   if (const std::string key_file = absl::GetFlag(FLAGS_upstream_api_key_file); !key_file.empty()) {
     absl::StatusOr<std::string> key = ReadFileToString(key_file, 4096, "");
     if (!key.ok())

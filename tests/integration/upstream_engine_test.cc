@@ -4,7 +4,11 @@
 // front, cancellation reaching the engine, health through an engine restart, mid-stream failover
 // both ways between the upstream worker and another worker, and a wrong served model refused at
 // start-up.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -255,6 +259,8 @@ TEST_F(UpstreamEngineTest, AKilledEngineMidStreamIsContinuedOnAnotherWorker) {
 
   const Streamed s = StreamWith(stub_.get(), NoThinking("Tell a long story.", 3000), [&](auto& c) {
     EXPECT_EQ(c.route().worker(), upstream.grpc_address);
+    // Frozen first, so the answer cannot end before the kill however fast the engine runs.
+    llama.process->Signal(SIGSTOP);
     EXPECT_TRUE(WaitUntil([&] { return Usable(sim.grpc_address); }));
     llama.process->Signal(SIGKILL);
   });
@@ -290,6 +296,83 @@ TEST_F(UpstreamEngineTest, AnAnswerCutOffElsewhereIsContinuedByTheEngine) {
   EXPECT_EQ(s.last.recovery().failovers(), 1);
   EXPECT_EQ(s.last.recovery().final_worker(), upstream.grpc_address);
   EXPECT_EQ(s.last.usage().completion_tokens(), 200) << "the answer is whole";
+}
+
+// A port free now, for a server that cannot report the one it bound (the worker must know its
+// engine's URL before starting it).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The pids of the engines the worker started, from its log.
+std::vector<pid_t> EnginePids(const Server& worker) {
+  std::vector<pid_t> pids;
+  const std::string log = worker.process->ReadLog();
+  const std::string needle = "started the engine (pid ";
+  for (size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) {
+    pids.push_back(std::atoi(log.c_str() + at + needle.size()));
+  }
+  return pids;
+}
+
+TEST_F(UpstreamEngineTest, TheWorkerRunsTheEngineAsItsChildRestartsItAndStopsIt) {
+  auto dir = LlamaServerDir();
+  auto gguf = TinyGguf("qwen");
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  const std::string command = absl::StrCat(
+      "/bin/sh -c 'echo engine sees CUDA_VISIBLE_DEVICES=[$CUDA_VISIBLE_DEVICES] >&2; exec \"$0\" "
+      "\"$@\" 2>/dev/null' ",
+      *dir, "/bin/llama-server -m ", *gguf, " --host 127.0.0.1 --port ", port,
+      " -c 4096 -np 2 -t 1 --jinja --metrics --alias tiny-qwen");
+  Server worker =
+      Must(StartWorker("qwen", {"--engine=upstream", "--upstream_profile=llamacpp",
+                                absl::StrCat("--upstream_url=http://127.0.0.1:", port),
+                                "--upstream_command=" + command, "--upstream_health_interval=100ms",
+                                "--upstream_stop_timeout=10s"}));
+  ASSERT_TRUE(WaitForHealth(worker.grpc_address, "", /*serving=*/true).ok());
+  EXPECT_THAT(worker.process->ReadLog(), HasSubstr("engine sees CUDA_VISIBLE_DEVICES=[]"))
+      << "--device=cpu hides every GPU from the engine";
+  std::vector<pid_t> pids = EnginePids(worker);
+  ASSERT_EQ(pids.size(), 1u);
+
+  // The engine dies: the worker starts it again and serves once it is ready.
+  kill(pids[0], SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] { return EnginePids(worker).size() == 2; }));
+  ASSERT_TRUE(WaitUntil([&] {
+    auto stub = tandem::v1::Worker::NewStub(
+        grpc::CreateChannel(worker.grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    tandem::v1::WorkerGenerateRequest req;
+    auto* m = req.add_messages();
+    m->set_role("user");
+    m->add_content()->set_text("hello");
+    req.mutable_sampling()->set_max_tokens(2);
+    auto r = stub->Generate(&ctx, req);
+    tandem::v1::WorkerGenerateChunk c;
+    while (r->Read(&c)) {
+    }
+    return r->Finish().ok();
+  }));
+
+  // The worker stops: its engine stops with it.
+  const pid_t second = EnginePids(worker)[1];
+  worker.process->Signal(SIGTERM);
+  EXPECT_EQ(worker.process->Wait(absl::Seconds(30)), 0);
+  EXPECT_TRUE(WaitUntil([&] { return kill(second, 0) != 0; }));
 }
 
 TEST_F(UpstreamEngineTest, AnEngineServingAnotherModelIsAStartUpErrorNamingBoth) {

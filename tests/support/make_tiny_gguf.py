@@ -58,7 +58,9 @@ def main():
         w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float16))
 
     t("token_embd.weight", n_vocab, n_embd)
-    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    # A zero final norm makes every logit 0: greedy decoding then always picks the first token
+    # ("!") and never an end-of-generation token, so answers run to max_tokens, as tests need.
+    w.add_tensor("output_norm.weight", np.zeros(n_embd, dtype=np.float32))
     for i in range(n_layer):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))

@@ -76,6 +76,9 @@ absl::Status ValidateUpstreamOptions(const UpstreamOptions& options) {
         "--upstream_health_interval, _health_timeout, _connect_timeout and _metrics_stale must "
         "be > 0, --upstream_idle_timeout at least 1s");
   }
+  if (options.stop_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--upstream_stop_timeout must be >= 0");
+  }
   if (options.health_failures < 1 || options.health_successes < 1) {
     return absl::InvalidArgumentError(
         "--upstream_health_failures and --upstream_health_successes must be at least 1");
@@ -98,6 +101,12 @@ UpstreamEngine::~UpstreamEngine() { Stop(); }
 void UpstreamEngine::Start(WorkerMetrics* metrics, std::function<void(Health)> on_health,
                            std::function<void(std::string)> on_fatal) {
   metrics_ = metrics;
+  if (!options_.command.empty()) {
+    process_ = std::make_unique<EngineProcess>(
+        EngineProcess::Options{options_.command, options_.device, absl::Seconds(1),
+                               absl::Seconds(30), options_.stop_timeout});
+    process_->Start();
+  }
   for (int i = 0; i < options_.max_in_flight; ++i)
     threads_.emplace_back([this] { DispatchLoop(); });
   threads_.emplace_back([this, on_health = std::move(on_health), on_fatal = std::move(on_fatal)] {
@@ -139,6 +148,7 @@ void UpstreamEngine::Stop() {
   }
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  if (process_ != nullptr) process_->Stop();
 }
 
 bool UpstreamEngine::Sleep(absl::Duration d) {

@@ -17,6 +17,7 @@
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine.h"
 #include "workers/scheduler.h"
+#include "workers/upstream/engine_process.h"
 #include "workers/upstream/engine_profile.h"
 #include "workers/worker_metrics.h"
 
@@ -28,6 +29,12 @@ struct UpstreamOptions {
   EngineProfile profile;
   std::string api_key;
   TlsFiles tls;
+  // When set, the engine server is the worker's child (EngineProcess): this command, run by
+  // /bin/sh with CUDA_VISIBLE_DEVICES from `device`, restarted when it dies, stopped (SIGTERM,
+  // then SIGKILL after stop_timeout) with the worker.
+  std::string command;
+  std::string device;
+  absl::Duration stop_timeout = absl::Seconds(30);
   // The model id the engine must serve (its /v1/models); empty: whatever it serves, when that
   // is one model.
   std::string served_model;
@@ -79,7 +86,8 @@ class UpstreamEngine {
   // Later Submits get UNAVAILABLE; admitted work continues.
   void Drain() ABSL_LOCKS_EXCLUDED(mu_);
   bool WaitIdle(std::chrono::steady_clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_);
-  // Ends queued work with UNAVAILABLE, cancels running work and joins every thread.
+  // Ends queued work with UNAVAILABLE, cancels running work and joins every thread; then stops
+  // the engine when it is the worker's child.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Admits one request: its engine request is built now (a field the engine cannot honour is
@@ -91,6 +99,8 @@ class UpstreamEngine {
       std::shared_ptr<GenerationSink> sink) ABSL_LOCKS_EXCLUDED(mu_);
 
   Health health() const { return health_.load(); }
+  // The engine's pid when the worker started it (--upstream_command), else 0.
+  pid_t engine_pid() const { return process_ != nullptr ? process_->pid() : 0; }
   // Why a request is refused while the engine is not ready: starting, or failing its checks.
   std::string NotReadyReason() const;
   // The worker's own counts: requests on their way to or in the engine, and waiting here.
@@ -129,6 +139,7 @@ class UpstreamEngine {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> stop_{false};  // running calls end at their next poll
   std::vector<std::thread> threads_;
+  std::unique_ptr<EngineProcess> process_;  // with --upstream_command
 };
 
 }  // namespace tandem::workers::upstream
