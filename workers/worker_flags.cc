@@ -49,8 +49,10 @@ ABSL_FLAG(int64_t, gpu_max_image_patches, 0,
 ABSL_FLAG(bool, cuda_graphs, true,
           "Native engine on a GPU: replay each decode batch size as a captured CUDA graph.");
 ABSL_FLAG(std::string, engine, "",
-          "Engine, required: native (the model in --checkpoint, or --random_weights) or "
-          "synthetic (the load simulator for tests and benchmarks; not a real model).");
+          "Engine, required: native (the model in --checkpoint, or --random_weights), upstream "
+          "(an OpenAI-compatible engine server at --upstream_url: vLLM, SGLang, trtllm-serve, "
+          "llama-server) or synthetic (the load simulator for tests and benchmarks; not a real "
+          "model).");
 ABSL_FLAG(std::string, device, "",
           "Device this process owns: a CUDA ordinal (0, 1, ...) or 'cpu'. Required.");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC address; port 0 picks a free port.");

@@ -138,10 +138,13 @@ TEST_F(UpstreamEngineTest, ThinkingOnAndOffReachTheEngineAndComeBackAsReasoning)
   Server worker = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
   StartGatewayFor({worker.grpc_address}, {"--http_listen=127.0.0.1:0"});
   ASSERT_TRUE(WaitUntil([&] { return Usable(worker.grpc_address); }));
+  // Sampled (the tiny model's greedy answer is one letter repeated): some tokens are bytes of a
+  // character still incomplete, chunks without text that the usage must still count.
   auto ask = [&](const char* effort) {
     nlohmann::json body = {{"model", "qwen"},
-                           {"max_tokens", 6},
-                           {"temperature", 0},
+                           {"max_tokens", 24},
+                           {"temperature", 1},
+                           {"seed", 7},
                            {"messages", {{{"role", "user"}, {"content", "Think about it."}}}}};
     if (effort != nullptr) body["reasoning_effort"] = effort;
     auto a = HttpPost(gateway_.http_address, "/v1/chat/completions", body.dump());
@@ -152,6 +155,7 @@ TEST_F(UpstreamEngineTest, ThinkingOnAndOffReachTheEngineAndComeBackAsReasoning)
   // The tiny model never closes its think block: with thinking on, all it says is reasoning.
   nlohmann::json on = ask("high");
   ASSERT_TRUE(on.is_object());
+  EXPECT_EQ(on["usage"]["completion_tokens"], 24) << "tokens without text counted too";
   const auto& m_on = on["choices"][0]["message"];
   EXPECT_FALSE(m_on.value("reasoning_content", "").empty()) << on.dump();
   // With thinking off the engine's template closes it in the prompt: all of it is content.

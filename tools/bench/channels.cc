@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/client_tls_flags.h"
+#include "common/http_client.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -93,6 +94,19 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(Target target, const st
 
 absl::Status WaitReady(Target target, const std::string& address, const std::string& model,
                        absl::Duration timeout) {
+  if (target == Target::kOpenAi) {
+    // An OpenAI server is ready when it lists its models.
+    CurlHttpClient http;
+    const absl::Time deadline = absl::Now() + timeout;
+    absl::Status last = absl::UnavailableError("no answer");
+    while (absl::Now() < deadline) {
+      last = http.Get(absl::StrCat("http://", address, "/v1/models"), absl::Seconds(2)).status();
+      if (last.ok()) return last;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("openai at ", address, " not ready: ", last.message()));
+  }
   auto channel = grpc::CreateChannel(address, CredentialsFor(target));
   const absl::Time deadline = absl::Now() + timeout;
   std::string last = "no answer";

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/client_tls_flags.h"
+#include "nlohmann/json.hpp"
+#include "tools/bench/http_stream_call.h"
 
 namespace tandem::bench {
 namespace {
@@ -136,6 +138,14 @@ Driver::Driver(const RunSpec& spec, std::vector<std::shared_ptr<grpc::Channel>> 
   }
   *worker_request_.mutable_messages() = gateway_request_.messages();
   *worker_request_.mutable_sampling() = gateway_request_.sampling();
+  nlohmann::json body = {{"model", spec.model.empty() ? "auto" : spec.model},
+                         {"messages", {{{"role", "user"}, {"content", PromptText(words)}}}},
+                         {"max_tokens", spec.max_tokens},
+                         {"stream", true},
+                         {"stream_options", {{"include_usage", true}}},
+                         {"reasoning_effort", "none"}};
+  if (options_.text_check != nullptr) body["temperature"] = 0;
+  openai_body_ = body.dump();
 }
 
 RunResult Driver::Run() {
@@ -190,7 +200,9 @@ void Driver::Done(const grpc::Status& status, Clock::time_point scheduled, Clock
 }
 
 void Driver::StartCall(Clock::time_point scheduled, size_t n) {
-  if (spec_.target == Target::kWorker) {
+  if (spec_.target == Target::kOpenAi) {
+    StartHttpStreamCall(this, scheduled);
+  } else if (spec_.target == Target::kWorker) {
     (new StreamCall<WorkerGenerateChunk>(this, scheduled))->Start(n);
   } else if (spec_.api == Api::kStream) {
     (new StreamCall<GenerateStreamChunk>(this, scheduled))->Start(n);

@@ -51,6 +51,8 @@ class Driver {
   }
   const tandem::v1::GenerateRequest& gateway_request() const { return gateway_request_; }
   const tandem::v1::WorkerGenerateRequest& worker_request() const { return worker_request_; }
+  // --target=openai: the same request as a streamed chat completion (thinking off).
+  const std::string& openai_body() const { return openai_body_; }
   // --check_text: the request's name for TextCheck; empty when not checking.
   const std::string& text_key() const { return text_key_; }
   // An OK answer's text, for --check_text.
@@ -70,6 +72,7 @@ class Driver {
   std::vector<std::unique_ptr<tandem::v1::Worker::Stub>> worker_stubs_;
   tandem::v1::GenerateRequest gateway_request_;
   tandem::v1::WorkerGenerateRequest worker_request_;
+  std::string openai_body_;
   std::string text_key_;
   Recorder recorder_;
   Clock::time_point end_;

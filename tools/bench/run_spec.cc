@@ -8,7 +8,9 @@ namespace tandem::bench {
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-std::string TargetName(Target t) { return t == Target::kGateway ? "gateway" : "worker"; }
+std::string TargetName(Target t) {
+  return t == Target::kGateway ? "gateway" : t == Target::kWorker ? "worker" : "openai";
+}
 std::string ApiName(Api a) { return a == Api::kUnary ? "unary" : "stream"; }
 
 absl::StatusOr<int> PromptWords(const std::string& size) {

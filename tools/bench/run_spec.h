@@ -15,7 +15,8 @@ using Clock = std::chrono::steady_clock;
 // `d` in milliseconds, with the fraction.
 double Ms(Clock::duration d);
 
-enum class Target { kGateway, kWorker };
+// kOpenAi: POST /v1/chat/completions, streamed (a gateway's --http_listen, or an engine server).
+enum class Target { kGateway, kWorker, kOpenAi };
 enum class Api { kUnary, kStream };
 
 // Configuration of one run.

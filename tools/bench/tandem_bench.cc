@@ -47,7 +47,9 @@
 
 ABSL_FLAG(std::string, preset, "", "'' (one run or one sweep), 'seeds' or 'overhead'");
 ABSL_FLAG(std::string, target, "gateway",
-          "gateway (tandem.v1.Gateway) or worker (tandem.v1.Worker)");
+          "gateway (tandem.v1.Gateway), worker (tandem.v1.Worker) or openai (POST "
+          "/v1/chat/completions streamed, thinking off: a gateway's --http_listen or an "
+          "OpenAI-compatible engine such as llama-server; closed loop)");
 ABSL_FLAG(std::string, address, "127.0.0.1:7000", "HOST:PORT of the target");
 ABSL_FLAG(std::string, api, "stream",
           "stream (GenerateStream; Worker.Generate) or unary (Gateway.Generate; on a worker the "
@@ -110,8 +112,11 @@ absl::StatusOr<RunSpec> BaseSpec() {
     s.target = Target::kGateway;
   } else if (target == "worker") {
     s.target = Target::kWorker;
+  } else if (target == "openai") {
+    s.target = Target::kOpenAi;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--target=", target, ": gateway or worker"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--target=", target, ": gateway, worker or openai"));
   }
   const std::string api = absl::GetFlag(FLAGS_api);
   if (api == "stream") {

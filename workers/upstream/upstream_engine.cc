@@ -286,7 +286,11 @@ void UpstreamEngine::Run(Job& job, StreamingPost& post) {
     absl::Status s = decoder.Finish(&tail);
     if (!s.ok()) status = absl::DataLossError(s.message());
   }
-  if (!tail.text.empty()) job.sink->OnText(tail.text, tail.tokens);
+  tokens_seen += tail.tokens;
+  // The gateway counts the tokens of the chunks: those the engine generated without text (a
+  // partial UTF-8 character, a special token) are added from its usage at the end.
+  const int32_t untold = status.ok() ? std::max(0, decoder.completion_tokens() - tokens_seen) : 0;
+  if (!tail.text.empty() || untold > 0) job.sink->OnText(tail.text, tail.tokens + untold);
   const auto end = std::chrono::steady_clock::now();
   metrics_->e2e_latency.Observe(Seconds(end - job.arrival));
   if (!status.ok()) {
