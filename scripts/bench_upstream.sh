@@ -38,7 +38,18 @@ bench_start worker "$OUT_DIR" "$BUILD_DIR/workers/tandem-worker" --model=qwen --
   --engine=upstream --upstream_profile=llamacpp --upstream_url="http://$LLAMA" --plaintext \
   --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --log_level=warning
 WORKER=$BENCH_ADDR WORKER_PID=$BENCH_PID
+cat >"$OUT_DIR/qwen_only.yaml" <<'YAML'
+schema: 1
+version: bench
+models: {qwen: {}}
+classes: [accuracy_critical]
+default_class: accuracy_critical
+rules:
+  - name: all
+    action: {route: qwen}
+YAML
 bench_start gateway "$OUT_DIR" "$BUILD_DIR/gateway/tandem-gateway" --workers="qwen=$WORKER" \
+  --policy="$OUT_DIR/qwen_only.yaml" \
   --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --http_listen=127.0.0.1:0 \
   $BENCH_GATEWAY_DEV_FLAGS --log_level=warning
 GATEWAY_PID=$BENCH_PID
@@ -60,7 +71,7 @@ done
 /usr/bin/python3 - "$OUT_DIR" "$ROUNDS" "$STREAMS" "$MAX_TOKENS" <<'PY'
 import json, statistics, sys
 out, rounds, streams, max_tokens = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-def load(name): return json.load(open(f"{out}/{name}.json"))
+def load(name): return json.load(open(f"{out}/{name}.json"))["runs"][0]
 print(f"| streams | path | TTFT p50 ms | TPOT p50 ms | tokens/s | worker CPU us/req | gateway CPU us/req |")
 print("|---|---|---|---|---|---|---|")
 summary = []

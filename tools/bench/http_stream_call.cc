@@ -101,7 +101,17 @@ void Run(Driver* driver, Clock::time_point scheduled) {
   curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
                    static_cast<long>(absl::ToInt64Milliseconds(driver->timeout())));
-  const CURLcode rc = curl_easy_perform(c);
+  CURLcode rc = curl_easy_perform(c);
+  long connects = 0;
+  curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &connects);
+  if ((rc == CURLE_SEND_ERROR || rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR) &&
+      connects == 0 && s.chunks == 0 && s.line.empty()) {
+    // A kept-alive connection the server closed while idle: sent again on a fresh one, as
+    // tandem-worker does (llama-server's HTTP library closes connections after a few requests).
+    curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, 1L);
+    rc = curl_easy_perform(c);
+    curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, 0L);
+  }
   long code = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
   curl_slist_free_all(headers);

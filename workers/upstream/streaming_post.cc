@@ -9,18 +9,21 @@
 #include "absl/strings/str_cat.h"
 
 namespace tandem::workers::upstream {
-namespace {
+namespace {}  // namespace
 
-struct Transfer {
+struct TransferState {
   CURL* easy;
   absl::FunctionRef<absl::Status(absl::string_view)>* on_body;
   StreamingPost::Result* result;
   size_t max_error_body;
   absl::Status body_status;
+  CURLcode curl_code = CURLE_OK;
 };
 
+namespace {
+
 size_t OnWrite(char* data, size_t size, size_t n, void* user) {
-  auto* t = static_cast<Transfer*>(user);
+  auto* t = static_cast<TransferState*>(user);
   const size_t bytes = size * n;
   long code = 0;
   curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
@@ -51,14 +54,14 @@ StreamingPost::Result StreamingPost::Post(
     const std::string& url, const std::string& body, std::chrono::steady_clock::time_point deadline,
     absl::FunctionRef<absl::Status(absl::string_view)> on_body,
     absl::FunctionRef<bool()> should_stop) {
-  Result result;
   CURL* c = static_cast<CURL*>(easy_);
   CURLM* m = static_cast<CURLM*>(multi_);
   if (c == nullptr || m == nullptr) {
+    Result result;
     result.status = absl::InternalError("curl_easy_init failed");
     return result;
   }
-  Transfer t{c, &on_body, &result, options_.max_error_body, absl::OkStatus()};
+  TransferState t{c, &on_body, nullptr, options_.max_error_body, absl::OkStatus()};
   std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(nullptr,
                                                                       &curl_slist_free_all);
   headers.reset(curl_slist_append(headers.release(), "Content-Type: application/json"));
@@ -85,6 +88,34 @@ StreamingPost::Result StreamingPost::Post(
     curl_easy_setopt(c, CURLOPT_SSLCERT, options_.tls.cert.c_str());
     curl_easy_setopt(c, CURLOPT_SSLKEY, options_.tls.key.c_str());
   }
+  Result result = Transfer(c, m, deadline, should_stop, &t);
+  // A kept-alive connection the engine closed while idle (llama-server's HTTP library closes one
+  // after a few requests) fails before anything comes back: the engine never saw the request,
+  // so it is sent once more on a fresh connection.
+  long connects = 0;
+  curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &connects);
+  if (connects == 0 && result.http_status == 0 &&
+      result.status.code() == absl::StatusCode::kUnavailable &&
+      (t.curl_code == CURLE_SEND_ERROR || t.curl_code == CURLE_GOT_NOTHING ||
+       t.curl_code == CURLE_RECV_ERROR)) {
+    curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, 1L);
+    result = Transfer(c, m, deadline, should_stop, &t);
+    curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, 0L);
+  }
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, nullptr);
+  return result;
+}
+
+StreamingPost::Result StreamingPost::Transfer(void* easy, void* multi,
+                                              std::chrono::steady_clock::time_point deadline,
+                                              absl::FunctionRef<bool()> should_stop,
+                                              void* transfer) {
+  CURL* c = static_cast<CURL*>(easy);
+  CURLM* m = static_cast<CURLM*>(multi);
+  auto& t = *static_cast<TransferState*>(transfer);
+  Result result;
+  t.result = &result;
+  t.body_status = absl::OkStatus();
   curl_multi_add_handle(m, c);
   const int poll_ms = std::max(1, static_cast<int>(absl::ToInt64Milliseconds(options_.poll)));
   bool stopped = false;
@@ -108,10 +139,10 @@ StreamingPost::Result StreamingPost::Post(
   while (CURLMsg* msg = curl_multi_info_read(m, &left)) {
     if (msg->msg == CURLMSG_DONE) rc = msg->data.result;
   }
+  t.curl_code = rc;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &result.http_status);
   // Removing a transfer that has not ended closes its connection: the engine sees the client go.
   curl_multi_remove_handle(m, c);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, nullptr);
   if (stopped) {
     result.status = absl::CancelledError("the call was cancelled");
   } else if (expired) {
@@ -119,8 +150,10 @@ StreamingPost::Result StreamingPost::Post(
   } else if (!t.body_status.ok()) {
     result.status = t.body_status;
   } else if (rc != CURLE_OK) {
-    result.status =
-        absl::UnavailableError(absl::StrCat("engine at ", url, ": ", curl_easy_strerror(rc)));
+    const char* url = nullptr;
+    curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &url);
+    result.status = absl::UnavailableError(
+        absl::StrCat("engine at ", url != nullptr ? url : "", ": ", curl_easy_strerror(rc)));
   }
   return result;
 }

@@ -50,6 +50,10 @@ class StreamingPost {
               absl::FunctionRef<bool()> should_stop);
 
  private:
+  // One attempt on the prepared handle; `transfer` is the write callback's state.
+  Result Transfer(void* easy, void* multi, std::chrono::steady_clock::time_point deadline,
+                  absl::FunctionRef<bool()> should_stop, void* transfer);
+
   const Options options_;
   void* easy_;   // CURL*
   void* multi_;  // CURLM*
