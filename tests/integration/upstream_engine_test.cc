@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -377,6 +378,72 @@ TEST_F(UpstreamEngineTest, TheWorkerRunsTheEngineAsItsChildRestartsItAndStopsIt)
   worker.process->Signal(SIGTERM);
   EXPECT_EQ(worker.process->Wait(absl::Seconds(30)), 0);
   EXPECT_TRUE(WaitUntil([&] { return kill(second, 0) != 0; }));
+}
+
+// The gateway's policy reads llama-server's own queue (llamacpp:requests_deferred, exported by
+// the worker as tandem_worker_num_requests_waiting) and spills to the other model while it is
+// long, and back once it drains.
+TEST_F(UpstreamEngineTest, APolicyReadingTheEnginesQueueSpillsToTheOtherModel) {
+  Server llama = Must(StartLlamaServer("qwen", 0, {"-np", "1"}));  // one slot: the rest queue
+  Server qwen = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
+  Server nemotron = Must(StartWorker("nemotron", {"--synthetic_time_scale=0"}));
+  const std::string policy = WriteTempFile("spill.yaml", R"(schema: 1
+version: test
+models: {qwen: {}, nemotron: {}}
+classes: [accuracy_critical]
+default_class: accuracy_critical
+signals:
+  qwen_queue:
+    scrape: {model: qwen, metric: tandem_worker_num_requests_waiting, aggregate: max}
+triggers:
+  qwen_busy: {signal: qwen_queue, enter: {gt: 1}, exit: {lt: 1}}
+rules:
+  - name: pinned
+    when: {hint.model: {present: true}}
+    action: {route_to_pinned: true}
+  - name: spill
+    when: {trigger.qwen_busy: on}
+    action: {route: nemotron}
+  - name: rest
+    action: {route: qwen}
+)");
+  gateway_ = Must(StartGateway({"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address},
+                               {"--policy=" + policy, "--scrape_interval=100ms"}));
+  auto channel = grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials());
+  stub_ = tandem::v1::Gateway::NewStub(channel);
+  admin_ = tandem::v1::Admin::NewStub(channel);
+  ASSERT_TRUE(
+      WaitUntil([&] { return Usable(qwen.grpc_address) && Usable(nemotron.grpc_address); }));
+  auto rule = [&] {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(5));
+    tandem::v1::RouteResponse r;
+    grpc::Status s = stub_->Route(&ctx, Prompt("hello", 8), &r);
+    return s.ok() ? r.route().rule() : "error: " + s.error_message();
+  };
+  EXPECT_EQ(rule(), "rest");
+
+  // Three long answers pinned to qwen: one runs in llama-server's only slot, two wait there.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::thread> load;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    grpc::ClientContext* ctx = contexts.back().get();
+    load.emplace_back([this, ctx] {
+      Deadline(ctx, std::chrono::seconds(60));
+      GenerateRequest r = NoThinking("Go on and on.", 3500);
+      r.mutable_hints()->set_model("qwen");
+      auto reader = stub_->GenerateStream(ctx, r);
+      tandem::v1::GenerateStreamChunk c;
+      while (reader->Read(&c)) {
+      }
+      reader->Finish();
+    });
+  }
+  EXPECT_TRUE(WaitUntil([&] { return rule() == "spill"; }));
+  for (auto& ctx : contexts) ctx->TryCancel();
+  for (std::thread& t : load) t.join();
+  EXPECT_TRUE(WaitUntil([&] { return rule() == "rest"; }));
 }
 
 TEST_F(UpstreamEngineTest, AnEngineServingAnotherModelIsAStartUpErrorNamingBoth) {

@@ -1,10 +1,12 @@
 #include "tests/support/llama_server.h"
 
+#include <cstdio>
 #include <cstdlib>
-#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/file.h"
+#include "common/sha256.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_path.h"
 
@@ -36,20 +38,25 @@ absl::StatusOr<std::string> LlamaServerDir() {
 
 absl::StatusOr<std::string> TinyGguf(const std::string& model) {
   static absl::Mutex mu(absl::kConstInit);
-  static auto* written = new std::map<std::string, std::string>();
   absl::MutexLock l(&mu);
-  if (auto it = written->find(model); it != written->end()) return it->second;
   absl::StatusOr<std::string> dir = LlamaServerDir();
   if (!dir.ok()) return dir.status();
-  const std::string path = TempPath("tiny_" + model + ".gguf");
+  // Kept in the llama-server cache, named by the script's hash (its output is deterministic):
+  // every test process after the first reuses it.
+  absl::StatusOr<std::string> script = ReadFileToString(TANDEM_TINY_GGUF_SCRIPT);
+  if (!script.ok()) return script.status();
+  const std::string path =
+      absl::StrCat(*dir, "/models/tiny-", model, "-", Sha256Hex(*script).substr(0, 16), ".gguf");
+  if (IsFile(path)) return path;
+  const std::string partial = absl::StrCat(path, ".partial.", getpid());
   auto [code, output] = RunToExit("/usr/bin/env",
                                   {"PYTHONPATH=" + *dir + "/gguf-py", "/usr/bin/python3",
-                                   TANDEM_TINY_GGUF_SCRIPT, *dir, path, model},
+                                   TANDEM_TINY_GGUF_SCRIPT, *dir, partial, model},
                                   absl::Seconds(120));
-  if (code != 0) {
+  if (code != 0 || std::rename(partial.c_str(), path.c_str()) != 0) {
+    std::remove(partial.c_str());
     return absl::InternalError(absl::StrCat("make_tiny_gguf.py failed: ", output));
   }
-  (*written)[model] = path;
   return path;
 }
 
