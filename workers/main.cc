@@ -47,7 +47,7 @@ int Run() {
   spdlog::info("signal {}", sig);
   (*worker)->Drain();
   (*worker)->Stop();
-  return 0;
+  return (*worker)->failed() ? 2 : 0;
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "workers/worker.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -56,9 +59,16 @@ void Worker::ServeUpstream() {
   engine_.upstream->Start(
       metrics_.get(),
       [this](upstream::UpstreamEngine::Health h) {
-        if (!draining_.load()) SetServing(h == upstream::UpstreamEngine::Health::kReady);
+        absl::MutexLock l(&serving_mu_);
+        if (!draining_) SetServing(h == upstream::UpstreamEngine::Health::kReady);
       },
-      [](std::string message) { Fatal(message); });
+      [this](std::string message) {
+        // A start-up error found once the engine answered: the process stops as on SIGTERM
+        // (threads joined, the engine child stopped) and exits non-zero (failed()).
+        spdlog::critical("{}", message);
+        failed_.store(true);
+        kill(getpid(), SIGTERM);
+      });
 }
 
 Worker::~Worker() = default;
@@ -123,10 +133,13 @@ void Worker::RefreshDeviceLoop() {
 void Worker::Drain() {
   spdlog::info("draining (health NOT_SERVING, up to {})",
                absl::FormatDuration(config_.drain_timeout));
-  draining_.store(true);
-  service_->SetState(tandem::v1::WorkerInfo::STATE_DRAINING);
-  health_.SetAllServingStatus(false);
-  metrics_->ready.Set(0);
+  {
+    absl::MutexLock l(&serving_mu_);
+    draining_ = true;
+    service_->SetState(tandem::v1::WorkerInfo::STATE_DRAINING);
+    health_.SetAllServingStatus(false);
+    metrics_->ready.Set(0);
+  }
   const auto deadline =
       std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(config_.drain_timeout);
   bool idle = false;

@@ -42,6 +42,9 @@ class Worker {
   void Drain();
   // Ends what is left, stops the server and the device refresher. Call once, after Drain().
   void Stop();
+  // A start-up error found after listening (an engine server serving another model): the worker
+  // sent itself SIGTERM, and the process should exit non-zero.
+  bool failed() const { return failed_.load(); }
 
  private:
   Worker(WorkerConfig config, DeviceDescription device, LoadedEngine engine);
@@ -57,7 +60,10 @@ class Worker {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<WorkerMetrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;  // null in front of an engine server
-  std::atomic<bool> draining_{false};
+  // Health changes of an engine server and the drain, in order: a draining worker stays so.
+  absl::Mutex serving_mu_;
+  bool draining_ ABSL_GUARDED_BY(serving_mu_) = false;
+  std::atomic<bool> failed_{false};
   std::unique_ptr<WorkerService> service_;
   std::unique_ptr<MetricsServer> metrics_server_;
   HealthService health_;
