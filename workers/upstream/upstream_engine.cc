@@ -280,6 +280,9 @@ void UpstreamEngine::Run(Job& job, StreamingPost& post) {
   if (status.ok() && r.http_status != 200) status = HttpError(r.http_status, r.error_body);
   if (status.code() == absl::StatusCode::kCancelled && job.cancellation->IsExpired()) {
     status = absl::DeadlineExceededError("the deadline passed while the engine answered");
+  } else if (status.code() == absl::StatusCode::kCancelled && !job.cancellation->IsCancelled()) {
+    // Stopped by the worker, not by the caller: another worker can take it over.
+    status = absl::UnavailableError("the worker is stopping");
   }
   ChatStreamDecoder::Piece tail;
   if (status.ok()) {
