@@ -36,7 +36,7 @@ bool WriteAndWait(HttpExchange& ex, std::string bytes) {
 
 absl::StatusOr<std::unique_ptr<FakeEngine>> FakeEngine::Start() {
   std::unique_ptr<FakeEngine> e(new FakeEngine());
-  e->stream_ = kDefaultStream;
+  e->SetStream(kDefaultStream);
   FakeEngine* raw = e.get();
   auto server = HttpServer::Start("127.0.0.1:0", HttpServerOptions(),
                                   [raw](std::shared_ptr<HttpExchange> ex) { raw->Handle(ex); });
