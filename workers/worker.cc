@@ -1,7 +1,7 @@
 #include "workers/worker.h"
 
+#include <pthread.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,7 +24,10 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerConfig config, Devic
 }
 
 Worker::Worker(WorkerConfig config, DeviceDescription device, LoadedEngine engine)
-    : config_(std::move(config)), device_(std::move(device)), engine_(std::move(engine)) {
+    : config_(std::move(config)),
+      device_(std::move(device)),
+      engine_(std::move(engine)),
+      main_thread_(pthread_self()) {
   const EngineInfo& info = Info();
   registry_ = std::make_shared<prometheus::Registry>();
   metrics_ = std::make_unique<WorkerMetrics>(
@@ -67,7 +70,9 @@ void Worker::ServeUpstream() {
         // (threads joined, the engine child stopped) and exits non-zero (failed()).
         spdlog::critical("{}", message);
         failed_.store(true);
-        kill(getpid(), SIGTERM);
+        // To the main thread, which waits for it with the signal blocked (a process-directed
+        // signal may land on a thread that does not block it, e.g. a sanitizer's, and kill).
+        pthread_kill(main_thread_, SIGTERM);
       });
 }
 

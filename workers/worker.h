@@ -1,6 +1,7 @@
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <memory>
@@ -26,7 +27,8 @@ namespace tandem::workers {
 // process calls Drain() then Stop().
 class Worker {
  public:
-  // `config` must have passed Validate(); `engine` is MakeEngine's for `device`.
+  // `config` must have passed Validate(); `engine` is MakeEngine's for `device`. Call on the
+  // thread that awaits termination signals (main).
   static absl::StatusOr<std::unique_ptr<Worker>> Start(WorkerConfig config,
                                                        DeviceDescription device,
                                                        LoadedEngine engine);
@@ -57,6 +59,7 @@ class Worker {
   WorkerConfig config_;
   DeviceDescription device_;
   LoadedEngine engine_;
+  const pthread_t main_thread_;  // where termination signals are awaited (Start's caller)
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<WorkerMetrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;  // null in front of an engine server
