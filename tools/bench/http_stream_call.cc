@@ -15,7 +15,6 @@
 namespace tandem::bench {
 namespace {
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 // Reads the event stream line by line as it arrives.
 struct Stream {
