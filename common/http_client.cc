@@ -29,8 +29,9 @@ void GlobalInit() {
 
 }  // namespace
 
-CurlHttpClient::CurlHttpClient(TlsFiles tls, std::string server_name)
-    : tls_(std::move(tls)), server_name_(std::move(server_name)) {
+CurlHttpClient::CurlHttpClient(TlsFiles tls, std::string server_name,
+                               std::vector<std::string> headers)
+    : tls_(std::move(tls)), server_name_(std::move(server_name)), headers_(std::move(headers)) {
   GlobalInit();
   curl_ = curl_easy_init();
 }
@@ -78,6 +79,11 @@ absl::StatusOr<std::string> CurlHttpClient::Get(const std::string& url, absl::Du
     }
   }
   curl_easy_setopt(c, CURLOPT_CONNECT_TO, connect_to.get());
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(nullptr,
+                                                                      &curl_slist_free_all);
+  for (const std::string& h : headers_)
+    headers.reset(curl_slist_append(headers.release(), h.c_str()));
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
   curl_easy_setopt(c, CURLOPT_URL, target.c_str());
   curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Append);

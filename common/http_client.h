@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -27,7 +28,9 @@ class CurlHttpClient final : public HttpClient {
   // re-read for new connections (the CA within tls.refresh). `server_name`, when set, is the
   // name the server's certificate must carry instead of the URL's host (which is still the
   // address dialled).
-  explicit CurlHttpClient(TlsFiles tls = {}, std::string server_name = "");
+  // `headers` ("Name: value") go with every request (e.g. an engine's Authorization).
+  explicit CurlHttpClient(TlsFiles tls = {}, std::string server_name = "",
+                          std::vector<std::string> headers = {});
   ~CurlHttpClient() override;
   CurlHttpClient(const CurlHttpClient&) = delete;
   CurlHttpClient& operator=(const CurlHttpClient&) = delete;
@@ -40,6 +43,7 @@ class CurlHttpClient final : public HttpClient {
  private:
   const TlsFiles tls_;
   const std::string server_name_;
+  const std::vector<std::string> headers_;
   void* curl_;  // CURL*
 };
 

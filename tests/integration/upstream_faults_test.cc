@@ -176,6 +176,40 @@ TEST_F(UpstreamFaultsTest, EngineMetricsBecomeTheWorkersAndGoStale) {
   EXPECT_GE(WorkerMetric("tandem_worker_engine_metrics_age_seconds", {}), 0.3);
 }
 
+TEST_F(UpstreamFaultsTest, AKeyedEngineIsCalledWithItsKeyAndTheModelNamed) {
+  engine_->RequireKey("s3cret");
+  engine_->SetModel("served/id");
+  ASSERT_NO_FATAL_FAILURE(
+      StartWorkerFor("openai", {"--upstream_api_key_file=" + WriteTempFile("key", "s3cret\n"),
+                                "--upstream_model=served/id"}));
+  // Health (here the models list) and the calls all carry the key.
+  ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", true).ok());
+  tandem::v1::WorkerGenerateRequest req;
+  auto* m = req.add_messages();
+  m->set_role("user");
+  m->add_content()->set_text("hello");
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(20));
+  auto r = stub_->Generate(&ctx, req);
+  tandem::v1::WorkerGenerateChunk c;
+  std::string text;
+  while (r->Read(&c)) text += c.text();
+  ASSERT_TRUE(r->Finish().ok());
+  EXPECT_EQ(nlohmann::json::parse(engine_->last_chat_body())["model"], "served/id");
+}
+
+TEST_F(UpstreamFaultsTest, AnAnswerTheEngineAbortedIsNotWhole) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkerFor("vllm"));
+  ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", true).ok());
+  engine_->SetStream(
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}\n\n"
+      "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"abort\"}]}\n\n"
+      "data: [DONE]\n\n");
+  Call c = Generate();
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(c.status.error_message(), HasSubstr("abort"));
+}
+
 TEST_F(UpstreamFaultsTest, AWrongServedModelStopsTheWorkerNamingBoth) {
   engine_->SetModel("someone/else");
   auto [code, output] =

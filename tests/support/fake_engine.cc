@@ -56,6 +56,10 @@ FakeEngine::~FakeEngine() {
   server_.reset();
 }
 
+void FakeEngine::RequireKey(const std::string& key) {
+  absl::MutexLock l(&mu_);
+  key_ = key;
+}
 void FakeEngine::SetModel(const std::string& id) {
   absl::MutexLock l(&mu_);
   model_ = id;
@@ -79,6 +83,13 @@ std::string FakeEngine::last_chat_body() const {
 
 void FakeEngine::Handle(std::shared_ptr<HttpExchange> ex) {
   const std::string& target = ex->request().target;
+  {
+    absl::MutexLock l(&mu_);
+    if (!key_.empty() && ex->request().Header("authorization") != "Bearer " + key_) {
+      ex->Respond(Json(401, "{\"error\":{\"message\":\"invalid api key\"}}"));
+      return;
+    }
+  }
   if (target == "/health") {
     const int s = health_.load();
     ex->Respond(Json(s, s == 200 ? "{\"status\":\"ok\"}" : "{\"error\":\"Loading model\"}"));

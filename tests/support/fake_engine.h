@@ -35,6 +35,8 @@ class FakeEngine {
   const std::string& address() const { return server_->Address(); }
 
   void SetHealth(int status) { health_.store(status); }
+  // Every endpoint then answers 401 unless the request carries "Authorization: Bearer KEY".
+  void RequireKey(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   void SetModel(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
   // The /metrics body; an empty one answers 500.
   void SetMetrics(const std::string& text) ABSL_LOCKS_EXCLUDED(mu_);
@@ -61,6 +63,7 @@ class FakeEngine {
   std::atomic<int> chat_requests_{0};
   mutable absl::Mutex mu_;
   std::string model_ ABSL_GUARDED_BY(mu_) = "fake/model";
+  std::string key_ ABSL_GUARDED_BY(mu_);
   std::string metrics_ ABSL_GUARDED_BY(mu_);
   std::string stream_ ABSL_GUARDED_BY(mu_);
   absl::Duration event_delay_ ABSL_GUARDED_BY(mu_);

@@ -15,7 +15,6 @@
 namespace tandem::bench {
 namespace {
 
-
 // Reads the event stream line by line as it arrives.
 struct Stream {
   std::string line;
@@ -39,10 +38,14 @@ struct Stream {
       return;
     }
     if (j.contains("error")) error = j["error"].dump();
-    if (j.contains("usage") && j["usage"].is_object()) {
-      usage_tokens = j["usage"].value("completion_tokens", usage_tokens);
+    if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("completion_tokens") &&
+        j["usage"]["completion_tokens"].is_number_integer()) {
+      usage_tokens = j["usage"]["completion_tokens"].get<int>();
     }
-    if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
+    if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty() ||
+        !j["choices"][0].is_object() || !j["choices"][0].contains("delta")) {
+      return;
+    }
     const nlohmann::json& delta = j["choices"][0]["delta"];
     bool text = false;
     for (const char* f : {"content", "reasoning_content", "reasoning"}) {

@@ -14,10 +14,12 @@ absl::string_view StringField(const json& j, const char* key) {
   return it->get_ref<const std::string&>();
 }
 
-tandem::v1::FinishReason Reason(absl::string_view r) {
-  if (r == "length") return tandem::v1::FINISH_REASON_LENGTH;
-  // Tool calls are written into the text; the gateway's parser reports TOOL_CALLS from them.
-  return tandem::v1::FINISH_REASON_STOP;
+// An integer field, or `fallback` when absent or not an integer (never throws: engine data).
+int32_t IntField(const json& j, const char* key, int32_t fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return fallback;
+  const int64_t v = it->get<int64_t>();
+  return v < 0 || v > INT32_MAX ? fallback : static_cast<int32_t>(v);
 }
 
 // A parameter value as the models write it: strings bare, anything else as JSON.
@@ -109,7 +111,7 @@ absl::Status ChatStreamDecoder::Choice(const void* choice_json, Piece* out) {
     if (auto tc = delta.find("tool_calls"); tc != delta.end() && tc->is_array()) {
       for (const json& c : *tc) {
         if (!c.is_object()) continue;
-        const int index = c.value("index", static_cast<int>(calls_.size()));
+        const int index = IntField(c, "index", static_cast<int32_t>(calls_.size()));
         PendingCall& call = calls_[index];
         if (auto fn = c.find("function"); fn != c.end() && fn->is_object()) {
           {
@@ -129,8 +131,13 @@ absl::Status ChatStreamDecoder::Choice(const void* choice_json, Piece* out) {
     ++counted_tokens_;
   }
   if (auto fr = choice.find("finish_reason"); fr != choice.end() && fr->is_string()) {
+    const std::string& r = fr->get_ref<const std::string&>();
     saw_finish_ = true;
-    finish_reason_ = Reason(fr->get_ref<const std::string&>());
+    // Tool calls are written into the text; the gateway's parser reports TOOL_CALLS from them.
+    // An answer the engine gave up on (vLLM's and SGLang's "abort", vLLM's "error") is not whole.
+    finish_reason_ =
+        r == "length" ? tandem::v1::FINISH_REASON_LENGTH : tandem::v1::FINISH_REASON_STOP;
+    if (r == "abort" || r == "error") aborted_ = r;
   }
   return absl::OkStatus();
 }
@@ -150,8 +157,8 @@ absl::Status ChatStreamDecoder::Feed(absl::string_view data, Piece* out) {
     return absl::InternalError(absl::StrCat("engine error: ", message.substr(0, 256)));
   }
   if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-    prompt_tokens_ = u->value("prompt_tokens", prompt_tokens_);
-    usage_completion_tokens_ = u->value("completion_tokens", usage_completion_tokens_);
+    prompt_tokens_ = IntField(*u, "prompt_tokens", prompt_tokens_);
+    usage_completion_tokens_ = IntField(*u, "completion_tokens", usage_completion_tokens_);
   }
   auto choices = j.find("choices");
   if (choices == j.end() || !choices->is_array()) {
@@ -168,6 +175,10 @@ absl::Status ChatStreamDecoder::Feed(absl::string_view data, Piece* out) {
 absl::Status ChatStreamDecoder::Finish(Piece* out) {
   if (!saw_finish_) {
     return absl::InternalError("engine stream ended before its finish reason (cut short)");
+  }
+  if (!aborted_.empty()) {
+    return absl::InternalError(
+        absl::StrCat("the engine ended the answer with finish_reason '", aborted_, "'"));
   }
   WriteCalls(out);
   done_ = true;

@@ -35,7 +35,8 @@ class ChatStreamDecoder {
   // chunk or an error object the engine sent (with its message).
   absl::Status Feed(absl::string_view data, Piece* out);
   // The stream ended (after [DONE], or the connection closed): what is left to write. An
-  // answer without a finish reason was cut short: INTERNAL.
+  // answer without a finish reason was cut short, and one the engine aborted ("abort",
+  // "error") is not whole: INTERNAL.
   absl::Status Finish(Piece* out);
 
   bool done() const { return done_; }
@@ -66,6 +67,7 @@ class ChatStreamDecoder {
   std::map<int, PendingCall> calls_;
   bool done_ = false;
   bool saw_finish_ = false;
+  std::string aborted_;  // the finish reason of an answer the engine gave up on
   tandem::v1::FinishReason finish_reason_ = tandem::v1::FINISH_REASON_UNSPECIFIED;
   int32_t prompt_tokens_ = 0;
   int32_t usage_completion_tokens_ = 0;

@@ -76,6 +76,9 @@ void EngineProcess::Supervise() {
     pid_.store(0);
     absl::MutexLock l(&mu_);
     if (stopping_) return;
+    // What the engine started (vLLM's engine core, tensor-parallel ranks) may outlive it and
+    // hold the GPU and the port: its whole process group goes before the restart.
+    if (pid > 0) kill(-pid, SIGKILL);
     // An engine that ran for a while before dying starts over at the shortest backoff.
     if (absl::Now() - started > options_.max_backoff) backoff = options_.min_backoff;
     spdlog::warn("the engine (pid {}) {} {}; restarting in {}", pid,
@@ -97,13 +100,15 @@ void EngineProcess::Stop() {
   }
   const pid_t pid = pid_.load();
   if (pid > 0) {
+    // The whole group: the engine and whatever it started. Polled until no member is left (the
+    // leader is reaped by Supervise).
     kill(-pid, SIGTERM);
     const absl::Time deadline = absl::Now() + options_.stop_timeout;
-    while (pid_.load() == pid && kill(pid, 0) == 0 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(20));  // polling the child's exit, reaped by Supervise
+    while (kill(-pid, 0) == 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));  // polling the group's exit
     }
-    if (pid_.load() == pid) {
-      spdlog::warn("the engine (pid {}) did not stop within {}; SIGKILL", pid,
+    if (kill(-pid, 0) == 0) {
+      spdlog::warn("the engine (process group {}) did not stop within {}; SIGKILL", pid,
                    absl::FormatDuration(options_.stop_timeout));
       kill(-pid, SIGKILL);
     }

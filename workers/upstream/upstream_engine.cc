@@ -240,6 +240,16 @@ void UpstreamEngine::DispatchLoop() {
 
 void UpstreamEngine::Run(Job& job, StreamingPost& post) {
   const auto dispatched = std::chrono::steady_clock::now();
+  // Ended while it waited here: the engine never hears of it.
+  if (job.cancellation->IsCancelled() || dispatched >= job.deadline) {
+    const bool expired = job.cancellation->IsExpired() || dispatched >= job.deadline;
+    (expired ? metrics_->finished_deadline : metrics_->finished_cancelled).Increment();
+    job.sink->OnFinished(expired ? absl::DeadlineExceededError(
+                                       "the deadline passed while the request waited in the worker")
+                                 : absl::CancelledError("cancelled while waiting in the worker"),
+                         tandem::v1::FINISH_REASON_CANCELLED, 0);
+    return;
+  }
   const double queue_seconds = Seconds(dispatched - job.arrival);
   metrics_->queue_time.Observe(queue_seconds);
   SseParser sse(options_.max_event_bytes);
@@ -315,7 +325,7 @@ void UpstreamEngine::Run(Job& job, StreamingPost& post) {
 }
 
 absl::Status UpstreamEngine::CheckServedModel() {
-  CurlHttpClient http(options_.tls);
+  CurlHttpClient http(options_.tls, "", AuthHeaders());
   absl::StatusOr<std::string> body =
       http.Get(options_.url + options_.profile.models_path, options_.health_timeout);
   if (!body.ok()) return body.status();
@@ -346,14 +356,22 @@ absl::Status UpstreamEngine::CheckServedModel() {
         absl::StrCat("--upstream_model is '", options_.served_model, "' but the engine at ",
                      options_.url, " serves ", absl::StrJoin(ids, ", ")));
   }
+  absl::MutexLock l(&mu_);
+  served_model_ = options_.served_model;
   return absl::OkStatus();
+}
+
+std::vector<std::string> UpstreamEngine::AuthHeaders() const {
+  if (options_.api_key.empty()) return {};
+  return {absl::StrCat("Authorization: Bearer ", options_.api_key)};
 }
 
 void UpstreamEngine::HealthLoop(std::function<void(Health)> on_health,
                                 std::function<void(std::string)> on_fatal) {
-  CurlHttpClient http(options_.tls);
+  CurlHttpClient http(options_.tls, "", AuthHeaders());
   const std::string url = options_.url + options_.profile.health_path;
   bool ever_ready = false;
+  std::string last_model_check;
   int good = 0;
   int bad = 0;
   do {
@@ -369,7 +387,13 @@ void UpstreamEngine::HealthLoop(std::function<void(Health)> on_health,
               on_fatal(std::string(s.message()));
               return;
             }
-            continue;  // /v1/models not answering yet: still starting
+            // The models list not answering yet: still starting (said once per reason).
+            if (s.message() != last_model_check) {
+              last_model_check = std::string(s.message());
+              spdlog::warn("engine at {}: its models list does not answer yet: {}", options_.url,
+                           last_model_check);
+            }
+            continue;
           }
         }
         ever_ready = true;
@@ -399,7 +423,7 @@ void UpstreamEngine::PublishLoad(double engine_waiting, double engine_running) c
 }
 
 void UpstreamEngine::MetricsLoop() {
-  CurlHttpClient http(options_.tls);
+  CurlHttpClient http(options_.tls, "", AuthHeaders());
   const std::string url = options_.url + options_.profile.metrics_path;
   auto last_good = std::chrono::steady_clock::time_point();
   const auto stale_after = absl::ToChronoNanoseconds(options_.metrics_stale);

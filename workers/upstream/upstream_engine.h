@@ -115,6 +115,8 @@ class UpstreamEngine {
   void Run(Job& job, class StreamingPost& post);
   void HealthLoop(std::function<void(Health)> on_health, std::function<void(std::string)> on_fatal);
   absl::Status CheckServedModel();
+  // The engine's API key for the health, models and metrics GETs ("Authorization: Bearer").
+  std::vector<std::string> AuthHeaders() const;
   void MetricsLoop();
   void PublishLoad(double engine_waiting, double engine_running) const;
   bool Sleep(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);

@@ -104,6 +104,17 @@ TEST(ChatStreamDecoderTest, ContentWithoutReasoningClosesTheThinkBlockFirst) {
   EXPECT_EQ(Decode("vllm", sse, /*thinking=*/false).text, "plain");
 }
 
+TEST(ChatStreamDecoderTest, FieldsOfTheWrongTypeAreIgnoredNotFatal) {
+  const std::string sse =
+      "data: {\"choices\":[{\"index\":\"zero\",\"delta\":{\"content\":\"a\",\"tool_calls\":"
+      "[{\"index\":null,\"function\":{\"name\":7}}]},\"finish_reason\":\"stop\"}],"
+      "\"usage\":{\"prompt_tokens\":null,\"completion_tokens\":\"many\"}}\n\ndata: [DONE]\n\n";
+  Decoded d = Decode("vllm", sse, /*thinking=*/false);
+  ASSERT_TRUE(d.status.ok()) << d.status;
+  EXPECT_EQ(d.prompt_tokens, 0);
+  EXPECT_EQ(d.completion_tokens, 1);
+}
+
 TEST(ChatStreamDecoderTest, LiesAndCutsAreErrors) {
   // Garbage, an error object, a stream that ends before its finish reason.
   EXPECT_EQ(Decode("vllm", "data: not json\n\n", true).status.code(), absl::StatusCode::kInternal);
