@@ -55,6 +55,7 @@ cmake -S "$SOURCE_LINK" -B "$OBJ" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS="-ffunction-sections -fdata-sections" \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,--gc-sections" \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_SKIP_BUILD_RPATH=ON \
+  -DTANDEM_UPSTREAM_ENGINE=OFF \
   "-DCMAKE_CXX_LINKER_LAUNCHER=python3;$ROOT/scripts/gpu_kit/static_link.py;--shims=$OBJ/libtandem_kit_shims.a" \
   >"$OBJ/configure.log"
 # Not shipped: the CPU reference tool, and three suites that check the kit's two stand-ins (the

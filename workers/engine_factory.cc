@@ -10,6 +10,9 @@
 #include "workers/model/architecture.h"
 #include "workers/simulator/synthetic_engine.h"
 #include "workers/simulator/synthetic_profile.h"
+#ifdef TANDEM_HAVE_UPSTREAM_ENGINE
+#include "workers/upstream/upstream_engine.h"
+#endif
 #ifdef TANDEM_HAVE_CUDA_ENGINE
 #include "workers/cuda/cuda_engine.h"
 #endif
@@ -115,6 +118,7 @@ absl::StatusOr<LoadedEngine> MakeUpstreamEngine(const WorkerConfig& config) {
   info.vision = config.upstream.vision;
   if (config.max_output_tokens > 0) info.max_output_tokens = config.max_output_tokens;
   if (config.max_context_tokens > 0) info.max_context_tokens = config.max_context_tokens;
+#ifdef TANDEM_HAVE_UPSTREAM_ENGINE
   absl::StatusOr<std::unique_ptr<upstream::UpstreamEngine>> engine =
       upstream::UpstreamEngine::Create(config.upstream, std::move(info));
   if (!engine.ok()) return engine.status();
@@ -122,6 +126,11 @@ absl::StatusOr<LoadedEngine> MakeUpstreamEngine(const WorkerConfig& config) {
   loaded.upstream = *std::move(engine);
   loaded.weights = "upstream";
   return loaded;
+#else
+  return absl::FailedPreconditionError(
+      "--engine=upstream: this build has no upstream engine (built with "
+      "-DTANDEM_UPSTREAM_ENGINE=OFF, as the GPU kit is)");
+#endif
 }
 
 }  // namespace

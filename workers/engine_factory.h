@@ -6,7 +6,7 @@
 #include "absl/status/statusor.h"
 #include "workers/device.h"
 #include "workers/engine.h"
-#include "workers/upstream/upstream_engine.h"
+#include "workers/remote_engine.h"
 #include "workers/worker_config.h"
 
 namespace tandem::workers {
@@ -18,7 +18,7 @@ struct LoadedEngine {
   // "random" (generated, or written by tandem-make-checkpoint), "none" (the simulator) or
   // "upstream" (the engine server's own).
   std::string weights;
-  std::unique_ptr<upstream::UpstreamEngine> upstream;
+  std::unique_ptr<RemoteEngine> upstream;
 };
 
 // The engine `config` asks for on `device`: the native engine on the CPU or, in a build with the

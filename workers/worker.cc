@@ -61,9 +61,9 @@ void Worker::SetServing(bool serving) {
 void Worker::ServeUpstream() {
   engine_.upstream->Start(
       metrics_.get(),
-      [this](upstream::UpstreamEngine::Health h) {
+      [this](bool ready) {
         absl::MutexLock l(&serving_mu_);
-        if (!draining_) SetServing(h == upstream::UpstreamEngine::Health::kReady);
+        if (!draining_) SetServing(ready);
       },
       [this](std::string message) {
         // A start-up error found once the engine answered: the process stops as on SIGTERM

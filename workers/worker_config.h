@@ -14,7 +14,7 @@
 #include "workers/image_pool.h"
 #include "workers/scheduler.h"
 #include "workers/simulator/synthetic_engine.h"
-#include "workers/upstream/upstream_engine.h"
+#include "workers/upstream/upstream_options.h"
 #include "workers/weights_source.h"
 
 namespace tandem::workers {

@@ -33,8 +33,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   // `state` is the worker's: only READY workers accept work.
   // `engine` and `scheduler` are null for a worker in front of an engine server (`upstream`).
   GenerateCall(const EngineInfo& engine_info, const Engine* engine, Scheduler* scheduler,
-               upstream::UpstreamEngine* upstream, WorkerMetrics* metrics,
-               const RequestLimits& limits, LogRateLimiter* rejected_log, ImagePool* image_pool,
+               RemoteEngine* upstream, WorkerMetrics* metrics, const RequestLimits& limits,
+               LogRateLimiter* rejected_log, ImagePool* image_pool,
                tandem::v1::WorkerInfo::State state, grpc::CallbackServerContext* context,
                const tandem::v1::WorkerGenerateRequest* request)
       : bridge_(std::make_shared<Bridge>(this)),
@@ -384,7 +384,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<WorkerGenerateChunk> 
   const EngineInfo& info_;
   const Engine* const engine_;
   Scheduler* const scheduler_;
-  upstream::UpstreamEngine* const upstream_;
+  RemoteEngine* const upstream_;
   WorkerMetrics* const metrics_;
   const RequestLimits* const limits_;
   // gRPC keeps the request until OnDone, which comes only after Finish.
@@ -414,7 +414,7 @@ WorkerService::WorkerService(const Engine* engine, Scheduler* scheduler, WorkerM
   RefreshDevice();
 }
 
-WorkerService::WorkerService(upstream::UpstreamEngine* upstream, WorkerMetrics* metrics,
+WorkerService::WorkerService(RemoteEngine* upstream, WorkerMetrics* metrics,
                              DeviceDescription device, RequestLimits limits)
     : engine_(nullptr),
       scheduler_(nullptr),
@@ -457,8 +457,8 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* co
   if (upstream_ != nullptr) {
     load->set_running(upstream_->in_flight());
     load->set_waiting(upstream_->queued());
-    load->set_max_batch_size(upstream_->options().max_in_flight);
-    load->set_max_queue(upstream_->options().max_queue);
+    load->set_max_batch_size(upstream_->max_in_flight());
+    load->set_max_queue(upstream_->max_queue());
   } else {
     load->set_running(scheduler_->running());
     load->set_waiting(scheduler_->waiting());

@@ -11,8 +11,8 @@
 #include "workers/device.h"
 #include "workers/engine.h"
 #include "workers/image_pool.h"
+#include "workers/remote_engine.h"
 #include "workers/scheduler.h"
-#include "workers/upstream/upstream_engine.h"
 #include "workers/worker_metrics.h"
 
 namespace tandem::workers {
@@ -29,8 +29,8 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
                 ImagePool::Options image_pool = ImagePool::Options());
   // A worker in front of an engine server (--engine=upstream): requests are validated here and
   // relayed by `upstream`, which also reports the load.
-  WorkerService(upstream::UpstreamEngine* upstream, WorkerMetrics* metrics,
-                DeviceDescription device, RequestLimits limits);
+  WorkerService(RemoteEngine* upstream, WorkerMetrics* metrics, DeviceDescription device,
+                RequestLimits limits);
 
   grpc::ServerWriteReactor<tandem::v1::WorkerGenerateChunk>* Generate(
       grpc::CallbackServerContext* context,
@@ -54,7 +54,7 @@ class WorkerService final : public tandem::v1::Worker::CallbackService {
   // Either engine_ and scheduler_ (a native engine or the simulator), or upstream_.
   const Engine* const engine_;
   Scheduler* const scheduler_;
-  upstream::UpstreamEngine* const upstream_ = nullptr;
+  RemoteEngine* const upstream_ = nullptr;
   const EngineInfo& info_;
   WorkerMetrics* const metrics_;
   const RequestLimits limits_;

@@ -56,36 +56,6 @@ tandem::v1::FinishReason ErrorReason(const absl::Status& s) {
 
 }  // namespace
 
-absl::Status ValidateUpstreamOptions(const UpstreamOptions& options) {
-  if (options.url.rfind("http://", 0) != 0 && options.url.rfind("https://", 0) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--upstream_url must be http(s)://HOST:PORT, got '", options.url, "'"));
-  }
-  if (options.max_in_flight < 1 || options.max_in_flight > 4096) {
-    return absl::InvalidArgumentError("--upstream_max_in_flight must be in [1, 4096]");
-  }
-  if (options.max_queue < 0) return absl::InvalidArgumentError("--max_queue must be >= 0");
-  if (options.metrics_interval < absl::Milliseconds(50)) {
-    return absl::InvalidArgumentError("--upstream_metrics_interval must be at least 50ms");
-  }
-  if (options.health_interval <= absl::ZeroDuration() ||
-      options.health_timeout <= absl::ZeroDuration() ||
-      options.connect_timeout <= absl::ZeroDuration() || options.idle_timeout < absl::Seconds(1) ||
-      options.metrics_stale <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "--upstream_health_interval, _health_timeout, _connect_timeout and _metrics_stale must "
-        "be > 0, --upstream_idle_timeout at least 1s");
-  }
-  if (options.stop_timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--upstream_stop_timeout must be >= 0");
-  }
-  if (options.health_failures < 1 || options.health_successes < 1) {
-    return absl::InvalidArgumentError(
-        "--upstream_health_failures and --upstream_health_successes must be at least 1");
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<UpstreamEngine>> UpstreamEngine::Create(UpstreamOptions options,
                                                                        EngineInfo info) {
   if (absl::Status s = ValidateUpstreamOptions(options); !s.ok()) return s;
@@ -98,7 +68,7 @@ UpstreamEngine::UpstreamEngine(UpstreamOptions options, EngineInfo info)
 
 UpstreamEngine::~UpstreamEngine() { Stop(); }
 
-void UpstreamEngine::Start(WorkerMetrics* metrics, std::function<void(Health)> on_health,
+void UpstreamEngine::Start(WorkerMetrics* metrics, std::function<void(bool)> on_ready,
                            std::function<void(std::string)> on_fatal) {
   metrics_ = metrics;
   if (!options_.command.empty()) {
@@ -109,8 +79,8 @@ void UpstreamEngine::Start(WorkerMetrics* metrics, std::function<void(Health)> o
   }
   for (int i = 0; i < options_.max_in_flight; ++i)
     threads_.emplace_back([this] { DispatchLoop(); });
-  threads_.emplace_back([this, on_health = std::move(on_health), on_fatal = std::move(on_fatal)] {
-    HealthLoop(on_health, on_fatal);
+  threads_.emplace_back([this, on_ready = std::move(on_ready), on_fatal = std::move(on_fatal)] {
+    HealthLoop(on_ready, on_fatal);
   });
   if (!options_.profile.metrics_path.empty()) threads_.emplace_back([this] { MetricsLoop(); });
 }
@@ -366,7 +336,7 @@ std::vector<std::string> UpstreamEngine::AuthHeaders() const {
   return {absl::StrCat("Authorization: Bearer ", options_.api_key)};
 }
 
-void UpstreamEngine::HealthLoop(std::function<void(Health)> on_health,
+void UpstreamEngine::HealthLoop(std::function<void(bool)> on_ready,
                                 std::function<void(std::string)> on_fatal) {
   CurlHttpClient http(options_.tls, "", AuthHeaders());
   const std::string url = options_.url + options_.profile.health_path;
@@ -411,7 +381,7 @@ void UpstreamEngine::HealthLoop(std::function<void(Health)> on_health,
                    : now == Health::kDead ? "dead"
                                           : "starting",
                    r.ok() ? std::string("health check passed") : std::string(r.status().message()));
-      on_health(now);
+      on_ready(now == Health::kReady);
     }
   } while (Sleep(options_.health_interval));
 }
