@@ -93,6 +93,9 @@ absl::Status ValidateRequests(const IntakeOptions& i, const GatewayServiceOption
   if (s.worker_deadline_offset < absl::ZeroDuration()) {
     return Invalid("--worker_deadline_offset must be >= 0");
   }
+  if (s.deadline_cancel_window < absl::ZeroDuration()) {
+    return Invalid("--deadline_cancel_window must be >= 0");
+  }
   if (s.default_deadline <= absl::ZeroDuration()) return Invalid("--default_deadline must be > 0");
   if (s.max_attempts < 1) return Invalid("--max_attempts must be >= 1");
   if (!(s.retry_budget_ratio >= 0 && s.retry_budget_ratio <= 1) || s.retry_budget_min < 0) {

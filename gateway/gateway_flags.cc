@@ -161,6 +161,10 @@ ABSL_FLAG(absl::Duration, worker_deadline_offset, absl::Milliseconds(20),
           "Workers are told to stop this long before a request's deadline, so that their end of "
           "stream (usage, finish reason) reaches the caller before the deadline passes there; "
           "more than the gateway-to-caller latency.");
+ABSL_FLAG(absl::Duration, deadline_cancel_window, absl::Milliseconds(100),
+          "A caller's cancel that reaches the gateway within this long of the caller's deadline "
+          "is counted (metrics, logs) as DEADLINE_EXCEEDED, as the caller saw it: more than the "
+          "caller-to-gateway latency when the call starts.");
 ABSL_FLAG(int32_t, max_attempts, 3,
           "Attempts per request, the first included (retries, mid-stream failovers, hedges).");
 ABSL_FLAG(double, retry_budget_ratio, 0.2,
@@ -303,6 +307,7 @@ absl::Status ReadRequests(GatewayConfig& c) {
   GatewayServiceOptions& s = c.service;
   s.default_deadline = absl::GetFlag(FLAGS_default_deadline);
   s.worker_deadline_offset = absl::GetFlag(FLAGS_worker_deadline_offset);
+  s.deadline_cancel_window = absl::GetFlag(FLAGS_deadline_cancel_window);
   s.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   s.retry_budget_ratio = absl::GetFlag(FLAGS_retry_budget_ratio);
   s.retry_budget_min = absl::GetFlag(FLAGS_retry_budget_min);

@@ -38,6 +38,10 @@ struct GatewayServiceOptions {
   // Workers are told to stop this much before the request's deadline (kWorkerTimeoutHeader), so
   // that their end of stream reaches the caller before its deadline passes.
   absl::Duration worker_deadline_offset = absl::Milliseconds(20);
+  // A cancel this close to the caller's deadline is counted as DEADLINE_EXCEEDED, what the caller
+  // saw: its own timer fires first, and its cancel can reach the gateway before the gateway's
+  // timer (set when the call arrived, later than the caller set it) fires.
+  absl::Duration deadline_cancel_window = absl::Milliseconds(100);
   // Attempts per request, the first included: retries before anything streamed, mid-stream
   // failovers and hedges each take one.
   int max_attempts = 3;

@@ -730,11 +730,13 @@ void GenerationCall::Unref() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
-// The caller's own timer fires first, and its cancel can arrive just before ours: within 100 ms
-// of the deadline a cancel is the deadline (as the worker decides).
+// The caller's own timer fires first, and its cancel can arrive just before ours: within
+// --deadline_cancel_window of the deadline a cancel is the deadline (as the worker decides).
 grpc::Status GenerationCall::AsCallerSawIt(const grpc::Status& status) const {
   if (status.error_code() == grpc::StatusCode::CANCELLED &&
-      std::chrono::system_clock::now() + std::chrono::milliseconds(100) >= context_->deadline()) {
+      std::chrono::system_clock::now() +
+              absl::ToChronoMicroseconds(service_->options().deadline_cancel_window) >=
+          context_->deadline()) {
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                         "the caller's deadline passed (" + status.error_message() + ")");
   }

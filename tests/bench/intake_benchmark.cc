@@ -19,6 +19,7 @@
 #include "router/builtin_router.h"
 #include "router/policy_router.h"
 #include "router/request_features.h"
+#include "tests/support/test_paths.h"
 #include "workers/stop_matcher.h"
 
 namespace {
@@ -102,8 +103,8 @@ BENCHMARK(BM_RouteOnly);
 // included.
 void BM_DefaultPolicyRoute(benchmark::State& state) {
   std::vector<tandem::policies::PolicyError> errors;
-  auto policy =
-      tandem::policies::LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  auto policy = tandem::policies::LoadPolicyFile(
+      tandem::testing::SourcePath("/policies/default.yaml"), &errors);
   if (!policy.ok()) {
     state.SkipWithError("cannot load policies/default.yaml");
     return;
@@ -120,8 +121,8 @@ BENCHMARK(BM_DefaultPolicyRoute)->Arg(0)->Arg(2);
 // p99 <= 100 us).
 void BM_LearnedClassifier(benchmark::State& state) {
   std::vector<tandem::policies::PolicyError> errors;
-  auto policy =
-      tandem::policies::LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  auto policy = tandem::policies::LoadPolicyFile(
+      tandem::testing::SourcePath("/policies/default.yaml"), &errors);
   if (!policy.ok() || (*policy)->classifier == nullptr) {
     state.SkipWithError("cannot load the default policy's classifier");
     return;
@@ -136,8 +137,8 @@ BENCHMARK(BM_LearnedClassifier)->Arg(64)->Arg(512)->Arg(4096);
 // (validation excluded), transparent rules, learned tier, rules and the explanation.
 void BM_FullDecision4KB(benchmark::State& state) {
   std::vector<tandem::policies::PolicyError> errors;
-  auto policy =
-      tandem::policies::LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  auto policy = tandem::policies::LoadPolicyFile(
+      tandem::testing::SourcePath("/policies/default.yaml"), &errors);
   if (!policy.ok()) {
     state.SkipWithError("cannot load policies/default.yaml");
     return;
@@ -158,7 +159,7 @@ BENCHMARK(BM_FullDecision4KB)->Arg(0)->Arg(1);
 template <bool kExact>
 void BM_PromptSize(benchmark::State& state) {
   static auto counter = tandem::gateway::PromptTokenCounter::Load(
-      TANDEM_SOURCE_DIR "/tests/tokenizer/qwen3/tokenizer.json", 0.5);
+      tandem::testing::SourcePath("/tests/tokenizer/qwen3/tokenizer.json"), 0.5);
   if (!counter.ok()) {
     state.SkipWithError("cannot load tests/tokenizer/qwen3/tokenizer.json");
     return;
@@ -189,8 +190,8 @@ double Percentile(const std::vector<double>& v, double q) {
 template <bool kLearned>
 void BM_DecisionLatency(benchmark::State& state) {
   std::vector<tandem::policies::PolicyError> errors;
-  static auto policy =
-      tandem::policies::LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  static auto policy = tandem::policies::LoadPolicyFile(
+      tandem::testing::SourcePath("/policies/default.yaml"), &errors);
   if (!policy.ok()) {
     state.SkipWithError("cannot load policies/default.yaml");
     return;

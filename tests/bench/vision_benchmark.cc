@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "tests/support/golden_files.h"
+#include "tests/support/test_paths.h"
 #include "workers/vision/image_decoder.h"
 #include "workers/vision/image_preprocessor.h"
 
@@ -33,8 +34,8 @@ RgbImage Photo() {
 }
 
 void BM_DecodePng352x192(benchmark::State& state) {
-  const std::string png =
-      testing::ReadFileText(TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png");
+  const std::string png = testing::ReadFileText(
+      tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png"));
   for (auto _ : state) {
     auto rgb = DecodeImage(png, "image/png", ImageDecodeLimits{});
     benchmark::DoNotOptimize(rgb);
@@ -44,7 +45,7 @@ BENCHMARK(BM_DecodePng352x192)->Unit(benchmark::kMicrosecond);
 
 void BM_DecodeJpeg96x64(benchmark::State& state) {
   const std::string jpeg =
-      testing::ReadFileText(TANDEM_SOURCE_DIR "/tests/images/checker_96x64.jpg");
+      testing::ReadFileText(tandem::testing::SourcePath("/tests/images/checker_96x64.jpg"));
   for (auto _ : state) {
     auto rgb = DecodeImage(jpeg, "image/jpeg", ImageDecodeLimits{});
     benchmark::DoNotOptimize(rgb);

@@ -16,6 +16,7 @@
 #include "tests/support/fake_worker_client.h"
 #include "tests/support/golden_files.h"
 #include "tests/support/requests.h"
+#include "tests/support/test_paths.h"
 #include "workers/vision/image_decoder.h"
 
 namespace tandem::gateway {
@@ -269,8 +270,8 @@ tandem::v1::GenerateRequest WithImage(std::string data) {
 // An image costs the vision model its grid's tokens: routing thresholds, --max_prompt_tokens and
 // tenants' token buckets see them in prompt_tokens.
 TEST_F(IntakeTest, AnImageAddsItsGridsTokensToThePrompt) {
-  const std::string png =
-      testing::ReadFileText(TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png");
+  const std::string png = testing::ReadFileText(
+      tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png"));
   ASSERT_FALSE(png.empty());
   if (workers::vision::ProbeImageSize(png, "image/png").status().code() ==
       absl::StatusCode::kUnimplemented) {

@@ -10,13 +10,14 @@
 #include "router/request_features.h"
 #include "tests/support/golden_files.h"
 #include "tests/support/requests.h"
+#include "tests/support/test_paths.h"
 #include "workers/vision/image_decoder.h"
 
 namespace tandem::gateway {
 namespace {
 
-constexpr char kTokenizer[] = TANDEM_SOURCE_DIR "/tests/tokenizer/qwen3/tokenizer.json";
-constexpr char kGoldenVl[] = TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl";
+const std::string kTokenizer = tandem::testing::SourcePath("/tests/tokenizer/qwen3/tokenizer.json");
+const std::string kGoldenVl = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl");
 
 // A width x height 8-bit RGB gradient as PNG bytes, written with libpng.
 std::string GradientPng(int width, int height) {

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/test_paths.h"
 #include "workers/model/model_config.h"
 #include "workers/simulator/synthetic_tokenizer.h"
 #include "workers/vision/image_preprocessor.h"
@@ -25,13 +26,13 @@ bool HaveDevice() {
 }
 
 nlohmann::json Cases(const std::string& arch) {
-  return testing::ReadJsonFile(std::string(TANDEM_SOURCE_DIR "/tests/golden/") + arch +
+  return testing::ReadJsonFile(tandem::testing::SourcePath("/tests/golden/") + arch +
                                "/cases.json");
 }
 
 std::unique_ptr<CudaEngine> Engine(const std::string& arch, bool graphs,
                                    std::unique_ptr<Tokenizer> tokenizer = nullptr) {
-  auto ckpt = model::Checkpoint::Open(std::string(TANDEM_SOURCE_DIR "/tests/golden/") + arch);
+  auto ckpt = model::Checkpoint::Open(tandem::testing::SourcePath("/tests/golden/") + arch);
   EXPECT_TRUE(ckpt.ok()) << ckpt.status();
   auto model = LoadCudaModel(**ckpt);
   EXPECT_TRUE(model.ok()) << model.status();
@@ -55,8 +56,8 @@ std::vector<std::shared_ptr<const vision::PreparedImage>> CaseImages(const nlohm
   for (const nlohmann::json& name : c["images"]) {
     const nlohmann::json& im = cases["images"][name.get<std::string>()];
     const std::string file = im.contains("resized_rgb") ? im["resized_rgb"] : im["rgb"];
-    const std::string bytes = testing::ReadFileText(
-        std::string(TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl/") + file);
+    const std::string bytes =
+        testing::ReadFileText(tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl/") + file);
     auto p = std::make_shared<vision::PreparedImage>();
     p->grid_t = im["grid_thw"][0];
     p->grid_h = im["grid_thw"][1];
@@ -196,7 +197,7 @@ TEST(CudaEngineThinkingTest, TheBudgetForcesTheEndOfThinkingOnTheDevicePathToo) 
   }
 }
 
-constexpr char kVisionGolden[] = TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl";
+const std::string kVisionGolden = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl");
 
 // The vision golden's text model, with its encoder unless `with_encoder` is false (a text
 // engine on a multimodal config).

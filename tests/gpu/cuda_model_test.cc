@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
 #include "workers/cuda/cuda_kernels.h"
 #include "workers/model/safetensors.h"
@@ -99,7 +100,7 @@ class CudaModelTest : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
-    const std::string dir = std::string(TANDEM_SOURCE_DIR "/tests/golden/") + GetParam();
+    const std::string dir = tandem::testing::SourcePath("/tests/golden/") + GetParam();
     auto ck = model::Checkpoint::Open(dir);
     ASSERT_TRUE(ck.ok()) << ck.status();
     checkpoint_ = std::move(*ck);

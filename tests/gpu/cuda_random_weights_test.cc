@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/gemm.h"
@@ -231,7 +232,7 @@ TEST(CudaRandomFillTest, FullSizeConfigsLoadWithoutStagingInHostMemory) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   for (const char* model : {"qwen3_5_moe", "nemotron_h"}) {
     SCOPED_TRACE(model);
-    std::ifstream in(std::string(TANDEM_SOURCE_DIR "/workers/model/configs/") + model +
+    std::ifstream in(tandem::testing::SourcePath("/workers/model/configs/") + model +
                      "/config.json");
     std::stringstream text;
     text << in.rdbuf();

@@ -39,6 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/test_paths.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/cuda_qwen35_vision.h"
 #include "workers/model/model_config.h"
@@ -54,7 +55,7 @@ using model::qwen35::VisionConfig;
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
-constexpr char kGolden[] = TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl";
+const std::string kGolden = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl");
 
 // Encoder stages (see the file comment).
 constexpr float kStageMaxAbs = 0.05f;
@@ -565,7 +566,8 @@ TEST_F(CudaVisionModelTest, TextOnlyPromptIsUnchanged) {
 // checks the output is finite.
 TEST(CudaVisionFullSizeTest, EncodesA1024SquareImage) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  const std::string path = TANDEM_SOURCE_DIR "/workers/model/configs/qwen3_5_moe/config.json";
+  const std::string path =
+      tandem::testing::SourcePath("/workers/model/configs/qwen3_5_moe/config.json");
   auto config = model::ParseModelConfigText(testing::ReadFileText(path), path);
   ASSERT_TRUE(config.ok()) << config.status();
   ASSERT_TRUE(config->vision.has_value());

@@ -13,6 +13,7 @@
 #include "policies/tenant_config.h"
 #include "tests/support/pki.h"
 #include "tests/support/stack.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -101,7 +102,7 @@ TEST_F(ClientsTest, Python) {
   // The message classes, generated as the example's instructions say.
   const std::string gen = TempPath("pygen");
   ASSERT_EQ(mkdir(gen.c_str(), 0700), 0);
-  const std::string proto = std::string(TANDEM_SOURCE_DIR) + "/proto";
+  const std::string proto = tandem::testing::SourcePath("/proto");
   std::vector<std::string> protoc_args = {"-I", proto, "--python_out=" + gen};
   for (const char* f : {"chat", "common", "gateway"}) {
     protoc_args.push_back(absl::StrCat(proto, "/tandem/v1/", f, ".proto"));
@@ -109,11 +110,11 @@ TEST_F(ClientsTest, Python) {
   const auto [protoc_code, protoc_out] = RunToExit(TANDEM_PROTOC, protoc_args);
   ASSERT_EQ(protoc_code, 0) << protoc_out;
   ExpectServedAndRefused({"/usr/bin/env", "PYTHONPATH=" + gen, "/usr/bin/python3",
-                          std::string(TANDEM_SOURCE_DIR) + "/examples/python/tandem_client.py"});
+                          tandem::testing::SourcePath("/examples/python/tandem_client.py")});
 }
 
 TEST_F(ClientsTest, Node) {
-  const std::string example = std::string(TANDEM_SOURCE_DIR) + "/examples/node";
+  const std::string example = tandem::testing::SourcePath("/examples/node");
   struct stat st;
   ASSERT_EQ(stat((example + "/node_modules/@grpc/grpc-js").c_str(), &st), 0)
       << "run scripts/setup.sh: it installs the example's npm packages";

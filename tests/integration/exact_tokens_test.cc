@@ -9,6 +9,7 @@
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -49,9 +50,10 @@ TEST(ExactTokensTest, APromptNearAThresholdIsRoutedByItsRealSize) {
                                             "nemotron=" + nemotron->grpc_address};
   auto estimating = StartGateway(workers, {"--policy=" + policy});
   ASSERT_TRUE(estimating.ok()) << estimating.status();
-  auto counting =
-      StartGateway(workers, {"--policy=" + policy, "--tokenizer=" TANDEM_SOURCE_DIR
-                                                   "/tests/tokenizer/qwen3/tokenizer.json"});
+  auto counting = StartGateway(
+      workers,
+      {"--policy=" + policy,
+       "--tokenizer=" + tandem::testing::SourcePath("/tests/tokenizer/qwen3/tokenizer.json")});
   ASSERT_TRUE(counting.ok()) << counting.status();
 
   // Whitespace runs: estimated at ~1200 tokens, far fewer in fact.

@@ -29,6 +29,7 @@
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -99,7 +100,7 @@ std::string GifWithHugeScreen() {
 // A small baseline JPEG (the repository's test image) with its SOF0 size set to 8192x8192,
 // cut to `size` bytes.
 std::string TruncatedJpegClaimingHugeSize(size_t size) {
-  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/tests/images/checker_96x64.jpg",
+  std::ifstream in(tandem::testing::SourcePath("/tests/images/checker_96x64.jpg"),
                    std::ios::binary);
   std::string jpeg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t sof = jpeg.find("\xFF\xC0");
@@ -116,8 +117,8 @@ std::string TruncatedJpegClaimingHugeSize(size_t size) {
 std::string MakeCheckpoint() {
   const std::string dir = TempPath("ckpt-qwen-flood");
   const std::string cmd = absl::StrCat(
-      TANDEM_MAKE_CHECKPOINT_BIN, " --arch=qwen3_5_moe --out=", dir,
-      " --tokenizer=", TANDEM_SOURCE_DIR, "/tests/tokenizer/qwen3/tokenizer.json",
+      tandem::testing::MakeCheckpointBin(), " --arch=qwen3_5_moe --out=", dir,
+      " --tokenizer=", tandem::testing::SourceDir(), "/tests/tokenizer/qwen3/tokenizer.json",
       " --hidden=64 --layers=4 --experts=4 --moe_intermediate=64 --shared_intermediate=64",
       " --heads=2 --kv_heads=1 --head_dim=32 --seed=7 > /dev/null");
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;

@@ -22,6 +22,7 @@
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 #include "tests/support/temp_path.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -302,7 +303,7 @@ TEST(PolicyNestingTest, ADeepPolicyFileIsRefusedSayingHowAndWhere) {
       "deep.yaml",
       absl::StrCat("schema: 1\nrules: ", std::string(5000, '['), std::string(5000, ']'), "\n"));
   const auto [code, output] =
-      RunToExit(TANDEM_GATEWAY_BIN, {"--validate_policy=" + path}, absl::Seconds(20));
+      RunToExit(tandem::testing::GatewayBin(), {"--validate_policy=" + path}, absl::Seconds(20));
   EXPECT_NE(code, 0);
   EXPECT_THAT(output, HasSubstr("deep.yaml:2:"));
   EXPECT_THAT(output, HasSubstr("nested deeper than 64 levels"));

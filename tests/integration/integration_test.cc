@@ -25,6 +25,7 @@
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -512,7 +513,7 @@ CommandResult RunCommand(const std::string& command) {
 
 TEST_F(StackTest, TandemctlServesPeopleAndScripts) {
   const std::string ctl =
-      absl::StrCat(TANDEM_CTL_BIN, " --plaintext --gateway=", gateway_.grpc_address);
+      absl::StrCat(tandem::testing::CtlBin(), " --plaintext --gateway=", gateway_.grpc_address);
   CommandResult gen = RunCommand(ctl + " --max_tokens=4 --objective=latency generate hello there");
   EXPECT_EQ(gen.exit_code, 0) << gen.out;
   EXPECT_THAT(gen.out, HasSubstr("model=nemotron class=latency_critical rule=objective_latency"));
@@ -585,12 +586,13 @@ TEST(WorkerStartupTest, BadDeviceOrModelIsAClearStartupError) {
     std::vector<std::string> args = c.args;
     args.push_back("--plaintext");
     args.push_back("--engine=synthetic");
-    auto [code, log] = RunToExit(TANDEM_WORKER_BIN, args);
+    auto [code, log] = RunToExit(tandem::testing::WorkerBin(), args);
     EXPECT_EQ(code, 2) << log;
     EXPECT_THAT(log, HasSubstr(c.message));
   }
   // No engine by default: a unit file that forgets it must not serve the simulator's filler.
-  auto [code, log] = RunToExit(TANDEM_WORKER_BIN, {"--model=qwen", "--device=cpu", "--plaintext"});
+  auto [code, log] =
+      RunToExit(tandem::testing::WorkerBin(), {"--model=qwen", "--device=cpu", "--plaintext"});
   EXPECT_EQ(code, 2) << log;
   EXPECT_THAT(log, HasSubstr("--engine is required: native"));
 }
@@ -613,7 +615,7 @@ TEST(GatewayStartupTest, OutOfRangeLimitsAreClearStartupErrors) {
   for (const auto& [flag, message] : cases) {
     std::vector<std::string> args = base;
     args.push_back(flag);
-    auto [code, log] = RunToExit(TANDEM_GATEWAY_BIN, args);
+    auto [code, log] = RunToExit(tandem::testing::GatewayBin(), args);
     EXPECT_EQ(code, 2) << flag << "\n" << log;
     EXPECT_THAT(log, HasSubstr(message)) << flag;
   }
@@ -833,8 +835,9 @@ TEST(PolicyFallbackTest, EndpointsCanComeFromThePolicyAlone) {
 TEST(PolicyFallbackTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
   auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
   ASSERT_TRUE(qwen.ok());
-  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=127.0.0.1:1"},
-                              {"--policy=" TANDEM_SOURCE_DIR "/policies/default.yaml"});
+  auto gateway =
+      StartGateway({"qwen=" + qwen->grpc_address, "nemotron=127.0.0.1:1"},
+                   {"--policy=" + tandem::testing::SourcePath("/policies/default.yaml")});
   ASSERT_TRUE(gateway.ok()) << gateway.status();
   ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
   auto stub = GatewayStub(gateway->grpc_address);
@@ -868,13 +871,14 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
   ASSERT_TRUE(nemotron.ok());
   const std::string log = TempPath("decisions.jsonl");
-  std::ifstream src(TANDEM_SOURCE_DIR "/policies/default.yaml");
+  std::ifstream src(tandem::testing::SourcePath("/policies/default.yaml"));
   std::stringstream text;
   text << src.rdbuf();
   // The copy lives elsewhere, so its classifier path must be absolute.
   std::string copy = text.str();
   const std::string rel = "../router/classifier/model.tcls";
-  copy.replace(copy.find(rel), rel.size(), TANDEM_SOURCE_DIR "/router/classifier/model.tcls");
+  copy.replace(copy.find(rel), rel.size(),
+               tandem::testing::SourcePath("/router/classifier/model.tcls"));
   WriteFile(policy_, copy);
   auto gateway =
       StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
@@ -908,10 +912,10 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
 
   // cost-saver sends the two accuracy requests to nemotron; the "hello" stays on nemotron: its
   // `tenant` label buys nothing (cost-saver's premium rule reads the authenticated tenant).
-  const std::string ctl = TANDEM_CTL_BIN;
-  CommandResult replay =
-      RunCommand(absl::StrCat(ctl, " policy replay --log=", log, " --old=", policy_,
-                              " --new=" TANDEM_SOURCE_DIR "/policies/cost-saver.yaml"));
+  const std::string ctl = tandem::testing::CtlBin();
+  CommandResult replay = RunCommand(
+      absl::StrCat(ctl, " policy replay --log=", log, " --old=", policy_,
+                   " --new=" + tandem::testing::SourcePath("/policies/cost-saver.yaml")));
   EXPECT_EQ(replay.exit_code, 0) << replay.out;
   EXPECT_THAT(replay.out, HasSubstr("4 recorded decisions replayed: 2 change (50.0%) from "
                                     "default-4 to cost-saver-1"));

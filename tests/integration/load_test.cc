@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tests/support/stack.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -76,7 +77,8 @@ TEST(LoadTest, SteadyTrafficSurvivesWorkerKillsAndRestartsWithEveryRequestAccoun
     entries.push_back(model + "=" + w->grpc_address);
     workers[name] = std::move(*w);
   }
-  auto gateway = StartGateway(entries, {"--policy=" TANDEM_SOURCE_DIR "/policies/default.yaml"});
+  auto gateway =
+      StartGateway(entries, {"--policy=" + tandem::testing::SourcePath("/policies/default.yaml")});
   ASSERT_TRUE(gateway.ok()) << gateway.status();
   ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
   ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/nemotron", true).ok());

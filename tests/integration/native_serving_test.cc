@@ -17,6 +17,7 @@
 #include "tests/support/golden_files.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -26,8 +27,8 @@ using ::testing::HasSubstr;
 std::string MakeCheckpoint(const std::string& arch) {
   const std::string dir = TempPath("ckpt-" + arch);
   const std::string cmd = absl::StrCat(
-      TANDEM_MAKE_CHECKPOINT_BIN, " --arch=", arch, " --out=", dir,
-      " --tokenizer=", TANDEM_SOURCE_DIR, "/tests/tokenizer/qwen3/tokenizer.json",
+      tandem::testing::MakeCheckpointBin(), " --arch=", arch, " --out=", dir,
+      " --tokenizer=", tandem::testing::SourceDir(), "/tests/tokenizer/qwen3/tokenizer.json",
       " --hidden=64 --layers=4 --experts=4 --moe_intermediate=64 --shared_intermediate=64",
       " --heads=2 --kv_heads=1 --head_dim=32 --seed=7 > /dev/null");
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -136,8 +137,8 @@ tandem::v1::Image* AddImage(tandem::v1::GenerateRequest* req, const std::string&
 // vision tower and answered; the image tokens show in the prompt count.
 TEST_F(NativeServingTest, ImagesAreAnsweredByQwen) {
   const std::string png =
-      std::string(TANDEM_SOURCE_DIR) + "/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png";
-  const std::string jpeg = std::string(TANDEM_SOURCE_DIR) + "/tests/images/checker_96x64.jpg";
+      tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png");
+  const std::string jpeg = tandem::testing::SourcePath("/tests/images/checker_96x64.jpg");
   tandem::v1::GenerateRequest text_only = Prompt("What do these pictures show?", 8);
   tandem::v1::GenerateRequest req = text_only;
   AddImage(&req, png, "image/png");
@@ -187,7 +188,7 @@ std::string WithPngSize(std::string png, uint32_t width, uint32_t height) {
 // Bad images are INVALID_ARGUMENT naming the part; the worker keeps serving.
 TEST_F(NativeServingTest, BadImagesAreInvalidArgumentNamingThePart) {
   const std::string png_path =
-      std::string(TANDEM_SOURCE_DIR) + "/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png";
+      tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl/a_wide_352x192.png");
   const std::string png = ReadFileText(png_path);
   struct Case {
     std::string name;
@@ -334,7 +335,7 @@ TEST(RandomWeightsServingTest, GeneratedWeightsAnswerAsTheWrittenCheckpointAndSa
 
 TEST(RandomWeightsServingTest, FlagsAreCheckedBeforeLoading) {
   const std::string config =
-      std::string(TANDEM_SOURCE_DIR) + "/workers/model/configs/qwen3_5_moe/config.json";
+      tandem::testing::SourcePath("/workers/model/configs/qwen3_5_moe/config.json");
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--engine=native", "--random_weights"}, "--random_weights needs --model_config=PATH"},
       {{"--engine=synthetic", "--random_weights", "--model_config=" + config},
@@ -348,7 +349,7 @@ TEST(RandomWeightsServingTest, FlagsAreCheckedBeforeLoading) {
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> args = {"--model=qwen", "--device=cpu", "--plaintext"};
     args.insert(args.end(), flags.begin(), flags.end());
-    auto [code, log] = RunToExit(TANDEM_WORKER_BIN, args);
+    auto [code, log] = RunToExit(tandem::testing::WorkerBin(), args);
     EXPECT_EQ(code, 2) << log;
     EXPECT_THAT(log, HasSubstr(message));
   }

@@ -17,6 +17,7 @@
 #include "policies/tenant_config.h"
 #include "tests/support/pki.h"
 #include "tests/support/stack.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -25,7 +26,7 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const std::string kNodeModules = std::string(TANDEM_SOURCE_DIR) + "/examples/node/node_modules";
+const std::string kNodeModules = tandem::testing::SourcePath("/examples/node/node_modules");
 
 class OpenAiSdkTest : public ::testing::Test {
  protected:
@@ -87,24 +88,23 @@ TEST_F(OpenAiSdkTest, OfficialSdkSuite) {
       RunWithEnv({"TANDEM_NODE_MODULES=" + kNodeModules, "TANDEM_OPENAI_URL=" + BaseUrl(),
                   "TANDEM_LIMITED_KEY=tiny-secret",
                   "TANDEM_METRICS_URL=http://" + gateway_.metrics_address, "/usr/bin/node",
-                  "--test", std::string(TANDEM_SOURCE_DIR) + "/tests/clients/openai_sdk.test.mjs"});
+                  "--test", tandem::testing::SourcePath("/tests/clients/openai_sdk.test.mjs")});
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("# fail 0")) << out;
 }
 
 TEST_F(OpenAiSdkTest, NodeExample) {
-  const auto [code, out] = RunWithEnv(
-      {"/usr/bin/node", std::string(TANDEM_SOURCE_DIR) + "/examples/node/openai_chat.mjs",
-       BaseUrl(), "Hello there"});
+  const auto [code, out] =
+      RunWithEnv({"/usr/bin/node", tandem::testing::SourcePath("/examples/node/openai_chat.mjs"),
+                  BaseUrl(), "Hello there"});
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, ContainsRegex("^\\[(qwen|nemotron), rule [a-z_-]+\\] [^\n]+")) << out;
   EXPECT_THAT(out, ContainsRegex("\\([0-9]+ tokens\\)\n$")) << out;
 }
 
 TEST_F(OpenAiSdkTest, CurlExample) {
-  const auto [code, out] =
-      RunWithEnv({std::string(TANDEM_SOURCE_DIR) + "/examples/curl/chat_stream.sh", BaseUrl(),
-                  ca_->ca_cert()});
+  const auto [code, out] = RunWithEnv(
+      {tandem::testing::SourcePath("/examples/curl/chat_stream.sh"), BaseUrl(), ca_->ca_cert()});
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, StartsWith("data: {\"id\":\"chatcmpl-")) << out;
   EXPECT_THAT(out, HasSubstr("\"finish_reason\":\"length\"")) << out;
@@ -113,7 +113,7 @@ TEST_F(OpenAiSdkTest, CurlExample) {
 
 // docs/clients.md shows the examples this test runs, verbatim.
 TEST(OpenAiDocsTest, ClientsDocShowsTheExamplesCiRuns) {
-  const std::string root = TANDEM_SOURCE_DIR;
+  const std::string root = tandem::testing::SourceDir();
   auto doc = ReadFileToString(root + "/docs/clients.md");
   ASSERT_TRUE(doc.ok()) << doc.status();
   for (const char* example : {"/examples/node/openai_chat.mjs", "/examples/curl/chat_stream.sh"}) {

@@ -23,6 +23,7 @@
 #include "tests/support/raw_http.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -772,8 +773,12 @@ TEST_F(ResilienceTest, AWonHedgeRaceFreesItsBudgetUnitForTheNextRescue) {
 TEST_F(ResilienceTest, RefusalsAreCountedAsTheCallerSawThem) {
   Server slow = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=200", kLongAnswers}));
   Server nemotron = StartOrDie(StartWorker("nemotron", {"--synthetic_time_scale=0"}));
+  // Under a sanitizer every process runs several times slower, and the call's start can take
+  // longer than the default window to reach the gateway.
+  std::vector<std::string> flags;
+  if (TANDEM_SANITIZED) flags.push_back("--deadline_cancel_window=1s");
   ASSERT_NO_FATAL_FAILURE(
-      StartGatewayWith({"qwen=" + slow.grpc_address, "nemotron=" + nemotron.grpc_address}, {}));
+      StartGatewayWith({"qwen=" + slow.grpc_address, "nemotron=" + nemotron.grpc_address}, flags));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1 && UsableCount("nemotron") == 1; }));
   // The caller's deadline passes mid-answer: it sees DEADLINE_EXCEEDED, and so do the metrics.
   GenerateRequest pinned = Prompt("take your time", 50);
@@ -886,8 +891,8 @@ TEST_F(ResilienceTest, ADnsNameBecomesThePoolsEndpoints) {
   ASSERT_TRUE(stub_->Generate(&ctx, Prompt("hello", 4), &resp).ok());
   EXPECT_EQ(resp.route().worker(), "127.0.0.1:" + port);
   // Operators see the same through tandemctl.
-  FILE* p = popen(absl::StrCat(TANDEM_CTL_BIN, " --plaintext --gateway=", gateway_.grpc_address,
-                               " endpoints 2>&1")
+  FILE* p = popen(absl::StrCat(tandem::testing::CtlBin(),
+                               " --plaintext --gateway=", gateway_.grpc_address, " endpoints 2>&1")
                       .c_str(),
                   "r");
   ASSERT_NE(p, nullptr);

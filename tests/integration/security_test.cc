@@ -17,8 +17,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file.h"
-#include "common/tls.h"
 #include "common/http_client.h"
+#include "common/tls.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policies/tenant_config.h"
@@ -28,6 +28,7 @@
 #include "tests/support/pki.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -288,47 +289,47 @@ TEST_F(TlsTest, TransportMistakesAreStartupErrors) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {TANDEM_GATEWAY_BIN,
+      {tandem::testing::GatewayBin(),
        {"--workers=qwen=127.0.0.1:1", "--worker_plaintext", "--allow_unauthenticated"},
        "needs --tls_cert and --tls_key (TLS), or an explicit --plaintext"},
-      {TANDEM_GATEWAY_BIN,
+      {tandem::testing::GatewayBin(),
        {"--workers=qwen=127.0.0.1:1", "--plaintext", "--allow_unauthenticated"},
        "give --worker_tls_ca, --worker_tls_cert and --worker_tls_key, or an explicit "
        "--worker_plaintext"},
-      {TANDEM_GATEWAY_BIN,
+      {tandem::testing::GatewayBin(),
        {"--workers=qwen=127.0.0.1:1", "--plaintext", "--worker_plaintext"},
        "give --tenants=FILE"},
-      {TANDEM_GATEWAY_BIN,
+      {tandem::testing::GatewayBin(),
        {"--workers=qwen=127.0.0.1:1", "--tls_cert=" + gateway_cert_.cert,
         "--tls_key=" + worker_cert_.key, "--worker_plaintext", "--allow_unauthenticated"},
        "does not belong to the certificate"},
-      {TANDEM_GATEWAY_BIN,
+      {tandem::testing::GatewayBin(),
        {"--workers=qwen=127.0.0.1:1", "--tls_cert=/nonexistent.pem", "--tls_key=/nonexistent.key",
         "--worker_plaintext", "--allow_unauthenticated"},
        "cannot read /nonexistent.pem"},
-      {TANDEM_GATEWAY_BIN,
+      {tandem::testing::GatewayBin(),
        {"--workers=qwen=127.0.0.1:1", "--plaintext", "--tls_cert=" + gateway_cert_.cert,
         "--worker_plaintext", "--allow_unauthenticated"},
        "contradict each other"},
-      {TANDEM_WORKER_BIN,
+      {tandem::testing::WorkerBin(),
        {"--model=qwen", "--engine=synthetic", "--device=cpu", "--tls_cert=" + worker_cert_.cert,
         "--tls_key=" + worker_cert_.key},
        "--tls_client_ca is required"},
-      {TANDEM_WORKER_BIN,
+      {tandem::testing::WorkerBin(),
        {"--model=qwen", "--engine=synthetic", "--device=cpu"},
        "or an explicit --plaintext"},
-      {TANDEM_WORKER_BIN,
+      {tandem::testing::WorkerBin(),
        {"--model=qwen", "--engine=synthetic", "--device=cpu", "--plaintext", "--metrics_tls"},
        "it cannot be combined with --plaintext"},
-      {TANDEM_WORKER_BIN,
+      {tandem::testing::WorkerBin(),
        {"--model=qwen", "--engine=synthetic", "--device=cpu", "--plaintext",
         "--metrics_request_timeout=0s"},
        "--metrics_request_timeout must be between 100ms and 10m"},
-      {TANDEM_WORKER_BIN,
+      {tandem::testing::WorkerBin(),
        {"--model=qwen", "--engine=synthetic", "--device=cpu", "--plaintext",
         "--metrics_idle_timeout=100ms"},
        "--metrics_idle_timeout must be between 1s and 24h"},
-      {TANDEM_GATEWAY_BIN,
+      {tandem::testing::GatewayBin(),
        {"--workers=qwen=127.0.0.1:1", "--plaintext", "--worker_plaintext",
         "--allow_unauthenticated", "--metrics_max_connections=0"},
        "--metrics_max_connections must be in [1, 10000]"},
@@ -711,7 +712,7 @@ TEST_F(TenantsTest, AdminShowsAndReloadsTheLiveTenants) {
     std::vector<std::string> args = {"--plaintext", "--gateway=" + gateway_.grpc_address,
                                      "--api_key=" + key};
     for (absl::string_view w : absl::StrSplit(words, ' ')) args.emplace_back(w);
-    return RunToExit(TANDEM_CTL_BIN, args);
+    return RunToExit(tandem::testing::CtlBin(), args);
   };
   auto [code, out] = ctl("ops-secret", "tenants show");
   EXPECT_EQ(code, 0) << out;
@@ -820,9 +821,10 @@ TEST_F(TenantsTest, AnonymousAdminIsRefusedAtStartUp) {
   const std::string file =
       WriteTempFile("anonymous-admin.yaml",
                     absl::StrCat(TenantsYaml(), "  - name: anonymous\n    admin: true\n"));
-  auto [code, log] = RunToExit(
-      TANDEM_GATEWAY_BIN, {"--workers=qwen=127.0.0.1:1,nemotron=127.0.0.1:2", "--plaintext",
-                           "--worker_plaintext", "--allow_unauthenticated", "--tenants=" + file});
+  auto [code, log] =
+      RunToExit(tandem::testing::GatewayBin(),
+                {"--workers=qwen=127.0.0.1:1,nemotron=127.0.0.1:2", "--plaintext",
+                 "--worker_plaintext", "--allow_unauthenticated", "--tenants=" + file});
   EXPECT_NE(code, 0) << log;
   EXPECT_THAT(log, HasSubstr(file + ": tenant 'anonymous' may not have admin: true (under "
                                     "--allow_unauthenticated every caller without a key would be "

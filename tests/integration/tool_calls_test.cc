@@ -21,6 +21,7 @@
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -212,12 +213,12 @@ TEST_F(ToolCallsTest, GrpcStreamCarriesTheCallWhenItCloses) {
 }
 
 TEST_F(ToolCallsTest, OpenAiSdkRoundTrip) {
-  const std::string modules = std::string(TANDEM_SOURCE_DIR) + "/examples/node/node_modules";
+  const std::string modules = tandem::testing::SourcePath("/examples/node/node_modules");
   const auto [code, out] =
       RunToExit("/usr/bin/env",
                 {"TANDEM_NODE_MODULES=" + modules,
                  "TANDEM_OPENAI_URL=http://" + gateway_->http_address + "/v1", "/usr/bin/node",
-                 "--test", std::string(TANDEM_SOURCE_DIR) + "/tests/clients/openai_tools.test.mjs"},
+                 "--test", tandem::testing::SourcePath("/tests/clients/openai_tools.test.mjs")},
                 absl::Seconds(60));
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("# fail 0")) << out;

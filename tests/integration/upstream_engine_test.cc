@@ -26,6 +26,7 @@
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 #include "tests/support/temp_path.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -449,7 +450,7 @@ rules:
 TEST_F(UpstreamEngineTest, AnEngineServingAnotherModelIsAStartUpErrorNamingBoth) {
   Server llama = Must(StartLlamaServer("qwen"));
   auto [code, output] =
-      RunToExit(TANDEM_WORKER_BIN,
+      RunToExit(tandem::testing::WorkerBin(),
                 {"--model=qwen", "--device=cpu", "--plaintext", "--listen=127.0.0.1:0",
                  "--metrics_listen=127.0.0.1:0", "--engine=upstream", "--upstream_profile=llamacpp",
                  "--upstream_url=http://" + llama.http_address, "--upstream_health_interval=100ms",

@@ -19,6 +19,7 @@
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 #include "tests/support/temp_path.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -213,7 +214,7 @@ TEST_F(UpstreamFaultsTest, AnAnswerTheEngineAbortedIsNotWhole) {
 TEST_F(UpstreamFaultsTest, AWrongServedModelStopsTheWorkerNamingBoth) {
   engine_->SetModel("someone/else");
   auto [code, output] =
-      RunToExit(TANDEM_WORKER_BIN,
+      RunToExit(tandem::testing::WorkerBin(),
                 {"--model=qwen", "--device=cpu", "--plaintext", "--listen=127.0.0.1:0",
                  "--metrics_listen=127.0.0.1:0", "--engine=upstream", "--upstream_profile=vllm",
                  "--upstream_url=http://" + engine_->address(), "--upstream_health_interval=50ms",

@@ -10,6 +10,7 @@
 #include "router/hashed_classifier.h"
 #include "router/policy_router.h"
 #include "tests/support/temp_path.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::policies {
 namespace {
@@ -48,7 +49,7 @@ default_class: accuracy_critical
 
 TEST(PolicyLoaderTest, TheShippedDefaultPolicyIsValid) {
   std::vector<PolicyError> errors;
-  auto p = LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  auto p = LoadPolicyFile(tandem::testing::SourcePath("/policies/default.yaml"), &errors);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ((*p)->version, "default-4");
   EXPECT_EQ((*p)->sha256.size(), 64u);
@@ -129,7 +130,7 @@ router::RequestFeatures Features() {
 
 TEST(PolicyRouterTest, DefaultPolicyMatchesTheSeedsRouting) {
   std::vector<PolicyError> errors;
-  auto p = LoadPolicyFile(TANDEM_SOURCE_DIR "/policies/default.yaml", &errors);
+  auto p = LoadPolicyFile(tandem::testing::SourcePath("/policies/default.yaml"), &errors);
   ASSERT_TRUE(p.ok());
   router::PolicyRouter r(*p);
 
@@ -646,8 +647,8 @@ TEST(PolicyLimitsTest, TheShippedPoliciesAreFarBelowTheDefaults) {
   for (const char* name :
        {"default", "accuracy-first", "canary-latency-to-nemotron", "cost-saver"}) {
     std::vector<PolicyError> errors;
-    auto p =
-        LoadPolicyFile(absl::StrCat(TANDEM_SOURCE_DIR "/policies/", name, ".yaml"), &errors, tenth);
+    auto p = LoadPolicyFile(absl::StrCat(tandem::testing::SourcePath("/policies/"), name, ".yaml"),
+                            &errors, tenth);
     EXPECT_TRUE(p.ok()) << name << ": " << p.status();
   }
 }

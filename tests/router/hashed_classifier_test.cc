@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/classifier/calibration.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::router {
 namespace {
@@ -53,7 +54,7 @@ TEST(HashedClassifierTest, RejectsCorruptModels) {
 }
 
 TEST(HashedClassifierTest, ShippedModelLoadsAndSeparatesTheSeedsClasses) {
-  std::ifstream in(TANDEM_SOURCE_DIR "/router/classifier/model.tcls", std::ios::binary);
+  std::ifstream in(tandem::testing::SourcePath("/router/classifier/model.tcls"), std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   auto m = HashedClassifier::FromBytes(ss.str());

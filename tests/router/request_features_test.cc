@@ -11,6 +11,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::router {
 namespace {
@@ -26,7 +27,7 @@ TEST(EstimateTokensTest, AsciiAtFourBytesAndOnePerNonAsciiCodePoint) {
 // scripts/measure_token_estimate.sh). Prints the error; fails if it grows past the bounds
 // documented in docs/policies.md.
 TEST(EstimateTokensTest, ErrorAgainstQwen3Tokenizer) {
-  std::ifstream in(TANDEM_SOURCE_DIR "/tests/tokens/qwen3_token_counts.jsonl");
+  std::ifstream in(tandem::testing::SourcePath("/tests/tokens/qwen3_token_counts.jsonl"));
   ASSERT_TRUE(in) << "missing tests/tokens/qwen3_token_counts.jsonl";
   std::string line;
   double abs_rel = 0, signed_rel = 0, est_sum = 0, ref_sum = 0, worst = 0;

@@ -9,6 +9,7 @@
 #include "common/sha256.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_path.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -43,16 +44,18 @@ absl::StatusOr<std::string> TinyGguf(const std::string& model) {
   if (!dir.ok()) return dir.status();
   // Kept in the llama-server cache, named by the script's hash (its output is deterministic):
   // every test process after the first reuses it.
-  absl::StatusOr<std::string> script = ReadFileToString(TANDEM_TINY_GGUF_SCRIPT);
+  absl::StatusOr<std::string> script =
+      ReadFileToString(tandem::testing::SourcePath("/tests/support/make_tiny_gguf.py"));
   if (!script.ok()) return script.status();
   const std::string path =
       absl::StrCat(*dir, "/models/tiny-", model, "-", Sha256Hex(*script).substr(0, 16), ".gguf");
   if (IsFile(path)) return path;
   const std::string partial = absl::StrCat(path, ".partial.", getpid());
-  auto [code, output] = RunToExit("/usr/bin/env",
-                                  {"PYTHONPATH=" + *dir + "/gguf-py", "/usr/bin/python3",
-                                   TANDEM_TINY_GGUF_SCRIPT, *dir, partial, model},
-                                  absl::Seconds(120));
+  auto [code, output] = RunToExit(
+      "/usr/bin/env",
+      {"PYTHONPATH=" + *dir + "/gguf-py", "/usr/bin/python3",
+       tandem::testing::SourcePath("/tests/support/make_tiny_gguf.py"), *dir, partial, model},
+      absl::Seconds(120));
   if (code != 0 || std::rename(partial.c_str(), path.c_str()) != 0) {
     std::remove(partial.c_str());
     return absl::InternalError(absl::StrCat("make_tiny_gguf.py failed: ", output));

@@ -24,6 +24,7 @@
 #include "google/rpc/status.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -82,7 +83,7 @@ absl::StatusOr<Server> StartWorker(const std::string& model,
   // The load simulator unless the test chooses an engine (the worker requires one).
   if (!HasFlag(extra_args, "--engine")) args.push_back("--engine=synthetic");
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  return StartServer(TANDEM_WORKER_BIN, "worker_" + model, args);
+  return StartServer(tandem::testing::WorkerBin(), "worker_" + model, args);
 }
 
 absl::StatusOr<Server> StartGateway(const std::vector<std::string>& worker_entries,
@@ -95,7 +96,7 @@ absl::StatusOr<Server> StartGateway(const std::vector<std::string>& worker_entri
   if (!HasFlag(extra_args, "--worker_tls_")) args.push_back("--worker_plaintext");
   if (!HasFlag(extra_args, "--tenants")) args.push_back("--allow_unauthenticated");
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  return StartServer(TANDEM_GATEWAY_BIN, "gateway", args);
+  return StartServer(tandem::testing::GatewayBin(), "gateway", args);
 }
 
 absl::Status WaitForHealth(const std::string& address, const std::string& service, bool serving,
@@ -284,7 +285,7 @@ absl::StatusOr<ErrorDetails> DecodeErrorDetails(const grpc::Status& status) {
 }
 
 absl::Status PromtoolCheckMetrics(const std::string& exposition) {
-  if (std::string(TANDEM_PROMTOOL).empty()) {
+  if (std::string(tandem::testing::PromtoolBin()).empty()) {
     std::cerr << "promtool was not found at configure time (Debian package prometheus): the "
                  "metrics lint is skipped\n";
     return absl::OkStatus();
@@ -293,7 +294,7 @@ absl::Status PromtoolCheckMetrics(const std::string& exposition) {
   const std::string out = TempPath("promtool.txt");
   std::ofstream(in) << exposition;
   const std::string cmd =
-      absl::StrCat(TANDEM_PROMTOOL, " check metrics < ", in, " > ", out, " 2>&1");
+      absl::StrCat(tandem::testing::PromtoolBin(), " check metrics < ", in, " > ", out, " 2>&1");
   const int rc = std::system(cmd.c_str());
   std::ifstream result(out);
   std::string report((std::istreambuf_iterator<char>(result)), std::istreambuf_iterator<char>());
@@ -329,12 +330,12 @@ bool WaitForReadyModels(const std::string& metrics_address, const std::vector<st
       timeout);
 }
 
-bool HavePrometheus() { return !std::string(TANDEM_PROMETHEUS).empty(); }
+bool HavePrometheus() { return !std::string(tandem::testing::PrometheusBin()).empty(); }
 
 absl::StatusOr<Server> StartPrometheus(const std::vector<std::string>& targets,
                                        const std::string& scrape_interval,
                                        const std::vector<std::string>& job_yaml) {
-  if (std::string(TANDEM_PROMETHEUS).empty()) {
+  if (std::string(tandem::testing::PrometheusBin()).empty()) {
     return absl::FailedPreconditionError(
         "prometheus was not found at configure time (Debian package prometheus)");
   }
@@ -352,7 +353,7 @@ absl::StatusOr<Server> StartPrometheus(const std::vector<std::string>& targets,
   // Prometheus logs to stderr; the shell points it at the pipe the "Listening on" line is read
   // from, and exec keeps the pid so the destructor's signals reach Prometheus itself.
   const std::string cmd =
-      absl::StrCat("exec ", TANDEM_PROMETHEUS, " --config.file=", config,
+      absl::StrCat("exec ", tandem::testing::PrometheusBin(), " --config.file=", config,
                    " --storage.tsdb.path=", data, " --web.listen-address=127.0.0.1:0 2>&1");
   auto process = ChildProcess::Start("/bin/sh", {"-c", cmd}, TempPath("prometheus.log"));
   if (!process.ok()) return process.status();

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "tests/support/golden_files.h"
 #include "tests/support/temp_path.h"
+#include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
 #include "workers/model/model_config.h"
 #include "workers/model/safetensors.h"
@@ -28,7 +29,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr char kGoldenDir[] = TANDEM_SOURCE_DIR "/tests/golden/nemotron_h";
+const std::string kGoldenDir = tandem::testing::SourcePath("/tests/golden/nemotron_h");
 // Acceptance from MANIFEST.md: |logit diff| <= 1e-4; argmax compared where the margin > 1e-3.
 constexpr double kTolerance = 1e-4;
 constexpr double kArgmaxMargin = 1e-3;

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/golden_files.h"
 #include "tests/support/temp_path.h"
+#include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
 #include "workers/model/model_config.h"
 #include "workers/model/safetensors.h"
@@ -31,7 +32,7 @@ namespace {
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
-constexpr char kGoldenDir[] = TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe";
+const std::string kGoldenDir = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe");
 // MANIFEST.md: an fp32 engine should match to 1e-4 absolute; argmax only where the top-2 margin
 // is clearly above rounding noise.
 constexpr float kLogitTolerance = 1e-4f;

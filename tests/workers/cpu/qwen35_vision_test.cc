@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
 #include "workers/cpu/qwen35_vision_model.h"
 #include "workers/model/model_config.h"
@@ -27,7 +28,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr char kGoldenDir[] = TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl";
+const std::string kGoldenDir = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl");
 // MANIFEST.md "Suggested tolerances (fp32 engine)".
 constexpr float kVisionTolerance = 2e-5f;
 constexpr float kTextOnlyLogitTolerance = 1e-4f;

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/golden_files.h"
 #include "tests/support/temp_path.h"
+#include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_kernels.h"
 #include "workers/cpu/cpu_model.h"
 #include "workers/model/nemotron_h_config.h"
@@ -36,13 +37,15 @@ namespace {
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
-constexpr char kQwenConfig[] = TANDEM_SOURCE_DIR "/workers/model/configs/qwen3_5_moe/config.json";
-constexpr char kNemotronConfig[] =
-    TANDEM_SOURCE_DIR "/workers/model/configs/nemotron_h/config.json";
-constexpr char kQwenPreprocessor[] =
-    TANDEM_SOURCE_DIR "/workers/model/configs/qwen3_5_moe/preprocessor_config.json";
-constexpr char kGoldenVl[] = TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl";
-constexpr char kQwen3Tokenizer[] = TANDEM_SOURCE_DIR "/tests/tokenizer/qwen3/tokenizer.json";
+const std::string kQwenConfig =
+    tandem::testing::SourcePath("/workers/model/configs/qwen3_5_moe/config.json");
+const std::string kNemotronConfig =
+    tandem::testing::SourcePath("/workers/model/configs/nemotron_h/config.json");
+const std::string kQwenPreprocessor =
+    tandem::testing::SourcePath("/workers/model/configs/qwen3_5_moe/preprocessor_config.json");
+const std::string kGoldenVl = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl");
+const std::string kQwen3Tokenizer =
+    tandem::testing::SourcePath("/tests/tokenizer/qwen3/tokenizer.json");
 
 // Parameters of a model: all of them (the text model's), and those one token uses (each MoE
 // layer's routed experts count k/E; the input embedding is a lookup, counted apart); Qwen's vision
@@ -200,7 +203,7 @@ TEST(ReleasedConfigsTest, ParameterCountsMatchTheModelSpec) {
 // The full-size random models are descriptions until an engine reads them: building one holds
 // no weights in host memory (the CUDA upload fills device memory from the descriptions).
 TEST(ReleasedConfigsTest, FullSizeRandomCheckpointsAreGeneratedNotStored) {
-  for (const char* path : {kQwenConfig, kNemotronConfig}) {
+  for (const std::string& path : {kQwenConfig, kNemotronConfig}) {
     const Json config = testing::ReadJsonFile(path);
     auto ck = model::RandomWeightsCheckpoint(config.dump(), 3, "random");
     ASSERT_TRUE(ck.ok()) << ck.status();

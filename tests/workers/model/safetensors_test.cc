@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/temp_path.h"
+#include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
 #include "workers/model/checkpoint_writer.h"
 #include "workers/model/random_checkpoint.h"
@@ -24,7 +25,7 @@ std::string TempDir(const std::string& name) {
 }
 
 TEST(SafetensorsTest, ReadsTheGoldenFixtureAndChecksShapes) {
-  auto c = Checkpoint::Open(TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe");
+  auto c = Checkpoint::Open(tandem::testing::SourcePath("/tests/golden/qwen3_5_moe"));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_GT((*c)->tensor_count(), 100u);
   auto emb = (*c)->GetFloat("model.language_model.embed_tokens.weight", {512, 64});
@@ -139,7 +140,7 @@ TEST(LoadNativeModelTest, UnknownArchitecturesAndQuantizedCheckpointsAreRefused)
   EXPECT_THAT(std::string(m.status().message()), HasSubstr("quantized checkpoints"));
   // Both shipped architectures load from the golden fixtures through the same entry point.
   for (const char* arch : {"qwen3_5_moe", "nemotron_h"}) {
-    auto g = Checkpoint::Open(std::string(TANDEM_SOURCE_DIR "/tests/golden/") + arch);
+    auto g = Checkpoint::Open(tandem::testing::SourcePath("/tests/golden/") + arch);
     ASSERT_TRUE(g.ok());
     auto model = cpu::LoadCpuModel(**g);
     ASSERT_TRUE(model.ok()) << model.status();

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file.h"
 #include "common/utf8.h"
+#include "tests/support/test_paths.h"
 #include "workers/tokenizer/bpe_tokenizer.h"
 #include "workers/tokenizer/chat_template.h"
 
@@ -27,7 +28,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kDir = std::string(TANDEM_SOURCE_DIR) + "/tests/tokenizer";
+const std::string kDir = tandem::testing::SourcePath("/tests/tokenizer");
 
 // The file's bytes; a missing fixture fails the test that reads it.
 std::string ReadFile(const std::string& path) {

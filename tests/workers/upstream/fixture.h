@@ -4,13 +4,14 @@
 
 #include "common/file.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::workers::upstream {
 
 // A file of tests/workers/upstream/fixtures (README.md there says where each comes from).
 inline std::string Fixture(const std::string& name) {
   auto text =
-      ReadFileToString(std::string(TANDEM_SOURCE_DIR) + "/tests/workers/upstream/fixtures/" + name);
+      ReadFileToString(tandem::testing::SourcePath("/tests/workers/upstream/fixtures/") + name);
   EXPECT_TRUE(text.ok()) << text.status();
   return text.ok() ? *text : "";
 }

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::workers::vision {
 namespace {
@@ -507,7 +508,7 @@ void ExpectInvalid(const absl::Status& status, absl::string_view substring = "")
 // Golden data.
 
 TEST(ImageDecoderTest, GoldenPngsDecodeToTheirRgbBytes) {
-  const std::string dir = TANDEM_SOURCE_DIR "/tests/golden/qwen3_5_moe_vl/";
+  const std::string dir = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl/");
   struct Golden {
     const char* name;
     int width;

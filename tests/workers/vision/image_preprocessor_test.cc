@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/golden_files.h"
+#include "tests/support/test_paths.h"
 
 namespace tandem::workers::vision {
 namespace {
@@ -19,7 +20,7 @@ using nlohmann::json;
 using tandem::testing::ReadFileText;
 using tandem::testing::ReadJsonFile;
 
-const std::string kGoldenDir = std::string(TANDEM_SOURCE_DIR) + "/tests/golden/qwen3_5_moe_vl/";
+const std::string kGoldenDir = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl/");
 
 // A golden .rgb file (raw interleaved bytes) as an image; empty rgb when missing.
 RgbImage ReadRgb(const std::string& file, int32_t width, int32_t height) {
