@@ -13,27 +13,6 @@
 #include "workers/tokenizer/chat_template.h"
 
 namespace tandem::workers {
-namespace {
-
-// The routing name (--model) each architecture serves under.
-std::optional<model::Architecture> ArchitectureOfModelName(absl::string_view model_name) {
-  if (model_name == "qwen") return model::Architecture::kQwen35Moe;
-  if (model_name == "nemotron") return model::Architecture::kNemotronH;
-  return std::nullopt;
-}
-
-ChatFamily ChatFamilyOf(model::Architecture architecture) {
-  switch (architecture) {
-    case model::Architecture::kQwen35Moe:
-      return ChatFamily::kQwen35;
-    case model::Architecture::kNemotronH:
-      return ChatFamily::kNemotronH;
-  }
-  return ChatFamily::kQwen35;
-}
-
-}  // namespace
-
 CpuEngine::CpuEngine(std::unique_ptr<cpu::CpuModel> model, std::unique_ptr<Tokenizer> tokenizer,
                      std::vector<int32_t> stop_ids, CpuEngineOptions options, CpuVision vision)
     : model_(std::move(model)),
@@ -45,24 +24,6 @@ CpuEngine::CpuEngine(std::unique_ptr<cpu::CpuModel> model, std::unique_ptr<Token
   info_ = NativeEngineInfo(model_->shape(), options_.model_name, options_.model_id,
                            options_.max_context_tokens, options_.max_output_tokens,
                            vision_.encoder != nullptr);
-}
-
-EngineInfo NativeEngineInfo(const model::ModelShape& shape, const std::string& model_name,
-                            const std::string& model_id, int32_t max_context_tokens,
-                            int32_t max_output_tokens, bool vision) {
-  EngineInfo info;
-  info.engine = "native";
-  info.model_name = model_name;
-  info.model_id = model_id;
-  info.vision = vision;
-  info.reasoning = true;
-  info.max_context_tokens = max_context_tokens > 0
-                                ? std::min(max_context_tokens, shape.max_positions)
-                                : shape.max_positions;
-  info.max_output_tokens = max_output_tokens > 0
-                               ? std::min(max_output_tokens, info.max_context_tokens)
-                               : info.max_context_tokens;
-  return info;
 }
 
 int64_t CpuEngine::SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const {
@@ -158,22 +119,6 @@ absl::Status CpuEngine::PrefillWithImages(Sequence& seq) {
                                    &logits_);
 }
 
-absl::Status CheckVisionTokens(const Tokenizer& tokenizer, const model::qwen35::VisionConfig& v,
-                               const std::string& where) {
-  const std::pair<const char*, int32_t> tokens[] = {{"<|vision_start|>", v.vision_start_token_id},
-                                                    {"<|image_pad|>", v.image_token_id},
-                                                    {"<|vision_end|>", v.vision_end_token_id}};
-  for (const auto& [text, id] : tokens) {
-    if (tokenizer.SpecialTokenId(text) != id) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": config.json says ", text, " is token ", id,
-                       " but the tokenizer has it as ", tokenizer.SpecialTokenId(text),
-                       " (-1: missing); the vision encoder needs the two to agree"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<CpuVision> LoadCpuVision(const model::Checkpoint& checkpoint,
                                         const model::ModelConfig& config,
                                         const vision::PreprocessorConfig& processor,
@@ -195,48 +140,6 @@ absl::StatusOr<CpuVision> LoadCpuVision(const model::Checkpoint& checkpoint,
   out.encoder = std::move(*encoder);
   out.processor = processor;
   return out;
-}
-
-absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& tokenizer_json,
-                                                            const model::ModelShape& shape) {
-  auto bpe = BpeTokenizer::Load(tokenizer_json);
-  if (!bpe.ok()) return bpe.status();
-  if ((*bpe)->VocabSize() > shape.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(tokenizer_json, " has ", (*bpe)->VocabSize(),
-                                                   " tokens but the model's vocabulary is ",
-                                                   shape.vocab_size));
-  }
-  auto tokenizer = ModelTokenizer::Create(std::shared_ptr<const BpeTokenizer>(std::move(*bpe)),
-                                          ChatFamilyOf(shape.architecture));
-  if (!tokenizer.ok()) return tokenizer.status();
-  CheckpointTokenizer out;
-  out.stop_ids = shape.eos_token_ids;
-  for (int32_t id : (*tokenizer)->stop_token_ids()) {
-    if (std::find(out.stop_ids.begin(), out.stop_ids.end(), id) == out.stop_ids.end()) {
-      out.stop_ids.push_back(id);
-    }
-  }
-  out.tokenizer = std::move(*tokenizer);
-  return out;
-}
-
-absl::Status CheckModelName(const std::string& dir, const std::string& model_name,
-                            const model::ModelConfig& config, std::string* model_id) {
-  const absl::string_view architecture = model::ArchitectureName(config.architecture());
-  const std::optional<model::Architecture> expected = ArchitectureOfModelName(model_name);
-  if (expected != config.architecture()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, " holds a ", architecture, " model, but --model=", model_name, " expects ",
-        expected.has_value() ? model::ArchitectureName(*expected)
-                             : "qwen (qwen3_5_moe) or nemotron (nemotron_h)"));
-  }
-  if (model_id->empty()) {
-    *model_id = config.random_weights ? absl::StrCat("random-weights/", architecture)
-                                      : absl::StrCat("local/", architecture);
-  } else if (config.random_weights && !absl::StartsWith(*model_id, "random-weights/")) {
-    *model_id = absl::StrCat("random-weights/", *model_id);
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<CpuEngine>> LoadCpuEngine(const WeightsSource& source,

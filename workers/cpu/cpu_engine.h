@@ -12,6 +12,7 @@
 #include "workers/cpu/cpu_model.h"
 #include "workers/cpu/qwen35_vision_model.h"
 #include "workers/engine.h"
+#include "workers/native_checkpoint.h"
 #include "workers/sampler.h"
 #include "workers/thinking_budget.h"
 #include "workers/weights_source.h"
@@ -90,17 +91,6 @@ class CpuEngine final : public Engine {
   std::vector<float> logits_;
 };
 
-// What a native engine (CPU or CUDA) reports: caps applied to the model's own limits; `vision`
-// when it loaded an encoder (the gateway routes images only to such workers).
-EngineInfo NativeEngineInfo(const model::ModelShape& shape, const std::string& model_name,
-                            const std::string& model_id, int32_t max_context_tokens,
-                            int32_t max_output_tokens, bool vision = false);
-
-// INVALID_ARGUMENT (starting with `where`) unless the tokenizer's <|vision_start|>,
-// <|image_pad|> and <|vision_end|> are the config's ids.
-absl::Status CheckVisionTokens(const Tokenizer& tokenizer, const model::qwen35::VisionConfig& v,
-                               const std::string& where);
-
 // The vision encoder of a checkpoint whose config has a vision_config and whose tensors include
 // model.visual.* (else none: a text checkpoint serves text). The tokenizer must agree on the
 // vision token ids (CheckVisionTokens): an error for a checkpoint; for random weights a warning
@@ -109,22 +99,6 @@ absl::StatusOr<CpuVision> LoadCpuVision(const model::Checkpoint& checkpoint,
                                         const model::ModelConfig& config,
                                         const vision::PreprocessorConfig& processor,
                                         const Tokenizer& tokenizer);
-
-// The tokenizer of a checkpoint (its tokenizer.json, the chat template of its architecture)
-// and the ids that end a sequence (the model's EOS and the template's end-of-turn tokens).
-// Checks that the model's vocabulary covers the tokenizer's.
-struct CheckpointTokenizer {
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::vector<int32_t> stop_ids;
-};
-absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& tokenizer_json,
-                                                            const model::ModelShape& shape);
-
-// Checks --model against the checkpoint's architecture (qwen: qwen3_5_moe, nemotron:
-// nemotron_h) and fills a default model id. Random weights (config.random_weights) always show
-// in the id: "random-weights/" comes before any id given.
-absl::Status CheckModelName(const std::string& dir, const std::string& model_name,
-                            const model::ModelConfig& config, std::string* model_id);
 
 // A native engine from a checkpoint directory (config.json, safetensors (single or sharded) and
 // tokenizer.json) or from generated weights (--random_weights). The model's routing name must

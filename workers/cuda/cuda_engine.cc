@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "workers/cpu/cpu_engine.h"
+#include "workers/native_checkpoint.h"
 #include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/cuda_status.h"
 
