@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "spdlog/spdlog.h"
 #include "workers/tokenizer/bpe_tokenizer.h"
 #include "workers/tokenizer/chat_template.h"
 
@@ -106,6 +107,30 @@ absl::Status CheckModelName(const std::string& dir, const std::string& model_nam
     *model_id = absl::StrCat("random-weights/", *model_id);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointTokenizer> CheckNameAndLoadTokenizer(const OpenedWeights& weights,
+                                                              const std::string& model_name,
+                                                              std::string* model_id,
+                                                              bool* random_weights) {
+  const model::ModelConfig& config = weights.config;
+  if (absl::Status s = CheckModelName(weights.checkpoint->dir(), model_name, config, model_id);
+      !s.ok()) {
+    return s;
+  }
+  *random_weights = config.random_weights;
+  return LoadCheckpointTokenizer(weights.tokenizer_json, config.shape);
+}
+
+absl::StatusOr<bool> VisionEncoderUsable(const model::Checkpoint& checkpoint,
+                                         const model::ModelConfig& config, bool has_encoder,
+                                         const Tokenizer& tokenizer) {
+  if (!config.vision.has_value() || !has_encoder) return false;
+  const absl::Status ids = CheckVisionTokens(tokenizer, *config.vision, checkpoint.dir());
+  if (ids.ok()) return true;
+  if (!config.random_weights) return ids;
+  spdlog::warn("{}; serving text only (vision=false)", std::string(ids.message()));
+  return false;
 }
 
 }  // namespace tandem::workers

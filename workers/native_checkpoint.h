@@ -9,6 +9,7 @@
 #include "workers/engine.h"
 #include "workers/model/model_config.h"
 #include "workers/tokenizer/tokenizer.h"
+#include "workers/weights_source.h"
 
 // What both native engines (cpu/ and cuda/) take from a checkpoint besides its weights: the
 // routing name's check, the tokenizer and its stop ids, the vision token ids, what the engine
@@ -42,4 +43,19 @@ absl::StatusOr<CheckpointTokenizer> LoadCheckpointTokenizer(const std::string& t
 absl::Status CheckModelName(const std::string& dir, const std::string& model_name,
                             const model::ModelConfig& config, std::string* model_id);
 
+// What both native engines do once the weights are open and the model loaded: check the routing
+// name (CheckModelName, filling `model_id`), say whether the weights are random, and load the
+// tokenizer (LoadCheckpointTokenizer).
+absl::StatusOr<CheckpointTokenizer> CheckNameAndLoadTokenizer(const OpenedWeights& weights,
+                                                              const std::string& model_name,
+                                                              std::string* model_id,
+                                                              bool* random_weights);
+
+// Whether a checkpoint's vision encoder can serve: its config has one, `has_encoder` (its
+// model.visual.* tensors are there) and the tokenizer's image tokens are the config's
+// (CheckVisionTokens). A mismatch is an error for a checkpoint; for random weights (a measuring
+// set-up with another vocabulary's tokenizer) a warning, and text only.
+absl::StatusOr<bool> VisionEncoderUsable(const model::Checkpoint& checkpoint,
+                                         const model::ModelConfig& config, bool has_encoder,
+                                         const Tokenizer& tokenizer);
 }  // namespace tandem::workers

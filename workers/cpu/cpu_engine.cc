@@ -124,18 +124,11 @@ absl::StatusOr<CpuVision> LoadCpuVision(const model::Checkpoint& checkpoint,
                                         const vision::PreprocessorConfig& processor,
                                         const Tokenizer& tokenizer) {
   CpuVision out;
-  if (!config.vision.has_value() || !cpu::Qwen35VisionModel::CheckpointHasEncoder(checkpoint)) {
-    return out;
-  }
-  const model::qwen35::VisionConfig& v = *config.vision;
-  if (absl::Status s = CheckVisionTokens(tokenizer, v, checkpoint.dir()); !s.ok()) {
-    if (!config.random_weights) return s;
-    // Random weights of a released config with a tokenizer of another vocabulary (a measuring
-    // set-up): text still works, images cannot be placed.
-    spdlog::warn("{}; serving text only (vision=false)", std::string(s.message()));
-    return out;
-  }
-  auto encoder = cpu::Qwen35VisionModel::Load(checkpoint, v);
+  auto usable = VisionEncoderUsable(
+      checkpoint, config, cpu::Qwen35VisionModel::CheckpointHasEncoder(checkpoint), tokenizer);
+  if (!usable.ok()) return usable.status();
+  if (!*usable) return out;
+  auto encoder = cpu::Qwen35VisionModel::Load(checkpoint, *config.vision);
   if (!encoder.ok()) return encoder.status();
   out.encoder = std::move(*encoder);
   out.processor = processor;
@@ -166,13 +159,8 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> LoadCpuEngine(const WeightsSource& so
   }
   auto model = cpu::LoadCpuModel(checkpoint, config);
   if (!model.ok()) return model.status();
-  if (absl::Status s =
-          CheckModelName(checkpoint.dir(), options.model_name, config, &options.model_id);
-      !s.ok()) {
-    return s;
-  }
-  *random_weights = config.random_weights;
-  auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, config.shape);
+  auto tokenizer =
+      CheckNameAndLoadTokenizer(*weights, options.model_name, &options.model_id, random_weights);
   if (!tokenizer.ok()) return tokenizer.status();
   auto vision = LoadCpuVision(checkpoint, config, weights->preprocessor, *tokenizer->tokenizer);
   if (!vision.ok()) return vision.status();

@@ -7,9 +7,9 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "workers/native_checkpoint.h"
 #include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/cuda_status.h"
+#include "workers/native_checkpoint.h"
 
 namespace tandem::workers::cuda {
 namespace {
@@ -544,28 +544,17 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> LoadCudaEngine(const WeightsSource& 
   // Generated weights are filled on the device here, never staged in host memory.
   auto model = LoadCudaModel(checkpoint, config);
   if (!model.ok()) return model.status();
-  if (absl::Status s =
-          CheckModelName(checkpoint.dir(), options.model_name, config, &options.model_id);
-      !s.ok()) {
-    return s;
-  }
-  *random_weights = config.random_weights;
-  auto tokenizer = LoadCheckpointTokenizer(weights->tokenizer_json, config.shape);
+  auto tokenizer =
+      CheckNameAndLoadTokenizer(*weights, options.model_name, &options.model_id, random_weights);
   if (!tokenizer.ok()) return tokenizer.status();
-  // The vision encoder when the config has one and the checkpoint its weights (model.visual.*):
-  // images need both, and a tokenizer whose image tokens are the config's (as LoadCpuVision).
+  // The vision encoder when the config has one and the checkpoint its weights (model.visual.*).
   CudaEngineVision vision;
-  if (config.vision.has_value() && HasVisionEncoder(checkpoint)) {
-    const model::qwen35::VisionConfig& v = *config.vision;
-    const absl::Status ids = CheckVisionTokens(*tokenizer->tokenizer, v, checkpoint.dir());
-    if (!ids.ok() && !config.random_weights) return ids;
-    if (ids.ok()) {
-      ASSIGN_OR_RETURN(vision.encoder, CudaVisionEncoder::Load(checkpoint, v));
-      vision.preprocessor = weights->preprocessor;
-    } else {
-      // As the CPU engine: random weights with a tokenizer of another vocabulary serve text.
-      spdlog::warn("{}; serving text only (vision=false)", std::string(ids.message()));
-    }
+  ASSIGN_OR_RETURN(
+      const bool with_vision,
+      VisionEncoderUsable(checkpoint, config, HasVisionEncoder(checkpoint), *tokenizer->tokenizer));
+  if (with_vision) {
+    ASSIGN_OR_RETURN(vision.encoder, CudaVisionEncoder::Load(checkpoint, *config.vision));
+    vision.preprocessor = weights->preprocessor;
   }
   return CudaEngine::Create(std::move(*model), std::move(tokenizer->tokenizer),
                             std::move(tokenizer->stop_ids), std::move(options), std::move(vision));
