@@ -3,7 +3,7 @@
 #include "gateway/policy_reloader.h"
 #include "gateway/signal_engine.h"
 #include "gateway/tenants.h"
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 #include "tandem/v1/admin.grpc.pb.h"
 
 namespace tandem::gateway {

@@ -24,7 +24,7 @@
 #include "gateway/router_holder.h"
 #include "gateway/signal_engine.h"
 #include "gateway/tenants.h"
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 
 namespace tandem::gateway {
 

@@ -17,7 +17,7 @@
 #include "gateway/intake.h"
 #include "gateway/signal_engine.h"
 #include "gateway/tenants.h"
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 #include "policies/policy_loader.h"
 #include "router/builtin_router.h"
 

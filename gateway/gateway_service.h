@@ -20,7 +20,7 @@
 #include "gateway/retry_budget.h"
 #include "gateway/tenants.h"
 #include "gateway/timer_queue.h"
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 #include "tandem/v1/gateway.grpc.pb.h"
 
 namespace tandem::gateway {

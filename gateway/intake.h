@@ -10,7 +10,7 @@
 #include "gateway/router_holder.h"
 #include "gateway/sessions.h"
 #include "gateway/signal_engine.h"
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 #include "policies/tenant_config.h"
 #include "router/router.h"
 #include "tandem/v1/gateway.pb.h"

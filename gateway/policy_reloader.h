@@ -11,7 +11,7 @@
 #include "gateway/reload_loop.h"
 #include "gateway/router_holder.h"
 #include "gateway/signal_engine.h"
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 #include "policies/policy_loader.h"
 
 namespace tandem::gateway {

@@ -19,7 +19,7 @@
 #include "common/http_client.h"
 #include "common/prometheus_text.h"
 #include "gateway/trigger.h"
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 #include "router/policy.h"
 #include "router/signal_snapshot.h"
 #include "tandem/v1/admin.pb.h"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gateway/router_holder.h"
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policies/policy_loader.h"

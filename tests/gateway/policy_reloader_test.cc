@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/router_holder.h"
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"

@@ -14,7 +14,7 @@
 #include "gateway/policy_reloader.h"
 #include "gateway/router_holder.h"
 #include "gateway/tenants.h"
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policies/policy_loader.h"

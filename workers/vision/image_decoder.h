@@ -105,7 +105,6 @@ struct DecodeStats {
   int64_t peak_buffer_bytes = 0;
 };
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view data, absl::string_view mime_type,
-                                     const ImageDecodeLimits& limits,
-                                     DecodeStats* stats = nullptr);
+                                     const ImageDecodeLimits& limits, DecodeStats* stats = nullptr);
 
 }  // namespace tandem::workers::vision

@@ -1,4 +1,4 @@
-#include "gateway/worker_pool.h"
+#include "gateway/worker_pools.h"
 
 #include <string>
 #include <tuple>

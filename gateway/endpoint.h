@@ -3,15 +3,12 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gateway/worker_client.h"
@@ -160,129 +157,5 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
 };
 
 using EndpointList = std::vector<std::shared_ptr<Endpoint>>;
-
-// How a pool chooses among its usable endpoints.
-enum class PickStrategy {
-  kLeastOutstanding,  // fewest calls this gateway has in flight there
-  kPowerOfTwo,        // two at random, the one with less live load (scraped queue + outstanding)
-};
-
-using ClientFactory = std::function<std::unique_ptr<WorkerClient>(const std::string& address)>;
-
-// The endpoints serving one model: a static list, or what a DNS name resolves to (re-resolved
-// periodically by WorkerPools). The list is an immutable snapshot swapped atomically, so picks
-// never lock; an endpoint removed from DNS lives on while calls hold it.
-class ModelPool {
- public:
-  ModelPool(std::string name, EndpointOptions options = {}, GatewayMetrics* metrics = nullptr)
-      : name_(std::move(name)), options_(options), metrics_(metrics) {}
-
-  const std::string& name() const { return name_; }
-  void AddEndpoint(std::unique_ptr<WorkerClient> client) ABSL_LOCKS_EXCLUDED(write_mu_);
-  // Replaces the list: keeps endpoints whose address stays, creates new ones with `factory`.
-  // Returns true when it changed.
-  bool SetAddresses(const std::vector<std::string>& addresses, const ClientFactory& factory)
-      ABSL_LOCKS_EXCLUDED(write_mu_);
-  std::shared_ptr<const EndpointList> endpoints() const { return endpoints_.load(); }
-
-  // A usable endpoint not in `exclude`, or UNAVAILABLE with the reason each one is not usable.
-  absl::StatusOr<std::shared_ptr<Endpoint>> Pick(
-      PickStrategy strategy = PickStrategy::kLeastOutstanding,
-      const std::vector<const Endpoint*>& exclude = {}) const;
-  int ReadyCount() const;
-  // Model facts from the most recently seen worker info (empty before any probe succeeded).
-  tandem::v1::ModelStatus Status() const;
-  // The same facts without building a ModelStatus, for the per-request checks.
-  ModelFacts Facts() const;
-  // How many requests the usable endpoints take at once: each one's max_batch_size (from
-  // GetInfo) plus `headroom`, at most its own max_queue (all of it when negative); 0 when none
-  // is usable or none has reported its batch size.
-  int DispatchCapacity(int headroom) const;
-
- private:
-  const std::string name_;
-  const EndpointOptions options_;
-  GatewayMetrics* const metrics_;
-  absl::Mutex write_mu_;  // serializes writers of endpoints_ (an atomic: readers never lock)
-  std::atomic<std::shared_ptr<const EndpointList>> endpoints_{std::make_shared<EndpointList>()};
-};
-
-// Resolves HOST to addresses (IPv4 and IPv6), for dns: endpoints.
-using Resolver =
-    std::function<absl::StatusOr<std::vector<std::string>>(const std::string& host, int port)>;
-absl::StatusOr<std::vector<std::string>> ResolveWithGetaddrinfo(const std::string& host, int port);
-
-struct WorkerPoolsOptions {
-  // Active probes every `probe_interval`, each RPC bounded by `probe_timeout`. A worker that
-  // refuses connections is not ready at once; one that is only slow to answer (busy, or this
-  // host's CPUs saturated) stays ready until `probe_timeouts` probes in a row time out, so load
-  // alone never ejects the last worker of a model.
-  absl::Duration probe_interval = absl::Milliseconds(100);
-  absl::Duration probe_timeout = absl::Seconds(1);
-  int probe_timeouts = 3;
-  // How often dns: endpoints are re-resolved.
-  absl::Duration dns_interval = absl::Seconds(5);
-  EndpointOptions endpoint;
-  PickStrategy pick = PickStrategy::kLeastOutstanding;
-  // Transport to the workers (mutual TLS, or plaintext when chosen); null means plaintext.
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
-  // The name the workers' certificates must carry when it is not the host in their address.
-  std::string tls_server_name;
-};
-
-// All model pools, and the thread that probes their endpoints, runs breaker timers and
-// re-resolves DNS names.
-class WorkerPools {
- public:
-  // `on_change` runs (on a gRPC thread or the pools' thread) whenever an endpoint's usability
-  // or a pool's membership changes. `metrics` may be null.
-  WorkerPools(WorkerPoolsOptions options, std::function<void()> on_change,
-              GatewayMetrics* metrics = nullptr);
-  ~WorkerPools();
-
-  // "MODEL=HOST:PORT" or "MODEL=dns:///HOST:PORT" entries; a model may be named several times.
-  absl::Status Configure(const std::vector<std::string>& entries);
-  void AddEndpoint(const std::string& model, std::unique_ptr<WorkerClient> client);
-  // Seams for tests.
-  void SetResolver(Resolver resolver) { resolver_ = std::move(resolver); }
-  void SetClientFactory(ClientFactory factory) { factory_ = std::move(factory); }
-
-  void Start();
-  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
-  // Re-resolves every dns: entry now; returns the first error (pools keep their last list).
-  absl::Status ResolveNow();
-
-  // nullptr when the model is not configured.
-  ModelPool* Find(const std::string& model) const;
-  const std::map<std::string, std::unique_ptr<ModelPool>>& pools() const { return pools_; }
-  PickStrategy pick() const { return options_.pick; }
-
- private:
-  struct DnsEntry {
-    std::string model;
-    std::string host;
-    int port = 0;
-  };
-  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
-  ModelPool& PoolFor(const std::string& model);
-
-  const WorkerPoolsOptions options_;
-  const std::function<void()> on_change_;
-  GatewayMetrics* const metrics_;
-  Resolver resolver_ = ResolveWithGetaddrinfo;
-  ClientFactory factory_;
-  std::map<std::string, std::unique_ptr<ModelPool>> pools_;
-  std::vector<DnsEntry> dns_;
-  // Static addresses per model, kept in every DNS-driven list.
-  std::map<std::string, std::vector<std::string>> static_;
-  // Endpoints a DNS change dropped while their probe ran: Stop waits for those probes too, since
-  // their callbacks use on_change_ and the metrics. Touched by ResolveNow, Loop and Stop, which
-  // never run at once (ResolveNow runs in Configure, before Start, or on Loop's thread).
-  std::vector<std::shared_ptr<Endpoint>> retired_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
-};
 
 }  // namespace tandem::gateway
