@@ -1068,4 +1068,14 @@ HttpServer::~HttpServer() {
 
 const char* HttpServer::Scheme() const { return impl_->tls != nullptr ? "https" : "http"; }
 
+int HttpServer::IdleConnections() const {
+  absl::MutexLock l(&impl_->sessions_mu);
+  int idle = 0;
+  for (const auto& w : impl_->sessions) {
+    const std::shared_ptr<SessionBase> s = w.lock();
+    if (s != nullptr && s->idle_since.load() > 0) ++idle;
+  }
+  return idle;
+}
+
 }  // namespace tandem

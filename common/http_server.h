@@ -121,6 +121,9 @@ class HttpServer {
   const std::string& Address() const { return address_; }
   // "https" or "http".
   const char* Scheme() const;
+  // Connections kept alive and waiting for their next request: the ones a full server evicts,
+  // the longest idle first.
+  int IdleConnections() const;
 
   struct Impl;
 

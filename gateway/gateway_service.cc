@@ -18,6 +18,7 @@
 #include "gateway/generation_attempts.h"
 #include "gateway/generation_call.h"
 #include "gateway/grpc_caller_context.h"
+#include "gateway/relay_writes.h"
 #include "gateway/tool_call_parser.h"
 #include "router/decision_record.h"
 
@@ -29,7 +30,6 @@ constexpr char kShadowSuffix[] = "-shadow";
 using SteadyClock = std::chrono::steady_clock;
 using tandem::v1::GenerateRequest;
 using tandem::v1::WorkerGenerateChunk;
-
 
 void FillRoute(const Admission& a, Disclosure disclosure, tandem::v1::RouteInfo* route) {
   route->set_model(a.decision.model);
@@ -221,19 +221,16 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, publ
   }
 
   void OnWriteDone(bool ok) override {
-    bool upstream_done = false;
-    {
-      absl::MutexLock l(&write_mu_);
-      write_in_flight_ = false;
-      if (!ok) client_gone_ = true;
-      upstream_done = upstream_done_;
+    switch (writes_.WriteDone(ok)) {
+      case RelayWrites::Next::kFinish:
+        FinishOnce();
+        return;
+      case RelayWrites::Next::kClientGone:
+        CancelAll();  // the workers stop; the reads then end and release the holds
+        break;
+      case RelayWrites::Next::kResume:
+        break;
     }
-    if (upstream_done) {
-      FinishOnce();
-      return;
-    }
-    // The client is gone: stop the workers; the reads then end and release the holds.
-    if (!ok) CancelAll();
     Resume();
   }
   void OnCancel() override { CancelAll(); }
@@ -259,36 +256,19 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, publ
       if (!HasRecovery(out_.recovery())) out_.clear_recovery();
     }
     SerializeResponse(out_, &out_bytes_);
-    {
-      absl::MutexLock l(&write_mu_);
-      write_in_flight_ = true;
-    }
+    writes_.WriteStarted();
     StartWrite(&out_bytes_);
   }
 
   void Complete(const grpc::Status& status) override {
-    {
-      absl::MutexLock l(&write_mu_);
-      upstream_done_ = true;
-      upstream_status_ = status;
-      if (write_in_flight_) return;  // OnWriteDone finishes
-    }
-    FinishOnce();
+    if (writes_.UpstreamDone(status)) FinishOnce();
   }
 
-  void FinishOnce() ABSL_LOCKS_EXCLUDED(write_mu_) {
-    grpc::Status status;
-    {
-      absl::MutexLock l(&write_mu_);
-      if (finished_) return;
-      finished_ = true;
-      // A stream the client stopped reading did not succeed, whatever the worker said.
-      status = client_gone_ && upstream_status_.ok()
-                   ? grpc::Status(grpc::StatusCode::CANCELLED, "the client went away")
-                   : upstream_status_;
-    }
-    Record(status);
-    Finish(Detailed(status));
+  void FinishOnce() {
+    const std::optional<grpc::Status> status = writes_.TakeFinish();
+    if (!status.has_value()) return;
+    Record(*status);
+    Finish(Detailed(*status));
     ReleaseSlot();
   }
 
@@ -297,12 +277,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, publ
   grpc::ByteBuffer out_bytes_;  // out_ as sent; one write is in flight at a time
   bool first_ = true;
   AnswerToolCalls tools_;
-  absl::Mutex write_mu_;
-  bool write_in_flight_ ABSL_GUARDED_BY(write_mu_) = false;
-  bool upstream_done_ ABSL_GUARDED_BY(write_mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(write_mu_) = false;
-  bool client_gone_ ABSL_GUARDED_BY(write_mu_) = false;
-  grpc::Status upstream_status_ ABSL_GUARDED_BY(write_mu_);
+  RelayWrites writes_;
 };
 
 }  // namespace

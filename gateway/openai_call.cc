@@ -173,54 +173,34 @@ void OpenAiCall::Relay(const WorkerGenerateChunk& chunk) {
     Resume();
     return;
   }
-  {
-    absl::MutexLock l(&write_mu_);
-    write_in_flight_ = true;
-  }
+  writes_.WriteStarted();
   exchange_->Write(out_, [this](bool ok) { OnWriteDone(ok); });
 }
 
 void OpenAiCall::OnWriteDone(bool ok) {
-  bool upstream_done = false;
-  {
-    absl::MutexLock l(&write_mu_);
-    write_in_flight_ = false;
-    if (!ok) client_gone_ = true;
-    upstream_done = upstream_done_;
-  }
-  if (upstream_done) {
-    FinishOnce();
-    return;
-  }
-  if (!ok) {
-    // The client is gone: stop the workers; the reads then end and release the holds.
-    http_->Cancel();
-    CancelAll();
+  switch (writes_.WriteDone(ok)) {
+    case RelayWrites::Next::kFinish:
+      FinishOnce();
+      return;
+    case RelayWrites::Next::kClientGone:
+      // The workers stop; the reads then end and release the holds.
+      http_->Cancel();
+      CancelAll();
+      break;
+    case RelayWrites::Next::kResume:
+      break;
   }
   Resume();
 }
 
 void OpenAiCall::Complete(const grpc::Status& status) {
-  {
-    absl::MutexLock l(&write_mu_);
-    upstream_done_ = true;
-    upstream_status_ = status;
-    if (write_in_flight_) return;  // OnWriteDone finishes
-  }
-  FinishOnce();
+  if (writes_.UpstreamDone(status)) FinishOnce();
 }
 
 void OpenAiCall::FinishOnce() {
-  grpc::Status status;
-  {
-    absl::MutexLock l(&write_mu_);
-    if (finished_) return;
-    finished_ = true;
-    // A stream the client stopped reading did not succeed, whatever the worker said.
-    status = client_gone_ && upstream_status_.ok()
-                 ? grpc::Status(grpc::StatusCode::CANCELLED, "the client went away")
-                 : upstream_status_;
-  }
+  const std::optional<grpc::Status> finish = writes_.TakeFinish();
+  if (!finish.has_value()) return;
+  const grpc::Status& status = *finish;
   Record(status);
   {
     absl::MutexLock l(&link_->mu);

@@ -13,6 +13,7 @@
 #include "gateway/generation_call.h"
 #include "gateway/http_caller_context.h"
 #include "gateway/openai_codec.h"
+#include "gateway/relay_writes.h"
 #include "gateway/think_splitter.h"
 #include "gateway/tool_call_parser.h"
 
@@ -42,8 +43,8 @@ class OpenAiCall final : public GenerationCall {
 
   // The chunk's text as reasoning_, content_ and piece_calls_ (finish_ updated).
   void Split(const tandem::v1::WorkerGenerateChunk& chunk, bool last);
-  void OnWriteDone(bool ok) ABSL_LOCKS_EXCLUDED(write_mu_);
-  void FinishOnce() ABSL_LOCKS_EXCLUDED(write_mu_);
+  void OnWriteDone(bool ok);
+  void FinishOnce();
   // The answer's head: status, content type and the x-tandem-* headers.
   HttpResponse Head(int status, const char* content_type) const;
   void RespondError(const grpc::Status& status);
@@ -74,12 +75,7 @@ class OpenAiCall final : public GenerationCall {
   std::string out_;
   tandem::v1::FinishReason finish_ = tandem::v1::FINISH_REASON_UNSPECIFIED;
   bool started_stream_ = false;
-  absl::Mutex write_mu_;
-  bool write_in_flight_ ABSL_GUARDED_BY(write_mu_) = false;
-  bool upstream_done_ ABSL_GUARDED_BY(write_mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(write_mu_) = false;
-  bool client_gone_ ABSL_GUARDED_BY(write_mu_) = false;
-  grpc::Status upstream_status_ ABSL_GUARDED_BY(write_mu_);
+  RelayWrites writes_;
 };
 
 }  // namespace tandem::gateway

@@ -30,6 +30,7 @@ using ::tandem::testing::ReadResponses;
 using ::tandem::testing::ReadUntilClosed;
 using ::tandem::testing::SendAll;
 using ::tandem::testing::SplitResponses;
+using ::tandem::testing::WaitUntil;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
@@ -517,11 +518,15 @@ TEST_F(HttpServerTest, AFullServerEvictsTheOldestIdleConnectionThenRefuses) {
   options.on_connection_refused = [&refused] { refused.fetch_add(1); };
   Restart(options);
   const std::string get = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
-  // Two kept-alive connections, idle after their answers.
+  // Two kept-alive connections, idle after their answers, a before b. The server marks one idle
+  // after its answer's write completes, which the client can see before (it has the bytes).
   const int a = Connect(), b = Connect();
+  int answered = 0;
   for (int fd : {a, b}) {
     ASSERT_TRUE(SendAll(fd, get));
     ASSERT_EQ(SplitResponses(ReadResponses(fd, 1)).size(), 1u);
+    ++answered;
+    ASSERT_TRUE(WaitUntil([&] { return server_->IdleConnections() == answered; }));
   }
   // A third takes the place of the oldest idle one (a), which is closed.
   const int c = Connect();
