@@ -21,6 +21,8 @@ namespace {
 
 // stderr through stdio's buffer. spdlog's console sinks fflush every line: a write(2) per
 // request's log line, which was most of what the line cost.
+// std::mutex: spdlog's base_sink takes a standard mutex type as its template parameter and
+// locks it itself; no Tandem code touches it.
 class BufferedStderrSink final : public spdlog::sinks::base_sink<std::mutex> {
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {

@@ -111,7 +111,10 @@ install -m 755 "$BUILD/workers/tandem-worker" "$BUILD/gateway/tandem-gateway" \
   "$BUILD/tools/tandemctl" "$D/usr/local/bin/"
 install -m 644 "$HERE"/tandem-worker@.service "$HERE"/tandem-gateway.service \
   "$HERE"/tandem-prometheus.service "$HERE"/tandem.target "$D/etc/systemd/system/"
-install -m 644 "$ROOT/README.md" "$ROOT"/docs/*.md "$D/usr/local/share/doc/tandem/"
+# The docs by task; docs/README.md is only their index there, and the project's README.md takes its name.
+docs=()
+for f in "$ROOT"/docs/*.md; do [[ $(basename "$f") == README.md ]] || docs+=("$f"); done
+install -m 644 "$ROOT/README.md" "${docs[@]}" "$D/usr/local/share/doc/tandem/"
 
 keep() {  # keep() DEST: write stdin to DEST unless it exists (operators' edits survive)
   if [[ -e "$1" ]]; then echo "[install] keeping $1"; cat >/dev/null; else cat >"$1"; fi
