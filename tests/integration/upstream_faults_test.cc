@@ -244,6 +244,13 @@ rules:
   auto stub = tandem::v1::Gateway::NewStub(
       grpc::CreateChannel(gateway->grpc_address, grpc::InsecureChannelCredentials()));
   ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", true).ok());
+  // Both replicas probed ready by the gateway before the engine starts failing.
+  ASSERT_TRUE(WaitUntil([&] {
+    auto m = HttpGet(gateway->metrics_address, "/metrics");
+    return m.ok() &&
+           MetricValue(*m, "tandem_gateway_ready_workers", {{"model_name", "qwen"}}).value_or(0) ==
+               2;
+  }));
   engine_->SetChat(FakeEngine::Chat::kStatus, 500);
   for (int i = 0; i < 12; ++i) {
     grpc::ClientContext ctx;
