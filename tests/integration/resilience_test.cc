@@ -347,10 +347,13 @@ TEST_F(ResilienceTest, AFailoverToAHungWorkerDoesNotWaitForTheDeadline) {
 TEST_F(ResilienceTest, RequestsWaitingOnAWorkerThatGoesSilentAreRetriedElsewhere) {
   Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5"}));
   Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5"}));
+  // The stall timeout bounds the wait for a first token on `b` too: under a sanitizer, where
+  // every process runs several times slower, 300 ms is not enough for it there.
+  const std::string stall_timeout = TANDEM_SANITIZED ? "1s" : "300ms";
   ASSERT_NO_FATAL_FAILURE(StartGatewayWith(
       {"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
-      {"--policy=" + QwenOnlyPolicy(), "--stall_timeout_min=300ms", "--worker_probe_timeout=200ms",
-       "--base_ejection=30s", "--max_ejection=60s"}));
+      {"--policy=" + QwenOnlyPolicy(), "--stall_timeout_min=" + stall_timeout,
+       "--worker_probe_timeout=200ms", "--base_ejection=30s", "--max_ejection=60s"}));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
   // `a` hangs (SIGSTOP: alive, connected, silent) before requests arrive, and stays hung until
   // they are answered: the gateway spreads them over both replicas, and those sent to `a` never
