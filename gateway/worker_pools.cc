@@ -4,7 +4,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <random>
 #include <set>
 
 #include "absl/strings/match.h"
