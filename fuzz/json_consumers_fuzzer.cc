@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
 #include "common/request_validation.h"
-#include "gateway/openai_codec.h"
-#include "gateway/tool_call_parser.h"
+#include "gateway/http_front/openai_codec.h"
+#include "gateway/relay/tool_call_parser.h"
 #include "tandem/v1/gateway.pb.h"
 #include "workers/tokenizer/tool_prompt.h"
 

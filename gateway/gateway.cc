@@ -164,12 +164,13 @@ absl::Status Gateway::StartTenancy() {
   options.models = config_.builtin_router.models;
   tenants_ = std::make_unique<TenantRegistry>(options, metrics_.get());
   if (!config_.tenants_path.empty()) RETURN_IF_ERROR(tenants_->Load(config_.tenants_path));
-  GatewayServiceOptions service_options = config_.service;
-  service_options.decision_log = decision_log_.get();
-  service_options.tenants = tenants_.get();
-  service_options.queues = &queues_;
-  service_ = std::make_unique<GatewayService>(intake_.get(), pools_.get(), metrics_.get(),
-                                              service_options);
+  DispatchOptions dispatch_options = config_.dispatch;
+  dispatch_options.decision_log = decision_log_.get();
+  dispatch_options.tenants = tenants_.get();
+  dispatch_options.queues = &queues_;
+  dispatcher_ =
+      std::make_unique<Dispatcher>(intake_.get(), pools_.get(), metrics_.get(), dispatch_options);
+  grpc_front_ = std::make_unique<GrpcFront>(dispatcher_.get());
   admin_ = std::make_unique<AdminService>(reloader_.get(), pools_.get(), signals_.get(),
                                           tenants_.get(), metrics_.get());
   return absl::OkStatus();
@@ -185,7 +186,7 @@ absl::Status Gateway::StartServing() {
   options.max_memory_bytes = config_.grpc_memory_limit;
   health_.SetServingStatus("", false);
   for (const std::string& m : models_) health_.SetServingStatus("model/" + m, false);
-  options.services = {service_.get(), admin_.get()};
+  options.services = {grpc_front_.get(), admin_.get()};
   options.health = &health_;
   // gRPC's own limit sits above ours so that oversized requests get our INVALID_ARGUMENT
   // naming the flag (a size is never worth retrying); only requests beyond the headroom meet
@@ -195,7 +196,7 @@ absl::Status Gateway::StartServing() {
   // replicas added since it connected; streams in flight may finish (--max_stream_duration).
   options.max_connection_age_ms = ClampToInt(absl::ToInt64Milliseconds(config_.max_connection_age));
   options.max_connection_age_grace_ms =
-      ClampToInt(absl::ToInt64Milliseconds(config_.service.max_stream_duration));
+      ClampToInt(absl::ToInt64Milliseconds(config_.dispatch.max_stream_duration));
   ASSIGN_OR_RETURN(GrpcServer server, StartGrpcServer(options));
   server_ = std::move(server.server);
   grpc_address_ = server.address;
@@ -213,8 +214,8 @@ absl::Status Gateway::StartServing() {
     };
     OpenAiFrontOptions front{.max_json_depth = config_.intake.limits.max_json_depth,
                              .cors_origins = config_.http_cors_origins};
-    ASSIGN_OR_RETURN(
-        openai_, OpenAiFront::Start(config_.http_listen, http, std::move(front), service_.get()));
+    ASSIGN_OR_RETURN(openai_, OpenAiFront::Start(config_.http_listen, http, std::move(front),
+                                                 dispatcher_.get()));
   }
   pools_->Start();
   signals_->Start();
@@ -278,20 +279,20 @@ void Gateway::Drain() {
     serving_health_ = nullptr;
     health_.SetAllServingStatus(false);
   }
-  service_->StartDraining();
+  dispatcher_->StartDraining();
   const auto deadline =
       std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(config_.drain_timeout);
-  if (!service_->WaitIdle(deadline)) {
-    spdlog::warn("drain timed out with {} requests in flight", service_->inflight());
+  if (!dispatcher_->WaitIdle(deadline)) {
+    spdlog::warn("drain timed out with {} requests in flight", dispatcher_->inflight());
   }
-  service_->WaitQuiet(absl::ToChronoNanoseconds(config_.drain_quiet_period), deadline);
+  dispatcher_->WaitQuiet(absl::ToChronoNanoseconds(config_.drain_quiet_period), deadline);
 }
 
 void Gateway::Stop() {
   StopGrpcServer(server_.get(), &health_, /*grace_seconds=*/5);
   openai_.reset();  // closes its connections; drained like the gRPC calls
   // Client-side calls (cancelled shadows) must end before what they use is destroyed.
-  service_->WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  dispatcher_->WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   signals_->Stop();
   pools_->Stop();
   // The worker channels stay open until the process exits: gRPC 1.51 can free its callback

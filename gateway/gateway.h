@@ -12,19 +12,20 @@
 #include "common/grpc_server.h"
 #include "common/health_service.h"
 #include "common/metrics_server.h"
-#include "gateway/admin_service.h"
-#include "gateway/decision_log.h"
-#include "gateway/fair_queue.h"
-#include "gateway/gateway_config.h"
-#include "gateway/gateway_metrics.h"
-#include "gateway/gateway_service.h"
-#include "gateway/intake.h"
-#include "gateway/openai_front.h"
-#include "gateway/policy_reloader.h"
-#include "gateway/router_holder.h"
-#include "gateway/signal_engine.h"
-#include "gateway/tenants.h"
-#include "gateway/worker_pools.h"
+#include "gateway/config.h"
+#include "gateway/control/admin_service.h"
+#include "gateway/control/policy_reloader.h"
+#include "gateway/dispatch/decision_log.h"
+#include "gateway/dispatch/dispatcher.h"
+#include "gateway/dispatch/fair_queue.h"
+#include "gateway/grpc_front/grpc_front.h"
+#include "gateway/http_front/openai_front.h"
+#include "gateway/intake/intake.h"
+#include "gateway/intake/router_holder.h"
+#include "gateway/intake/tenants.h"
+#include "gateway/metrics/gateway_metrics.h"
+#include "gateway/pool/worker_pools.h"
+#include "gateway/signals/signal_engine.h"
 
 namespace tandem::gateway {
 
@@ -82,7 +83,8 @@ class Gateway {
   std::unique_ptr<Intake> intake_;
   std::unique_ptr<DecisionLog> decision_log_;
   std::unique_ptr<TenantRegistry> tenants_;
-  std::unique_ptr<GatewayService> service_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  std::unique_ptr<GrpcFront> grpc_front_;
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::unique_ptr<OpenAiFront> openai_;  // null without --http_listen

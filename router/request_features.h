@@ -69,7 +69,7 @@ struct RequestFeatures {
 // Tokens an image takes in the prompt besides its grid: <|vision_start|> and <|vision_end|>.
 inline constexpr int64_t kImageMarkerTokens = 2;
 // The prompt tokens of an image whose size is unknown (the router reads no images; the gateway
-// measures them, see gateway/prompt_token_counter.h): the grid of a 1024 x 1024 image at the
+// measures them, see gateway/intake/prompt_token_counter.h): the grid of a 1024 x 1024 image at the
 // released Qwen3.5 processor settings (1024 x 1024 / 32^2 = 1024 tokens) plus the markers. A
 // 1024 x 768 photo takes 770, a 3840 x 2160 screenshot 8,162, the largest (16M pixels) 16,386.
 inline constexpr int64_t kUnknownImageTokens = 1024 + kImageMarkerTokens;

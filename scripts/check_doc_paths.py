@@ -2,7 +2,7 @@
 """Checks that the docs name files that exist.
 
 In README.md, every folder's README.md and docs/*.md: each `path` in backticks that starts with
-one of the repository's top-level folders and ends in a file extension (`gateway/intake.cc`), and
+one of the repository's top-level folders and ends in a file extension (`gateway/intake/intake.cc`), and
 each relative Markdown link (`[api](docs/api.md)`), must lead to a file or folder of the checkout.
 A path with an upper-case placeholder (`policies/tests/NAME.cases.yaml`) is an example, not
 checked.

@@ -118,7 +118,7 @@ def main():
     if len(stages) < 3:
         errors.append("Dockerfile is not multi-stage")
     known = {"worker": defined_flags("workers/main.cc", "workers/worker_flags.cc", *COMMON_FLAGS),
-             "gateway": defined_flags("gateway/main.cc", "gateway/gateway_flags.cc", *COMMON_FLAGS)}
+             "gateway": defined_flags("gateway/main.cc", "gateway/flags.cc", *COMMON_FLAGS)}
     for name, s in services.items():
         target = s.get("build", {}).get("target")
         for a in s.get("command", []) if target in known else []:

@@ -60,7 +60,7 @@ def flags_of(path):
 
 # Flag files linked into both servers besides their main.cc (TLS, request limits).
 COMMON_FLAGS = flags_of("common/server_tls_flags.cc") | flags_of("common/limit_flags.cc")
-GATEWAY_FLAGS = flags_of("gateway/main.cc") | flags_of("gateway/gateway_flags.cc") | COMMON_FLAGS
+GATEWAY_FLAGS = flags_of("gateway/main.cc") | flags_of("gateway/flags.cc") | COMMON_FLAGS
 WORKER_FLAGS = flags_of("workers/main.cc") | flags_of("workers/worker_flags.cc") | COMMON_FLAGS
 INSECURE_FLAGS = ("plaintext", "worker_plaintext", "allow_unauthenticated")
 SECRET_KEYS = {"ca.crt", "tls.crt", "tls.key"}   # cert-manager's (and kubernetes.io/tls's) names

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctest prometheus_metric_names_check: every tandem_* metric named in a YAML or JSON file under
 deploy/ (rules, rule tests, dashboards, compose and Kubernetes objects) is one the binaries export
-(a CounterFamily/GaugeFamily/HistogramFamily(r, "NAME", ...) in gateway/gateway_metrics.cc or
+(a CounterFamily/GaugeFamily/HistogramFamily(r, "NAME", ...) in gateway/metrics/gateway_metrics.cc or
 workers/worker_metrics.cc, histograms with their _bucket, _sum and _count series) or a recording rule of deploy/prometheus/rules.
 """
 import glob
@@ -14,7 +14,7 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEPLOY = os.path.dirname(HERE)
 ROOT = os.path.dirname(DEPLOY)
-SOURCES = ["gateway/gateway_metrics.cc", "workers/worker_metrics.cc"]
+SOURCES = ["gateway/metrics/gateway_metrics.cc", "workers/worker_metrics.cc"]
 
 
 def exported():

@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "gateway/worker_client.h"
+#include "gateway/pool/worker_client.h"
 
 namespace tandem::gateway {
 

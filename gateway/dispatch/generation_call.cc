@@ -1,0 +1,810 @@
+#include "gateway/dispatch/generation_call.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "common/call_metadata.h"
+#include "common/clock.h"
+#include "common/grpc_status.h"
+#include "common/log_text.h"
+#include "common/proto_request.h"
+#include "router/decision_record.h"
+#include "spdlog/spdlog.h"
+
+namespace tandem::gateway {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using tandem::v1::WorkerGenerateChunk;
+
+// The model and class label of a request refused before it was routed.
+constexpr absl::string_view kNone = "none";
+
+// Runs `fn` now, unless this thread is already inside a call of this function: then `fn` runs
+// when the outermost one returns. A dispatch grant runs on the thread that freed the slot; one
+// whose dispatch fails at once frees its slot in turn, and would otherwise grant the next waiter
+// from inside itself, down the whole queue.
+void RunUnnested(std::function<void()> fn) {
+  thread_local std::vector<std::function<void()>>* pending = nullptr;
+  if (pending != nullptr) {
+    pending->push_back(std::move(fn));
+    return;
+  }
+  std::vector<std::function<void()>> queue;
+  pending = &queue;
+  fn();
+  for (size_t i = 0; i < queue.size(); ++i) std::function<void()>(std::move(queue[i]))();
+  pending = nullptr;
+}
+
+AttemptTarget ToAttemptTarget(Target target) {
+  auto shared = std::make_shared<const Target>(std::move(target));
+  return AttemptTarget{.model = shared->pool->name(),
+                       .address = shared->endpoint->address(),
+                       .max_output_tokens = shared->max_output_tokens,
+                       .target = shared};
+}
+
+}  // namespace
+
+// One call to one worker. Its owner creates it under mu_ (registered in live_ with the attempt
+// GenerationAttempts just added) and starts it once mu_ is released.
+class GenerationCall::Attempt final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
+ public:
+  Attempt(GenerationCall* owner, GenerationAttempts::NewAttempt start)
+      : owner_(owner),
+        id_(start.id),
+        target_(*start.target.target),
+        changed_(std::move(start.changed)),
+        request_(changed_.has_value() ? &*changed_ : start.admitted),
+        context_(owner->context_->NewWorkerContext()) {
+    // Propagation already bounds this by the caller's deadline; this adds the default.
+    context_->set_deadline(owner->attempt_deadline_);
+    AddWorkerTimeout(owner->worker_deadline_, context_.get());
+    context_->AddMetadata("x-request-id", request_->request_id());
+  }
+
+  void Start() {
+    target_.endpoint->AddOutstanding(1);
+    target_.endpoint->client().Generate(context_.get(), request_, this);
+    // The hold keeps the call alive until its end of stream is read: reads are started from
+    // other reactions, and without it the call could complete between them.
+    AddHold();
+    StartRead(&in_);
+    StartCall();
+  }
+  // Reads the next chunk: only once the previous one was handled, so the attempt cannot end
+  // (the hold) while its owner may still call this.
+  void Read() { StartRead(&in_); }
+  // A reference for a cancel from another thread; see RefLive.
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void CancelAndUnref() {
+    context_->TryCancel();
+    Unref();
+  }
+
+  GenerationAttempts::AttemptId id() const { return id_; }
+  const WorkerGenerateChunk& chunk() const { return in_; }
+  Endpoint* endpoint() const { return target_.endpoint.get(); }
+
+  void OnReadDone(bool ok) override {
+    if (ok) {
+      owner_->OnAttemptChunk(this);
+      return;
+    }
+    owner_->OnAttemptReadEnded(this);
+    RemoveHold();  // end of stream: OnDone follows with the status
+  }
+  void OnDone(const grpc::Status& status) override {
+    owner_->OnAttemptDone(this, status);
+    Unref();
+  }
+
+ private:
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  GenerationCall* const owner_;
+  const GenerationAttempts::AttemptId id_;
+  const Target target_;
+  // What this attempt sends: changed_ when it has one, else the call's admitted request (the
+  // owner outlives its attempts).
+  const std::optional<tandem::v1::WorkerGenerateRequest> changed_;
+  const tandem::v1::WorkerGenerateRequest* const request_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  WorkerGenerateChunk in_;
+  std::atomic<int> refs_{1};  // gRPC's until OnDone, plus one per CancelAndUnref to come
+};
+
+GenerationCall::GenerationCall(Dispatcher* dispatcher, std::unique_ptr<CallerContext> caller,
+                               const char* rpc)
+    : dispatcher_(dispatcher),
+      context_(std::move(caller)),
+      rpc_(rpc),
+      arrival_(SteadyClock::now()),
+      queue_alarm_(&dispatcher->timers()),
+      hedge_alarm_(&dispatcher->timers()),
+      stall_alarm_(&dispatcher->timers()),
+      attempts_(this) {}
+
+GenerationCall::~GenerationCall() {
+  // Here, not when the caller got its answer: a copy that lost a hedge race, or a pending
+  // timer, may call into this object until its last reference goes, and a drain must wait for
+  // that too.
+  if (counted_) dispatcher_->CallEnded();
+}
+
+// ---- Intake ----
+
+absl::Status GenerationCall::Begin(const absl::Status& parsed) {
+  // Named before anything can refuse the request, so every end line carries it (Admit
+  // validates it, and replaces it when invalid).
+  admission_.request_id = LoggableRequestId(request_, context_->RequestIdHeader());
+  if (dispatcher_->draining()) {
+    dispatcher_->RefusedWhileDraining();
+    return absl::UnavailableError("gateway is draining; retry on another replica");
+  }
+  absl::StatusOr<TenantRegistry::Caller> caller =
+      dispatcher_->access().Authenticate(context_->ApiKey());
+  if (!caller.ok()) return caller.status();
+  caller_ = std::move(*caller);
+  disclosure_ = dispatcher_->access().DisclosureFor(caller_);
+  if (!parsed.ok()) return parsed;
+  if (request_.session_id().empty()) request_.set_session_id(context_->SessionIdHeader());
+  if (request_.session_token().empty()) {
+    request_.set_session_token(context_->SessionTokenHeader());
+  }
+  if (absl::Status s = Admit(); !s.ok()) return s;
+  CountAdmitted();
+  if (absl::Status s = ReserveTenantTokens(); !s.ok()) return s;
+  dispatcher_->intake().RecordSession(&admission_);
+  // Counted from here so a drain waits for queued requests too.
+  dispatcher_->CallStarted();
+  counted_ = true;
+  return Enqueue();
+}
+
+absl::Status GenerationCall::Admit() {
+  const auto admit_start = SteadyClock::now();
+  absl::Status s = dispatcher_->intake().Admit(request_, context_->RequestIdHeader(),
+                                               context_->deadline(), &admission_, caller_.spec);
+  dispatcher_->metrics().decision_duration().Observe(Seconds(SteadyClock::now() - admit_start));
+  if (s.ok()) return s;
+  if (admission_.retry_after_seconds > 0) {
+    SetRetryAfter(admission_.retry_after_seconds);
+    dispatcher_->metrics().CountShed(admission_.decision.request_class);
+    dispatcher_->metrics().CountDecision(
+        admission_.decision.model, admission_.decision.request_class, admission_.decision.rule,
+        admission_.decision.policy_version);
+  }
+  if (s.code() == absl::StatusCode::kPermissionDenied) {
+    dispatcher_->metrics().CountAuthFailure("model_denied");
+  }
+  return ForCaller(s);
+}
+
+void GenerationCall::CountAdmitted() {
+  const auto& d = admission_.decision;
+  if (!admission_.fell_back_from.empty()) {
+    dispatcher_->metrics().CountFallback(admission_.fell_back_from, d.model);
+  }
+  model_metrics_ = dispatcher_->metrics().ForModel(d.model);
+  dispatcher_->metrics().CountPromptTokens(admission_.features.prompt_tokens_exact);
+  dispatcher_->metrics().CountDecision(d.model, d.request_class, d.rule, d.policy_version,
+                                       router::ReasoningModeName(d.reasoning));
+  if (DecisionLog* log = dispatcher_->options().decision_log) {
+    tandem::v1::DecisionRecord record = router::ToRecord(admission_.features, d);
+    record.set_request_id(admission_.request_id);
+    record.set_time_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+    // The text the learned tier read (bounded), so replay classifies exactly what live did.
+    if (dispatcher_->options().log_prompt_text)
+      record.set_prompt_text(admission_.features.classifier_text);
+    log->Record(std::move(record));
+  }
+}
+
+absl::Status GenerationCall::ReserveTenantTokens() {
+  if (caller_.tenant == nullptr) return absl::OkStatus();
+  // The reservation: the prompt (estimated) and every token the request may generate.
+  reserved_tokens_ =
+      admission_.features.prompt_tokens + admission_.worker_request.sampling().max_tokens();
+  if (auto refusal = caller_.tenant->TryAdmit(reserved_tokens_, SteadyClock::now())) {
+    dispatcher_->metrics().CountThrottled(caller_.tenant->metrics().label, refusal->reason);
+    SetRetryAfter(refusal->retry_after_seconds, "tenant:" + caller_.tenant->name());
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s; retry after %.3fs", refusal->message, refusal->retry_after_seconds));
+  }
+  tenant_admitted_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status GenerationCall::Enqueue() {
+  // The decided model's slots: fairness between tenants holds where that model's workers are
+  // full, not only at the gateway's own limit.
+  FairQueue* queue = dispatcher_->QueueFor(admission_.pool->name());
+  if (queue == nullptr) {
+    Dispatch(false);
+    return absl::OkStatus();
+  }
+  waiter_.tenant = caller_.tenant != nullptr ? caller_.tenant->name() : "anonymous";
+  // Granted from FairQueue::Release on the thread of the call that finished, or from a capacity
+  // change on a health probe's thread: dispatched right there, with no hop to another thread
+  // (the dispatch only starts a call; nothing in it blocks or waits for a pool change).
+  waiter_.grant = [this] {
+    Ref();
+    RunUnnested([this] {
+      OnGranted();
+      Unref();
+    });
+  };
+  const int priority = caller_.spec != nullptr ? caller_.spec->priority : 1;
+  // Held until the wait is set up: a slot freed on another thread right after Acquire must
+  // not grant this call before its timer and gauges exist.
+  absl::ReleasableMutexLock queue_lock(&queue_mu_);
+  queue_ = queue;
+  switch (queue->Acquire(&waiter_, priority)) {
+    case FairQueue::Result::kRun:
+      queue_lock.Release();
+      slot_held_.store(true);
+      Dispatch(false);
+      return absl::OkStatus();
+    case FairQueue::Result::kFull:
+      return RefuseQueueFull(waiter_.tenant);
+    case FairQueue::Result::kQueued:
+      break;
+  }
+  StartQueueWait();
+  return absl::OkStatus();
+}
+
+absl::Status GenerationCall::RefuseQueueFull(const std::string& tenant) {
+  if (caller_.tenant != nullptr) {
+    dispatcher_->metrics().CountThrottled(caller_.tenant->metrics().label, "queue_full");
+  }
+  const double wait = absl::ToDoubleSeconds(dispatcher_->options().max_queue_wait) / 10;
+  SetRetryAfter(wait, caller_.tenant != nullptr ? "tenant:" + caller_.tenant->name() : "");
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the gateway is at --max_inflight and tenant '%s' already has --max_queued requests "
+      "waiting; retry after %.3fs",
+      tenant, wait));
+}
+
+void GenerationCall::StartQueueWait() {
+  queued_at_ = SteadyClock::now();
+  if (caller_.tenant != nullptr) caller_.tenant->metrics().queued->Increment();
+  if (auto* m = dispatcher_->metrics().ForModel(admission_.pool->name())) m->queued->Increment();
+  Ref();
+  if (!queue_alarm_.Arm(absl::ToChronoNanoseconds(dispatcher_->options().max_queue_wait),
+                        [this](bool ok) {
+                          OnQueueAlarm(ok);
+                          Unref();
+                        })) {
+    Unref();
+  }
+}
+
+void GenerationCall::SetRetryAfter(double seconds, std::string quota_subject) {
+  retry_after_ = absl::Seconds(seconds);
+  quota_subject_ = std::move(quota_subject);
+  context_->SetRetryAfterMs(static_cast<int64_t>(std::ceil(seconds * 1000)));
+}
+
+grpc::Status GenerationCall::Detailed(const grpc::Status& status) const {
+  if (status.ok() || retry_after_ <= absl::ZeroDuration()) return status;
+  return WithRetryInfo(status, retry_after_, quota_subject_);
+}
+
+// ---- The dispatch queue ----
+
+bool GenerationCall::LeaveQueue() {
+  // Also waits for Begin to finish setting up the wait.
+  absl::MutexLock l(&queue_mu_);
+  if (queue_ == nullptr || !queue_->Cancel(&waiter_)) return false;
+  QueueWaitEnded();
+  return true;
+}
+
+void GenerationCall::QueueWaitEnded() {
+  dispatcher_->metrics().queue_wait().Observe(Seconds(SteadyClock::now() - queued_at_));
+  if (caller_.tenant != nullptr) caller_.tenant->metrics().queued->Decrement();
+  if (auto* m = dispatcher_->metrics().ForModel(admission_.pool->name())) m->queued->Decrement();
+}
+
+void GenerationCall::OnGranted() {
+  {
+    absl::MutexLock l(&queue_mu_);  // Begin has finished setting up the wait
+    QueueWaitEnded();
+  }
+  slot_held_.store(true);
+  queue_alarm_.Cancel();  // its callback runs with ok=false and drops its reference
+  Dispatch(true);
+}
+
+void GenerationCall::OnQueueAlarm(bool ok) {
+  if (!ok || !LeaveQueue()) return;
+  if (caller_.tenant != nullptr) {
+    dispatcher_->metrics().CountThrottled(caller_.tenant->metrics().label, "queue_timeout");
+  }
+  SetRetryAfter(1);
+  Complete(grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat("waited ", absl::FormatDuration(dispatcher_->options().max_queue_wait),
+                   " for a dispatch slot (--max_queue_wait); the gateway is at "
+                   "--max_inflight; retry after 1s")));
+}
+
+// ---- Dispatch ----
+
+void GenerationCall::Dispatch(bool waited) {
+  if (waited && !RepickAfterWait()) return;
+  const auto& d = admission_.decision;
+  if (model_metrics_ != nullptr) model_metrics_->inflight->Increment();
+  dispatcher_->retry_budget().RequestStarted(SteadyClock::now());
+  started_ = true;
+  // The end line says all of this too: one info line per request (a log line costs a write).
+  spdlog::debug("request_id={} rpc={} start model={} class={} rule={} worker={} tenant={}",
+                admission_.request_id, rpc_, d.model, d.request_class, d.rule,
+                admission_.endpoint->address(),
+                caller_.tenant != nullptr ? caller_.tenant->name() : "-");
+  const auto now = std::chrono::system_clock::now();
+  SetDeadlines(now);
+  StartFirstAttempt();
+  if (d.hedge_after_seconds > 0) ArmHedge();
+  if (!d.shadow.empty() && d.shadow != d.model) dispatcher_->StartShadow(admission_, d.shadow);
+}
+
+bool GenerationCall::RepickAfterWait() {
+  absl::StatusOr<Target> target = dispatcher_->intake().PickTarget(admission_, {});
+  if (!target.ok()) {
+    Complete(ToGrpcStatus(ForCaller(target.status())));
+    return false;
+  }
+  if (target->pool != admission_.pool) {
+    // The decided model lost its workers during the wait: its fallback, capped as a failover to
+    // it is.
+    dispatcher_->metrics().CountFallback(admission_.pool->name(), target->pool->name());
+    admission_.pool = target->pool;
+    auto* sampling = admission_.worker_request.mutable_sampling();
+    if (target->max_output_tokens > 0 && sampling->max_tokens() > target->max_output_tokens) {
+      sampling->set_max_tokens(target->max_output_tokens);
+    }
+  }
+  admission_.endpoint = target->endpoint;
+  return true;
+}
+
+void GenerationCall::SetDeadlines(std::chrono::system_clock::time_point now) {
+  // Every attempt shares one deadline: the caller's, or the default when it set none; never
+  // more than --max_stream_duration from arrival.
+  const DispatchOptions& options = dispatcher_->options();
+  const auto caller_deadline = context_->deadline();
+  const bool caller_set_none = IsNoDeadline(caller_deadline);
+  attempt_deadline_ =
+      std::min(caller_set_none ? now + absl::ToChronoMilliseconds(options.default_deadline)
+                               : caller_deadline,
+               now - (SteadyClock::now() - arrival_) +
+                   absl::ToChronoMilliseconds(options.max_stream_duration));
+  worker_deadline_ = attempt_deadline_ - absl::ToChronoMicroseconds(options.worker_deadline_offset);
+}
+
+void GenerationCall::StartFirstAttempt() {
+  const DispatchOptions& dispatch_options = dispatcher_->options();
+  GenerationAttempts::Options options{
+      .request_id = admission_.request_id,
+      .request = &admission_.worker_request,
+      .max_attempts = dispatch_options.max_attempts,
+      .hedge_after_seconds = admission_.decision.hedge_after_seconds,
+      .show_workers = disclosure_.workers,
+      .stall_timeout_min = absl::ToChronoNanoseconds(dispatch_options.stall_timeout_min),
+      .stall_timeout_multiple = dispatch_options.stall_timeout_multiple,
+      .arrival = arrival_};
+  AttemptTarget first = ToAttemptTarget(Target{admission_.pool, admission_.endpoint, 0});
+  Attempt* a = nullptr;
+  {
+    absl::MutexLock l(&mu_);
+    a = AddAttempt(attempts_.Start(std::move(options), std::move(first)));
+  }
+  a->Start();
+  StartStallWatch();
+}
+
+void GenerationCall::ArmHedge() {
+  // The first attempt already runs: its first token (or its end) may cancel the hedge on
+  // another thread now (CallAlarm orders that after this). A hedge cancelled before this point
+  // is not set at all: it would hold the call (and the drain) for hedge_after_seconds for
+  // nothing.
+  const auto delay = std::chrono::microseconds(
+      static_cast<int64_t>(admission_.decision.hedge_after_seconds * 1e6));
+  Ref();
+  if (!hedge_alarm_.Arm(delay, [this](bool ok) {
+        OnHedgeAlarm(ok);
+        Unref();
+      })) {
+    Unref();
+  }
+}
+
+// ---- Attempts ----
+
+GenerationCall::Attempt* GenerationCall::AddAttempt(GenerationAttempts::NewAttempt start) {
+  auto* a = new Attempt(this, std::move(start));
+  live_.push_back(a);
+  Ref();
+  return a;
+}
+
+std::vector<GenerationCall::Attempt*> GenerationCall::RefLive(
+    const std::vector<GenerationAttempts::AttemptId>& ids) {
+  std::vector<Attempt*> found;
+  for (Attempt* a : live_) {
+    if (std::find(ids.begin(), ids.end(), a->id()) == ids.end()) continue;
+    a->Ref();
+    found.push_back(a);
+  }
+  return found;
+}
+
+void GenerationCall::Resume() {
+  Attempt* a = nullptr;
+  {
+    absl::MutexLock l(&mu_);
+    if (std::optional<GenerationAttempts::AttemptId> id = attempts_.ReadCommitted()) {
+      auto it = std::find_if(live_.begin(), live_.end(),
+                             [&](const Attempt* live) { return live->id() == *id; });
+      if (it != live_.end()) a = *it;
+    }
+  }
+  if (a != nullptr) a->Read();
+}
+
+void GenerationCall::CancelAll() {
+  if (LeaveQueue()) {
+    queue_alarm_.Cancel();  // drops its reference now, not at --max_queue_wait
+    Complete(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued"));
+    return;
+  }
+  std::vector<Attempt*> live;
+  {
+    absl::MutexLock l(&mu_);
+    live = RefLive(attempts_.Cancel());
+  }
+  for (Attempt* a : live) a->CancelAndUnref();
+  StopTimers();
+}
+
+void GenerationCall::OnAttemptChunk(Attempt* a) {
+  GenerationAttempts::ChunkActions actions;
+  std::vector<Attempt*> losers;
+  {
+    absl::MutexLock l(&mu_);
+    actions = attempts_.OnChunk(a->id(), a->chunk());
+    losers = RefLive(actions.cancel);
+  }
+  for (Attempt* o : losers) o->CancelAndUnref();
+  if (!actions.relay) {
+    a->Read();  // a copy that lost the race: drained to its end
+    return;
+  }
+  if (actions.committed_now) {
+    hedge_alarm_.Cancel();  // a first token came: no hedge needed any more
+    StartStallWatch();
+  }
+  Track(a->chunk());
+  Relay(a->chunk());
+}
+
+void GenerationCall::OnAttemptReadEnded(Attempt* a) {
+  absl::MutexLock l(&mu_);
+  attempts_.ReadEnded(a->id());
+}
+
+void GenerationCall::OnAttemptDone(Attempt* a, const grpc::Status& status) {
+  const auto now = std::chrono::system_clock::now();
+  a->endpoint()->AddOutstanding(-1);
+  const bool stalled = EndedByStall(*a, status);
+  // A deadline of ours (the caller's or the default, less the offset) passing is not the
+  // worker's fault.
+  a->endpoint()->RecordCall(
+      stalled ? CallOutcome::kStalled : ClassifyCall(status.error_code(), now >= worker_deadline_),
+      SteadyClock::now());
+  GenerationAttempts::AttemptEnd end{
+      .status = FromGrpcStatus(status),
+      .worker_fault = ClassifyCall(status.error_code(), true) == CallOutcome::kWorkerFault,
+      .stalled = stalled};
+  GenerationAttempts::EndActions actions;
+  Attempt* next = nullptr;
+  {
+    absl::MutexLock l(&mu_);
+    live_.erase(std::find(live_.begin(), live_.end(), a));
+    actions = attempts_.OnEnd(a->id(), std::move(end));
+    if (actions.start.has_value()) next = AddAttempt(std::move(*actions.start));
+  }
+  if (next != nullptr) next->Start();
+  CompleteIfDone(actions);
+  Unref();
+}
+
+bool GenerationCall::EndedByStall(const Attempt& a, const grpc::Status& status) {
+  if (status.error_code() != grpc::StatusCode::CANCELLED) return false;
+  {
+    absl::MutexLock l(&mu_);
+    if (!attempts_.CancelledForStall(a.id())) return false;
+  }
+  // Stalled only when the caller did not go away meanwhile: its cancel or deadline is not the
+  // worker's fault.
+  return !context_->IsCancelled();
+}
+
+void GenerationCall::CompleteIfDone(const GenerationAttempts::EndActions& actions) {
+  if (!actions.complete.has_value()) return;
+  StopTimers();
+  if (actions.by_length) {
+    WorkerGenerateChunk last;
+    last.set_finish_reason(tandem::v1::FINISH_REASON_LENGTH);
+    Relay(last);
+  }
+  Complete(ToGrpcStatus(*actions.complete));
+}
+
+// ---- Timers ----
+
+void GenerationCall::OnHedgeAlarm(bool ok) {
+  if (!ok) return;
+  Attempt* hedge = nullptr;
+  {
+    absl::MutexLock l(&mu_);
+    if (std::optional<GenerationAttempts::NewAttempt> start = attempts_.OnHedgeDue()) {
+      hedge = AddAttempt(std::move(*start));
+    }
+  }
+  if (hedge != nullptr) hedge->Start();
+}
+
+// The stall watch: from dispatch, a timer checks every stall timeout that the committed
+// attempt's worker has not kept a read waiting longer than that (before the first token: that
+// the attempts' workers have not gone silent). A stalled attempt is cancelled and failed over
+// mid-answer like a dead worker (OnAttemptDone), and counts against its endpoint
+// (CallOutcome::kStalled), so a hung worker is ejected for new requests.
+void GenerationCall::StartStallWatch() {
+  if (dispatcher_->options().stall_timeout_min <= absl::ZeroDuration()) return;  // off
+  SteadyClock::duration timeout;
+  {
+    absl::MutexLock l(&mu_);
+    timeout = attempts_.StallTimeout();
+  }
+  SetStallAlarm(timeout, /*first=*/true);
+}
+
+void GenerationCall::SetStallAlarm(SteadyClock::duration after, bool first) {
+  auto callback = [this](bool ok) {
+    OnStallAlarm(ok);
+    Unref();
+  };
+  Ref();
+  const bool set = first ? stall_alarm_.Arm(after, std::move(callback))
+                         : stall_alarm_.Rearm(after, std::move(callback));
+  if (!set) Unref();
+}
+
+void GenerationCall::OnStallAlarm(bool ok) {
+  if (!ok) return;
+  GenerationAttempts::StallCheck check;
+  std::vector<Attempt*> stalled;
+  {
+    absl::MutexLock l(&mu_);
+    check = attempts_.CheckStalls();
+    if (check.cancel.has_value()) stalled = RefLive({*check.cancel});
+  }
+  if (!check.watch_on) return;
+  for (Attempt* a : stalled) a->CancelAndUnref();
+  // Keeps watching: the failover's stream, once it answers, is committed in turn.
+  SetStallAlarm(check.next, /*first=*/false);
+}
+
+void GenerationCall::StopTimers() {
+  // Each pending callback runs now with ok=false and drops its reference.
+  hedge_alarm_.Cancel();
+  stall_alarm_.Cancel();
+}
+
+// ---- Accounting ----
+
+void GenerationCall::Track(const WorkerGenerateChunk& chunk) {
+  const auto now = SteadyClock::now();
+  // The first attempt's prompt count is the caller's prompt; a failover's includes the prefix.
+  if (chunk.prompt_tokens() > 0 && prompt_tokens_ == 0) prompt_tokens_ = chunk.prompt_tokens();
+  if (chunk.queue_seconds() > 0 && queue_seconds_ == 0) queue_seconds_ = chunk.queue_seconds();
+  if (chunk.tokens() > 0) {
+    if (completion_tokens_ == 0) first_token_ = now;
+    last_token_ = now;
+    completion_tokens_ += chunk.tokens();
+  }
+}
+
+void GenerationCall::FillFinal(tandem::v1::Usage* usage, tandem::v1::Timings* timings,
+                               tandem::v1::Recovery* recovery) const {
+  usage->set_prompt_tokens(prompt_tokens_);
+  usage->set_completion_tokens(completion_tokens_);
+  usage->set_total_tokens(prompt_tokens_ + completion_tokens_);
+  timings->set_queue_seconds(queue_seconds_);
+  if (completion_tokens_ > 0) {
+    timings->set_time_to_first_token_seconds(Seconds(first_token_ - arrival_));
+  }
+  timings->set_total_seconds(Seconds(SteadyClock::now() - arrival_));
+  absl::MutexLock l(&mu_);
+  if (!HasRecovery(attempts_.recovery())) return;
+  *recovery = attempts_.recovery();
+  if (!disclosure_.workers) recovery->clear_final_worker();
+}
+
+void GenerationCall::Record(const grpc::Status& ended) {
+  const grpc::Status status = AsCallerSawIt(ended);
+  const auto now = SteadyClock::now();
+  const auto& d = admission_.decision;
+  // A request refused after routing (no usable worker, a tenant's models) counts under the
+  // model that was decided; one refused before, under "none".
+  const bool routed = started_ || !d.model.empty();
+  const std::string model = routed ? d.model : std::string(kNone);
+  const std::string klass = routed || d.shed ? d.request_class : std::string(kNone);
+  dispatcher_->metrics().CountRequest(model, klass, GrpcCodeName(status.error_code()),
+                                      context_->api());
+  if (model_metrics_ != nullptr && started_) {  // Dispatch incremented inflight
+    model_metrics_->inflight->Decrement();
+    model_metrics_->request_duration->Observe(Seconds(now - arrival_));
+    if (completion_tokens_ > 0) {
+      model_metrics_->time_to_first_token->Observe(Seconds(first_token_ - arrival_));
+    }
+    if (completion_tokens_ > 1) {
+      model_metrics_->time_per_output_token->Observe(Seconds(last_token_ - first_token_) /
+                                                     (completion_tokens_ - 1));
+    }
+    model_metrics_->prompt_tokens->Increment(prompt_tokens_);
+    model_metrics_->completion_tokens->Increment(completion_tokens_);
+  }
+  std::string recovery;
+  {
+    absl::MutexLock l(&mu_);
+    const tandem::v1::Recovery& r = attempts_.recovery();
+    if (HasRecovery(r)) {
+      recovery =
+          absl::StrCat(" retries=", r.retries(), " failovers=", r.failovers(),
+                       " hedged=", r.hedged() ? "yes" : "no", " final_worker=", r.final_worker());
+    }
+  }
+  if (started_) dispatcher_->retry_budget().RequestEnded();
+  RecordTenant(status, now);
+  // A request refused before dispatch (invalid, unauthenticated, over quota, draining) is
+  // logged within --rejected_log_per_second: it costs the caller nothing but the attempt.
+  int64_t suppressed = 0;
+  if (started_ || dispatcher_->rejected_log().Allow(&suppressed)) {
+    spdlog::info(
+        "request_id={} rpc={} end model={} class={} status={} prompt_tokens={} "
+        "completion_tokens={} duration_ms={:.3f} rule={} worker={} tenant={}{}{}{}{}",
+        admission_.request_id, rpc_, model, klass, GrpcCodeName(status.error_code()),
+        prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3,
+        d.rule.empty() ? "-" : d.rule,
+        started_ && admission_.endpoint != nullptr ? admission_.endpoint->address() : "-",
+        caller_.tenant != nullptr ? caller_.tenant->name() : "-", recovery,
+        status.ok() ? "" : " message=",
+        status.ok() ? "" : QuoteForLog(status.error_message(), kMaxLoggedMessageBytes),
+        suppressed > 0 ? absl::StrCat(" (", suppressed, " refusals not logged)") : "");
+  }
+}
+
+void GenerationCall::ReleaseSlot() {
+  // The drain's count (CallEnded) only goes in the destructor, so a drain waiting for it never
+  // sees the queue still in use.
+  if (!slot_held_.exchange(false)) return;
+  FairQueue* queue = nullptr;
+  {
+    absl::MutexLock l(&queue_mu_);
+    queue = queue_;
+  }
+  queue->Release();
+}
+
+void GenerationCall::RecordTenant(const grpc::Status& status, SteadyClock::time_point now) {
+  if (caller_.tenant == nullptr) return;
+  GatewayMetrics::Tenant& tm = caller_.tenant->metrics();
+  dispatcher_->metrics().CountTenantRequest(tm.label, GrpcCodeName(status.error_code()));
+  tm.prompt_tokens->Increment(prompt_tokens_);
+  tm.completion_tokens->Increment(completion_tokens_);
+  if (!tenant_admitted_) return;
+  tm.request_duration->Observe(Seconds(now - arrival_));
+  if (completion_tokens_ > 0) tm.time_to_first_token->Observe(Seconds(first_token_ - arrival_));
+  // What the request did not use of its reservation goes back to the tenant's bucket.
+  const int64_t used =
+      std::max<int64_t>(admission_.features.prompt_tokens, prompt_tokens_) + completion_tokens_;
+  caller_.tenant->Release(reserved_tokens_ - used);
+}
+
+void GenerationCall::Unref() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+// The caller's own timer fires first, and its cancel can arrive just before ours: within
+// --deadline_cancel_window of the deadline a cancel is the deadline (as the worker decides).
+grpc::Status GenerationCall::AsCallerSawIt(const grpc::Status& status) const {
+  if (status.error_code() == grpc::StatusCode::CANCELLED &&
+      std::chrono::system_clock::now() +
+              absl::ToChronoMicroseconds(dispatcher_->options().deadline_cancel_window) >=
+          context_->deadline()) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "the caller's deadline passed (" + status.error_message() + ")");
+  }
+  return status;
+}
+
+absl::Status GenerationCall::ForCaller(const absl::Status& status) const {
+  if (disclosure_.workers || status.code() != absl::StatusCode::kUnavailable) return status;
+  return absl::UnavailableError(
+      absl::StrCat("model '", admission_.decision.model, "' has no usable worker; retry later"));
+}
+
+// ---- GenerationAttempts::Environment ----
+
+SteadyClock::time_point GenerationCall::Now() const { return SteadyClock::now(); }
+
+absl::StatusOr<AttemptTarget> GenerationCall::PickTarget(
+    const std::vector<const AttemptTarget*>& exclude) {
+  std::vector<const Endpoint*> endpoints;
+  endpoints.reserve(exclude.size());
+  for (const AttemptTarget* t : exclude) endpoints.push_back(t->target->endpoint.get());
+  absl::StatusOr<Target> target = dispatcher_->intake().PickTarget(admission_, endpoints);
+  if (!target.ok()) return ForCaller(target.status());
+  return ToAttemptTarget(*std::move(target));
+}
+
+bool GenerationCall::TryRetry() { return dispatcher_->retry_budget().TryRetry(SteadyClock::now()); }
+
+bool GenerationCall::TryHedge() { return dispatcher_->retry_budget().TryHedge(); }
+
+void GenerationCall::ReleaseHedge() { dispatcher_->retry_budget().ReleaseHedge(); }
+
+bool GenerationCall::CallerGone() const {
+  return context_->IsCancelled() ||
+         std::chrono::system_clock::now() >= std::min(context_->deadline(), worker_deadline_);
+}
+
+bool GenerationCall::Unresponsive(const AttemptTarget& target) const {
+  return target.target->endpoint->unresponsive();
+}
+
+bool GenerationCall::AnotherUsable(const AttemptTarget& target) const {
+  for (const auto& e : *target.target->pool->endpoints()) {
+    if (e.get() != target.target->endpoint.get() && e->usable()) return true;
+  }
+  return false;
+}
+
+void GenerationCall::CountRetry(const std::string& model, const char* reason) {
+  dispatcher_->metrics().CountRetry(model, reason);
+}
+
+void GenerationCall::CountFailover(const std::string& from_model, const std::string& to_model) {
+  dispatcher_->metrics().CountFailover(from_model, to_model);
+}
+
+void GenerationCall::CountHedge(const std::string& model, bool won) {
+  dispatcher_->metrics().CountHedge(model, won);
+}
+
+void GenerationCall::CountRetryBudgetExhausted() {
+  dispatcher_->metrics().CountRetryBudgetExhausted();
+}
+
+void GenerationCall::CountStall(const std::string& model) {
+  dispatcher_->metrics().CountStall(model);
+}
+
+}  // namespace tandem::gateway

@@ -1,0 +1,61 @@
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "gateway/pool/endpoint.h"
+
+namespace tandem::gateway {
+
+// How a pool chooses among its usable endpoints.
+enum class PickStrategy {
+  kLeastOutstanding,  // fewest calls this gateway has in flight there
+  kPowerOfTwo,        // two at random, the one with less live load (scraped queue + outstanding)
+};
+
+using ClientFactory = std::function<std::unique_ptr<WorkerClient>(const std::string& address)>;
+
+// The endpoints serving one model: a static list, or what a DNS name resolves to (re-resolved
+// periodically by WorkerPools). The list is an immutable snapshot swapped atomically, so picks
+// never lock; an endpoint removed from DNS lives on while calls hold it.
+class ModelPool {
+ public:
+  ModelPool(std::string name, EndpointOptions options = {}, GatewayMetrics* metrics = nullptr)
+      : name_(std::move(name)), options_(options), metrics_(metrics) {}
+
+  const std::string& name() const { return name_; }
+  void AddEndpoint(std::unique_ptr<WorkerClient> client) ABSL_LOCKS_EXCLUDED(write_mu_);
+  // Replaces the list: keeps endpoints whose address stays, creates new ones with `factory`.
+  // Returns true when it changed.
+  bool SetAddresses(const std::vector<std::string>& addresses, const ClientFactory& factory)
+      ABSL_LOCKS_EXCLUDED(write_mu_);
+  std::shared_ptr<const EndpointList> endpoints() const { return endpoints_.load(); }
+
+  // A usable endpoint not in `exclude`, or UNAVAILABLE with the reason each one is not usable.
+  absl::StatusOr<std::shared_ptr<Endpoint>> Pick(
+      PickStrategy strategy = PickStrategy::kLeastOutstanding,
+      const std::vector<const Endpoint*>& exclude = {}) const;
+  int ReadyCount() const;
+  // Model facts from the most recently seen worker info (empty before any probe succeeded).
+  tandem::v1::ModelStatus Status() const;
+  // The same facts without building a ModelStatus, for the per-request checks.
+  ModelFacts Facts() const;
+  // How many requests the usable endpoints take at once: each one's max_batch_size (from
+  // GetInfo) plus `headroom`, at most its own max_queue (all of it when negative); 0 when none
+  // is usable or none has reported its batch size.
+  int DispatchCapacity(int headroom) const;
+
+ private:
+  const std::string name_;
+  const EndpointOptions options_;
+  GatewayMetrics* const metrics_;
+  absl::Mutex write_mu_;  // serializes writers of endpoints_ (an atomic: readers never lock)
+  std::atomic<std::shared_ptr<const EndpointList>> endpoints_{std::make_shared<EndpointList>()};
+};
+
+}  // namespace tandem::gateway
