@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "common/steady_wait.h"
 #include "gateway/dispatch/shadow_call.h"
+#include "router/decision_record.h"
 
 namespace tandem::gateway {
 
@@ -24,6 +26,33 @@ FairQueue* Dispatcher::QueueFor(const std::string& model) const {
   if (options_.queues == nullptr) return nullptr;
   auto it = options_.queues->find(model);
   return it == options_.queues->end() ? nullptr : it->second.get();
+}
+
+grpc::Status Dispatcher::AsCallerSawIt(const grpc::Status& status,
+                                       std::chrono::system_clock::time_point deadline) const {
+  if (status.error_code() == grpc::StatusCode::CANCELLED &&
+      std::chrono::system_clock::now() +
+              absl::ToChronoMicroseconds(options_.deadline_cancel_window) >=
+          deadline) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "the caller's deadline passed (" + status.error_message() + ")");
+  }
+  return status;
+}
+
+void Dispatcher::RecordDecision(const Admission& a) {
+  const auto& d = a.decision;
+  if (!a.fell_back_from.empty()) metrics_->CountFallback(a.fell_back_from, d.model);
+  metrics_->CountPromptTokens(a.features.prompt_tokens_exact);
+  metrics_->CountDecision(d.model, d.request_class, d.rule, d.policy_version,
+                          router::ReasoningModeName(d.reasoning));
+  if (options_.decision_log == nullptr) return;
+  tandem::v1::DecisionRecord record = router::ToRecord(a.features, d);
+  record.set_request_id(a.request_id);
+  record.set_time_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  // The text the learned tier read (bounded), so replay classifies exactly what live did.
+  if (options_.log_prompt_text) record.set_prompt_text(a.features.classifier_text);
+  options_.decision_log->Record(std::move(record));
 }
 
 void Dispatcher::StartShadow(const Admission& a, const std::string& model) {

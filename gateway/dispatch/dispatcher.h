@@ -1,5 +1,7 @@
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -118,6 +120,14 @@ class Dispatcher {
   void WaitQuiet(std::chrono::steady_clock::duration quiet,
                  std::chrono::steady_clock::time_point deadline);
 
+  // The status a call ended with as its caller saw it: the caller's deadline passing cancels
+  // the call (OnCancel, then the attempts end CANCELLED) but the caller sees DEADLINE_EXCEEDED,
+  // and its own timer fires first, so its cancel can arrive just before ours: within
+  // --deadline_cancel_window of `deadline` a cancel is the deadline (as the worker decides).
+  grpc::Status AsCallerSawIt(const grpc::Status& status,
+                             std::chrono::system_clock::time_point deadline) const;
+  // Counts an admitted request's decision and writes it to the decision log, if there is one.
+  void RecordDecision(const Admission& admission);
   // Sends a copy of an admitted request to `model`, answer discarded, measured in metrics.
   void StartShadow(const Admission& admission, const std::string& model)
       ABSL_LOCKS_EXCLUDED(shadow_mu_);

@@ -20,6 +20,12 @@ bool HasRecovery(const tandem::v1::Recovery& r) {
   return r.retries() > 0 || r.failovers() > 0 || r.hedged() || r.events_size() > 0;
 }
 
+std::string RecoveryForLog(const tandem::v1::Recovery& r) {
+  if (!HasRecovery(r)) return "";
+  return absl::StrCat(" retries=", r.retries(), " failovers=", r.failovers(),
+                      " hedged=", r.hedged() ? "yes" : "no", " final_worker=", r.final_worker());
+}
+
 GenerationAttempts::NewAttempt GenerationAttempts::Start(Options options, AttemptTarget first) {
   options_ = std::move(options);
   return Add(std::move(first), std::nullopt, /*hedge=*/false);

@@ -29,6 +29,9 @@ struct AttemptTarget {
 
 // Whether a request's recovery is worth reporting: it retried, failed over or hedged.
 bool HasRecovery(const tandem::v1::Recovery& recovery);
+// " retries=R failovers=F hedged=yes|no final_worker=W" for a request's end line; empty without
+// a recovery.
+std::string RecoveryForLog(const tandem::v1::Recovery& recovery);
 
 // The decisions over one generation's worker attempts, free of gRPC: which attempt's chunks
 // reach the caller, and what happens when one ends, stalls, or is slow to start. GenerationCall

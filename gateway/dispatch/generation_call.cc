@@ -11,13 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
 #include "common/call_metadata.h"
 #include "common/clock.h"
 #include "common/grpc_status.h"
 #include "common/log_text.h"
 #include "common/proto_request.h"
-#include "router/decision_record.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::gateway {
@@ -29,23 +27,6 @@ using tandem::v1::WorkerGenerateChunk;
 // The model and class label of a request refused before it was routed.
 constexpr absl::string_view kNone = "none";
 
-// Runs `fn` now, unless this thread is already inside a call of this function: then `fn` runs
-// when the outermost one returns. A dispatch grant runs on the thread that freed the slot; one
-// whose dispatch fails at once frees its slot in turn, and would otherwise grant the next waiter
-// from inside itself, down the whole queue.
-void RunUnnested(std::function<void()> fn) {
-  thread_local std::vector<std::function<void()>>* pending = nullptr;
-  if (pending != nullptr) {
-    pending->push_back(std::move(fn));
-    return;
-  }
-  std::vector<std::function<void()>> queue;
-  pending = &queue;
-  fn();
-  for (size_t i = 0; i < queue.size(); ++i) std::function<void()>(std::move(queue[i]))();
-  pending = nullptr;
-}
-
 AttemptTarget ToAttemptTarget(Target target) {
   auto shared = std::make_shared<const Target>(std::move(target));
   return AttemptTarget{.model = shared->pool->name(),
@@ -56,83 +37,14 @@ AttemptTarget ToAttemptTarget(Target target) {
 
 }  // namespace
 
-// One call to one worker. Its owner creates it under mu_ (registered in live_ with the attempt
-// GenerationAttempts just added) and starts it once mu_ is released.
-class GenerationCall::Attempt final : public grpc::ClientReadReactor<WorkerGenerateChunk> {
- public:
-  Attempt(GenerationCall* owner, GenerationAttempts::NewAttempt start)
-      : owner_(owner),
-        id_(start.id),
-        target_(*start.target.target),
-        changed_(std::move(start.changed)),
-        request_(changed_.has_value() ? &*changed_ : start.admitted),
-        context_(owner->context_->NewWorkerContext()) {
-    // Propagation already bounds this by the caller's deadline; this adds the default.
-    context_->set_deadline(owner->attempt_deadline_);
-    AddWorkerTimeout(owner->worker_deadline_, context_.get());
-    context_->AddMetadata("x-request-id", request_->request_id());
-  }
-
-  void Start() {
-    target_.endpoint->AddOutstanding(1);
-    target_.endpoint->client().Generate(context_.get(), request_, this);
-    // The hold keeps the call alive until its end of stream is read: reads are started from
-    // other reactions, and without it the call could complete between them.
-    AddHold();
-    StartRead(&in_);
-    StartCall();
-  }
-  // Reads the next chunk: only once the previous one was handled, so the attempt cannot end
-  // (the hold) while its owner may still call this.
-  void Read() { StartRead(&in_); }
-  // A reference for a cancel from another thread; see RefLive.
-  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
-  void CancelAndUnref() {
-    context_->TryCancel();
-    Unref();
-  }
-
-  GenerationAttempts::AttemptId id() const { return id_; }
-  const WorkerGenerateChunk& chunk() const { return in_; }
-  Endpoint* endpoint() const { return target_.endpoint.get(); }
-
-  void OnReadDone(bool ok) override {
-    if (ok) {
-      owner_->OnAttemptChunk(this);
-      return;
-    }
-    owner_->OnAttemptReadEnded(this);
-    RemoveHold();  // end of stream: OnDone follows with the status
-  }
-  void OnDone(const grpc::Status& status) override {
-    owner_->OnAttemptDone(this, status);
-    Unref();
-  }
-
- private:
-  void Unref() {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-  }
-
-  GenerationCall* const owner_;
-  const GenerationAttempts::AttemptId id_;
-  const Target target_;
-  // What this attempt sends: changed_ when it has one, else the call's admitted request (the
-  // owner outlives its attempts).
-  const std::optional<tandem::v1::WorkerGenerateRequest> changed_;
-  const tandem::v1::WorkerGenerateRequest* const request_;
-  std::unique_ptr<grpc::ClientContext> context_;
-  WorkerGenerateChunk in_;
-  std::atomic<int> refs_{1};  // gRPC's until OnDone, plus one per CancelAndUnref to come
-};
-
 GenerationCall::GenerationCall(Dispatcher* dispatcher, std::unique_ptr<CallerContext> caller,
                                const char* rpc)
     : dispatcher_(dispatcher),
       context_(std::move(caller)),
       rpc_(rpc),
       arrival_(SteadyClock::now()),
-      queue_alarm_(&dispatcher->timers()),
+      usage_(arrival_),
+      queue_wait_(this, &dispatcher->timers()),
       hedge_alarm_(&dispatcher->timers()),
       stall_alarm_(&dispatcher->timers()),
       attempts_(this) {}
@@ -194,23 +106,8 @@ absl::Status GenerationCall::Admit() {
 }
 
 void GenerationCall::CountAdmitted() {
-  const auto& d = admission_.decision;
-  if (!admission_.fell_back_from.empty()) {
-    dispatcher_->metrics().CountFallback(admission_.fell_back_from, d.model);
-  }
-  model_metrics_ = dispatcher_->metrics().ForModel(d.model);
-  dispatcher_->metrics().CountPromptTokens(admission_.features.prompt_tokens_exact);
-  dispatcher_->metrics().CountDecision(d.model, d.request_class, d.rule, d.policy_version,
-                                       router::ReasoningModeName(d.reasoning));
-  if (DecisionLog* log = dispatcher_->options().decision_log) {
-    tandem::v1::DecisionRecord record = router::ToRecord(admission_.features, d);
-    record.set_request_id(admission_.request_id);
-    record.set_time_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
-    // The text the learned tier read (bounded), so replay classifies exactly what live did.
-    if (dispatcher_->options().log_prompt_text)
-      record.set_prompt_text(admission_.features.classifier_text);
-    log->Record(std::move(record));
-  }
+  model_metrics_ = dispatcher_->metrics().ForModel(admission_.decision.model);
+  dispatcher_->RecordDecision(admission_);
 }
 
 absl::Status GenerationCall::ReserveTenantTokens() {
@@ -236,34 +133,23 @@ absl::Status GenerationCall::Enqueue() {
     Dispatch(false);
     return absl::OkStatus();
   }
-  waiter_.tenant = caller_.tenant != nullptr ? caller_.tenant->name() : "anonymous";
-  // Granted from FairQueue::Release on the thread of the call that finished, or from a capacity
-  // change on a health probe's thread: dispatched right there, with no hop to another thread
-  // (the dispatch only starts a call; nothing in it blocks or waits for a pool change).
-  waiter_.grant = [this] {
-    Ref();
-    RunUnnested([this] {
-      OnGranted();
-      Unref();
-    });
-  };
+  const std::string tenant = caller_.tenant != nullptr ? caller_.tenant->name() : "anonymous";
   const int priority = caller_.spec != nullptr ? caller_.spec->priority : 1;
-  // Held until the wait is set up: a slot freed on another thread right after Acquire must
-  // not grant this call before its timer and gauges exist.
-  absl::ReleasableMutexLock queue_lock(&queue_mu_);
-  queue_ = queue;
-  switch (queue->Acquire(&waiter_, priority)) {
+  GatewayMetrics::Model* model = dispatcher_->metrics().ForModel(admission_.pool->name());
+  const QueueWait::Meters meters{
+      .tenant_queued = caller_.tenant != nullptr ? caller_.tenant->metrics().queued : nullptr,
+      .model_queued = model != nullptr ? model->queued : nullptr,
+      .wait = &dispatcher_->metrics().queue_wait()};
+  switch (
+      queue_wait_.Join(queue, tenant, priority, dispatcher_->options().max_queue_wait, meters)) {
     case FairQueue::Result::kRun:
-      queue_lock.Release();
-      slot_held_.store(true);
       Dispatch(false);
-      return absl::OkStatus();
+      break;
     case FairQueue::Result::kFull:
-      return RefuseQueueFull(waiter_.tenant);
+      return RefuseQueueFull(tenant);
     case FairQueue::Result::kQueued:
       break;
   }
-  StartQueueWait();
   return absl::OkStatus();
 }
 
@@ -279,59 +165,15 @@ absl::Status GenerationCall::RefuseQueueFull(const std::string& tenant) {
       tenant, wait));
 }
 
-void GenerationCall::StartQueueWait() {
-  queued_at_ = SteadyClock::now();
-  if (caller_.tenant != nullptr) caller_.tenant->metrics().queued->Increment();
-  if (auto* m = dispatcher_->metrics().ForModel(admission_.pool->name())) m->queued->Increment();
-  Ref();
-  if (!queue_alarm_.Arm(absl::ToChronoNanoseconds(dispatcher_->options().max_queue_wait),
-                        [this](bool ok) {
-                          OnQueueAlarm(ok);
-                          Unref();
-                        })) {
-    Unref();
-  }
-}
-
 void GenerationCall::SetRetryAfter(double seconds, std::string quota_subject) {
-  retry_after_ = absl::Seconds(seconds);
-  quota_subject_ = std::move(quota_subject);
-  context_->SetRetryAfterMs(static_cast<int64_t>(std::ceil(seconds * 1000)));
-}
-
-grpc::Status GenerationCall::Detailed(const grpc::Status& status) const {
-  if (status.ok() || retry_after_ <= absl::ZeroDuration()) return status;
-  return WithRetryInfo(status, retry_after_, quota_subject_);
+  retry_advice_.Set(seconds, std::move(quota_subject), *context_);
 }
 
 // ---- The dispatch queue ----
 
-bool GenerationCall::LeaveQueue() {
-  // Also waits for Begin to finish setting up the wait.
-  absl::MutexLock l(&queue_mu_);
-  if (queue_ == nullptr || !queue_->Cancel(&waiter_)) return false;
-  QueueWaitEnded();
-  return true;
-}
+void GenerationCall::OnSlotGranted() { Dispatch(true); }
 
-void GenerationCall::QueueWaitEnded() {
-  dispatcher_->metrics().queue_wait().Observe(Seconds(SteadyClock::now() - queued_at_));
-  if (caller_.tenant != nullptr) caller_.tenant->metrics().queued->Decrement();
-  if (auto* m = dispatcher_->metrics().ForModel(admission_.pool->name())) m->queued->Decrement();
-}
-
-void GenerationCall::OnGranted() {
-  {
-    absl::MutexLock l(&queue_mu_);  // Begin has finished setting up the wait
-    QueueWaitEnded();
-  }
-  slot_held_.store(true);
-  queue_alarm_.Cancel();  // its callback runs with ok=false and drops its reference
-  Dispatch(true);
-}
-
-void GenerationCall::OnQueueAlarm(bool ok) {
-  if (!ok || !LeaveQueue()) return;
+void GenerationCall::OnQueueTimeout() {
   if (caller_.tenant != nullptr) {
     dispatcher_->metrics().CountThrottled(caller_.tenant->metrics().label, "queue_timeout");
   }
@@ -437,7 +279,8 @@ void GenerationCall::ArmHedge() {
 // ---- Attempts ----
 
 GenerationCall::Attempt* GenerationCall::AddAttempt(GenerationAttempts::NewAttempt start) {
-  auto* a = new Attempt(this, std::move(start));
+  auto* a = new Attempt(this, std::move(start), context_->NewWorkerContext(), attempt_deadline_,
+                        worker_deadline_);
   live_.push_back(a);
   Ref();
   return a;
@@ -468,8 +311,7 @@ void GenerationCall::Resume() {
 }
 
 void GenerationCall::CancelAll() {
-  if (LeaveQueue()) {
-    queue_alarm_.Cancel();  // drops its reference now, not at --max_queue_wait
+  if (queue_wait_.Leave()) {
     Complete(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued"));
     return;
   }
@@ -499,7 +341,7 @@ void GenerationCall::OnAttemptChunk(Attempt* a) {
     hedge_alarm_.Cancel();  // a first token came: no hedge needed any more
     StartStallWatch();
   }
-  Track(a->chunk());
+  usage_.Track(a->chunk());
   Relay(a->chunk());
 }
 
@@ -619,28 +461,9 @@ void GenerationCall::StopTimers() {
 
 // ---- Accounting ----
 
-void GenerationCall::Track(const WorkerGenerateChunk& chunk) {
-  const auto now = SteadyClock::now();
-  // The first attempt's prompt count is the caller's prompt; a failover's includes the prefix.
-  if (chunk.prompt_tokens() > 0 && prompt_tokens_ == 0) prompt_tokens_ = chunk.prompt_tokens();
-  if (chunk.queue_seconds() > 0 && queue_seconds_ == 0) queue_seconds_ = chunk.queue_seconds();
-  if (chunk.tokens() > 0) {
-    if (completion_tokens_ == 0) first_token_ = now;
-    last_token_ = now;
-    completion_tokens_ += chunk.tokens();
-  }
-}
-
 void GenerationCall::FillFinal(tandem::v1::Usage* usage, tandem::v1::Timings* timings,
                                tandem::v1::Recovery* recovery) const {
-  usage->set_prompt_tokens(prompt_tokens_);
-  usage->set_completion_tokens(completion_tokens_);
-  usage->set_total_tokens(prompt_tokens_ + completion_tokens_);
-  timings->set_queue_seconds(queue_seconds_);
-  if (completion_tokens_ > 0) {
-    timings->set_time_to_first_token_seconds(Seconds(first_token_ - arrival_));
-  }
-  timings->set_total_seconds(Seconds(SteadyClock::now() - arrival_));
+  usage_.Fill(usage, timings);
   absl::MutexLock l(&mu_);
   if (!HasRecovery(attempts_.recovery())) return;
   *recovery = attempts_.recovery();
@@ -648,7 +471,7 @@ void GenerationCall::FillFinal(tandem::v1::Usage* usage, tandem::v1::Timings* ti
 }
 
 void GenerationCall::Record(const grpc::Status& ended) {
-  const grpc::Status status = AsCallerSawIt(ended);
+  const grpc::Status status = dispatcher_->AsCallerSawIt(ended, context_->deadline());
   const auto now = SteadyClock::now();
   const auto& d = admission_.decision;
   // A request refused after routing (no usable worker, a tenant's models) counts under the
@@ -660,26 +483,12 @@ void GenerationCall::Record(const grpc::Status& ended) {
                                       context_->api());
   if (model_metrics_ != nullptr && started_) {  // Dispatch incremented inflight
     model_metrics_->inflight->Decrement();
-    model_metrics_->request_duration->Observe(Seconds(now - arrival_));
-    if (completion_tokens_ > 0) {
-      model_metrics_->time_to_first_token->Observe(Seconds(first_token_ - arrival_));
-    }
-    if (completion_tokens_ > 1) {
-      model_metrics_->time_per_output_token->Observe(Seconds(last_token_ - first_token_) /
-                                                     (completion_tokens_ - 1));
-    }
-    model_metrics_->prompt_tokens->Increment(prompt_tokens_);
-    model_metrics_->completion_tokens->Increment(completion_tokens_);
+    usage_.ObserveModel(*model_metrics_, now);
   }
   std::string recovery;
   {
     absl::MutexLock l(&mu_);
-    const tandem::v1::Recovery& r = attempts_.recovery();
-    if (HasRecovery(r)) {
-      recovery =
-          absl::StrCat(" retries=", r.retries(), " failovers=", r.failovers(),
-                       " hedged=", r.hedged() ? "yes" : "no", " final_worker=", r.final_worker());
-    }
+    recovery = RecoveryForLog(attempts_.recovery());
   }
   if (started_) dispatcher_->retry_budget().RequestEnded();
   RecordTenant(status, now);
@@ -691,7 +500,7 @@ void GenerationCall::Record(const grpc::Status& ended) {
         "request_id={} rpc={} end model={} class={} status={} prompt_tokens={} "
         "completion_tokens={} duration_ms={:.3f} rule={} worker={} tenant={}{}{}{}{}",
         admission_.request_id, rpc_, model, klass, GrpcCodeName(status.error_code()),
-        prompt_tokens_, completion_tokens_, Seconds(now - arrival_) * 1e3,
+        usage_.prompt_tokens(), usage_.completion_tokens(), Seconds(now - arrival_) * 1e3,
         d.rule.empty() ? "-" : d.rule,
         started_ && admission_.endpoint != nullptr ? admission_.endpoint->address() : "-",
         caller_.tenant != nullptr ? caller_.tenant->name() : "-", recovery,
@@ -704,45 +513,24 @@ void GenerationCall::Record(const grpc::Status& ended) {
 void GenerationCall::ReleaseSlot() {
   // The drain's count (CallEnded) only goes in the destructor, so a drain waiting for it never
   // sees the queue still in use.
-  if (!slot_held_.exchange(false)) return;
-  FairQueue* queue = nullptr;
-  {
-    absl::MutexLock l(&queue_mu_);
-    queue = queue_;
-  }
-  queue->Release();
+  queue_wait_.ReleaseSlot();
 }
 
 void GenerationCall::RecordTenant(const grpc::Status& status, SteadyClock::time_point now) {
   if (caller_.tenant == nullptr) return;
   GatewayMetrics::Tenant& tm = caller_.tenant->metrics();
   dispatcher_->metrics().CountTenantRequest(tm.label, GrpcCodeName(status.error_code()));
-  tm.prompt_tokens->Increment(prompt_tokens_);
-  tm.completion_tokens->Increment(completion_tokens_);
+  usage_.ObserveTenant(tm, now, tenant_admitted_);
   if (!tenant_admitted_) return;
-  tm.request_duration->Observe(Seconds(now - arrival_));
-  if (completion_tokens_ > 0) tm.time_to_first_token->Observe(Seconds(first_token_ - arrival_));
   // What the request did not use of its reservation goes back to the tenant's bucket.
   const int64_t used =
-      std::max<int64_t>(admission_.features.prompt_tokens, prompt_tokens_) + completion_tokens_;
+      std::max<int64_t>(admission_.features.prompt_tokens, usage_.prompt_tokens()) +
+      usage_.completion_tokens();
   caller_.tenant->Release(reserved_tokens_ - used);
 }
 
 void GenerationCall::Unref() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-}
-
-// The caller's own timer fires first, and its cancel can arrive just before ours: within
-// --deadline_cancel_window of the deadline a cancel is the deadline (as the worker decides).
-grpc::Status GenerationCall::AsCallerSawIt(const grpc::Status& status) const {
-  if (status.error_code() == grpc::StatusCode::CANCELLED &&
-      std::chrono::system_clock::now() +
-              absl::ToChronoMicroseconds(dispatcher_->options().deadline_cancel_window) >=
-          context_->deadline()) {
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        "the caller's deadline passed (" + status.error_message() + ")");
-  }
-  return status;
 }
 
 absl::Status GenerationCall::ForCaller(const absl::Status& status) const {

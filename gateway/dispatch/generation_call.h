@@ -13,10 +13,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gateway/dispatch/call_alarm.h"
+#include "gateway/dispatch/call_usage.h"
 #include "gateway/dispatch/caller_context.h"
 #include "gateway/dispatch/dispatcher.h"
 #include "gateway/dispatch/fair_queue.h"
 #include "gateway/dispatch/generation_attempts.h"
+#include "gateway/dispatch/queue_wait.h"
+#include "gateway/dispatch/retry_advice.h"
+#include "gateway/dispatch/worker_attempt.h"
 #include "gateway/intake/intake.h"
 #include "gateway/intake/tenants.h"
 #include "gateway/metrics/gateway_metrics.h"
@@ -37,7 +41,9 @@ namespace tandem::gateway {
 // (queue wait, hedge, stall watch) and one while a dispatch grant runs; the object deletes itself
 // when the last goes. An attempt has its own references: gRPC's, dropped in OnDone, and one for
 // each Cancel in progress on another thread.
-class GenerationCall : private GenerationAttempts::Environment {
+class GenerationCall : private GenerationAttempts::Environment,
+                       private WorkerAttempt::Owner,
+                       private QueueWait::Owner {
  public:
   GenerationCall(const GenerationCall&) = delete;
   // The request; the subclass fills it (from the caller's bytes) before Begin.
@@ -55,7 +61,7 @@ class GenerationCall : private GenerationAttempts::Environment {
   // attempt, or queues for a dispatch slot (the attempt then starts when one frees). `parsed` is
   // how decoding request() went: an error is the call's answer once the caller is authenticated.
   // An error means nothing was started and the caller finishes the call with it.
-  absl::Status Begin(const absl::Status& parsed) ABSL_LOCKS_EXCLUDED(mu_, queue_mu_);
+  absl::Status Begin(const absl::Status& parsed) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A chunk of the committed attempt; the subclass relays it and calls Resume() when ready for
   // the next.
@@ -68,7 +74,7 @@ class GenerationCall : private GenerationAttempts::Environment {
   // Reads the next chunk of the committed attempt.
   void Resume() ABSL_LOCKS_EXCLUDED(mu_);
   // The caller went away: leaves the queue, or cancels every attempt and timer.
-  void CancelAll() ABSL_LOCKS_EXCLUDED(mu_, queue_mu_);
+  void CancelAll() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The final chunk's (or answer's) usage, timings and, when there was any, recovery.
   void FillFinal(tandem::v1::Usage* usage, tandem::v1::Timings* timings,
@@ -78,30 +84,29 @@ class GenerationCall : private GenerationAttempts::Environment {
   // Gives the dispatch slot, if this call holds one, to the next waiter, whose dispatch runs on
   // this thread: called after Finish, so this call's answer does not wait for that. The caller
   // holds a reference across it (a reaction, an attempt's end).
-  void ReleaseSlot() ABSL_LOCKS_EXCLUDED(queue_mu_);
+  void ReleaseSlot();
   // The status the caller gets: with retry advice when a refusal may be retried.
-  grpc::Status Detailed(const grpc::Status& status) const;
+  grpc::Status Detailed(const grpc::Status& status) const { return retry_advice_.Detailed(status); }
   // The retry advice of a refusal; zero when none.
-  absl::Duration retry_after() const { return retry_after_; }
+  absl::Duration retry_after() const { return retry_advice_.after(); }
 
   // Drops the server reactor's reference (its OnDone).
-  void Unref();
+  void Unref() override;
   // Another reference, for a front that may call in after it let the call go (Unref).
-  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Ref() override { refs_.fetch_add(1, std::memory_order_relaxed); }
 
   const Disclosure& disclosure() const { return disclosure_; }
 
  private:
-  class Attempt;
+  using Attempt = WorkerAttempt;
   using SteadyClock = std::chrono::steady_clock;
 
   // Begin's steps.
   absl::Status Admit();
   void CountAdmitted();
   absl::Status ReserveTenantTokens();
-  absl::Status Enqueue() ABSL_LOCKS_EXCLUDED(queue_mu_);
+  absl::Status Enqueue();
   absl::Status RefuseQueueFull(const std::string& tenant);
-  void StartQueueWait() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
 
   // When a refusal may be retried: said as RetryInfo (with a QuotaFailure naming
   // `quota_subject` when a quota refused) in the status details (Detailed), and as the
@@ -109,12 +114,9 @@ class GenerationCall : private GenerationAttempts::Environment {
   // error-details support.
   void SetRetryAfter(double seconds, std::string quota_subject = "");
 
-  // The dispatch queue.
-  void OnGranted() ABSL_LOCKS_EXCLUDED(queue_mu_);
-  void OnQueueAlarm(bool ok) ABSL_LOCKS_EXCLUDED(queue_mu_);
-  // Leaves the dispatch queue: true when this call was waiting there (and now is not).
-  bool LeaveQueue() ABSL_LOCKS_EXCLUDED(queue_mu_);
-  void QueueWaitEnded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+  // QueueWait::Owner: the dispatch queue.
+  void OnSlotGranted() override;
+  void OnQueueTimeout() override;
 
   // Starts the first attempt. After a wait in the queue the endpoint is picked again: the one
   // chosen at admission may have gone since.
@@ -126,10 +128,10 @@ class GenerationCall : private GenerationAttempts::Environment {
   void StartFirstAttempt() ABSL_LOCKS_EXCLUDED(mu_);
   void ArmHedge();
 
-  // Attempt events.
-  void OnAttemptChunk(Attempt* a) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnAttemptReadEnded(Attempt* a) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnAttemptDone(Attempt* a, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // WorkerAttempt::Owner: attempt events.
+  void OnAttemptChunk(Attempt* a) override ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAttemptReadEnded(Attempt* a) override ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAttemptDone(Attempt* a, const grpc::Status& status) override ABSL_LOCKS_EXCLUDED(mu_);
   // Whether an attempt that ended with `status` was cancelled by the stall watch while the
   // caller stayed: its end is then the worker's fault.
   bool EndedByStall(const Attempt& a, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
@@ -153,13 +155,8 @@ class GenerationCall : private GenerationAttempts::Environment {
   std::vector<Attempt*> RefLive(const std::vector<GenerationAttempts::AttemptId>& ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Token accounting from a relayed chunk.
-  void Track(const tandem::v1::WorkerGenerateChunk& chunk);
   // Record's per-tenant part.
   void RecordTenant(const grpc::Status& status, SteadyClock::time_point now);
-  // The caller's deadline passing cancels the call (OnCancel, then the attempts end CANCELLED),
-  // but the caller sees DEADLINE_EXCEEDED: metrics and the log say what the caller saw.
-  grpc::Status AsCallerSawIt(const grpc::Status& status) const;
   // An endpoint choice's error as the caller may see it: Pick lists every endpoint and why.
   absl::Status ForCaller(const absl::Status& status) const;
 
@@ -195,30 +192,14 @@ class GenerationCall : private GenerationAttempts::Environment {
   int64_t reserved_tokens_ = 0;
   // Counted in the dispatcher's in-flight calls (drain waits for it).
   bool counted_ = false;
-  absl::Duration retry_after_;  // zero: no retry advice (SetRetryAfter)
-  std::string quota_subject_;
+  RetryAdvice retry_advice_;
   std::chrono::system_clock::time_point attempt_deadline_;
   // attempt_deadline_ less --worker_deadline_offset: when workers are told to stop.
   std::chrono::system_clock::time_point worker_deadline_;
 
-  // Usage and timings of the relayed answer, for FillFinal and Record: written by the relay
-  // (one chunk at a time), read once the answer is complete.
-  int32_t prompt_tokens_ = 0;
-  int32_t completion_tokens_ = 0;
-  double queue_seconds_ = 0;
-  SteadyClock::time_point first_token_;
-  SteadyClock::time_point last_token_;
+  CallUsage usage_;  // of the relayed answer, for FillFinal and Record
 
-  // Held by Begin while it queues, so that a slot freed on another thread right after Acquire
-  // cannot grant (or a cancel take) this call before its timer and gauges exist.
-  absl::Mutex queue_mu_;
-  // The dispatch queue: the decided model's; null when it has none (or before Begin).
-  FairQueue* queue_ ABSL_GUARDED_BY(queue_mu_) = nullptr;
-  FairQueue::Waiter waiter_;
-  // Holds a FairQueue slot (set on the thread that granted it).
-  std::atomic<bool> slot_held_{false};
-  SteadyClock::time_point queued_at_ ABSL_GUARDED_BY(queue_mu_);
-  CallAlarm queue_alarm_;  // --max_queue_wait
+  QueueWait queue_wait_;
   CallAlarm hedge_alarm_;
   CallAlarm stall_alarm_;
   std::atomic<int> refs_{1};
