@@ -14,22 +14,24 @@
 #include "absl/time/time.h"
 #include "common/file.h"
 #include "common/sha256.h"
+#include "policies/rule_parser.h"
 #include "policies/yaml_reader.h"
 #include "router/hashed_classifier.h"
-#include "router/policy_router.h"
 
 namespace tandem::policies {
 namespace {
 
 using router::Op;
 using router::Policy;
-using router::Predicate;
 
-// Walks the YAML tree, building the policy and collecting every error with its location.
+// Walks the YAML tree, building the policy and collecting every error with its location. Rules'
+// `when` and `action` are RuleParser's (rule_parser.h).
 class Parser : public YamlReader {
  public:
   Parser(std::string file, std::vector<PolicyError>* errors, const PolicyLimits& limits)
-      : YamlReader(std::move(file), errors), limits_(limits) {}
+      : YamlReader(std::move(file), errors),
+        limits_(limits),
+        rules_(this->file(), errors, &classes_, limits.max_conditions) {}
 
   std::shared_ptr<const Policy> Parse(const YAML::Node& root, const std::string& text) {
     auto p = std::make_shared<Policy>();
@@ -275,7 +277,7 @@ class Parser : public YamlReader {
       if (!n[required]) Error(n, absl::StrCat(path, ".", required), "required key is missing");
     }
     if (n["model"] && String(n["model"], path + ".model", &sig->model)) {
-      CheckModel(n["model"], path + ".model", p, sig->model);
+      rules_.CheckModel(n["model"], path + ".model", p, sig->model);
     }
     if (n["metric"] && String(n["metric"], path + ".metric", &sig->metric)) {
       if (sig->metric == "queued") {
@@ -307,7 +309,7 @@ class Parser : public YamlReader {
       if (!n[required]) Error(n, absl::StrCat(path, ".", required), "required key is missing");
     }
     if (n["model"] && String(n["model"], path + ".model", &sig->model)) {
-      CheckModel(n["model"], path + ".model", p, sig->model);
+      rules_.CheckModel(n["model"], path + ".model", p, sig->model);
     }
     if (n["metric"]) String(n["metric"], path + ".metric", &sig->metric);
     if (const YAML::Node& l = n["labels"]; l && FreeMap(l, path + ".labels")) {
@@ -423,7 +425,7 @@ class Parser : public YamlReader {
             absl::StrCat("can never match: '", *catch_all, "' before it matches everything"));
     }
     if (n["when"]) {
-      ParseCondition(n["when"], path + ".when", p, when);
+      rules_.ParseCondition(n["when"], path + ".when", p, when);
     } else if (catch_all->empty()) {
       // Only a missing `when` matches everything (a `when` with errors is not a catch-all).
       *catch_all = *name;
@@ -471,7 +473,7 @@ class Parser : public YamlReader {
       if (!n["action"])
         Error(n, path + ".action", "required key is missing");
       else
-        ParseAction(n["action"], path + ".action", p, &rule.action);
+        rules_.ParseAction(n["action"], path + ".action", p, &rule.action);
       p->rules.push_back(std::move(rule));
     }
     if (catch_all.empty()) {
@@ -488,343 +490,10 @@ class Parser : public YamlReader {
     return false;
   }
 
-  // The tests a `when` map holds: a field's equality is one, a field's operator map one per
-  // operator, and `any` the tests of all its alternatives (each a map of fields).
-  static size_t CountConditions(const YAML::Node& fields, bool top = true) {
-    size_t n = 0;
-    for (const auto& kv : fields) {
-      if (top && kv.first.Scalar() == "any" && kv.second.IsSequence()) {
-        for (const auto& alt : kv.second) n += alt.IsMap() ? CountConditions(alt, false) : 1;
-      } else {
-        n += kv.second.IsMap() ? std::max<size_t>(kv.second.size(), 1) : 1;
-      }
-    }
-    return n;
-  }
-
-  void CheckModel(const YAML::Node& at, const std::string& path, const Policy* p,
-                  const std::string& model) {
-    if (!p->models.empty() && !p->models.contains(model)) {
-      Error(at, path, absl::StrCat("unknown model '", model, "'"));
-    }
-  }
-
-  void ParseAction(const YAML::Node& node, const std::string& path, const Policy* p,
-                   router::Action* a) {
-    if (!Map(node, path,
-             {"route", "split", "route_to_pinned", "route_to_session", "shed", "shadow", "fallback",
-              "hedge", "reasoning"})) {
-      return;
-    }
-    const int kinds = (node["route"] ? 1 : 0) + (node["split"] ? 1 : 0) +
-                      (node["route_to_pinned"] ? 1 : 0) + (node["route_to_session"] ? 1 : 0) +
-                      (node["shed"] ? 1 : 0);
-    if (kinds != 1) {
-      Error(node, path,
-            "exactly one of route, split, route_to_pinned, route_to_session or shed is required");
-    }
-    if (const YAML::Node& sh = node["shed"]) {
-      a->shed = true;
-      const std::string spath = path + ".shed";
-      if (Map(sh, spath, {"retry_after"}) && sh["retry_after"]) {
-        Duration(sh["retry_after"], spath + ".retry_after", &a->retry_after_seconds);
-      }
-      for (const char* other : {"shadow", "fallback", "hedge", "reasoning"}) {
-        if (node[other]) Error(node[other], path + "." + other, "has no meaning with shed");
-      }
-    }
-    if (const YAML::Node& h = node["hedge"]) {
-      const std::string hpath = path + ".hedge";
-      if (Map(h, hpath, {"after", "after_signal", "min", "max"})) {
-        a->hedge.enabled = true;
-        if (!h["after"] && !h["after_signal"]) {
-          Error(h, hpath, "expected after (a duration) or after_signal (a signal of seconds)");
-        }
-        if (h["after"] && Duration(h["after"], hpath + ".after", &a->hedge.after_seconds) &&
-            a->hedge.after_seconds <= 0) {
-          Error(h["after"], hpath + ".after", "must be > 0");
-        }
-        if (h["after_signal"] &&
-            String(h["after_signal"], hpath + ".after_signal", &a->hedge.after_signal) &&
-            !p->signals.contains(a->hedge.after_signal)) {
-          Error(h["after_signal"], hpath + ".after_signal",
-                absl::StrCat("signal '", a->hedge.after_signal, "' is not declared in `signals`"));
-        }
-        if (h["min"]) Duration(h["min"], hpath + ".min", &a->hedge.min_seconds);
-        if (h["max"]) Duration(h["max"], hpath + ".max", &a->hedge.max_seconds);
-        if (a->hedge.min_seconds > a->hedge.max_seconds) {
-          Error(h, hpath, "min is above max");
-        }
-      }
-    }
-    if (const YAML::Node& r = node["reasoning"]) {
-      ParseReasoning(r, path + ".reasoning", p, &a->reasoning);
-    }
-    if (const YAML::Node& r = node["route"]) {
-      router::WeightedModel t;
-      if (String(r, path + ".route", &t.model)) {
-        CheckModel(r, path + ".route", p, t.model);
-        a->targets.push_back(t);
-      }
-    }
-    if (const YAML::Node& s = node["split"]) {
-      if (!s.IsSequence() || s.size() < 2) {
-        Error(s, path + ".split", "expected a list of at least two {model, weight} entries");
-      } else {
-        int64_t sum = 0;
-        std::set<std::string> seen;
-        for (size_t i = 0; i < s.size(); ++i) {
-          const std::string spath = absl::StrCat(path, ".split[", i, "]");
-          if (!Map(s[i], spath, {"model", "weight"})) continue;
-          router::WeightedModel t;
-          int64_t w = 0;
-          if (!s[i]["model"] || !s[i]["weight"]) {
-            Error(s[i], spath, "model and weight are required");
-            continue;
-          }
-          if (String(s[i]["model"], spath + ".model", &t.model)) {
-            CheckModel(s[i]["model"], spath + ".model", p, t.model);
-            if (!seen.insert(t.model).second)
-              Error(s[i]["model"], spath + ".model", "duplicate model");
-          }
-          if (Integer(s[i]["weight"], spath + ".weight", 1, 100, &w))
-            t.weight = static_cast<int>(w);
-          sum += w;
-          a->targets.push_back(t);
-        }
-        if (sum != 100)
-          Error(s, path + ".split", absl::StrCat("weights sum to ", sum, ", not 100"));
-      }
-    }
-    if (const YAML::Node& r = node["route_to_pinned"]) {
-      if (Bool(r, path + ".route_to_pinned", &a->to_pinned) && !a->to_pinned) {
-        Error(r, path + ".route_to_pinned", "only `true` is meaningful; remove the key instead");
-      }
-    }
-    if (const YAML::Node& r = node["route_to_session"]) {
-      if (Bool(r, path + ".route_to_session", &a->to_session) && !a->to_session) {
-        Error(r, path + ".route_to_session", "only `true` is meaningful; remove the key instead");
-      }
-    }
-    if (const YAML::Node& s = node["shadow"]) {
-      if (String(s, path + ".shadow", &a->shadow)) {
-        CheckModel(s, path + ".shadow", p, a->shadow);
-        if (a->targets.size() == 1 && a->targets[0].model == a->shadow) {
-          Error(s, path + ".shadow", "shadows the model the rule already routes to");
-        }
-      }
-    }
-    if (const YAML::Node& f = node["fallback"]) {
-      if (!f.IsSequence() || f.size() == 0) {
-        Error(f, path + ".fallback", "expected a non-empty list of models");
-      } else {
-        for (size_t i = 0; i < f.size(); ++i) {
-          std::string m;
-          const std::string fpath = absl::StrCat(path, ".fallback[", i, "]");
-          if (String(f[i], fpath, &m)) {
-            CheckModel(f[i], fpath, p, m);
-            a->fallback.push_back(m);
-          }
-        }
-      }
-    }
-  }
-
-  // `reasoning: on|off` or {mode, budget, shrink: {signal, from, to, min}}.
-  void ParseReasoning(const YAML::Node& node, const std::string& path, const Policy* p,
-                      router::ReasoningAction* r) {
-    std::string mode;
-    const bool scalar = node.IsScalar();
-    if (scalar) {
-      mode = node.Scalar();
-    } else if (!Map(node, path, {"mode", "budget", "shrink"})) {
-      return;
-    } else if (!node["mode"]) {
-      Error(node, path, "mode (on or off) is required");
-      return;
-    } else if (!String(node["mode"], path + ".mode", &mode)) {
-      return;
-    }
-    const YAML::Node& at = scalar ? node : node["mode"];
-    if (mode != "on" && mode != "off") {
-      Error(at, scalar ? path : path + ".mode", "expected on or off");
-      return;
-    }
-    r->set = true;
-    r->on = mode == "on";
-    if (scalar) return;
-    int64_t v = 0;
-    if (node["budget"] && Integer(node["budget"], path + ".budget", 1, 1 << 30, &v)) {
-      r->budget_tokens = static_cast<int32_t>(v);
-    }
-    if (!r->on && (node["budget"] || node["shrink"])) {
-      Error(node, path, "budget and shrink have no meaning with mode off");
-    }
-    const YAML::Node& sh = node["shrink"];
-    if (!sh) return;
-    const std::string spath = path + ".shrink";
-    if (!Map(sh, spath, {"signal", "from", "to", "min"})) return;
-    for (const char* key : {"signal", "from", "to", "min"}) {
-      if (!sh[key]) Error(sh, spath, absl::StrCat(key, " is required"));
-    }
-    if (!node["budget"]) Error(sh, spath, "shrinks a budget: give budget too");
-    if (sh["signal"] && String(sh["signal"], spath + ".signal", &r->shrink_signal) &&
-        !p->signals.contains(r->shrink_signal)) {
-      Error(sh["signal"], spath + ".signal",
-            absl::StrCat("signal '", r->shrink_signal, "' is not declared in `signals`"));
-    }
-    if (sh["from"]) Number(sh["from"], spath + ".from", &r->shrink_from);
-    if (sh["to"] && Number(sh["to"], spath + ".to", &r->shrink_to) &&
-        r->shrink_to <= r->shrink_from) {
-      Error(sh["to"], spath + ".to", "must be above from");
-    }
-    if (sh["min"] && Integer(sh["min"], spath + ".min", 0, 1 << 30, &v)) {
-      r->shrink_min_tokens = static_cast<int32_t>(v);
-      if (r->shrink_min_tokens > r->budget_tokens && r->budget_tokens > 0) {
-        Error(sh["min"], spath + ".min", "is above budget");
-      }
-    }
-  }
-
-  void ParseCondition(const YAML::Node& node, const std::string& path, const Policy* p,
-                      router::Condition* c) {
-    if (!FreeMap(node, path)) return;
-    if (node.size() == 0) Error(node, path, "empty `when`; remove it to match everything");
-    if (const size_t n = CountConditions(node); n > static_cast<size_t>(limits_.max_conditions)) {
-      Error(node, path,
-            absl::StrCat(n, " conditions, more than ", limits_.max_conditions,
-                         " (--max_rule_conditions)"));
-      return;
-    }
-    for (const auto& kv : node) {
-      const std::string field = kv.first.Scalar();
-      const std::string fpath = absl::StrCat(path, ".", field);
-      if (field == "any") {
-        if (!kv.second.IsSequence() || kv.second.size() < 2) {
-          Error(kv.second, fpath, "expected a list of at least two alternatives");
-          continue;
-        }
-        for (size_t i = 0; i < kv.second.size(); ++i) {
-          const YAML::Node& alt = kv.second[i];
-          const std::string apath = absl::StrCat(fpath, "[", i, "]");
-          if (!FreeMap(alt, apath)) continue;
-          if (alt.size() == 0) {
-            Error(alt, apath, "empty alternative");
-            continue;
-          }
-          // One alternative: all its fields and operators must hold.
-          std::vector<Predicate> alternative;
-          for (const auto& akv : alt) {
-            ParseField(akv.first.Scalar(), akv.second, absl::StrCat(apath, ".", akv.first.Scalar()),
-                       akv.first, p, &alternative);
-          }
-          c->any.push_back(std::move(alternative));
-        }
-        continue;
-      }
-      ParseField(field, kv.second, fpath, kv.first, p, &c->all);
-    }
-  }
-
-  // `field: VALUE` (equality) or `field: {op: operand, ...}` (all must hold).
-  void ParseField(const std::string& field, const YAML::Node& node, const std::string& path,
-                  const YAML::Node& key, const Policy* p, std::vector<Predicate>* out) {
-    const auto kind = router::KindOfField(field);
-    if (!kind) {
-      Error(key, path,
-            "unknown field; expected prompt_tokens, prompt_bytes, image_count, image_tokens, "
-            "num_messages, "
-            "num_turns, max_tokens, confidence, code_cues, math_cues, reasoning_cues, "
-            "structured_output_cues, deadline_ms, session.turn, objective, reasoning, class, "
-            "hint.model, tenant, session.model, label.KEY, signal.NAME or trigger.NAME");
-      return;
-    }
-    if (field == "label.tenant") {
-      // A label is whatever the caller wrote: a rule on it would let anyone buy the routing.
-      Error(key, path,
-            "a `tenant` label is set by the caller and proves nothing; test `tenant` (the tenant "
-            "the caller's API key authenticates; `anonymous` for a caller without one) instead");
-      return;
-    }
-    if (field.rfind("signal.", 0) == 0 && !p->signals.contains(field.substr(7))) {
-      Error(key, path, absl::StrCat("signal '", field.substr(7), "' is not declared in `signals`"));
-    }
-    if (field.rfind("trigger.", 0) == 0 && !p->triggers.contains(field.substr(8))) {
-      Error(key, path,
-            absl::StrCat("trigger '", field.substr(8), "' is not declared in `triggers`"));
-    }
-    const bool numeric = *kind == router::FieldKind::kNumber;
-    auto check_value = [&](const YAML::Node& v, const std::string& vpath, Predicate* pr) {
-      if (numeric) return Number(v, vpath, &pr->number);
-      if (!String(v, vpath, &pr->text)) return false;
-      if (field == "class" && !classes_.empty() && !classes_.contains(pr->text)) {
-        Error(v, vpath, absl::StrCat("unknown class '", pr->text, "'"));
-      } else if (field == "hint.model" || field == "session.model") {
-        CheckModel(v, vpath, p, pr->text);
-      } else if (field == "objective" && pr->text != "auto" && pr->text != "accuracy" &&
-                 pr->text != "latency") {
-        Error(v, vpath, "objective is one of auto, accuracy, latency");
-      } else if (field == "reasoning" && pr->text != "default" && pr->text != "on" &&
-                 pr->text != "off") {
-        Error(v, vpath, "reasoning is one of default, on, off");
-      } else if (field.rfind("trigger.", 0) == 0 && pr->text != "on" && pr->text != "off") {
-        Error(v, vpath, "a trigger is on or off");
-      }
-      return true;
-    };
-    if (node.IsScalar()) {
-      Predicate pr;
-      pr.field = field;
-      pr.numeric = numeric;
-      pr.op = Op::kEq;
-      if (check_value(node, path, &pr)) out->push_back(pr);
-      return;
-    }
-    static const std::map<std::string, Op> kOps = {
-        {"eq", Op::kEq}, {"ne", Op::kNe},        {"gt", Op::kGt},
-        {"ge", Op::kGe}, {"lt", Op::kLt},        {"le", Op::kLe},
-        {"in", Op::kIn}, {"not_in", Op::kNotIn}, {"present", Op::kPresent}};
-    if (!Map(node, path, {"eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "present"})) return;
-    for (const auto& kv : node) {
-      auto op = kOps.find(kv.first.Scalar());
-      if (op == kOps.end()) continue;  // reported by Map
-      const std::string opath = absl::StrCat(path, ".", kv.first.Scalar());
-      Predicate pr;
-      pr.field = field;
-      pr.numeric = numeric;
-      pr.op = op->second;
-      bool ok = true;
-      if (pr.op == Op::kPresent) {
-        ok = Bool(kv.second, opath, &pr.flag);
-      } else if (pr.op == Op::kIn || pr.op == Op::kNotIn) {
-        if (numeric) {
-          Error(kv.second, opath, "in/not_in apply to string fields; use gt/lt for numbers");
-          ok = false;
-        } else if (!kv.second.IsSequence() || kv.second.size() == 0) {
-          Error(kv.second, opath, "expected a non-empty list");
-          ok = false;
-        } else {
-          for (size_t i = 0; i < kv.second.size(); ++i) {
-            Predicate tmp;
-            if (check_value(kv.second[i], absl::StrCat(opath, "[", i, "]"), &tmp)) {
-              pr.set.push_back(tmp.text);
-            } else {
-              ok = false;
-            }
-          }
-        }
-      } else if (!numeric && pr.op != Op::kEq && pr.op != Op::kNe) {
-        Error(kv.second, opath, "gt/ge/lt/le apply to numeric fields");
-        ok = false;
-      } else {
-        ok = check_value(kv.second, opath, &pr);
-      }
-      if (ok) out->push_back(pr);
-    }
-  }
-
   const PolicyLimits& limits_;
   std::set<std::string> classes_;
+  // Conditions and actions; also checks the models signals name.
+  RuleParser rules_;
 };
 
 }  // namespace

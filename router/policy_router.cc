@@ -198,6 +198,115 @@ bool Matches(const Condition& cond, const Context& c, std::string* detail) {
   return all && any;
 }
 
+// The request's class and what chose it, for the reason: a classify entry's name, "learned
+// classifier" or "default_class".
+struct Classification {
+  std::string request_class;
+  std::string by;
+};
+
+// Tier 1 classification, transparent rules: the first classify entry whose `when` holds.
+Classification ClassifyByRules(const Policy& p, const RequestFeatures& f,
+                               const SignalSnapshot& signals, bool trace, RouteDecision* d) {
+  // No class is chosen yet: to these conditions `class` is absent.
+  const std::string none;
+  const Context c{f, p, none, 1.0, signals};
+  for (const auto& cr : p.classify) {
+    std::string detail;
+    const bool hit = Matches(cr.when, c, trace ? &detail : nullptr);
+    if (trace) {
+      d->trace.push_back({absl::StrCat("classify/", cr.name), hit,
+                          hit ? absl::StrCat(detail, " -> class ", cr.request_class) : detail});
+    }
+    if (hit) return {cr.request_class, cr.name};
+  }
+  return {p.default_class, "default_class"};
+}
+
+// Tier 2 classification: the learned model's answer (or, replaying a decision log without
+// prompt text, the recorded one) sets the confidence, and the class when at least
+// min_confidence.
+void ClassifyLearned(const Policy& p, const RequestFeatures& f, bool trace, RouteDecision* d,
+                     Classification* cls) {
+  if (!f.classifier_text.empty()) {
+    const HashedClassifier::Prediction pred = p.classifier->Predict(f.classifier_text);
+    d->learned_class = p.classifier->classes()[pred.label];
+    d->learned_confidence = pred.confidence;
+  } else if (!f.recorded_learned_class.empty()) {
+    d->learned_class = f.recorded_learned_class;
+    d->learned_confidence = f.recorded_learned_confidence;
+  }
+  if (d->learned_class.empty()) return;
+  const bool confident = d->learned_confidence >= p.classifier_min_confidence;
+  if (trace) {
+    d->trace.push_back(
+        {"classify/learned", confident,
+         absl::StrFormat("%s with confidence %.3f (min_confidence %.2f)%s", d->learned_class,
+                         d->learned_confidence, p.classifier_min_confidence,
+                         confident ? "" : absl::StrCat(" -> class ", p.default_class))});
+  }
+  d->confidence = d->learned_confidence;
+  if (confident) {
+    cls->request_class = d->learned_class;
+    cls->by = "learned classifier";
+  }
+}
+
+// The model an action sends the request to (kShedModel when it sheds it). INVALID_ARGUMENT for a
+// pin this policy does not know: the caller's mistake, not the policy's.
+absl::StatusOr<std::string> ChooseModel(const Policy& p, const Action& a,
+                                        const RequestFeatures& f) {
+  if (a.shed) return std::string(kShedModel);
+  if (a.to_pinned) {
+    if (!p.models.contains(f.pinned_model)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "hints.model: unknown model '%s' (policy %s knows: %s)", f.pinned_model, p.version,
+          absl::StrJoin(p.models, ", ",
+                        [](std::string* out, const auto& kv) { out->append(kv.first); })));
+    }
+    return f.pinned_model;
+  }
+  if (a.to_session) return f.session_model;
+  if (a.targets.size() == 1) return a.targets[0].model;
+  // Weighted split on a stable key: the same request id always lands on the same side.
+  const int point = static_cast<int>(f.split_key % 100);
+  int acc = 0;
+  for (const auto& t : a.targets) {
+    acc += t.weight;
+    if (point < acc) return t.model;
+  }
+  return std::string();
+}
+
+// Seconds without a first token before a hedge: the signal's value clamped to [min, max] while
+// it has one, else `after`.
+double HedgeAfterSeconds(const Hedge& h, const SignalSnapshot& signals) {
+  if (!h.after_signal.empty()) {
+    auto it = signals.values.find(h.after_signal);
+    if (it != signals.values.end()) return std::clamp(it->second, h.min_seconds, h.max_seconds);
+  }
+  return h.after_seconds;
+}
+
+// Fills `d` from the deciding rule's action: where the request goes (or that it is shed), its
+// shadow, fallbacks and hedge delay. Fails only as ChooseModel does.
+absl::Status ApplyAction(const Policy& p, const Rule& rule, const RequestFeatures& f,
+                         const SignalSnapshot& signals, RouteDecision* d) {
+  const Action& a = rule.action;
+  absl::StatusOr<std::string> model = ChooseModel(p, a, f);
+  if (!model.ok()) return model.status();
+  d->model = *std::move(model);
+  if (a.shed) {
+    d->shed = true;
+    d->retry_after_seconds = a.retry_after_seconds;
+  }
+  d->rule = rule.name;
+  d->shadow = a.shadow;
+  d->fallback = a.fallback;
+  if (a.hedge.enabled) d->hedge_after_seconds = HedgeAfterSeconds(a.hedge, signals);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::optional<FieldKind> KindOfField(const std::string& field) {
@@ -243,62 +352,17 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,
   const Policy& p = *policy_;
   RouteDecision d;
   d.policy_version = p.version;
-
-  // Tier 1 classification: transparent rules.
-  std::string request_class = p.default_class;
-  std::string class_rule = "default_class";
-  {
-    const std::string none;
-    const Context c{f, p, none, 1.0, signals};
-    for (const auto& cr : p.classify) {
-      std::string detail;
-      const bool hit = Matches(cr.when, c, trace ? &detail : nullptr);
-      if (trace) {
-        d.trace.push_back({absl::StrCat("classify/", cr.name), hit,
-                           hit ? absl::StrCat(detail, " -> class ", cr.request_class) : detail});
-      }
-      if (hit) {
-        request_class = cr.request_class;
-        class_rule = cr.name;
-        break;
-      }
-    }
-  }
+  Classification cls = ClassifyByRules(p, f, signals, trace, &d);
   d.confidence = 1.0;
-  if (class_rule == "default_class" && p.classifier != nullptr) {
-    // Tier 2: the learned model, when no transparent rule claimed the request.
-    if (!f.classifier_text.empty()) {
-      const HashedClassifier::Prediction pred = p.classifier->Predict(f.classifier_text);
-      d.learned_class = p.classifier->classes()[pred.label];
-      d.learned_confidence = pred.confidence;
-    } else if (!f.recorded_learned_class.empty()) {
-      d.learned_class = f.recorded_learned_class;
-      d.learned_confidence = f.recorded_learned_confidence;
-    }
-    if (!d.learned_class.empty()) {
-      const bool confident = d.learned_confidence >= p.classifier_min_confidence;
-      if (trace) {
-        d.trace.push_back(
-            {"classify/learned", confident,
-             absl::StrFormat("%s with confidence %.3f (min_confidence %.2f)%s", d.learned_class,
-                             d.learned_confidence, p.classifier_min_confidence,
-                             confident ? "" : absl::StrCat(" -> class ", p.default_class))});
-      }
-      d.confidence = d.learned_confidence;
-      if (confident) {
-        request_class = d.learned_class;
-        class_rule = "learned classifier";
-      }
-    }
-  }
-  d.request_class = request_class;
+  // Tier 2, the learned model, only when no transparent rule claimed the request.
+  if (cls.by == "default_class" && p.classifier != nullptr) ClassifyLearned(p, f, trace, &d, &cls);
+  d.request_class = cls.request_class;
 
-  const Context c{f, p, request_class, d.confidence, signals};
+  const Context c{f, p, cls.request_class, d.confidence, signals};
   for (const auto& rule : p.rules) {
     std::string detail;
     bool hit = Matches(rule.when, c, trace ? &detail : nullptr);
-    const Action& a = rule.action;
-    if (hit && a.to_session && !p.models.contains(f.session_model)) {
+    if (hit && rule.action.to_session && !p.models.contains(f.session_model)) {
       hit = false;
       if (trace) absl::StrAppend(&detail, "; no session model this policy knows");
     }
@@ -306,50 +370,11 @@ absl::StatusOr<RouteDecision> PolicyRouter::Route(const RequestFeatures& f,
     if (!hit) continue;
     // The deciding rule is always explained (the reason); the others only with `trace`.
     if (!trace) Matches(rule.when, c, &detail);
-    if (a.shed) {
-      d.model = kShedModel;
-      d.shed = true;
-      d.retry_after_seconds = a.retry_after_seconds;
-    } else if (a.to_pinned) {
-      if (!p.models.contains(f.pinned_model)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "hints.model: unknown model '%s' (policy %s knows: %s)", f.pinned_model, p.version,
-            absl::StrJoin(p.models, ", ",
-                          [](std::string* out, const auto& kv) { out->append(kv.first); })));
-      }
-      d.model = f.pinned_model;
-    } else if (a.to_session) {
-      d.model = f.session_model;
-    } else if (a.targets.size() == 1) {
-      d.model = a.targets[0].model;
-    } else {
-      // Weighted split on a stable key: the same request id always lands on the same side.
-      const int point = static_cast<int>(f.split_key % 100);
-      int acc = 0;
-      for (const auto& t : a.targets) {
-        acc += t.weight;
-        if (point < acc) {
-          d.model = t.model;
-          break;
-        }
-      }
-    }
-    d.rule = rule.name;
-    d.shadow = a.shadow;
-    d.fallback = a.fallback;
-    if (a.hedge.enabled) {
-      d.hedge_after_seconds = a.hedge.after_seconds;
-      if (!a.hedge.after_signal.empty()) {
-        auto it = signals.values.find(a.hedge.after_signal);
-        if (it != signals.values.end()) {
-          d.hedge_after_seconds = std::clamp(it->second, a.hedge.min_seconds, a.hedge.max_seconds);
-        }
-      }
-    }
-    d.reason = absl::StrFormat("class %s (by %s); rule '%s' matched: %s", request_class, class_rule,
+    if (absl::Status s = ApplyAction(p, rule, f, signals, &d); !s.ok()) return s;
+    d.reason = absl::StrFormat("class %s (by %s); rule '%s' matched: %s", cls.request_class, cls.by,
                                rule.name, detail);
     if (!d.shed) {
-      DecideReasoning(f, &a.reasoning, rule.name, signals, &d);
+      DecideReasoning(f, &rule.action.reasoning, rule.name, signals, &d);
       absl::StrAppend(&d.reason, "; reasoning ", DescribeReasoning(d));
     }
     return d;

@@ -325,94 +325,95 @@ int Predict(const std::string& path) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_predict) && !absl::GetFlag(FLAGS_model).empty()) {
-    return Predict(absl::GetFlag(FLAGS_model));
-  }
-  std::vector<LabelledExample> heldout, heldout_sources, train;
+// Reads --heldout (required) and --heldout_sources. 0, or the exit status (2) after saying why.
+int ReadHeldOut(std::vector<LabelledExample>* heldout,
+                std::vector<LabelledExample>* heldout_sources) {
   if (absl::GetFlag(FLAGS_heldout).empty()) {
     std::cerr << "--heldout=FILE is required\n";
     return 2;
   }
-  if (absl::Status s = ReadExamples(absl::GetFlag(FLAGS_heldout), &heldout); !s.ok()) {
+  if (absl::Status s = ReadExamples(absl::GetFlag(FLAGS_heldout), heldout); !s.ok()) {
     std::cerr << s.message() << "\n";
     return 2;
   }
   if (!absl::GetFlag(FLAGS_heldout_sources).empty()) {
-    if (absl::Status s = ReadExamples(absl::GetFlag(FLAGS_heldout_sources), &heldout_sources);
+    if (absl::Status s = ReadExamples(absl::GetFlag(FLAGS_heldout_sources), heldout_sources);
         !s.ok()) {
       std::cerr << s.message() << "\n";
       return 2;
     }
   }
-  std::set<std::string> unseen_sources;
-  for (const auto& e : heldout_sources) unseen_sources.insert(e.source());
-  std::optional<HashedClassifier> model;
-  std::string header;
-  if (!absl::GetFlag(FLAGS_model).empty()) {
-    auto m = LoadModel(absl::GetFlag(FLAGS_model));
-    if (!m.ok()) {
-      std::cerr << absl::GetFlag(FLAGS_model) << ": " << m.status().message() << "\n";
-      return 1;
-    }
-    model = std::move(*m);
-  } else {
-    if (absl::GetFlag(FLAGS_train).empty() || absl::GetFlag(FLAGS_out).empty()) {
-      std::cerr << "--train=FILE and --out=FILE are required to train\n";
-      return 2;
-    }
-    if (absl::Status s = ReadExamples(absl::GetFlag(FLAGS_train), &train); !s.ok()) {
-      std::cerr << s.message() << "\n";
-      return 2;
-    }
-    std::set<std::string> labels;
-    for (const auto& e : train) {
-      labels.insert(e.label());
-      if (unseen_sources.count(e.source())) {
-        std::cerr << "source " << e.source() << " is in --heldout_sources and in --train\n";
-        return 2;
-      }
-    }
-    const auto start = std::chrono::steady_clock::now();
-    model = TrainOn(std::vector<std::string>(labels.begin(), labels.end()), train, "");
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::ofstream(absl::GetFlag(FLAGS_out), std::ios::binary) << model->ToBytes();
-    // The time goes to stderr, not the report, so the report is the same on every run.
-    std::cerr << absl::StrFormat("trained in %.1f s\n", seconds);
-    header = absl::StrFormat(
-        "Trained on %d examples: 2^%d hash buckets, %d epochs, learning rate %.2f. Reproduce: "
-        "`bash scripts/train_classifier.sh`.\n\n",
-        train.size(), absl::GetFlag(FLAGS_buckets_log2), absl::GetFlag(FLAGS_epochs),
-        absl::GetFlag(FLAGS_learning_rate));
+  return 0;
+}
+
+// Trains on --train and saves the model to --out; `train` gets the examples and `header` the
+// report's line on how the model was trained. None of `unseen_sources` (--heldout_sources') may
+// be in the training file. 0, or the exit status (2) after saying why.
+int TrainModel(const std::set<std::string>& unseen_sources, std::vector<LabelledExample>* train,
+               std::optional<HashedClassifier>* model, std::string* header) {
+  if (absl::GetFlag(FLAGS_train).empty() || absl::GetFlag(FLAGS_out).empty()) {
+    std::cerr << "--train=FILE and --out=FILE are required to train\n";
+    return 2;
   }
-  std::vector<Summary> summaries(1);
-  std::string report = header;
+  if (absl::Status s = ReadExamples(absl::GetFlag(FLAGS_train), train); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 2;
+  }
+  std::set<std::string> labels;
+  for (const auto& e : *train) {
+    labels.insert(e.label());
+    if (unseen_sources.count(e.source())) {
+      std::cerr << "source " << e.source() << " is in --heldout_sources and in --train\n";
+      return 2;
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  *model = TrainOn(std::vector<std::string>(labels.begin(), labels.end()), *train, "");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::ofstream(absl::GetFlag(FLAGS_out), std::ios::binary) << (*model)->ToBytes();
+  // The time goes to stderr, not the report, so the report is the same on every run.
+  std::cerr << absl::StrFormat("trained in %.1f s\n", seconds);
+  *header = absl::StrFormat(
+      "Trained on %d examples: 2^%d hash buckets, %d epochs, learning rate %.2f. Reproduce: "
+      "`bash scripts/train_classifier.sh`.\n\n",
+      train->size(), absl::GetFlag(FLAGS_buckets_log2), absl::GetFlag(FLAGS_epochs),
+      absl::GetFlag(FLAGS_learning_rate));
+  return 0;
+}
+
+// The report's evaluations: the held-out sources (when there are any) first, then everything
+// held out, then (with --cross_validate, after training) leave-one-source-out. `summaries` gets
+// the held-out one first, then the held-out sources'.
+std::string Evaluate(const HashedClassifier& model, const std::vector<LabelledExample>& heldout,
+                     const std::vector<LabelledExample>& heldout_sources,
+                     const std::set<std::string>& unseen_sources,
+                     const std::vector<LabelledExample>& train, std::vector<Summary>* summaries) {
+  summaries->assign(1, Summary());
+  std::string report;
   if (!heldout_sources.empty()) {
-    summaries.emplace_back();
+    summaries->emplace_back();
     report += absl::StrCat(
         "## Held-out sources\n\nWhole sources never trained on, in any form: ",
         absl::StrJoin(unseen_sources, ", "),
         ". Each kind of traffic they stand for is trained from other sources (see "
         "router/classifier/data/sources/README.md). This is the estimate for traffic from "
         "sources the model has not seen.\n\n",
-        Describe(Score(*model, heldout_sources), model->classes(), &summaries.back()), "\n");
+        Describe(Score(model, heldout_sources), model.classes(), &summaries->back()), "\n");
   }
   report +=
       "## Held-out evaluation of the shipped model\n\n"
       "Everything held out, none of it trained on: the held-out sources (if any, above), "
       "whole templates of every templated family and whole MBPP tasks.\n\n" +
-      Describe(Score(*model, heldout), model->classes(), &summaries.front());
+      Describe(Score(model, heldout), model.classes(), &summaries->front());
   if (absl::GetFlag(FLAGS_cross_validate) && !train.empty()) {
-    report += CrossValidate(model->classes(), train, heldout);
+    report += CrossValidate(model.classes(), train, heldout);
   }
-  if (!absl::GetFlag(FLAGS_report).empty()) {
-    std::ofstream(absl::GetFlag(FLAGS_report)) << "# Routing classifier evaluation\n\n" << report;
-  }
-  std::cout << report;
+  return report;
+}
+
+// Whether every evaluation meets --min_accuracy and --min_class_accuracy; says which do not.
+bool WithinBounds(const std::vector<Summary>& summaries, const std::vector<std::string>& classes) {
   bool ok = true;
   for (size_t i = 0; i < summaries.size(); ++i) {
     const Summary& summary = summaries[i];
@@ -424,12 +425,45 @@ int main(int argc, char** argv) {
     }
     for (size_t k = 0; k < summary.class_accuracy.size(); ++k) {
       if (summary.class_accuracy[k] < absl::GetFlag(FLAGS_min_class_accuracy)) {
-        std::cerr << absl::StrFormat("class %s: %s accuracy %.2f%% is below %.2f%%\n",
-                                     model->classes()[k], what, 100 * summary.class_accuracy[k],
+        std::cerr << absl::StrFormat("class %s: %s accuracy %.2f%% is below %.2f%%\n", classes[k],
+                                     what, 100 * summary.class_accuracy[k],
                                      100 * absl::GetFlag(FLAGS_min_class_accuracy));
         ok = false;
       }
     }
   }
-  return ok ? 0 : 1;
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_predict) && !absl::GetFlag(FLAGS_model).empty()) {
+    return Predict(absl::GetFlag(FLAGS_model));
+  }
+  std::vector<LabelledExample> heldout, heldout_sources, train;
+  if (const int status = ReadHeldOut(&heldout, &heldout_sources); status != 0) return status;
+  std::set<std::string> unseen_sources;
+  for (const auto& e : heldout_sources) unseen_sources.insert(e.source());
+  std::optional<HashedClassifier> model;
+  std::string header;
+  if (!absl::GetFlag(FLAGS_model).empty()) {
+    auto m = LoadModel(absl::GetFlag(FLAGS_model));
+    if (!m.ok()) {
+      std::cerr << absl::GetFlag(FLAGS_model) << ": " << m.status().message() << "\n";
+      return 1;
+    }
+    model = std::move(*m);
+  } else if (const int status = TrainModel(unseen_sources, &train, &model, &header); status != 0) {
+    return status;
+  }
+  std::vector<Summary> summaries;
+  const std::string report =
+      header + Evaluate(*model, heldout, heldout_sources, unseen_sources, train, &summaries);
+  if (!absl::GetFlag(FLAGS_report).empty()) {
+    std::ofstream(absl::GetFlag(FLAGS_report)) << "# Routing classifier evaluation\n\n" << report;
+  }
+  std::cout << report;
+  return WithinBounds(summaries, model->classes()) ? 0 : 1;
 }
