@@ -14,6 +14,7 @@
 #include "common/json_depth.h"
 #include "common/request_validation.h"
 #include "gateway/http_front/openai_codec.h"
+#include "gateway/http_front/openai_request.h"
 #include "gateway/relay/tool_call_parser.h"
 #include "tandem/v1/gateway.pb.h"
 #include "workers/tokenizer/tool_prompt.h"

@@ -13,6 +13,7 @@
 #include "gateway/dispatch/generation_call.h"
 #include "gateway/http_front/http_caller_context.h"
 #include "gateway/http_front/openai_codec.h"
+#include "gateway/http_front/openai_request.h"
 #include "gateway/relay/relay_writes.h"
 #include "gateway/relay/think_splitter.h"
 #include "gateway/relay/tool_call_parser.h"

@@ -12,6 +12,7 @@
 #include "gateway/http_front/cors_exchange.h"
 #include "gateway/http_front/openai_call.h"
 #include "gateway/http_front/openai_codec.h"
+#include "gateway/http_front/openai_request.h"
 
 namespace tandem::gateway {
 namespace {

@@ -1,4 +1,5 @@
 #include "gateway/http_front/openai_codec.h"
+#include "gateway/http_front/openai_request.h"
 
 #include <string>
 
