@@ -196,85 +196,78 @@ void Scheduler::OnToken(Sequence& seq, const StepOutput& out, Clock::TimePoint n
   }
 }
 
-void Scheduler::Loop() {
-  std::vector<uint64_t> ids;
-  std::vector<StepOutput> outputs;
-  std::vector<std::unique_ptr<Sequence>> expired;
-  std::vector<std::unique_ptr<Sequence>> admitted;
-  while (true) {
-    Clock::TimePoint now;
-    {
-      absl::MutexLock l(&mu_);
-      while (!stopping_ && queue_.empty() && running_.empty()) work_cv_.Wait(&mu_);
-      if (stopping_) break;
-      now = clock_->Now();  // after the wait, which may have been long
-      // Queued requests that were cancelled or expired leave without taking a batch slot.
-      for (auto it = queue_.begin(); it != queue_.end();) {
-        if ((*it)->cancellation->IsCancelled() || now >= (*it)->request.deadline) {
-          expired.push_back(std::move(*it));
-          it = queue_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      // Admission in order while batch slots and sequence memory last (a request that does not
-      // fit waits for memory to free; one that can never fit was refused at Submit).
-      const int64_t budget = engine_->MemoryBudgetBytes();
-      int64_t free_bytes = budget - engine_->MemoryReservedBytes();
-      while (static_cast<int32_t>(running_.size() + admitted.size()) < options_.max_batch_size &&
-             !queue_.empty()) {
-        const auto& next = queue_.front()->request;
-        const int64_t need =
-            engine_->SequenceBytes(static_cast<int64_t>(next.prompt.size()), next.max_tokens);
-        if (budget > 0 && need > free_bytes) break;
-        free_bytes -= need;
-        admitted.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      waiting_count_.store(static_cast<int32_t>(queue_.size()), std::memory_order_relaxed);
-      metrics_->waiting.Set(static_cast<double>(queue_.size()));
+bool Scheduler::TakeWork(Clock::TimePoint* now, std::vector<std::unique_ptr<Sequence>>& expired,
+                         std::vector<std::unique_ptr<Sequence>>& admitted) {
+  absl::MutexLock l(&mu_);
+  while (!stopping_ && queue_.empty() && running_.empty()) work_cv_.Wait(&mu_);
+  if (stopping_) return false;
+  *now = clock_->Now();  // after the wait, which may have been long
+  // Queued requests that were cancelled or expired leave without taking a batch slot.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if ((*it)->cancellation->IsCancelled() || *now >= (*it)->request.deadline) {
+      expired.push_back(std::move(*it));
+      it = queue_.erase(it);
+    } else {
+      ++it;
     }
-    Reap(expired, now);
-    expired.clear();
-    for (auto& seq : admitted) Admit(std::move(seq));
-    admitted.clear();
-    Reap(running_, now);
-
-    ids.clear();
-    for (const auto& seq : running_) {
-      if (!seq->done) ids.push_back(seq->id);
-    }
-    running_count_.store(static_cast<int32_t>(ids.size()), std::memory_order_relaxed);
-    metrics_->running.Set(static_cast<double>(ids.size()));
-    if (!ids.empty()) {
-      outputs.clear();
-      const Clock::TimePoint step_start = clock_->Now();
-      absl::Status status = engine_->Step(ids, &outputs);
-      const Clock::TimePoint step_end = clock_->Now();
-      metrics_->step_duration.Observe(Seconds(step_end - step_start));
-      metrics_->batch_size.Observe(static_cast<double>(ids.size()));
-      if (!status.ok()) {
-        spdlog::error("engine step failed for a batch of {}: {}", ids.size(), status.ToString());
-        for (auto& seq : running_) Finish(*seq, status, tandem::v1::FINISH_REASON_UNSPECIFIED);
-      } else {
-        // Outputs are in `ids` order, which is running_ order restricted to live sequences.
-        size_t k = 0;
-        for (auto& seq : running_) {
-          if (seq->done) continue;
-          OnToken(*seq, outputs[k++], step_end);
-        }
-      }
-    }
-    std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
-    const int64_t reserved = engine_->MemoryReservedBytes();
-    const int64_t budget = engine_->MemoryBudgetBytes();
-    metrics_->sequence_memory_reserved.Set(static_cast<double>(reserved));
-    metrics_->kv_cache_usage.Set(budget > 0 ? static_cast<double>(reserved) / budget : 0.0);
-    running_count_.store(static_cast<int32_t>(running_.size()), std::memory_order_relaxed);
-    metrics_->running.Set(static_cast<double>(running_.size()));
   }
+  // Admission in order while batch slots and sequence memory last (a request that does not
+  // fit waits for memory to free; one that can never fit was refused at Submit).
+  const int64_t budget = engine_->MemoryBudgetBytes();
+  int64_t free_bytes = budget - engine_->MemoryReservedBytes();
+  while (static_cast<int32_t>(running_.size() + admitted.size()) < options_.max_batch_size &&
+         !queue_.empty()) {
+    const auto& next = queue_.front()->request;
+    const int64_t need =
+        engine_->SequenceBytes(static_cast<int64_t>(next.prompt.size()), next.max_tokens);
+    if (budget > 0 && need > free_bytes) break;
+    free_bytes -= need;
+    admitted.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  waiting_count_.store(static_cast<int32_t>(queue_.size()), std::memory_order_relaxed);
+  metrics_->waiting.Set(static_cast<double>(queue_.size()));
+  return true;
+}
 
-  // Shutdown: everything still admitted ends with UNAVAILABLE so no caller waits forever.
+void Scheduler::StepRunning(std::vector<uint64_t>& ids, std::vector<StepOutput>& outputs) {
+  ids.clear();
+  for (const auto& seq : running_) {
+    if (!seq->done) ids.push_back(seq->id);
+  }
+  running_count_.store(static_cast<int32_t>(ids.size()), std::memory_order_relaxed);
+  metrics_->running.Set(static_cast<double>(ids.size()));
+  if (ids.empty()) return;
+  outputs.clear();
+  const Clock::TimePoint step_start = clock_->Now();
+  absl::Status status = engine_->Step(ids, &outputs);
+  const Clock::TimePoint step_end = clock_->Now();
+  metrics_->step_duration.Observe(Seconds(step_end - step_start));
+  metrics_->batch_size.Observe(static_cast<double>(ids.size()));
+  if (!status.ok()) {
+    spdlog::error("engine step failed for a batch of {}: {}", ids.size(), status.ToString());
+    for (auto& seq : running_) Finish(*seq, status, tandem::v1::FINISH_REASON_UNSPECIFIED);
+    return;
+  }
+  // Outputs are in `ids` order, which is running_ order restricted to live sequences.
+  size_t k = 0;
+  for (auto& seq : running_) {
+    if (seq->done) continue;
+    OnToken(*seq, outputs[k++], step_end);
+  }
+}
+
+void Scheduler::Retire() {
+  std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
+  const int64_t reserved = engine_->MemoryReservedBytes();
+  const int64_t budget = engine_->MemoryBudgetBytes();
+  metrics_->sequence_memory_reserved.Set(static_cast<double>(reserved));
+  metrics_->kv_cache_usage.Set(budget > 0 ? static_cast<double>(reserved) / budget : 0.0);
+  running_count_.store(static_cast<int32_t>(running_.size()), std::memory_order_relaxed);
+  metrics_->running.Set(static_cast<double>(running_.size()));
+}
+
+void Scheduler::FailAllOnShutdown() {
   std::deque<std::unique_ptr<Sequence>> left;
   {
     absl::MutexLock l(&mu_);
@@ -288,6 +281,25 @@ void Scheduler::Loop() {
   running_.clear();
   running_count_.store(0);
   waiting_count_.store(0);
+}
+
+void Scheduler::Loop() {
+  // Reused across steps, so that a steady batch allocates nothing per step.
+  std::vector<uint64_t> ids;
+  std::vector<StepOutput> outputs;
+  std::vector<std::unique_ptr<Sequence>> expired;
+  std::vector<std::unique_ptr<Sequence>> admitted;
+  Clock::TimePoint now;
+  while (TakeWork(&now, expired, admitted)) {
+    Reap(expired, now);
+    expired.clear();
+    for (auto& seq : admitted) Admit(std::move(seq));
+    admitted.clear();
+    Reap(running_, now);
+    StepRunning(ids, outputs);
+    Retire();
+  }
+  FailAllOnShutdown();
 }
 
 }  // namespace tandem::workers

@@ -101,7 +101,22 @@ class Scheduler {
  private:
   struct Sequence;
 
+  // The engine thread: each pass takes work, admits, steps the batch and retires what
+  // finished; on stop, fails everything left.
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits for queued or running work, then moves cancelled and expired queued requests to
+  // `expired` and those that fit the batch and sequence memory to `admitted`, in queue order;
+  // `now` is read after the wait. False once stopping.
+  bool TakeWork(Clock::TimePoint* now, std::vector<std::unique_ptr<Sequence>>& expired,
+                std::vector<std::unique_ptr<Sequence>>& admitted) ABSL_LOCKS_EXCLUDED(mu_);
+  // One engine step over the live running sequences, delivering each its token (all fail
+  // when the step does). `ids` and `outputs` are scratch reused across steps.
+  void StepRunning(std::vector<uint64_t>& ids, std::vector<StepOutput>& outputs)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops finished sequences from the batch and publishes the batch and memory gauges.
+  void Retire();
+  // Shutdown: everything still admitted ends with UNAVAILABLE so no caller waits forever.
+  void FailAllOnShutdown() ABSL_LOCKS_EXCLUDED(mu_);
   void Admit(std::unique_ptr<Sequence> seq);
   void Finish(Sequence& seq, const absl::Status& status, tandem::v1::FinishReason reason)
       ABSL_LOCKS_EXCLUDED(mu_);

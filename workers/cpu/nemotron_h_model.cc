@@ -123,6 +123,67 @@ absl::Status Fetch(const model::Checkpoint& ck, const std::string& name,
   return absl::OkStatus();
 }
 
+// The Load* functions read one kind of mixer's weights, whose tensors are named `m` (a layer's
+// "backbone.layers.<i>.mixer.") followed by their own name; the first tensor missing or of the
+// wrong shape is the error.
+absl::Status LoadMamba(const model::Checkpoint& ck, const Config& c, const std::string& m,
+                       MambaWeights* w) {
+  const int64_t h = c.hidden, cd = c.conv_dim(), k = c.conv_kernel, nh = c.m_heads;
+  RETURN_IF_ERROR(Fetch(ck, m + "in_proj.weight", {c.in_proj_rows(), h}, &w->in_proj));
+  std::vector<float> conv;
+  RETURN_IF_ERROR(Fetch(ck, m + "conv1d.weight", {cd, 1, k}, &conv));
+  w->conv_w.resize(static_cast<size_t>(k * cd));
+  for (int64_t ch = 0; ch < cd; ++ch) {
+    for (int64_t j = 0; j < k; ++j) w->conv_w[j * cd + ch] = conv[ch * k + j];
+  }
+  if (c.conv_bias) {
+    RETURN_IF_ERROR(Fetch(ck, m + "conv1d.bias", {cd}, &w->conv_b));
+  } else {
+    w->conv_b.assign(static_cast<size_t>(cd), 0.0f);
+  }
+  RETURN_IF_ERROR(Fetch(ck, m + "dt_bias", {nh}, &w->dt_bias));
+  RETURN_IF_ERROR(Fetch(ck, m + "A_log", {nh}, &w->a));
+  for (float& a : w->a) a = -std::exp(a);
+  RETURN_IF_ERROR(Fetch(ck, m + "D", {nh}, &w->d));
+  RETURN_IF_ERROR(Fetch(ck, m + "norm.weight", {c.d_inner()}, &w->norm));
+  return Fetch(ck, m + "out_proj.weight", {h, c.d_inner()}, &w->out_proj);
+}
+
+absl::Status LoadAttention(const model::Checkpoint& ck, const Config& c, const std::string& m,
+                           AttentionWeights* w) {
+  const int64_t h = c.hidden, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+  RETURN_IF_ERROR(Fetch(ck, m + "q_proj.weight", {qd, h}, &w->q));
+  RETURN_IF_ERROR(Fetch(ck, m + "k_proj.weight", {kvd, h}, &w->k));
+  RETURN_IF_ERROR(Fetch(ck, m + "v_proj.weight", {kvd, h}, &w->v));
+  return Fetch(ck, m + "o_proj.weight", {h, qd}, &w->o);
+}
+
+absl::Status LoadMoe(const model::Checkpoint& ck, const Config& c, const std::string& m,
+                     MoeWeights* w) {
+  const int64_t h = c.hidden;
+  RETURN_IF_ERROR(Fetch(ck, m + "gate.weight", {c.experts, h}, &w->gate));
+  RETURN_IF_ERROR(Fetch(ck, m + "gate.e_score_correction_bias", {c.experts}, &w->bias));
+  w->experts.resize(static_cast<size_t>(c.experts));
+  for (int64_t e = 0; e < c.experts; ++e) {
+    MlpWeights& x = w->experts[e];
+    const std::string ep = absl::StrCat(m, "experts.", e, ".");
+    x.inter = c.moe_inter;
+    RETURN_IF_ERROR(Fetch(ck, ep + "up_proj.weight", {x.inter, h}, &x.up));
+    RETURN_IF_ERROR(Fetch(ck, ep + "down_proj.weight", {h, x.inter}, &x.down));
+  }
+  w->shared.inter = c.shared_inter;
+  RETURN_IF_ERROR(
+      Fetch(ck, m + "shared_experts.up_proj.weight", {w->shared.inter, h}, &w->shared.up));
+  return Fetch(ck, m + "shared_experts.down_proj.weight", {h, w->shared.inter}, &w->shared.down);
+}
+
+absl::Status LoadMlp(const model::Checkpoint& ck, const Config& c, const std::string& m,
+                     MlpWeights* w) {
+  w->inter = c.mlp_inter;
+  RETURN_IF_ERROR(Fetch(ck, m + "up_proj.weight", {w->inter, c.hidden}, &w->up));
+  return Fetch(ck, m + "down_proj.weight", {c.hidden, w->inter}, &w->down);
+}
+
 absl::Status NemotronHModel::Load(const model::Checkpoint& ck) {
   const int64_t h = c_.hidden;
   // Some NVIDIA remote-code exports name the embedding in the singular.
@@ -144,62 +205,18 @@ absl::Status NemotronHModel::Load(const model::Checkpoint& ck) {
     const std::string m = p + "mixer.";
     RETURN_IF_ERROR(Fetch(ck, p + "norm.weight", {h}, &l.norm));
     switch (l.kind) {
-      case LayerKind::kMamba: {
-        MambaWeights& w = l.mamba;
-        const int64_t cd = c_.conv_dim(), k = c_.conv_kernel, nh = c_.m_heads;
-        RETURN_IF_ERROR(Fetch(ck, m + "in_proj.weight", {c_.in_proj_rows(), h}, &w.in_proj));
-        std::vector<float> conv;
-        RETURN_IF_ERROR(Fetch(ck, m + "conv1d.weight", {cd, 1, k}, &conv));
-        w.conv_w.resize(static_cast<size_t>(k * cd));
-        for (int64_t ch = 0; ch < cd; ++ch) {
-          for (int64_t j = 0; j < k; ++j) w.conv_w[j * cd + ch] = conv[ch * k + j];
-        }
-        if (c_.conv_bias) {
-          RETURN_IF_ERROR(Fetch(ck, m + "conv1d.bias", {cd}, &w.conv_b));
-        } else {
-          w.conv_b.assign(static_cast<size_t>(cd), 0.0f);
-        }
-        RETURN_IF_ERROR(Fetch(ck, m + "dt_bias", {nh}, &w.dt_bias));
-        RETURN_IF_ERROR(Fetch(ck, m + "A_log", {nh}, &w.a));
-        for (float& a : w.a) a = -std::exp(a);
-        RETURN_IF_ERROR(Fetch(ck, m + "D", {nh}, &w.d));
-        RETURN_IF_ERROR(Fetch(ck, m + "norm.weight", {c_.d_inner()}, &w.norm));
-        RETURN_IF_ERROR(Fetch(ck, m + "out_proj.weight", {h, c_.d_inner()}, &w.out_proj));
+      case LayerKind::kMamba:
+        RETURN_IF_ERROR(LoadMamba(ck, c_, m, &l.mamba));
         break;
-      }
-      case LayerKind::kAttention: {
-        const int64_t qd = c_.heads * c_.head_dim, kvd = c_.kv_heads * c_.head_dim;
-        RETURN_IF_ERROR(Fetch(ck, m + "q_proj.weight", {qd, h}, &l.attn.q));
-        RETURN_IF_ERROR(Fetch(ck, m + "k_proj.weight", {kvd, h}, &l.attn.k));
-        RETURN_IF_ERROR(Fetch(ck, m + "v_proj.weight", {kvd, h}, &l.attn.v));
-        RETURN_IF_ERROR(Fetch(ck, m + "o_proj.weight", {h, qd}, &l.attn.o));
+      case LayerKind::kAttention:
+        RETURN_IF_ERROR(LoadAttention(ck, c_, m, &l.attn));
         break;
-      }
-      case LayerKind::kMoe: {
-        MoeWeights& w = l.moe;
-        RETURN_IF_ERROR(Fetch(ck, m + "gate.weight", {c_.experts, h}, &w.gate));
-        RETURN_IF_ERROR(Fetch(ck, m + "gate.e_score_correction_bias", {c_.experts}, &w.bias));
-        w.experts.resize(static_cast<size_t>(c_.experts));
-        for (int64_t e = 0; e < c_.experts; ++e) {
-          MlpWeights& x = w.experts[e];
-          const std::string ep = absl::StrCat(m, "experts.", e, ".");
-          x.inter = c_.moe_inter;
-          RETURN_IF_ERROR(Fetch(ck, ep + "up_proj.weight", {x.inter, h}, &x.up));
-          RETURN_IF_ERROR(Fetch(ck, ep + "down_proj.weight", {h, x.inter}, &x.down));
-        }
-        w.shared.inter = c_.shared_inter;
-        RETURN_IF_ERROR(
-            Fetch(ck, m + "shared_experts.up_proj.weight", {w.shared.inter, h}, &w.shared.up));
-        RETURN_IF_ERROR(
-            Fetch(ck, m + "shared_experts.down_proj.weight", {h, w.shared.inter}, &w.shared.down));
+      case LayerKind::kMoe:
+        RETURN_IF_ERROR(LoadMoe(ck, c_, m, &l.moe));
         break;
-      }
-      case LayerKind::kMlp: {
-        l.mlp.inter = c_.mlp_inter;
-        RETURN_IF_ERROR(Fetch(ck, m + "up_proj.weight", {l.mlp.inter, h}, &l.mlp.up));
-        RETURN_IF_ERROR(Fetch(ck, m + "down_proj.weight", {h, l.mlp.inter}, &l.mlp.down));
+      case LayerKind::kMlp:
+        RETURN_IF_ERROR(LoadMlp(ck, c_, m, &l.mlp));
         break;
-      }
     }
   }
   return absl::OkStatus();

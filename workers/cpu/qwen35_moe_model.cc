@@ -10,24 +10,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "workers/cpu/cpu_kernels.h"
+#include "workers/cpu/gated_delta_net.h"
 #include "workers/model/qwen35_moe_config.h"
 
 namespace tandem::workers::cpu {
 namespace {
 
 using model::qwen35::TextConfig;
-
-struct GdnWeights {
-  std::vector<float> in_qkv;   // [conv_dim, H]: rows q | k | v
-  std::vector<float> in_z;     // [value_dim, H]
-  std::vector<float> in_b;     // [Hv, H]
-  std::vector<float> in_a;     // [Hv, H]
-  std::vector<float> conv;     // [conv_dim, K] (the [conv_dim, 1, K] tensor)
-  std::vector<float> a_log;    // [Hv]
-  std::vector<float> dt_bias;  // [Hv]
-  std::vector<float> norm;     // [dv], plain weight
-  std::vector<float> out;      // [H, value_dim]
-};
 
 struct AttnWeights {
   std::vector<float> q;       // [heads * head_dim * (gate ? 2 : 1), H], per head [q | gate]
@@ -78,115 +67,6 @@ class TensorLoader {
   absl::Status status_;
 };
 
-// One value head of the gated delta rule over a run of tokens: row t of q/k/v at ptr + t *
-// stride, its g/beta at ptr[t * gate_stride], its output at out + t * out_stride. q is already
-// L2-normalised and scaled by 1/sqrt(dk); k is L2-normalised.
-struct DeltaRuleHead {
-  const float* q;
-  const float* k;
-  const float* v;
-  int64_t stride;
-  const float* g;     // log-decay, <= 0
-  const float* beta;  // write strength, in (0, 1)
-  int64_t gate_stride;
-  float* out;
-  int64_t out_stride;
-};
-
-// Scratch reused across heads and chunks of one call.
-struct DeltaRuleScratch {
-  std::vector<float> cum, ks, kk, qk, delta, kw;
-};
-
-// One token in the recurrent form (the decode path), on the fp32 state S[d][e] (dk x dv):
-//   S *= exp(g); delta = beta (v - S^T k); S += k delta^T; o = S^T q.
-void DeltaRuleStep(const DeltaRuleHead& h, int64_t dk, int64_t dv, float* s,
-                   DeltaRuleScratch* scratch) {
-  std::vector<float>& delta = scratch->delta;
-  delta.assign(dv, 0.0f);  // first S^T k, then delta
-  const float decay = std::exp(h.g[0]);
-  for (int64_t d = 0; d < dk; ++d) {
-    float* row = s + d * dv;
-    for (int64_t e = 0; e < dv; ++e) {
-      row[e] *= decay;
-      delta[e] += row[e] * h.k[d];
-    }
-  }
-  for (int64_t e = 0; e < dv; ++e) delta[e] = h.beta[0] * (h.v[e] - delta[e]);
-  float* o = h.out;
-  std::fill(o, o + dv, 0.0f);
-  for (int64_t d = 0; d < dk; ++d) {
-    float* row = s + d * dv;
-    for (int64_t e = 0; e < dv; ++e) {
-      row[e] += h.k[d] * delta[e];
-      o[e] += row[e] * h.q[d];
-    }
-  }
-}
-
-// n tokens in chunks of kDeltaChunk: the same recurrence in matrix form (the prefill path).
-// Within a chunk of L tokens with start state S0 and cumulative log-decay G[t] = g[0] + .. + g[t]:
-//   delta[t] = beta[t] (v[t] - e^G[t] S0^T k[t] - sum_{m<t} e^(G[t]-G[m]) (k[t].k[m]) delta[m])
-//   o[t]     = e^G[t] S0^T q[t] + sum_{m<=t} e^(G[t]-G[m]) (q[t].k[m]) delta[m]
-//   S        = e^G[L-1] S0 + sum_m e^(G[L-1]-G[m]) k[m] delta[m]^T
-// The delta rows come by forward substitution, the rest as matrix products. Every exponent is
-// <= 0, so nothing overflows.
-constexpr int64_t kDeltaChunk = 64;
-void DeltaRuleChunked(const DeltaRuleHead& h, int64_t n, int64_t dk, int64_t dv, float* s,
-                      DeltaRuleScratch* scratch) {
-  DeltaRuleScratch& w = *scratch;
-  for (int64_t c0 = 0; c0 < n; c0 += kDeltaChunk) {
-    const int64_t L = std::min(kDeltaChunk, n - c0);
-    const float* q = h.q + c0 * h.stride;
-    const float* k = h.k + c0 * h.stride;
-    const float* v = h.v + c0 * h.stride;
-    float* o = h.out + c0 * h.out_stride;
-    w.cum.resize(L);
-    float acc = 0;
-    for (int64_t t = 0; t < L; ++t) {
-      acc += h.g[(c0 + t) * h.gate_stride];
-      w.cum[t] = acc;
-    }
-    w.ks.resize(L * dv);
-    w.kk.resize(L * L);
-    w.qk.resize(L * L);
-    w.delta.resize(L * dv);
-    w.kw.resize(dk * L);
-    MatMul(k, h.stride, s, dv, /*b_transposed=*/false, L, dv, dk, w.ks.data(), dv);  // K S0
-    MatMul(q, h.stride, s, dv, /*b_transposed=*/false, L, dv, dk, o, h.out_stride);  // Q S0
-    MatMul(k, h.stride, k, h.stride, /*b_transposed=*/true, L, L, dk, w.kk.data(), L);
-    MatMul(q, h.stride, k, h.stride, /*b_transposed=*/true, L, L, dk, w.qk.data(), L);
-    for (int64_t t = 0; t < L; ++t) {
-      const float beta = h.beta[(c0 + t) * h.gate_stride];
-      const float decay = std::exp(w.cum[t]);
-      float* dt = w.delta.data() + t * dv;
-      const float* vt = v + t * h.stride;
-      for (int64_t e = 0; e < dv; ++e) dt[e] = beta * (vt[e] - decay * w.ks[t * dv + e]);
-      for (int64_t m = 0; m < t; ++m) {
-        const float coef = beta * std::exp(w.cum[t] - w.cum[m]) * w.kk[t * L + m];
-        const float* dm = w.delta.data() + m * dv;
-        for (int64_t e = 0; e < dv; ++e) dt[e] -= coef * dm[e];
-      }
-      float* ot = o + t * h.out_stride;
-      for (int64_t e = 0; e < dv; ++e) ot[e] *= decay;
-      float* qk = w.qk.data() + t * L;
-      for (int64_t m = 0; m <= t; ++m) qk[m] *= std::exp(w.cum[t] - w.cum[m]);
-      std::fill(qk + t + 1, qk + L, 0.0f);
-    }
-    MatMul(w.qk.data(), L, w.delta.data(), dv, /*b_transposed=*/false, L, dv, L, o, h.out_stride,
-           /*accumulate=*/true);
-    const float last = w.cum[L - 1];
-    for (int64_t m = 0; m < L; ++m) {
-      const float f = std::exp(last - w.cum[m]);
-      for (int64_t d = 0; d < dk; ++d) w.kw[d * L + m] = k[m * h.stride + d] * f;
-    }
-    const float total = std::exp(last);
-    for (int64_t i = 0; i < dk * dv; ++i) s[i] *= total;
-    MatMul(w.kw.data(), L, w.delta.data(), dv, /*b_transposed=*/false, dk, dv, L, s, dv,
-           /*accumulate=*/true);
-  }
-}
-
 class Qwen35MoeModel;
 
 class Qwen35MoeState : public SequenceState {
@@ -236,13 +116,20 @@ class Qwen35MoeModel : public CpuModel {
   absl::StatusOr<Qwen35MoeState*> CheckedState(SequenceState* state,
                                                absl::Span<const int32_t> tokens,
                                                const std::vector<float>* logits) const;
-  // The mixers and the MoE map x [n][hidden] (normed) to out [n][hidden]. The mixers read and
-  // extend the layer's slot in `state` for tokens at positions state->position_ .. + n - 1;
-  // Forward advances the position after the last layer.
-  void GatedDeltaNet(const Layer& layer, const float* x, int64_t n, Qwen35MoeState* state,
-                     float* out) const;
+  // The attention mixer (the other one is GatedDeltaNet) and the MoE map x [n][hidden] (normed)
+  // to out [n][hidden]. The mixers read and extend the layer's slot in `state` for tokens at
+  // positions state->position_ .. + n - 1; Forward advances the position after the last layer.
   void Attention(const Layer& layer, const float* x, int64_t n, const RopePositions& rope,
                  Qwen35MoeState* state, float* out) const;
+  // Attention's steps. The per-head (1 + w) RMSNorm and rotary embedding of the n tokens:
+  // q [n][heads][head_dim] from the q half of qg (as projected, [n][heads][q | gate]), and the
+  // new keys in place (new_k [n][kv_heads][head_dim], in the cache).
+  void NormAndRotate(const AttnWeights& w, const float* qg, int64_t n, const RopePositions& rope,
+                     float* q, float* new_k) const;
+  // Causal softmax attention of q [n][heads][head_dim] (tokens at pos0 ..) over the cache's
+  // pos0 + n keys and values, into o [n][heads][head_dim].
+  void CausalAttention(const float* q, int64_t n, const float* keys, const float* values,
+                       int64_t pos0, float* o) const;
   void Moe(const Layer& layer, const float* x, int64_t n, float* out) const;
 
   const TextConfig c_;
@@ -345,92 +232,68 @@ std::unique_ptr<SequenceState> Qwen35MoeModel::NewState() const {
   return s;
 }
 
-void Qwen35MoeModel::GatedDeltaNet(const Layer& layer, const float* x, int64_t n,
-                                   Qwen35MoeState* state, float* out) const {
-  const GdnWeights& w = layer.gdn;
-  const int64_t H = c_.hidden_size, C = c_.conv_dim(), K = c_.conv_kernel;
-  const int64_t hv = c_.linear_value_heads, dk = c_.linear_key_dim, dv = c_.linear_value_dim;
-  const int64_t kd = c_.key_dim(), vd = c_.value_dim();
-  const int64_t heads_per_key = hv / c_.linear_key_heads;
-
-  // The K-1 carried pre-conv rows followed by this call's n rows: [K-1+n][C].
-  std::vector<float>& conv_state = state->conv_[layer.index];
-  std::vector<float> padded((K - 1 + n) * C);
-  std::copy(conv_state.begin(), conv_state.end(), padded.begin());
-  float* qkv = padded.data() + (K - 1) * C;
-  Linear(x, n, H, w.in_qkv.data(), C, qkv);
-  std::vector<float> z(n * vd), b(n * hv), a(n * hv);
-  Linear(x, n, H, w.in_z.data(), vd, z.data());
-  Linear(x, n, H, w.in_b.data(), hv, b.data());
-  Linear(x, n, H, w.in_a.data(), hv, a.data());
-
-  // Causal depthwise conv (no bias) then silu: u[t][c] = silu(sum_j w[c][j] padded[t+j][c]).
-  std::vector<float> u(n * C);
+void Qwen35MoeModel::NormAndRotate(const AttnWeights& w, const float* qg, int64_t n,
+                                   const RopePositions& rope, float* q, float* new_k) const {
+  const int64_t D = c_.head_dim, nh = c_.num_heads, nkv = c_.num_kv_heads;
+  const int64_t q_stride = D * (c_.attn_output_gate ? 2 : 1);  // per head: [q | gate]
+  const int64_t kv_row = nkv * D;
+  // Per-head (1 + w) RMSNorm, then NeoX RoPE on the first rotary_dim dims (pairs i, i + half).
+  const int64_t half = c_.rotary_dim / 2;
+  std::vector<float> cos_t(half), sin_t(half);
+  auto rotate = [&](float* v) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float x1 = v[i], x2 = v[i + half];
+      v[i] = x1 * cos_t[i] - x2 * sin_t[i];
+      v[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
+    }
+  };
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t ch = 0; ch < C; ++ch) {
-      float acc = 0;
-      for (int64_t j = 0; j < K; ++j) acc += w.conv[ch * K + j] * padded[(t + j) * C + ch];
-      u[t * C + ch] = Silu(acc);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(rope.axis[slot_axis_[i]][t]) * inv_freq_[i];
+      cos_t[i] = std::cos(angle);
+      sin_t[i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < nh; ++h) {
+      float* qh = q + (t * nh + h) * D;
+      RmsNorm(qg + (t * nh + h) * q_stride, 1, D, w.q_norm.data(), c_.rms_norm_eps, true, qh);
+      rotate(qh);
+    }
+    for (int64_t h = 0; h < nkv; ++h) {
+      float* kh = new_k + t * kv_row + h * D;
+      RmsNorm(kh, 1, D, w.k_norm.data(), c_.rms_norm_eps, true, kh);
+      rotate(kh);
     }
   }
-  std::copy(padded.end() - (K - 1) * C, padded.end(), conv_state.begin());
+}
 
-  // L2-normalise q and k per key head in place (eps inside the rsqrt, as FLA's l2norm); scale q.
-  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  for (int64_t t = 0; t < n; ++t) {
-    float* ut = u.data() + t * C;
-    for (int64_t h = 0; h < c_.linear_key_heads; ++h) {
-      float* qh = ut + h * dk;
-      float* kh = ut + kd + h * dk;
-      float qs = 0, ks = 0;
-      for (int64_t d = 0; d < dk; ++d) {
-        qs += qh[d] * qh[d];
-        ks += kh[d] * kh[d];
+void Qwen35MoeModel::CausalAttention(const float* q, int64_t n, const float* keys,
+                                     const float* values, int64_t pos0, float* o) const {
+  const int64_t D = c_.head_dim, nh = c_.num_heads, nkv = c_.num_kv_heads;
+  const int64_t kv_row = nkv * D;
+  // q head h reads kv head h / (nh / nkv). Blocks of query rows bound the score buffer
+  // ([block][context] floats, at most ~64 MiB).
+  constexpr int64_t kMaxScores = int64_t{1} << 24;
+  const int64_t block = std::clamp<int64_t>(kMaxScores / (pos0 + n), 1, 256);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> scores(std::min(n, block) * (pos0 + n));
+  for (int64_t t0 = 0; t0 < n; t0 += block) {
+    const int64_t rows = std::min(block, n - t0);
+    const int64_t len = pos0 + t0 + rows;  // keys the last row of the block sees
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t kvh = h / (nh / nkv);
+      MatMul(q + (t0 * nh + h) * D, nh * D, keys + kvh * D, kv_row,
+             /*b_transposed=*/true, rows, len, D, scores.data(), len);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = scores.data() + r * len;
+        const int64_t visible = pos0 + t0 + r + 1;
+        for (int64_t s = 0; s < visible; ++s) row[s] *= scale;
+        Softmax(row, visible);
+        std::fill(row + visible, row + len, 0.0f);
       }
-      const float qi = 1.0f / std::sqrt(qs + 1e-6f), ki = 1.0f / std::sqrt(ks + 1e-6f);
-      for (int64_t d = 0; d < dk; ++d) {
-        qh[d] = qh[d] * qi * q_scale;
-        kh[d] *= ki;
-      }
+      MatMul(scores.data(), len, values + kvh * D, kv_row, /*b_transposed=*/false, rows, D, len,
+             o + (t0 * nh + h) * D, nh * D);
     }
   }
-  // Per token and value head: log-decay g <= 0 and write strength beta.
-  std::vector<float> g(n * hv), beta(n * hv);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t j = 0; j < hv; ++j) {
-      g[t * hv + j] = -std::exp(w.a_log[j]) * Softplus(a[t * hv + j] + w.dt_bias[j]);
-      beta[t * hv + j] = Sigmoid(b[t * hv + j]);
-    }
-  }
-
-  // The delta rule per value head j, reading key head j / heads_per_key: views into u (row
-  // stride C); outputs into core (row stride vd).
-  std::vector<float>& s_all = state->recurrent_[layer.index];
-  std::vector<float> core(n * vd);
-  DeltaRuleScratch scratch;
-  for (int64_t j = 0; j < hv; ++j) {
-    const int64_t kh = j / heads_per_key;
-    const DeltaRuleHead head{.q = u.data() + kh * dk,
-                             .k = u.data() + kd + kh * dk,
-                             .v = u.data() + 2 * kd + j * dv,
-                             .stride = C,
-                             .g = g.data() + j,
-                             .beta = beta.data() + j,
-                             .gate_stride = hv,
-                             .out = core.data() + j * dv,
-                             .out_stride = vd};
-    float* s = s_all.data() + j * dk * dv;
-    if (n == 1) {
-      DeltaRuleStep(head, dk, dv, s, &scratch);
-    } else {
-      DeltaRuleChunked(head, n, dk, dv, s, &scratch);
-    }
-  }
-  // Gated RMSNorm per (token, value head) over dv: norm first (plain weight), then silu(z).
-  RmsNorm(core.data(), n * hv, dv, w.norm.data(), c_.rms_norm_eps, /*one_plus_weight=*/false,
-          core.data());
-  for (int64_t i = 0; i < n * vd; ++i) core[i] *= Silu(z[i]);
-  Linear(core.data(), n, vd, w.out.data(), H, out);
 }
 
 void Qwen35MoeModel::Attention(const Layer& layer, const float* x, int64_t n,
@@ -449,61 +312,12 @@ void Qwen35MoeModel::Attention(const Layer& layer, const float* x, int64_t n,
   float* new_k = keys.data() + pos0 * kv_row;
   Linear(x, n, H, w.k.data(), kv_row, new_k);
   Linear(x, n, H, w.v.data(), kv_row, values.data() + pos0 * kv_row);
+  std::vector<float> q(n * nh * D);
+  NormAndRotate(w, qg.data(), n, rope, q.data(), new_k);
 
-  // Per-head (1 + w) RMSNorm, then NeoX RoPE on the first rotary_dim dims (pairs i, i + half).
-  const int64_t half = c_.rotary_dim / 2;
-  std::vector<float> cos_t(half), sin_t(half), q(n * nh * D);
-  auto rotate = [&](float* v) {
-    for (int64_t i = 0; i < half; ++i) {
-      const float x1 = v[i], x2 = v[i + half];
-      v[i] = x1 * cos_t[i] - x2 * sin_t[i];
-      v[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
-    }
-  };
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(rope.axis[slot_axis_[i]][t]) * inv_freq_[i];
-      cos_t[i] = std::cos(angle);
-      sin_t[i] = std::sin(angle);
-    }
-    for (int64_t h = 0; h < nh; ++h) {
-      float* qh = q.data() + (t * nh + h) * D;
-      RmsNorm(qg.data() + (t * nh + h) * q_stride, 1, D, w.q_norm.data(), c_.rms_norm_eps, true,
-              qh);
-      rotate(qh);
-    }
-    for (int64_t h = 0; h < nkv; ++h) {
-      float* kh = new_k + t * kv_row + h * D;
-      RmsNorm(kh, 1, D, w.k_norm.data(), c_.rms_norm_eps, true, kh);
-      rotate(kh);
-    }
-  }
-
-  // Causal softmax attention over the cache; q head h reads kv head h / (nh / nkv). Blocks of
-  // query rows bound the score buffer ([block][context] floats, at most ~64 MiB).
-  constexpr int64_t kMaxScores = int64_t{1} << 24;
-  const int64_t block = std::clamp<int64_t>(kMaxScores / (pos0 + n), 1, 256);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // Causal softmax attention over the cache, then the output gate.
   std::vector<float> o(n * nh * D);
-  std::vector<float> scores(std::min(n, block) * (pos0 + n));
-  for (int64_t t0 = 0; t0 < n; t0 += block) {
-    const int64_t rows = std::min(block, n - t0);
-    const int64_t len = pos0 + t0 + rows;  // keys the last row of the block sees
-    for (int64_t h = 0; h < nh; ++h) {
-      const int64_t kvh = h / (nh / nkv);
-      MatMul(q.data() + (t0 * nh + h) * D, nh * D, keys.data() + kvh * D, kv_row,
-             /*b_transposed=*/true, rows, len, D, scores.data(), len);
-      for (int64_t r = 0; r < rows; ++r) {
-        float* row = scores.data() + r * len;
-        const int64_t visible = pos0 + t0 + r + 1;
-        for (int64_t s = 0; s < visible; ++s) row[s] *= scale;
-        Softmax(row, visible);
-        std::fill(row + visible, row + len, 0.0f);
-      }
-      MatMul(scores.data(), len, values.data() + kvh * D, kv_row, /*b_transposed=*/false, rows, D,
-             len, o.data() + (t0 * nh + h) * D, nh * D);
-    }
-  }
+  CausalAttention(q.data(), n, keys.data(), values.data(), pos0, o.data());
   if (c_.attn_output_gate) {
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t h = 0; h < nh; ++h) {
@@ -654,7 +468,8 @@ absl::Status Qwen35MoeModel::Run(Qwen35MoeState* state, std::vector<float>& h, i
     if (layer.full_attention) {
       Attention(layer, x.data(), n, rope, state, y.data());
     } else {
-      GatedDeltaNet(layer, x.data(), n, state, y.data());
+      GatedDeltaNet(layer.gdn, c_, x.data(), n, &state->conv_[layer.index],
+                    &state->recurrent_[layer.index], y.data());
     }
     for (int64_t i = 0; i < n * H; ++i) h[i] += y[i];
     RmsNorm(h.data(), n, H, layer.post_norm.data(), c_.rms_norm_eps, true, x.data());

@@ -371,12 +371,8 @@ absl::Status CudaEngine::SampleOne(Sequence& seq, const float* logits, int32_t* 
   return absl::OkStatus();
 }
 
-absl::Status CudaEngine::RunDecode(const std::vector<Sequence*>& seqs,
-                                   std::vector<int32_t>* tokens) {
+absl::Status CudaEngine::StageDecodeInputs(const std::vector<Sequence*>& seqs, Bucket* b) {
   const int64_t n = static_cast<int64_t>(seqs.size());
-  absl::StatusOr<Bucket*> bucket = BucketFor(n);
-  if (!bucket.ok()) return bucket.status();
-  Bucket* b = *bucket;
   const int64_t size = b->size;
   // Inputs for every row of the bucket, staged in pinned memory allocated once (no per-step
   // host allocation); padding rows use scratch slot 0 and block 0.
@@ -431,7 +427,11 @@ absl::Status CudaEngine::RunDecode(const std::vector<Sequence*>& seqs,
                      "seeds");
   TANDEM_CUDA_RETURN(cudaMemcpyAsync(b->steps, steps, ints * 2, cudaMemcpyHostToDevice, stream_),
                      "steps");
+  return absl::OkStatus();
+}
 
+absl::Status CudaEngine::LaunchDecode(Bucket* b) {
+  const int64_t size = b->size;
   DecodeBatch batch;
   batch.batch = size;
   batch.tokens = b->tokens;
@@ -464,6 +464,17 @@ absl::Status CudaEngine::RunDecode(const std::vector<Sequence*>& seqs,
   } else if (absl::Status s = launch(); !s.ok()) {
     return s;
   }
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::RunDecode(const std::vector<Sequence*>& seqs,
+                                   std::vector<int32_t>* tokens) {
+  const int64_t n = static_cast<int64_t>(seqs.size());
+  absl::StatusOr<Bucket*> bucket = BucketFor(n);
+  if (!bucket.ok()) return bucket.status();
+  Bucket* b = *bucket;
+  RETURN_IF_ERROR(StageDecodeInputs(seqs, b));
+  RETURN_IF_ERROR(LaunchDecode(b));
   TANDEM_CUDA_RETURN(cudaMemcpyAsync(host_sampled_, b->sampled, static_cast<size_t>(n) * 4,
                                      cudaMemcpyDeviceToHost, stream_),
                      "sampled tokens");

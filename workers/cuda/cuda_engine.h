@@ -127,7 +127,13 @@ class CudaEngine final : public Engine {
   absl::Status PrefillImages(Sequence& seq, float* logits);
   int64_t BlocksFor(int64_t tokens) const;
   absl::StatusOr<Bucket*> BucketFor(int64_t batch);
+  // One decode step of `seqs` in the smallest bucket that holds them; their sampled tokens.
   absl::Status RunDecode(const std::vector<Sequence*>& seqs, std::vector<int32_t>* tokens);
+  // RunDecode's steps: the inputs of every row of `b` (padding rows past seqs' end) copied to
+  // its device arrays, then the decode and sampling kernels, as the bucket's graph when
+  // options_.cuda_graphs (captured at its first use). Both only enqueue on stream_.
+  absl::Status StageDecodeInputs(const std::vector<Sequence*>& seqs, Bucket* b);
+  absl::Status LaunchDecode(Bucket* b);
   absl::Status SampleOne(Sequence& seq, const float* logits, int32_t* token);
 
   const std::unique_ptr<CudaModel> model_;

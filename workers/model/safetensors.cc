@@ -58,6 +58,63 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// INVALID_ARGUMENT for a file that breaks the safetensors format, saying `why`.
+absl::Status NotSafetensors(const std::string& path, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid safetensors file: ", why));
+}
+
+// One tensor's entry of the header of `path`, whose data section (after the header) is `data`,
+// `data_bytes` long: the tensor viewing its bytes there, and in `*range` their [begin, end)
+// offsets in the data section.
+absl::StatusOr<TensorView> ParseTensorEntry(const std::string& path, const std::string& name,
+                                            const nlohmann::json& entry, const uint8_t* data,
+                                            size_t data_bytes,
+                                            std::pair<uint64_t, uint64_t>* range) {
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+      !entry.contains("data_offsets")) {
+    return NotSafetensors(path,
+                          absl::StrCat("tensor ", name, ": needs dtype, shape and data_offsets"));
+  }
+  TensorView t;
+  t.name = name;
+  const std::string dtype = entry["dtype"].is_string() ? entry["dtype"].get<std::string>() : "";
+  if (dtype == "F32") {
+    t.dtype = DType::kF32;
+  } else if (dtype == "BF16") {
+    t.dtype = DType::kBF16;
+  } else if (dtype == "F16") {
+    t.dtype = DType::kF16;
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": tensor ", name, " has dtype ", dtype,
+        "; supported are F32, F16 and BF16 (quantized checkpoints are not supported yet)"));
+  }
+  for (const auto& d : entry["shape"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+      return NotSafetensors(path, "bad shape of " + name);
+    }
+    t.shape.push_back(d.get<int64_t>());
+  }
+  const auto& off = entry["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+      !off[1].is_number_unsigned()) {
+    return NotSafetensors(path, "bad data_offsets of " + name);
+  }
+  const uint64_t begin = off[0].get<uint64_t>();
+  const uint64_t end = off[1].get<uint64_t>();
+  if (begin > end || end > data_bytes) {
+    return NotSafetensors(path, "data_offsets of " + name + " out of range");
+  }
+  t.bytes = end - begin;
+  if (t.bytes != static_cast<uint64_t>(t.elements()) * DTypeBytes(t.dtype)) {
+    return NotSafetensors(path, absl::StrCat("tensor ", name, ": ", t.bytes, " bytes for ", dtype,
+                                             " ", t.ShapeString()));
+  }
+  t.data = data + begin;
+  *range = {begin, end};
+  return t;
+}
+
 }  // namespace
 
 const char* DTypeName(DType d) {
@@ -122,12 +179,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     return absl::InternalError(absl::StrCat("cannot stat ", path));
   }
   const size_t size = static_cast<size_t>(st.st_size);
-  auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid safetensors file: ", why));
-  };
   if (size < 8) {
     ::close(fd);
-    return bad("shorter than its 8-byte header length");
+    return NotSafetensors(path, "shorter than its 8-byte header length");
   }
   void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -139,58 +193,29 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   const auto* bytes = static_cast<const uint8_t*>(map);
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes, 8);
-  if (header_len > size - 8 || header_len > (100u << 20)) return bad("header length out of range");
+  if (header_len > size - 8 || header_len > (100u << 20)) {
+    return NotSafetensors(path, "header length out of range");
+  }
   const nlohmann::json header = nlohmann::json::parse(
       reinterpret_cast<const char*>(bytes + 8),
       reinterpret_cast<const char*>(bytes + 8 + header_len), nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) return bad("the header is not a JSON object");
+  if (header.is_discarded() || !header.is_object()) {
+    return NotSafetensors(path, "the header is not a JSON object");
+  }
   const uint8_t* data = bytes + 8 + header_len;
   const size_t data_bytes = size - 8 - header_len;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
-        !entry.contains("data_offsets")) {
-      return bad(absl::StrCat("tensor ", name, ": needs dtype, shape and data_offsets"));
-    }
-    TensorView t;
-    t.name = name;
-    const std::string dtype = entry["dtype"].is_string() ? entry["dtype"].get<std::string>() : "";
-    if (dtype == "F32") {
-      t.dtype = DType::kF32;
-    } else if (dtype == "BF16") {
-      t.dtype = DType::kBF16;
-    } else if (dtype == "F16") {
-      t.dtype = DType::kF16;
-    } else {
-      return absl::UnimplementedError(absl::StrCat(
-          path, ": tensor ", name, " has dtype ", dtype,
-          "; supported are F32, F16 and BF16 (quantized checkpoints are not supported yet)"));
-    }
-    for (const auto& d : entry["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) return bad("bad shape of " + name);
-      t.shape.push_back(d.get<int64_t>());
-    }
-    const auto& off = entry["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-        !off[1].is_number_unsigned()) {
-      return bad("bad data_offsets of " + name);
-    }
-    const uint64_t begin = off[0].get<uint64_t>();
-    const uint64_t end = off[1].get<uint64_t>();
-    if (begin > end || end > data_bytes) return bad("data_offsets of " + name + " out of range");
-    t.bytes = end - begin;
-    if (t.bytes != static_cast<uint64_t>(t.elements()) * DTypeBytes(t.dtype)) {
-      return bad(
-          absl::StrCat("tensor ", name, ": ", t.bytes, " bytes for ", dtype, " ", t.ShapeString()));
-    }
-    t.data = data + begin;
-    ranges.push_back({begin, end});
-    f->tensors_.emplace(name, std::move(t));
+    std::pair<uint64_t, uint64_t> range;
+    absl::StatusOr<TensorView> t = ParseTensorEntry(path, name, entry, data, data_bytes, &range);
+    if (!t.ok()) return t.status();
+    ranges.push_back(range);
+    f->tensors_.emplace(name, *std::move(t));
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second) return bad("tensors overlap");
+    if (ranges[i].first < ranges[i - 1].second) return NotSafetensors(path, "tensors overlap");
   }
   return f;
 }

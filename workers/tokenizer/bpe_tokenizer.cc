@@ -3,7 +3,6 @@
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 #include <unicode/stringpiece.h>
-#include <unicode/uchar.h>
 
 #include <algorithm>
 #include <array>
@@ -16,13 +15,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/utf8.h"
+#include "workers/tokenizer/bpe_stream_decoder.h"
+#include "workers/tokenizer/word_splitter.h"
 
 namespace tandem::workers {
 namespace {
 
 using Json = nlohmann::json;
 
-// The Split regexes this file implements by hand (see SplitWords). Matching the exact pattern
+// The Split regexes WordSplitter implements by hand (word_splitter.h). Matching the exact pattern
 // string means a tokenizer.json with any other regex is rejected instead of split wrongly.
 constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -59,42 +60,6 @@ const std::array<int16_t, 512>& UnicodeToByte() {
   return table;
 }
 
-// Decodes the UTF-8 sequence at `s[pos]`. Returns its code point and sets `*len`; for a byte that
-// does not start a valid sequence returns -1 with `*len` = 1.
-int32_t DecodeUtf8(std::string_view s, size_t pos, size_t* len) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data()) + pos;
-  const size_t n = s.size() - pos;
-  const uint8_t c = p[0];
-  *len = 1;
-  if (c < 0x80) return c;
-  int need;
-  uint32_t cp;
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 1;
-    cp = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    need = 2;
-    cp = c & 0x0F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 3;
-    cp = c & 0x07;
-  } else {
-    return -1;
-  }
-  if (n < static_cast<size_t>(need) + 1) return -1;
-  for (int k = 1; k <= need; ++k) {
-    if ((p[k] & 0xC0) != 0x80) return -1;
-    cp = cp << 6 | (p[k] & 0x3F);
-  }
-  // Overlongs, surrogates and values above U+10FFFF.
-  if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-      (cp >= 0xD800 && cp <= 0xDFFF)) {
-    return -1;
-  }
-  *len = need + 1;
-  return static_cast<int32_t>(cp);
-}
-
 // Vocabulary entries are byte-level strings; the tokenizer works on the raw bytes they stand
 // for. False for an empty entry or one with a character outside the byte-level alphabet.
 bool ByteLevelToBytes(const std::string& s, std::string* out) {
@@ -110,301 +75,8 @@ bool ByteLevelToBytes(const std::string& s, std::string* out) {
   return !out->empty();
 }
 
-// Character classes the split regexes distinguish: letters by general category (Tekken's regex
-// tells upper from lower case), marks, numbers, whitespace (Unicode White_Space, which is what \s
-// means in the Oniguruma engine Hugging Face uses; it never overlaps L, N or M) and the rest.
-enum CharClass : uint8_t { kOther, kLu, kLl, kLt, kLm, kLo, kMark, kNumber, kSpace };
-
-CharClass Classify(int32_t cp) {
-  if (cp < 0) return kOther;  // an invalid byte: neither letter, number nor space
-  if (cp < 0x80) {            // ASCII fast path
-    if (cp >= 'a' && cp <= 'z') return kLl;
-    if (cp >= 'A' && cp <= 'Z') return kLu;
-    if (cp >= '0' && cp <= '9') return kNumber;
-    if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return kSpace;
-    return kOther;
-  }
-  if (u_isUWhiteSpace(cp)) return kSpace;
-  switch (u_charType(cp)) {
-    case U_UPPERCASE_LETTER:
-      return kLu;
-    case U_LOWERCASE_LETTER:
-      return kLl;
-    case U_TITLECASE_LETTER:
-      return kLt;
-    case U_MODIFIER_LETTER:
-      return kLm;
-    case U_OTHER_LETTER:
-      return kLo;
-    case U_NON_SPACING_MARK:
-    case U_ENCLOSING_MARK:
-    case U_COMBINING_SPACING_MARK:
-      return kMark;
-    case U_DECIMAL_DIGIT_NUMBER:
-    case U_LETTER_NUMBER:
-    case U_OTHER_NUMBER:
-      return kNumber;
-    default:
-      return kOther;
-  }
-}
-
-bool IsLetter(CharClass c) { return c >= kLu && c <= kLo; }
-
-struct Char {
-  int32_t cp;
-  uint32_t offset;  // byte offset in the text
-  CharClass cls;
-};
-
 // Debian's Abseil has its own string_view, which its hash maps need for lookups.
 absl::string_view AsAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-bool IsCrLf(int32_t cp) { return cp == '\r' || cp == '\n'; }
-
-int32_t AsciiLower(int32_t cp) { return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp; }
-
-// Calls `emit(begin, end)` with the byte range of every word of the Split pre-tokenizer.
-//
-// Each regex is an alternation tried in order at each position, leftmost-first with
-// backtracking as in Oniguruma. Qwen2/Qwen3 (Qwen3.5's differences in brackets):
-//   1 (?i:'s|'t|'re|'ve|'m|'ll|'d)
-//   2 [^\r\n\p{L}\p{N}]?\p{L}+          [\p{L}\p{M}]+
-//   3 \p{N}                             one digit at a time
-//   4 ' '?[^\s\p{L}\p{N}]+[\r\n]*       [^\s\p{L}\p{M}\p{N}]
-//   5 \s*[\r\n]+
-//   6 \s+(?!\S)
-//   7 \s+
-// Tekken (Mistral-Nemo style) replaces 1-2 with, U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and
-// W = [\p{Ll}\p{Lm}\p{Lo}\p{M}]:
-//   A [^\r\n\p{L}\p{N}]?U*W+
-//   B [^\r\n\p{L}\p{N}]?U+W*
-// and ends 4 with [\r\n/]*. Every character starts some alternative (letters and marks 1-2 or
-// A-B, numbers 3, whitespace 5-7, the rest 4), so the words cover the text without gaps.
-// The words of one text under one pattern (see SplitWords below for the regexes): the text as
-// classified characters, and the end of the word that starts at each.
-class WordSplitter {
- public:
-  WordSplitter(std::string_view text, BpeTokenizer::SplitPattern pattern)
-      : text_size_(text.size()),
-        tekken_(pattern == BpeTokenizer::SplitPattern::kTekken),
-        marks_are_letters_(pattern == BpeTokenizer::SplitPattern::kQwen35) {
-    chars_.reserve(text.size());
-    for (size_t pos = 0; pos < text.size();) {
-      size_t len;
-      const int32_t cp = DecodeUtf8(text, pos, &len);
-      chars_.push_back({cp, static_cast<uint32_t>(pos), Classify(cp)});
-      pos += len;
-    }
-  }
-
-  size_t size() const { return chars_.size(); }
-  // Byte offset of character k (the text's size for k == size()).
-  size_t offset(size_t k) const { return k < chars_.size() ? chars_[k].offset : text_size_; }
-
-  // End (one past the last character) of the word that starts at character i: the first
-  // alternative that matches there.
-  size_t WordEnd(size_t i) const {
-    size_t end = tekken_ ? i : ContractionEnd(i);
-    if (end == i) end = tekken_ ? TekkenLetterEnd(i) : LetterEnd(i);
-    if (end > i) return end;
-    if (chars_[i].cls == kNumber) return i + 1;
-    if (Punct(i) || (chars_[i].cp == ' ' && Punct(i + 1))) return PunctEnd(i);
-    return SpaceEnd(i);
-  }
-
- private:
-  bool Letter(size_t k) const {
-    return k < size() &&
-           (IsLetter(chars_[k].cls) || (marks_are_letters_ && chars_[k].cls == kMark));
-  }
-  // [^\r\n\p{L}\p{N}]: note this admits marks and whitespace other than CR/LF.
-  bool Prefix(size_t k) const {
-    return k < size() && !IsLetter(chars_[k].cls) && chars_[k].cls != kNumber &&
-           !IsCrLf(chars_[k].cp);
-  }
-  bool Punct(size_t k) const {
-    return k < size() &&
-           (chars_[k].cls == kOther || (!marks_are_letters_ && chars_[k].cls == kMark));
-  }
-  bool Upper(size_t k) const {  // U
-    if (k >= size()) return false;
-    const CharClass c = chars_[k].cls;
-    return c == kLu || c == kLt || c == kLm || c == kLo || c == kMark;
-  }
-  bool Lower(size_t k) const {  // W
-    if (k >= size()) return false;
-    const CharClass c = chars_[k].cls;
-    return c == kLl || c == kLm || c == kLo || c == kMark;
-  }
-
-  // 1: (?i:'s|'t|'re|'ve|'m|'ll|'d), case-insensitive as in Oniguruma, whose case folding also
-  // maps U+017F (long s) to s.
-  size_t ContractionEnd(size_t i) const {
-    if (chars_[i].cp != '\'' || i + 1 >= size()) return i;
-    const int32_t a = AsciiLower(chars_[i + 1].cp);
-    const int32_t b = i + 2 < size() ? AsciiLower(chars_[i + 2].cp) : 0;
-    if (a == 's' || a == 0x17F || a == 't' || a == 'm' || a == 'd') return i + 2;
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
-    return i;
-  }
-  // 2: [^\r\n\p{L}\p{N}]?\p{L}+ (with marks as letters for Qwen3.5).
-  size_t LetterEnd(size_t i) const {
-    if (!Letter(i) && !(Prefix(i) && Letter(i + 1))) return i;
-    size_t end = i + 1;
-    while (Letter(end)) ++end;
-    return end;
-  }
-  // End of U*W+ from `s`, or `s` if it does not match: U* backtracks to the last position from
-  // which W+ can start (W+ then runs greedily, possibly past where U* had reached).
-  size_t UpperThenLower(size_t s) const {
-    size_t u = s;
-    while (Upper(u)) ++u;
-    size_t k = u;
-    if (!Lower(k)) {
-      while (k > s && !Lower(k - 1)) --k;
-      if (k == s) return s;
-      --k;
-    }
-    while (Lower(k)) ++k;
-    return k;
-  }
-  // End of U+W* from `s`, or `s`.
-  size_t UpperRun(size_t s) const {
-    if (!Upper(s)) return s;
-    size_t u = s;
-    while (Upper(u)) ++u;
-    while (Lower(u)) ++u;
-    return u;
-  }
-  // A: [^\r\n\p{L}\p{N}]?U*W+, then B: [^\r\n\p{L}\p{N}]?U+W*.
-  size_t TekkenLetterEnd(size_t i) const {
-    const bool p = Prefix(i);
-    size_t e;
-    if (p && (e = UpperThenLower(i + 1)) > i + 1) return e;
-    if ((e = UpperThenLower(i)) > i) return e;
-    if (p && (e = UpperRun(i + 1)) > i + 1) return e;
-    if ((e = UpperRun(i)) > i) return e;
-    return i;
-  }
-  // 4: ' '?[^\s\p{L}\p{N}]+[\r\n]* (Tekken: [\r\n/]*).
-  size_t PunctEnd(size_t i) const {
-    size_t end = i + 1;
-    while (Punct(end)) ++end;
-    while (end < size() && (IsCrLf(chars_[end].cp) || (tekken_ && chars_[end].cp == '/'))) ++end;
-    return end;
-  }
-  // Whitespace. \s*[\r\n]+ backtracks to the last CR/LF of the run; failing that, \s+(?!\S)
-  // leaves the run's last space to join the next word; failing that, \s+.
-  size_t SpaceEnd(size_t i) const {
-    size_t run = i;
-    while (run < size() && chars_[run].cls == kSpace) ++run;
-    for (size_t k = run; k > i; --k) {
-      if (IsCrLf(chars_[k - 1].cp)) return k;
-    }
-    if (run == size() || run - 1 == i) return run;
-    return run - 1;
-  }
-
-  std::vector<Char> chars_;
-  size_t text_size_;
-  bool tekken_;
-  bool marks_are_letters_;
-};
-
-// Calls `emit(begin, end)` with the byte range of every word of the Split pre-tokenizer.
-//
-// Each regex is an alternation tried in order at each position, leftmost-first with
-// backtracking as in Oniguruma. Qwen2/Qwen3 (Qwen3.5's differences in brackets):
-//   1 (?i:'s|'t|'re|'ve|'m|'ll|'d)
-//   2 [^\r\n\p{L}\p{N}]?\p{L}+          [\p{L}\p{M}]+
-//   3 \p{N}                             one digit at a time
-//   4 ' '?[^\s\p{L}\p{N}]+[\r\n]*       [^\s\p{L}\p{M}\p{N}]
-//   5 \s*[\r\n]+
-//   6 \s+(?!\S)
-//   7 \s+
-// Tekken (Mistral-Nemo style) replaces 1-2 with, U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and
-// W = [\p{Ll}\p{Lm}\p{Lo}\p{M}]:
-//   A [^\r\n\p{L}\p{N}]?U*W+
-//   B [^\r\n\p{L}\p{N}]?U+W*
-// and ends 4 with [\r\n/]*. Every character starts some alternative (letters and marks 1-2 or
-// A-B, numbers 3, whitespace 5-7, the rest 4), so the words cover the text without gaps.
-template <typename Emit>
-void SplitWords(std::string_view text, BpeTokenizer::SplitPattern pattern, Emit emit) {
-  const WordSplitter words(text, pattern);
-  for (size_t i = 0; i < words.size();) {
-    const size_t end = words.WordEnd(i);
-    emit(words.offset(i), words.offset(end));
-    i = end;
-  }
-}
-
-// Length of a valid UTF-8 sequence at the start of `s`, 0 if the bytes can never form one, or
-// -1 if they are a valid start cut off by the end of `s`.
-int Utf8SequenceAt(std::string_view s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  const uint8_t c = p[0];
-  if (c < 0x80) return 1;
-  int len;
-  uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  for (int k = 1; k < len; ++k) {
-    if (static_cast<size_t>(k) >= s.size()) return -1;
-    const uint8_t b = p[k];
-    if (k == 1 ? (b < lo || b > hi) : (b & 0xC0) != 0x80) return 0;
-  }
-  return len;
-}
-
-// Moves the complete part of `*pending` to the result. Bytes that cannot become valid UTF-8
-// turn into U+FFFD (what HF's decode does with errors="replace"), so the output is always valid;
-// a valid but unfinished sequence at the end stays pending unless `flush`.
-std::string TakeValidUtf8(std::string* pending, bool flush) {
-  std::string out;
-  size_t pos = 0;
-  while (pos < pending->size()) {
-    const int len = Utf8SequenceAt(std::string_view(*pending).substr(pos));
-    if (len > 0) {
-      out.append(*pending, pos, len);
-      pos += len;
-    } else if (len < 0 && !flush) {
-      break;
-    } else {
-      out.append("\xEF\xBF\xBD");
-      // A cut-off sequence at the end is replaced as a whole; an invalid byte alone.
-      pos = len < 0 ? pending->size() : pos + 1;
-    }
-  }
-  pending->erase(0, pos);
-  return out;
-}
-
-class BpeStreamDecoder final : public StreamDecoder {
- public:
-  explicit BpeStreamDecoder(const BpeTokenizer* tokenizer) : tokenizer_(tokenizer) {}
-
-  std::string Next(int32_t token) override {
-    pending_.append(tokenizer_->TokenBytes(token));
-    return TakeValidUtf8(&pending_, /*flush=*/false);
-  }
-  std::string Flush() override { return TakeValidUtf8(&pending_, /*flush=*/true); }
-
- private:
-  const BpeTokenizer* tokenizer_;
-  std::string pending_;
-};
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -450,7 +122,7 @@ absl::StatusOr<bool> ParseNormalizer(const Json& root) {
   return true;
 }
 
-// A Split step with one of the regexes SplitWords implements, isolating the matches.
+// A Split step with one of the regexes WordSplitter implements, isolating the matches.
 absl::StatusOr<BpeTokenizer::SplitPattern> ParseSplit(const Json& step) {
   auto pattern = step.find("pattern");
   const Json* regex = nullptr;

@@ -48,6 +48,20 @@ absl::Status HttpError(long code, const std::string& body) {
   return absl::UnavailableError(message);
 }
 
+// The outcome of one engine call as the caller sees it: the transfer's status, an HTTP error,
+// or a cancellation told apart by who asked for it (the caller, its deadline, or the worker).
+absl::Status CallStatus(const StreamingPost::Result& r, const Cancellation& cancellation) {
+  absl::Status status = r.status;
+  if (status.ok() && r.http_status != 200) status = HttpError(r.http_status, r.error_body);
+  if (status.code() == absl::StatusCode::kCancelled && cancellation.IsExpired()) {
+    status = absl::DeadlineExceededError("the deadline passed while the engine answered");
+  } else if (status.code() == absl::StatusCode::kCancelled && !cancellation.IsCancelled()) {
+    // Stopped by the worker, not by the caller: another worker can take it over.
+    status = absl::UnavailableError("the worker is stopping");
+  }
+  return status;
+}
+
 tandem::v1::FinishReason ErrorReason(const absl::Status& s) {
   return s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kDeadlineExceeded
              ? tandem::v1::FINISH_REASON_CANCELLED
@@ -208,71 +222,74 @@ void UpstreamEngine::DispatchLoop() {
   }
 }
 
-void UpstreamEngine::Run(Job& job, StreamingPost& post) {
-  const auto dispatched = std::chrono::steady_clock::now();
-  // Ended while it waited here: the engine never hears of it.
-  if (job.cancellation->IsCancelled() || dispatched >= job.deadline) {
-    const bool expired = job.cancellation->IsExpired() || dispatched >= job.deadline;
-    (expired ? metrics_->finished_deadline : metrics_->finished_cancelled).Increment();
-    job.sink->OnFinished(expired ? absl::DeadlineExceededError(
-                                       "the deadline passed while the request waited in the worker")
-                                 : absl::CancelledError("cancelled while waiting in the worker"),
-                         tandem::v1::FINISH_REASON_CANCELLED, 0);
-    return;
-  }
-  const double queue_seconds = Seconds(dispatched - job.arrival);
-  metrics_->queue_time.Observe(queue_seconds);
-  SseParser sse(options_.max_event_bytes);
-  ChatStreamDecoder decoder(options_.profile, job.thinking);
-  std::vector<SseParser::Event> events;
-  bool started = false;
+// One engine call's stream as Run relays it: the SSE framing, the decoder of the engine's
+// chunks, and what has been passed on to the sink so far.
+struct UpstreamEngine::Stream {
+  Stream(const UpstreamOptions& options, const Job& job, double queue_seconds)
+      : sse(options.max_event_bytes),
+        decoder(options.profile, job.thinking),
+        queue_seconds(queue_seconds) {}
+
+  SseParser sse;
+  ChatStreamDecoder decoder;
+  std::vector<SseParser::Event> events;  // scratch, reused across reads
+  const double queue_seconds;            // arrival to dispatch
+  bool started = false;                  // OnStarted was called
   std::chrono::steady_clock::time_point last_token;
-  int32_t tokens_seen = 0;
-  auto on_body = [&](absl::string_view bytes) -> absl::Status {
-    if (!started) {
-      started = true;
-      job.sink->OnStarted(0, queue_seconds);  // the prompt's size comes with the usage, last
-    }
-    events.clear();
-    if (absl::Status s = sse.Feed(bytes, &events); !s.ok()) return absl::DataLossError(s.message());
-    for (const SseParser::Event& e : events) {
-      if (decoder.done()) break;
-      ChatStreamDecoder::Piece piece;
-      absl::Status s = decoder.Feed(e.data, &piece);
-      if (!s.ok()) return absl::DataLossError(s.message());
-      if (piece.tokens == 0 && piece.text.empty()) continue;
-      const auto now = std::chrono::steady_clock::now();
-      if (tokens_seen == 0) {
-        metrics_->time_to_first_token.Observe(Seconds(now - job.arrival));
-      } else if (piece.tokens > 0) {
-        metrics_->time_per_output_token.Observe(Seconds(now - last_token) / piece.tokens);
-      }
-      last_token = now;
-      tokens_seen += piece.tokens;
-      job.sink->OnText(piece.text, piece.tokens);
-    }
-    return absl::OkStatus();
-  };
-  auto should_stop = [&] { return job.cancellation->IsCancelled() || stop_.load(); };
-  const std::string url = options_.url + options_.profile.chat_path;
-  StreamingPost::Result r = post.Post(url, job.body, job.deadline, on_body, should_stop);
-  absl::Status status = r.status;
-  if (status.ok() && r.http_status != 200) status = HttpError(r.http_status, r.error_body);
-  if (status.code() == absl::StatusCode::kCancelled && job.cancellation->IsExpired()) {
-    status = absl::DeadlineExceededError("the deadline passed while the engine answered");
-  } else if (status.code() == absl::StatusCode::kCancelled && !job.cancellation->IsCancelled()) {
-    // Stopped by the worker, not by the caller: another worker can take it over.
-    status = absl::UnavailableError("the worker is stopping");
+  int32_t tokens_seen = 0;  // tokens passed to the sink so far
+};
+
+bool UpstreamEngine::EndedWhileQueued(Job& job, std::chrono::steady_clock::time_point dispatched) {
+  if (!job.cancellation->IsCancelled() && dispatched < job.deadline) return false;
+  const bool expired = job.cancellation->IsExpired() || dispatched >= job.deadline;
+  (expired ? metrics_->finished_deadline : metrics_->finished_cancelled).Increment();
+  job.sink->OnFinished(expired ? absl::DeadlineExceededError(
+                                     "the deadline passed while the request waited in the worker")
+                               : absl::CancelledError("cancelled while waiting in the worker"),
+                       tandem::v1::FINISH_REASON_CANCELLED, 0);
+  return true;
+}
+
+absl::Status UpstreamEngine::Relay(Job& job, Stream& stream, absl::string_view bytes) {
+  if (!stream.started) {
+    stream.started = true;
+    job.sink->OnStarted(0, stream.queue_seconds);  // the prompt's size comes with the usage, last
   }
+  stream.events.clear();
+  if (absl::Status s = stream.sse.Feed(bytes, &stream.events); !s.ok()) {
+    return absl::DataLossError(s.message());
+  }
+  for (const SseParser::Event& e : stream.events) {
+    if (stream.decoder.done()) break;
+    ChatStreamDecoder::Piece piece;
+    absl::Status s = stream.decoder.Feed(e.data, &piece);
+    if (!s.ok()) return absl::DataLossError(s.message());
+    if (piece.tokens == 0 && piece.text.empty()) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (stream.tokens_seen == 0) {
+      metrics_->time_to_first_token.Observe(Seconds(now - job.arrival));
+    } else if (piece.tokens > 0) {
+      metrics_->time_per_output_token.Observe(Seconds(now - stream.last_token) / piece.tokens);
+    }
+    stream.last_token = now;
+    stream.tokens_seen += piece.tokens;
+    job.sink->OnText(piece.text, piece.tokens);
+  }
+  return absl::OkStatus();
+}
+
+void UpstreamEngine::Complete(Job& job, Stream& stream, absl::Status status) {
+  ChatStreamDecoder& decoder = stream.decoder;
   ChatStreamDecoder::Piece tail;
   if (status.ok()) {
     absl::Status s = decoder.Finish(&tail);
     if (!s.ok()) status = absl::DataLossError(s.message());
   }
-  tokens_seen += tail.tokens;
+  stream.tokens_seen += tail.tokens;
   // The gateway counts the tokens of the chunks: those the engine generated without text (a
   // partial UTF-8 character, a special token) are added from its usage at the end.
-  const int32_t untold = status.ok() ? std::max(0, decoder.completion_tokens() - tokens_seen) : 0;
+  const int32_t untold =
+      status.ok() ? std::max(0, decoder.completion_tokens() - stream.tokens_seen) : 0;
   if (!tail.text.empty() || untold > 0) job.sink->OnText(tail.text, tail.tokens + untold);
   const auto end = std::chrono::steady_clock::now();
   metrics_->e2e_latency.Observe(Seconds(end - job.arrival));
@@ -290,8 +307,23 @@ void UpstreamEngine::Run(Job& job, StreamingPost& post) {
   (decoder.finish_reason() == tandem::v1::FINISH_REASON_LENGTH ? metrics_->finished_length
                                                                : metrics_->finished_stop)
       .Increment();
-  if (decoder.prompt_tokens() > 0) job.sink->OnStarted(decoder.prompt_tokens(), queue_seconds);
+  if (decoder.prompt_tokens() > 0) {
+    job.sink->OnStarted(decoder.prompt_tokens(), stream.queue_seconds);
+  }
   job.sink->OnFinished(absl::OkStatus(), decoder.finish_reason(), decoder.completion_tokens());
+}
+
+void UpstreamEngine::Run(Job& job, StreamingPost& post) {
+  const auto dispatched = std::chrono::steady_clock::now();
+  // Ended while it waited here: the engine never hears of it.
+  if (EndedWhileQueued(job, dispatched)) return;
+  Stream stream(options_, job, Seconds(dispatched - job.arrival));
+  metrics_->queue_time.Observe(stream.queue_seconds);
+  auto on_body = [&](absl::string_view bytes) { return Relay(job, stream, bytes); };
+  auto should_stop = [&] { return job.cancellation->IsCancelled() || stop_.load(); };
+  const std::string url = options_.url + options_.profile.chat_path;
+  const StreamingPost::Result r = post.Post(url, job.body, job.deadline, on_body, should_stop);
+  Complete(job, stream, CallStatus(r, *job.cancellation));
 }
 
 absl::Status UpstreamEngine::CheckServedModel() {

@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/tls.h"
@@ -75,10 +76,21 @@ class UpstreamEngine final : public RemoteEngine {
 
  private:
   struct Job;
+  struct Stream;  // one call's engine stream as Run relays it
   UpstreamEngine(UpstreamOptions options, EngineInfo info);
 
   void DispatchLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // One engine call for `job`, from its dispatch to its OnFinished.
   void Run(Job& job, class StreamingPost& post);
+  // Finishes `job` when it was cancelled or its deadline passed while it waited for a
+  // dispatch thread; then true, and the engine never hears of it.
+  bool EndedWhileQueued(Job& job, std::chrono::steady_clock::time_point dispatched);
+  // Passes the engine's answer `bytes`, as they arrive, to the job's sink; a malformed stream
+  // is DATA_LOSS, which aborts the call.
+  absl::Status Relay(Job& job, Stream& stream, absl::string_view bytes);
+  // Ends the call: the decoder's tail and the tokens told only by the usage, the finish
+  // metrics, and OnFinished with `status` (the call's, see CallStatus in the .cc).
+  void Complete(Job& job, Stream& stream, absl::Status status);
   void HealthLoop(std::function<void(bool)> on_ready, std::function<void(std::string)> on_fatal);
   absl::Status CheckServedModel();
   // The engine's API key for the health, models and metrics GETs ("Authorization: Bearer").
