@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -245,7 +246,7 @@ void SignalEngine::ScrapeOnce(HttpClient& http) {
 std::optional<double> SignalEngine::Evaluate(const router::SignalSpec& spec, TimePoint now,
                                              std::string* error) const {
   const double fresh = 3 * absl::ToDoubleSeconds(options_.scrape_interval);
-  std::vector<const EndpointData*> live;
+  Live live;
   for (const auto& [key, d] : endpoints_) {
     if (d.model == spec.model && d.last_ok && !d.history.empty() &&
         Seconds(now - d.history.back().at) <= fresh) {
@@ -258,50 +259,62 @@ std::optional<double> SignalEngine::Evaluate(const router::SignalSpec& spec, Tim
   }
   const auto window_start = now - std::chrono::duration_cast<Clock::TimePoint::duration>(
                                       std::chrono::duration<double>(spec.window_seconds));
-  // The oldest scrape inside the window (or the newest before it): the delta's starting point.
-  auto start_of = [&](const EndpointData& d) -> const Scrape* {
-    const Scrape* start = nullptr;
-    for (const Scrape& s : d.history) {
-      start = &s;
-      if (s.at >= window_start) break;
-    }
-    return start == &d.history.back() ? nullptr : start;
-  };
-
   switch (spec.aggregate) {
-    case router::Aggregate::kRate: {
-      std::optional<double> rate;
-      for (const EndpointData* d : live) {
-        const Scrape* start = start_of(*d);
-        if (start == nullptr) continue;
-        const Scrape& end = d->history.back();
-        const auto a = SumMatching(start->samples, spec.metric, spec.labels);
-        const auto b = SumMatching(end.samples, spec.metric, spec.labels);
-        if (!b) continue;
-        // A worker restart resets its counters: count from zero.
-        const double increase = !a || *b < *a ? *b : *b - *a;
-        rate = rate.value_or(0) + increase / Seconds(end.at - start->at);
-      }
-      return rate;
-    }
-    case router::Aggregate::kQuantile: {
-      std::map<double, double> sum;
-      for (const EndpointData* d : live) {
-        const Scrape* start = start_of(*d);
-        if (start == nullptr) continue;
-        const auto a = Buckets(start->samples, spec.metric, spec.labels);
-        const auto b = Buckets(d->history.back().samples, spec.metric, spec.labels);
-        const bool reset = !a.empty() && !b.empty() && b.rbegin()->second < a.rbegin()->second;
-        for (const auto& [le, count] : b) {
-          auto it = a.find(le);
-          sum[le] += reset || it == a.end() ? count : count - it->second;
-        }
-      }
-      return HistogramQuantile(spec.quantile, sum);
-    }
+    case router::Aggregate::kRate:
+      return WindowRate(live, spec, window_start);
+    case router::Aggregate::kQuantile:
+      return WindowQuantile(live, spec, window_start);
     default:
-      break;
+      return AcrossWorkers(live, spec, error);
   }
+}
+
+const SignalEngine::Scrape* SignalEngine::WindowStart(const EndpointData& d,
+                                                      TimePoint window_start) {
+  const Scrape* start = nullptr;
+  for (const Scrape& s : d.history) {
+    start = &s;
+    if (s.at >= window_start) break;
+  }
+  return start == &d.history.back() ? nullptr : start;
+}
+
+std::optional<double> SignalEngine::WindowRate(const Live& live, const router::SignalSpec& spec,
+                                               TimePoint window_start) {
+  std::optional<double> rate;
+  for (const EndpointData* d : live) {
+    const Scrape* start = WindowStart(*d, window_start);
+    if (start == nullptr) continue;
+    const Scrape& end = d->history.back();
+    const auto a = SumMatching(start->samples, spec.metric, spec.labels);
+    const auto b = SumMatching(end.samples, spec.metric, spec.labels);
+    if (!b) continue;
+    // A worker restart resets its counters: count from zero.
+    const double increase = !a || *b < *a ? *b : *b - *a;
+    rate = rate.value_or(0) + increase / Seconds(end.at - start->at);
+  }
+  return rate;
+}
+
+std::optional<double> SignalEngine::WindowQuantile(const Live& live, const router::SignalSpec& spec,
+                                                   TimePoint window_start) {
+  std::map<double, double> sum;
+  for (const EndpointData* d : live) {
+    const Scrape* start = WindowStart(*d, window_start);
+    if (start == nullptr) continue;
+    const auto a = Buckets(start->samples, spec.metric, spec.labels);
+    const auto b = Buckets(d->history.back().samples, spec.metric, spec.labels);
+    const bool reset = !a.empty() && !b.empty() && b.rbegin()->second < a.rbegin()->second;
+    for (const auto& [le, count] : b) {
+      auto it = a.find(le);
+      sum[le] += reset || it == a.end() ? count : count - it->second;
+    }
+  }
+  return HistogramQuantile(spec.quantile, sum);
+}
+
+std::optional<double> SignalEngine::AcrossWorkers(const Live& live, const router::SignalSpec& spec,
+                                                  std::string* error) {
   std::vector<double> values;
   for (const EndpointData* d : live) {
     if (auto v = SumMatching(d->history.back().samples, spec.metric, spec.labels)) {
@@ -313,23 +326,16 @@ std::optional<double> SignalEngine::Evaluate(const router::SignalSpec& spec, Tim
                           spec.metric, " with the given labels");
     return std::nullopt;
   }
-  double out = 0;
   switch (spec.aggregate) {
     case router::Aggregate::kMax:
-      out = *std::max_element(values.begin(), values.end());
-      break;
+      return *std::max_element(values.begin(), values.end());
     case router::Aggregate::kMin:
-      out = *std::min_element(values.begin(), values.end());
-      break;
+      return *std::min_element(values.begin(), values.end());
     case router::Aggregate::kAvg:
-      for (double v : values) out += v;
-      out /= values.size();
-      break;
+      return std::accumulate(values.begin(), values.end(), 0.0) / values.size();
     default:
-      for (double v : values) out += v;
-      break;
+      return std::accumulate(values.begin(), values.end(), 0.0);
   }
-  return out;
 }
 
 std::optional<double> SignalEngine::EvaluateLocal(const router::SignalSpec& spec,
@@ -402,32 +408,13 @@ void SignalEngine::Publish() {
   auto snap = std::make_shared<router::SignalSnapshot>();
   absl::MutexLock l(&mu_);
   const TimePoint now = clock_->Now();
-  struct View {
-    bool expired = false;
-    std::optional<double> value;
-  };
-  std::map<std::string, View> views;
-  auto publish = [&](const std::string& name, const SignalState& s) {
-    const double age = Seconds(now - s.refreshed);
-    const double stale_after = StaleAfter(s);
-    View v;
-    v.expired = age > stale_after + s.spec.hold_seconds;
-    if (!v.expired) v.value = s.value;
-    if (v.value) snap->values[name] = *v.value;
-    views[name] = v;
-    if (metrics_ != nullptr) {
-      const GatewayMetrics::Signal m = metrics_->ForSignal(name);
-      m.value->Set(v.value ? *v.value : std::nan(""));
-      m.stale->Set(age > stale_after ? 1 : 0);
-      m.age->Set(age);
-    }
-  };
+  std::map<std::string, SignalView> views;
   for (auto& [name, s] : signals_) {
     if (s.spec.source == router::SignalSource::kStatic ||
         s.spec.source == router::SignalSource::kSum) {
       continue;
     }
-    publish(name, s);
+    views[name] = PublishSignal(name, s, now, *snap);
   }
   // Sums last: they add the values just published (a static term adds its constant).
   for (auto& [name, s] : signals_) {
@@ -448,36 +435,57 @@ void SignalEngine::Publish() {
     } else {
       s.error = "none of its terms has a value";
     }
-    publish(name, s);
+    views[name] = PublishSignal(name, s, now, *snap);
   }
-  for (auto& [name, t] : triggers_) {
-    const router::TriggerSpec& spec = t->spec();
-    Trigger::Input input = Trigger::Input::kNoData;
-    double value = 0;
-    auto sig = signals_.find(spec.signal);
-    if (sig != signals_.end() && sig->second.spec.source == router::SignalSource::kStatic) {
-      input = Trigger::Input::kValue;
-      value = sig->second.spec.static_value;
-    } else if (auto v = views.find(spec.signal); v != views.end()) {
-      if (v->second.expired) {
-        input =
-            sig->second.spec.fail_closed ? Trigger::Input::kForcedOn : Trigger::Input::kForcedOff;
-      } else if (v->second.value) {
-        input = Trigger::Input::kValue;
-        value = *v->second.value;
-      }
-    }
-    if (t->Update(input, value, now)) {
-      spdlog::info("trigger {} turned {} (signal {}={})", name, t->on() ? "on" : "off", spec.signal,
-                   input == Trigger::Input::kValue    ? absl::StrCat(value)
-                   : input == Trigger::Input::kNoData ? std::string("no data")
-                                                      : std::string("stale"));
-      if (metrics_ != nullptr) metrics_->ForTrigger(name).transitions->Increment();
-    }
-    if (metrics_ != nullptr) metrics_->ForTrigger(name).active->Set(t->on() ? 1 : 0);
-    snap->triggers[name] = t->on();
-  }
+  for (auto& [name, t] : triggers_) UpdateTrigger(name, *t, views, now, *snap);
   snapshot_.store(std::move(snap));
+}
+
+SignalEngine::SignalView SignalEngine::PublishSignal(const std::string& name, const SignalState& s,
+                                                     TimePoint now,
+                                                     router::SignalSnapshot& snap) const {
+  const double age = Seconds(now - s.refreshed);
+  const double stale_after = StaleAfter(s);
+  SignalView v;
+  v.expired = age > stale_after + s.spec.hold_seconds;
+  if (!v.expired) v.value = s.value;
+  if (v.value) snap.values[name] = *v.value;
+  if (metrics_ != nullptr) {
+    const GatewayMetrics::Signal m = metrics_->ForSignal(name);
+    m.value->Set(v.value ? *v.value : std::nan(""));
+    m.stale->Set(age > stale_after ? 1 : 0);
+    m.age->Set(age);
+  }
+  return v;
+}
+
+void SignalEngine::UpdateTrigger(const std::string& name, Trigger& t,
+                                 const std::map<std::string, SignalView>& views, TimePoint now,
+                                 router::SignalSnapshot& snap) const {
+  const router::TriggerSpec& spec = t.spec();
+  Trigger::Input input = Trigger::Input::kNoData;
+  double value = 0;
+  auto sig = signals_.find(spec.signal);
+  if (sig != signals_.end() && sig->second.spec.source == router::SignalSource::kStatic) {
+    input = Trigger::Input::kValue;
+    value = sig->second.spec.static_value;
+  } else if (auto v = views.find(spec.signal); v != views.end()) {
+    if (v->second.expired) {
+      input = sig->second.spec.fail_closed ? Trigger::Input::kForcedOn : Trigger::Input::kForcedOff;
+    } else if (v->second.value) {
+      input = Trigger::Input::kValue;
+      value = *v->second.value;
+    }
+  }
+  if (t.Update(input, value, now)) {
+    spdlog::info("trigger {} turned {} (signal {}={})", name, t.on() ? "on" : "off", spec.signal,
+                 input == Trigger::Input::kValue    ? absl::StrCat(value)
+                 : input == Trigger::Input::kNoData ? std::string("no data")
+                                                    : std::string("stale"));
+    if (metrics_ != nullptr) metrics_->ForTrigger(name).transitions->Increment();
+  }
+  if (metrics_ != nullptr) metrics_->ForTrigger(name).active->Set(t.on() ? 1 : 0);
+  snap.triggers[name] = t.on();
 }
 
 tandem::v1::GetSignalsResponse SignalEngine::Describe() const {

@@ -107,6 +107,31 @@ class SignalEngine {
   std::optional<double> EvaluateLocal(const router::SignalSpec& spec, std::string* error) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double StaleAfter(const SignalState& s) const;
+
+  using Live = std::vector<const EndpointData*>;
+  // The oldest scrape inside the window (or the newest before it): a delta's starting point;
+  // null when the endpoint has no scrape before its last.
+  static const Scrape* WindowStart(const EndpointData& d, TimePoint window_start);
+  // A counter's per-second increase over the window, summed across workers.
+  static std::optional<double> WindowRate(const Live& live, const router::SignalSpec& spec,
+                                          TimePoint window_start);
+  // A histogram's quantile over the window, its buckets summed across workers.
+  static std::optional<double> WindowQuantile(const Live& live, const router::SignalSpec& spec,
+                                              TimePoint window_start);
+  // The last scrape's value of every worker, aggregated (max, min, avg or sum).
+  static std::optional<double> AcrossWorkers(const Live& live, const router::SignalSpec& spec,
+                                             std::string* error);
+
+  // A signal as the snapshot publishes it.
+  struct SignalView {
+    bool expired = false;  // stale for longer than its hold
+    std::optional<double> value;
+  };
+  SignalView PublishSignal(const std::string& name, const SignalState& s, TimePoint now,
+                           router::SignalSnapshot& snap) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateTrigger(const std::string& name, Trigger& t,
+                     const std::map<std::string, SignalView>& views, TimePoint now,
+                     router::SignalSnapshot& snap) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScrapeLoop() ABSL_LOCKS_EXCLUDED(run_mu_, mu_);
   void QueryLoop() ABSL_LOCKS_EXCLUDED(run_mu_, mu_);
 
