@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <list>
+#include <optional>
 #include <system_error>
 #include <vector>
 
@@ -88,6 +89,11 @@ int MillisecondsUntil(std::chrono::steady_clock::time_point deadline,
   if (deadline <= now) return 0;
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
   return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
+}
+
+// The steady clock's time `d` from now.
+auto DeadlineIn(absl::Duration d) {
+  return std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(d);
 }
 
 }  // namespace
@@ -183,6 +189,86 @@ struct MetricsServer::Connection {
     }
     ERR_clear_error();
     return Io::kEnd;
+  }
+
+  // The steps of MetricsServer::Advance, one per state. Each returns nullopt when the connection
+  // moved on (the next step follows at once), else Advance's answer: true while it waits for its
+  // socket (or its next turn), false once it is finished.
+  std::optional<bool> Handshake() {
+    const int rc = SSL_do_handshake(ssl);
+    if (rc == 1) {
+      state = State::kRead;
+      return std::nullopt;
+    }
+    return SslIo(rc, "handshake") == Io::kBlocked;
+  }
+
+  std::optional<bool> ReadRequest(const MetricsServer& server) {
+    if (const size_t end = HeaderEnd(in); end != std::string::npos) {
+      out = server.Answer(in.substr(0, end), &keep_alive);
+      in.erase(0, end);
+      written = 0;
+      state = State::kWrite;
+      return std::nullopt;
+    }
+    if (in.size() >= kMaxRequestBytes) {
+      out = Response("431 Request Header Fields Too Large", "text/plain", "request too large\n",
+                     false);
+      keep_alive = false;
+      written = 0;
+      state = State::kWrite;
+      return std::nullopt;
+    }
+    const Io io = Read(kMaxRequestBytes - in.size());
+    if (io != Io::kProgress) return io == Io::kBlocked;
+    return std::nullopt;
+  }
+
+  std::optional<bool> WriteAnswer(const MetricsServer& server) {
+    if (written < out.size()) {
+      const Io io = Write();
+      if (io != Io::kProgress) return io == Io::kBlocked;
+      return std::nullopt;
+    }
+    out.clear();
+    events = POLLIN;
+    if (keep_alive) {
+      state = State::kRead;
+      if (HeaderEnd(in) != std::string::npos || (ssl != nullptr && SSL_has_pending(ssl) == 1)) {
+        // Pipelined: answered next turn, under a fresh budget, so that one client sending
+        // requests back to back takes turns with the others instead of holding the thread.
+        ready = true;
+        deadline = DeadlineIn(server.options_.request_timeout);
+        return true;
+      }
+      if (!in.empty()) {  // part of the next request: read on, under its own budget
+        deadline = DeadlineIn(server.options_.request_timeout);
+        return std::nullopt;
+      }
+      idle = true;
+      deadline = DeadlineIn(server.options_.idle_timeout);
+      return true;
+    }
+    if (ssl != nullptr) {
+      // close_notify, best effort: a full socket buffer (WANT_WRITE) drops it, and the
+      // client's is not awaited. The answer's Content-Length already delimits it.
+      SSL_shutdown(ssl);
+      ERR_clear_error();
+    }
+    ::shutdown(fd, SHUT_WR);
+    in.clear();
+    state = State::kDrain;
+    return std::nullopt;
+  }
+
+  std::optional<bool> Drain() {
+    if (drained >= kMaxDrainBytes) return false;
+    const size_t before = in.size();
+    const Io io = Read(kMaxDrainBytes - drained);
+    drained += in.size() - before;
+    in.clear();
+    if (io != Io::kProgress) return io == Io::kBlocked;
+    return std::nullopt;
   }
 
   const int fd;
@@ -377,95 +463,30 @@ std::unique_ptr<MetricsServer::Connection> MetricsServer::Accept(int fd, TimePoi
 }
 
 bool MetricsServer::Advance(Connection& c) {
-  using State = Connection::State;
-  using Io = Connection::Io;
-  const auto deadline_in = [](absl::Duration d) {
-    return std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(d);
-  };
   c.ready = false;
   if (c.idle) {
     // Woken between requests: something arrived (bytes of a request, perhaps only part of a TLS
     // record, or the end of the stream), so the next request's own time starts now.
     c.idle = false;
-    c.deadline = deadline_in(options_.request_timeout);
+    c.deadline = DeadlineIn(options_.request_timeout);
   }
   while (true) {
+    std::optional<bool> open;
     switch (c.state) {
-      case State::kHandshake: {
-        const int rc = SSL_do_handshake(c.ssl);
-        if (rc == 1) {
-          c.state = State::kRead;
-          break;
-        }
-        return c.SslIo(rc, "handshake") == Io::kBlocked;
-      }
-      case State::kRead: {
-        if (const size_t end = HeaderEnd(c.in); end != std::string::npos) {
-          c.out = Answer(c.in.substr(0, end), &c.keep_alive);
-          c.in.erase(0, end);
-          c.written = 0;
-          c.state = State::kWrite;
-          break;
-        }
-        if (c.in.size() >= kMaxRequestBytes) {
-          c.out = Response("431 Request Header Fields Too Large", "text/plain",
-                           "request too large\n", false);
-          c.keep_alive = false;
-          c.written = 0;
-          c.state = State::kWrite;
-          break;
-        }
-        const Io io = c.Read(kMaxRequestBytes - c.in.size());
-        if (io != Io::kProgress) return io == Io::kBlocked;
+      case Connection::State::kHandshake:
+        open = c.Handshake();
         break;
-      }
-      case State::kWrite: {
-        if (c.written < c.out.size()) {
-          const Io io = c.Write();
-          if (io != Io::kProgress) return io == Io::kBlocked;
-          break;
-        }
-        c.out.clear();
-        c.events = POLLIN;
-        if (c.keep_alive) {
-          c.state = State::kRead;
-          if (HeaderEnd(c.in) != std::string::npos ||
-              (c.ssl != nullptr && SSL_has_pending(c.ssl) == 1)) {
-            // Pipelined: answered next turn, under a fresh budget, so that one client sending
-            // requests back to back takes turns with the others instead of holding the thread.
-            c.ready = true;
-            c.deadline = deadline_in(options_.request_timeout);
-            return true;
-          }
-          if (!c.in.empty()) {  // part of the next request: read on, under its own budget
-            c.deadline = deadline_in(options_.request_timeout);
-            break;
-          }
-          c.idle = true;
-          c.deadline = deadline_in(options_.idle_timeout);
-          return true;
-        }
-        if (c.ssl != nullptr) {
-          // close_notify, best effort: a full socket buffer (WANT_WRITE) drops it, and the
-          // client's is not awaited. The answer's Content-Length already delimits it.
-          SSL_shutdown(c.ssl);
-          ERR_clear_error();
-        }
-        ::shutdown(c.fd, SHUT_WR);
-        c.in.clear();
-        c.state = State::kDrain;
+      case Connection::State::kRead:
+        open = c.ReadRequest(*this);
         break;
-      }
-      case State::kDrain: {
-        if (c.drained >= kMaxDrainBytes) return false;
-        const size_t before = c.in.size();
-        const Io io = c.Read(kMaxDrainBytes - c.drained);
-        c.drained += c.in.size() - before;
-        c.in.clear();
-        if (io != Io::kProgress) return io == Io::kBlocked;
+      case Connection::State::kWrite:
+        open = c.WriteAnswer(*this);
         break;
-      }
+      case Connection::State::kDrain:
+        open = c.Drain();
+        break;
     }
+    if (open.has_value()) return *open;
   }
 }
 
