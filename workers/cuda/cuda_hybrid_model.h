@@ -20,9 +20,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/gemm.h"
@@ -54,6 +58,20 @@ struct HybridLayout {
   bool image_inputs = false;
   // The widest input of any linear layer: the BF16 cast scratch holds kMaxRows rows of it.
   int64_t max_linear_input = 0;
+};
+
+// Whole checkpoint tensors loaded into DeviceWeights (the models' LoadLayer shorthand): each
+// checked against `shape`, added as one piece; the piece's id.
+struct PieceLoader {
+  const model::Checkpoint& checkpoint;
+  DeviceWeights& weights;
+
+  absl::StatusOr<int> Bf16(const std::string& name, std::vector<int64_t> shape) const {
+    return weights.LoadBf16(checkpoint, name, std::move(shape));
+  }
+  absl::StatusOr<int> F32(const std::string& name, std::vector<int64_t> shape) const {
+    return weights.LoadF32(checkpoint, name, std::move(shape));
+  }
 };
 
 class CudaHybridModel : public CudaModel {
@@ -177,5 +195,31 @@ class CudaHybridModel : public CudaModel {
   float** ssm_ptrs_ = nullptr;
   int32_t* context_lens_ = nullptr;
 };
+
+// The skeleton with a model's configuration (Config: the model's parsed config.json), kept as c_:
+// a model derives from it and inherits its constructor.
+template <typename Config>
+class ConfiguredHybridModel : public CudaHybridModel {
+ public:
+  ConfiguredHybridModel(Config config, model::ModelShape shape)
+      : CudaHybridModel(std::move(shape), LayoutOf(config)), c_(std::move(config)) {}
+
+ protected:
+  // What the skeleton needs to know about the layers `c` describes. Each model's .cc defines it
+  // for its Config (an explicit specialization, before the model's class).
+  static HybridLayout LayoutOf(const Config& c);
+
+  const Config c_;
+};
+
+// A Model (a ConfiguredHybridModel) of `config` and `shape`, its weights loaded from `checkpoint`.
+template <typename Model, typename Config>
+absl::StatusOr<std::unique_ptr<CudaModel>> LoadHybridModel(const model::Checkpoint& checkpoint,
+                                                           const Config& config,
+                                                           const model::ModelShape& shape) {
+  auto model = std::make_unique<Model>(config, shape);
+  if (absl::Status status = model->Init(checkpoint); !status.ok()) return status;
+  return std::unique_ptr<CudaModel>(std::move(model));
+}
 
 }  // namespace tandem::workers::cuda

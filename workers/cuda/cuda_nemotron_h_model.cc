@@ -25,10 +25,29 @@
 #include "workers/model/nemotron_h_config.h"
 
 namespace tandem::workers::cuda {
-namespace {
 
 using model::nemotron_h::Config;
 using model::nemotron_h::LayerKind;
+
+template <>
+HybridLayout ConfiguredHybridModel<Config>::LayoutOf(const Config& c) {
+  const int64_t inter = std::max({c.shared_inter, c.mlp_inter, int64_t{1}});
+  HybridLayout layout;
+  layout.recurrent_layers = c.Count(LayerKind::kMamba);
+  layout.conv_channels = c.conv_dim();
+  layout.conv_kernel = c.conv_kernel;
+  layout.state_floats = c.m_heads * c.m_head_dim * c.state;
+  layout.attention_layers = c.Count(LayerKind::kAttention);
+  layout.kv_heads = c.kv_heads;
+  layout.head_dim = c.head_dim;
+  layout.norm_eps = c.eps;
+  layout.norm_one_plus_weight = false;
+  layout.tied_embeddings = c.tie_embeddings;
+  layout.max_linear_input = std::max({c.d_inner(), c.heads * c.head_dim, inter});
+  return layout;
+}
+
+namespace {
 
 // Chunk length of the chunked SSD prefill (the result does not depend on it beyond rounding).
 constexpr int64_t kSsdChunk = 64;
@@ -50,14 +69,11 @@ struct Layer {
   int mlp_up = -1, mlp_down = -1;
 };
 
-class CudaNemotronHModel final : public CudaHybridModel {
+class CudaNemotronHModel final : public ConfiguredHybridModel<Config> {
  public:
-  CudaNemotronHModel(Config config, model::ModelShape shape)
-      : CudaHybridModel(std::move(shape), LayoutOf(config)), c_(std::move(config)) {}
+  using ConfiguredHybridModel::ConfiguredHybridModel;
 
  private:
-  static HybridLayout LayoutOf(const Config& c);
-
   absl::Status LoadWeights(const model::Checkpoint& checkpoint) override;
   absl::Status LoadLayer(const model::Checkpoint& ck, int64_t i, Layer* l);
   void AllocateLayerScratch(ScratchBuffers& scratch) override;
@@ -69,7 +85,6 @@ class CudaNemotronHModel final : public CudaHybridModel {
   // y() = down(relu(up(x()))^2).
   absl::Status Mlp(int up, int down, int64_t inter, int64_t n, cudaStream_t s);
 
-  const Config c_;
   std::vector<Layer> layers_;
 
   // Scratch, kMaxRows rows each (see AllocateLayerScratch).
@@ -84,23 +99,6 @@ class CudaNemotronHModel final : public CudaHybridModel {
   int32_t* route_ids_ = nullptr;
   float* mid_ = nullptr;
 };
-
-HybridLayout CudaNemotronHModel::LayoutOf(const Config& c) {
-  const int64_t inter = std::max({c.shared_inter, c.mlp_inter, int64_t{1}});
-  HybridLayout layout;
-  layout.recurrent_layers = c.Count(LayerKind::kMamba);
-  layout.conv_channels = c.conv_dim();
-  layout.conv_kernel = c.conv_kernel;
-  layout.state_floats = c.m_heads * c.m_head_dim * c.state;
-  layout.attention_layers = c.Count(LayerKind::kAttention);
-  layout.kv_heads = c.kv_heads;
-  layout.head_dim = c.head_dim;
-  layout.norm_eps = c.eps;
-  layout.norm_one_plus_weight = false;
-  layout.tied_embeddings = c.tie_embeddings;
-  layout.max_linear_input = std::max({c.d_inner(), c.heads * c.head_dim, inter});
-  return layout;
-}
 
 absl::Status CudaNemotronHModel::LoadWeights(const model::Checkpoint& ck) {
   // Some NVIDIA remote-code exports name the embedding in the singular (as the CPU reference).
@@ -123,16 +121,11 @@ absl::Status CudaNemotronHModel::LoadWeights(const model::Checkpoint& ck) {
 absl::Status CudaNemotronHModel::LoadLayer(const model::Checkpoint& ck, int64_t i, Layer* l) {
   using Rows = DeviceWeights::Rows;
   DeviceWeights& w = weights();
-  auto bf16 = [&](const std::string& name, std::vector<int64_t> shape) {
-    return w.LoadBf16(ck, name, std::move(shape));
-  };
-  auto f32 = [&](const std::string& name, std::vector<int64_t> shape) {
-    return w.LoadF32(ck, name, std::move(shape));
-  };
+  const PieceLoader load{ck, w};
   const int64_t h = c_.hidden;
   const std::string p = absl::StrCat("backbone.layers.", i, ".");
   const std::string m = p + "mixer.";
-  ASSIGN_OR_RETURN(l->norm, bf16(p + "norm.weight", {h}));
+  ASSIGN_OR_RETURN(l->norm, load.Bf16(p + "norm.weight", {h}));
   switch (l->kind) {
     case LayerKind::kMamba: {
       const int64_t di = c_.d_inner(), cd = c_.conv_dim(), nh = c_.m_heads;
@@ -142,29 +135,29 @@ absl::Status CudaNemotronHModel::LoadLayer(const model::Checkpoint& ck, int64_t 
       l->in_xbc = w.AddBf16({Rows{.view = in, .row_begin = di, .rows = cd}});
       l->in_dt = w.AddBf16({Rows{.view = in, .row_begin = di + cd, .rows = nh}});
       // [conv_dim, 1, K] is the [channels][K] layout CausalConv1d takes.
-      ASSIGN_OR_RETURN(l->conv_w, bf16(m + "conv1d.weight", {cd, 1, c_.conv_kernel}));
+      ASSIGN_OR_RETURN(l->conv_w, load.Bf16(m + "conv1d.weight", {cd, 1, c_.conv_kernel}));
       if (c_.conv_bias) {
-        ASSIGN_OR_RETURN(l->conv_b, bf16(m + "conv1d.bias", {cd}));
+        ASSIGN_OR_RETURN(l->conv_b, load.Bf16(m + "conv1d.bias", {cd}));
       }
-      ASSIGN_OR_RETURN(l->dt_bias, f32(m + "dt_bias", {nh}));
+      ASSIGN_OR_RETURN(l->dt_bias, load.F32(m + "dt_bias", {nh}));
       ASSIGN_OR_RETURN(const model::TensorView* a_log, ck.Get(m + "A_log", {nh}));
       l->a = w.AddF32({DeviceWeights::All(a_log)}, [](float v) { return -std::exp(v); });
-      ASSIGN_OR_RETURN(l->d, f32(m + "D", {nh}));
-      ASSIGN_OR_RETURN(l->m_norm, bf16(m + "norm.weight", {di}));
-      ASSIGN_OR_RETURN(l->out_proj, bf16(m + "out_proj.weight", {h, di}));
+      ASSIGN_OR_RETURN(l->d, load.F32(m + "D", {nh}));
+      ASSIGN_OR_RETURN(l->m_norm, load.Bf16(m + "norm.weight", {di}));
+      ASSIGN_OR_RETURN(l->out_proj, load.Bf16(m + "out_proj.weight", {h, di}));
       return absl::OkStatus();
     }
     case LayerKind::kAttention: {
       const int64_t qd = c_.heads * c_.head_dim, kvd = c_.kv_heads * c_.head_dim;
-      ASSIGN_OR_RETURN(l->q, bf16(m + "q_proj.weight", {qd, h}));
-      ASSIGN_OR_RETURN(l->k, bf16(m + "k_proj.weight", {kvd, h}));
-      ASSIGN_OR_RETURN(l->v, bf16(m + "v_proj.weight", {kvd, h}));
-      ASSIGN_OR_RETURN(l->o, bf16(m + "o_proj.weight", {h, qd}));
+      ASSIGN_OR_RETURN(l->q, load.Bf16(m + "q_proj.weight", {qd, h}));
+      ASSIGN_OR_RETURN(l->k, load.Bf16(m + "k_proj.weight", {kvd, h}));
+      ASSIGN_OR_RETURN(l->v, load.Bf16(m + "v_proj.weight", {kvd, h}));
+      ASSIGN_OR_RETURN(l->o, load.Bf16(m + "o_proj.weight", {h, qd}));
       return absl::OkStatus();
     }
     case LayerKind::kMoe: {
-      ASSIGN_OR_RETURN(l->router, f32(m + "gate.weight", {c_.experts, h}));
-      ASSIGN_OR_RETURN(l->router_bias, f32(m + "gate.e_score_correction_bias", {c_.experts}));
+      ASSIGN_OR_RETURN(l->router, load.F32(m + "gate.weight", {c_.experts, h}));
+      ASSIGN_OR_RETURN(l->router_bias, load.F32(m + "gate.e_score_correction_bias", {c_.experts}));
       // Per-expert tensors stacked into [experts][inter][hidden] and [experts][hidden][inter].
       std::vector<Rows> ups, downs;
       for (int64_t e = 0; e < c_.experts; ++e) {
@@ -179,14 +172,14 @@ absl::Status CudaNemotronHModel::LoadLayer(const model::Checkpoint& ck, int64_t 
       l->experts_up = w.AddBf16(std::move(ups));
       l->experts_down = w.AddBf16(std::move(downs));
       ASSIGN_OR_RETURN(l->shared_up,
-                       bf16(m + "shared_experts.up_proj.weight", {c_.shared_inter, h}));
+                       load.Bf16(m + "shared_experts.up_proj.weight", {c_.shared_inter, h}));
       ASSIGN_OR_RETURN(l->shared_down,
-                       bf16(m + "shared_experts.down_proj.weight", {h, c_.shared_inter}));
+                       load.Bf16(m + "shared_experts.down_proj.weight", {h, c_.shared_inter}));
       return absl::OkStatus();
     }
     case LayerKind::kMlp: {
-      ASSIGN_OR_RETURN(l->mlp_up, bf16(m + "up_proj.weight", {c_.mlp_inter, h}));
-      ASSIGN_OR_RETURN(l->mlp_down, bf16(m + "down_proj.weight", {h, c_.mlp_inter}));
+      ASSIGN_OR_RETURN(l->mlp_up, load.Bf16(m + "up_proj.weight", {c_.mlp_inter, h}));
+      ASSIGN_OR_RETURN(l->mlp_down, load.Bf16(m + "down_proj.weight", {h, c_.mlp_inter}));
       return absl::OkStatus();
     }
   }
@@ -326,9 +319,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaNemotronH(const model::Checkp
     return absl::UnimplementedError(absl::StrCat(
         checkpoint.dir(), ": norm_topk_prob false is not supported by the CUDA engine"));
   }
-  auto model = std::make_unique<CudaNemotronHModel>(config, shape);
-  RETURN_IF_ERROR(model->Init(checkpoint));
-  return std::unique_ptr<CudaModel>(std::move(model));
+  return LoadHybridModel<CudaNemotronHModel>(checkpoint, config, shape);
 }
 
 }  // namespace tandem::workers::cuda

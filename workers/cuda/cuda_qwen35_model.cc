@@ -24,59 +24,11 @@
 #include "workers/model/qwen35_moe_config.h"
 
 namespace tandem::workers::cuda {
-namespace {
 
 using model::qwen35::TextConfig;
 
-// Piece ids in DeviceWeights (-1: absent).
-struct Layer {
-  bool full_attention = false;
-  int64_t index = 0;  // among the layers of its kind: GDN state piece or KV region
-  int input_norm = -1, post_norm = -1;
-  // Gated DeltaNet.
-  int in_qkv = -1, in_z = -1, in_b = -1, in_a = -1, conv = -1;
-  int a_log = -1, dt_bias = -1;  // fp32
-  int gdn_norm = -1, gdn_out = -1;
-  // Gated attention: q_proj's per-head [q | gate] rows regrouped into q and gate pieces.
-  int q = -1, gate = -1, k = -1, v = -1, o = -1, q_norm = -1, k_norm = -1;
-  // MoE.
-  int router = -1;  // fp32
-  int gate_up = -1, down = -1, shared_gate_up = -1, shared_down = -1, shared_scale = -1;
-};
-
-class CudaQwen35Model final : public CudaHybridModel {
- public:
-  CudaQwen35Model(TextConfig config, model::ModelShape shape)
-      : CudaHybridModel(std::move(shape), LayoutOf(config)), c_(std::move(config)) {}
-
- private:
-  static HybridLayout LayoutOf(const TextConfig& c);
-
-  absl::Status LoadWeights(const model::Checkpoint& checkpoint) override;
-  absl::Status LoadLayer(const model::Checkpoint& ck, const std::string& prefix, Layer* l);
-  void AllocateLayerScratch(ScratchBuffers& scratch) override;
-  absl::Status ForwardLayers(const Pass& p, cudaStream_t s) override;
-  // x() -> y() for the pass's rows.
-  absl::Status GatedDeltaNet(const Layer& l, const Pass& p, cudaStream_t s);
-  absl::Status Attention(const Layer& l, const Pass& p, cudaStream_t s);
-  // q_ and k_ rotated by the pass's 3-D (t, h, w) positions (an image prompt's prefill).
-  absl::Status MultimodalRope(const Pass& p, cudaStream_t s);
-  absl::Status Moe(const Layer& l, const Pass& p, cudaStream_t s);
-
-  const TextConfig c_;
-  std::vector<Layer> layers_;
-
-  // Scratch, kMaxRows rows each (see AllocateLayerScratch).
-  float *qkv_ = nullptr, *conv_out_ = nullptr, *gq_ = nullptr, *gk_ = nullptr, *gv_ = nullptr;
-  float *z_ = nullptr, *a_ = nullptr, *b_ = nullptr, *g_ = nullptr, *beta_ = nullptr;
-  float *core_ = nullptr, *normed_ = nullptr;
-  float *q_ = nullptr, *gate_ = nullptr, *k_ = nullptr, *v_ = nullptr, *o_ = nullptr;
-  float *router_logits_ = nullptr, *route_weights_ = nullptr, *moe_scratch_ = nullptr;
-  int32_t* route_ids_ = nullptr;
-  float *shared_gu_ = nullptr, *shared_act_ = nullptr, *shared_logit_ = nullptr;
-};
-
-HybridLayout CudaQwen35Model::LayoutOf(const TextConfig& c) {
+template <>
+HybridLayout ConfiguredHybridModel<TextConfig>::LayoutOf(const TextConfig& c) {
   const int64_t full = std::count(c.full_attention.begin(), c.full_attention.end(), true);
   HybridLayout layout;
   layout.recurrent_layers = c.num_layers - full;
@@ -94,6 +46,52 @@ HybridLayout CudaQwen35Model::LayoutOf(const TextConfig& c) {
       std::max({c.value_dim(), c.num_heads * c.head_dim, c.shared_intermediate});
   return layout;
 }
+
+namespace {
+
+// Piece ids in DeviceWeights (-1: absent).
+struct Layer {
+  bool full_attention = false;
+  int64_t index = 0;  // among the layers of its kind: GDN state piece or KV region
+  int input_norm = -1, post_norm = -1;
+  // Gated DeltaNet.
+  int in_qkv = -1, in_z = -1, in_b = -1, in_a = -1, conv = -1;
+  int a_log = -1, dt_bias = -1;  // fp32
+  int gdn_norm = -1, gdn_out = -1;
+  // Gated attention: q_proj's per-head [q | gate] rows regrouped into q and gate pieces.
+  int q = -1, gate = -1, k = -1, v = -1, o = -1, q_norm = -1, k_norm = -1;
+  // MoE.
+  int router = -1;  // fp32
+  int gate_up = -1, down = -1, shared_gate_up = -1, shared_down = -1, shared_scale = -1;
+};
+
+class CudaQwen35Model final : public ConfiguredHybridModel<TextConfig> {
+ public:
+  using ConfiguredHybridModel::ConfiguredHybridModel;
+
+ private:
+  absl::Status LoadWeights(const model::Checkpoint& checkpoint) override;
+  absl::Status LoadLayer(const model::Checkpoint& ck, const std::string& prefix, Layer* l);
+  void AllocateLayerScratch(ScratchBuffers& scratch) override;
+  absl::Status ForwardLayers(const Pass& p, cudaStream_t s) override;
+  // x() -> y() for the pass's rows.
+  absl::Status GatedDeltaNet(const Layer& l, const Pass& p, cudaStream_t s);
+  absl::Status Attention(const Layer& l, const Pass& p, cudaStream_t s);
+  // q_ and k_ rotated by the pass's 3-D (t, h, w) positions (an image prompt's prefill).
+  absl::Status MultimodalRope(const Pass& p, cudaStream_t s);
+  absl::Status Moe(const Layer& l, const Pass& p, cudaStream_t s);
+
+  std::vector<Layer> layers_;
+
+  // Scratch, kMaxRows rows each (see AllocateLayerScratch).
+  float *qkv_ = nullptr, *conv_out_ = nullptr, *gq_ = nullptr, *gk_ = nullptr, *gv_ = nullptr;
+  float *z_ = nullptr, *a_ = nullptr, *b_ = nullptr, *g_ = nullptr, *beta_ = nullptr;
+  float *core_ = nullptr, *normed_ = nullptr;
+  float *q_ = nullptr, *gate_ = nullptr, *k_ = nullptr, *v_ = nullptr, *o_ = nullptr;
+  float *router_logits_ = nullptr, *route_weights_ = nullptr, *moe_scratch_ = nullptr;
+  int32_t* route_ids_ = nullptr;
+  float *shared_gu_ = nullptr, *shared_act_ = nullptr, *shared_logit_ = nullptr;
+};
 
 absl::Status CudaQwen35Model::LoadWeights(const model::Checkpoint& ck) {
   // As the CPU reference: model.language_model. in the composite checkpoint, else model.
@@ -117,19 +115,14 @@ absl::Status CudaQwen35Model::LoadLayer(const model::Checkpoint& ck, const std::
                                         Layer* l) {
   using Rows = DeviceWeights::Rows;
   DeviceWeights& w = weights();
-  auto bf16 = [&](const std::string& name, std::vector<int64_t> shape) {
-    return w.LoadBf16(ck, name, std::move(shape));
-  };
-  auto f32 = [&](const std::string& name, std::vector<int64_t> shape) {
-    return w.LoadF32(ck, name, std::move(shape));
-  };
+  const PieceLoader load{ck, w};
   const int64_t H = c_.hidden_size;
   const int64_t hv = c_.linear_value_heads, D = c_.head_dim, nh = c_.num_heads;
   const int64_t q_stride = D * (c_.attn_output_gate ? 2 : 1);
   const int64_t kv_rows = c_.num_kv_heads * D;
   const int64_t E = c_.num_experts, I = c_.moe_intermediate, Is = c_.shared_intermediate;
-  ASSIGN_OR_RETURN(l->input_norm, bf16(p + "input_layernorm.weight", {H}));
-  ASSIGN_OR_RETURN(l->post_norm, bf16(p + "post_attention_layernorm.weight", {H}));
+  ASSIGN_OR_RETURN(l->input_norm, load.Bf16(p + "input_layernorm.weight", {H}));
+  ASSIGN_OR_RETURN(l->post_norm, load.Bf16(p + "post_attention_layernorm.weight", {H}));
   if (l->full_attention) {
     ASSIGN_OR_RETURN(const model::TensorView* q,
                      ck.Get(p + "self_attn.q_proj.weight", {nh * q_stride, H}));
@@ -140,35 +133,36 @@ absl::Status CudaQwen35Model::LoadLayer(const model::Checkpoint& ck, const std::
     }
     l->q = w.AddBf16(std::move(q_rows));
     if (c_.attn_output_gate) l->gate = w.AddBf16(std::move(gate_rows));
-    ASSIGN_OR_RETURN(l->k, bf16(p + "self_attn.k_proj.weight", {kv_rows, H}));
-    ASSIGN_OR_RETURN(l->v, bf16(p + "self_attn.v_proj.weight", {kv_rows, H}));
-    ASSIGN_OR_RETURN(l->o, bf16(p + "self_attn.o_proj.weight", {H, nh * D}));
-    ASSIGN_OR_RETURN(l->q_norm, bf16(p + "self_attn.q_norm.weight", {D}));
-    ASSIGN_OR_RETURN(l->k_norm, bf16(p + "self_attn.k_norm.weight", {D}));
+    ASSIGN_OR_RETURN(l->k, load.Bf16(p + "self_attn.k_proj.weight", {kv_rows, H}));
+    ASSIGN_OR_RETURN(l->v, load.Bf16(p + "self_attn.v_proj.weight", {kv_rows, H}));
+    ASSIGN_OR_RETURN(l->o, load.Bf16(p + "self_attn.o_proj.weight", {H, nh * D}));
+    ASSIGN_OR_RETURN(l->q_norm, load.Bf16(p + "self_attn.q_norm.weight", {D}));
+    ASSIGN_OR_RETURN(l->k_norm, load.Bf16(p + "self_attn.k_norm.weight", {D}));
   } else {
-    ASSIGN_OR_RETURN(l->in_qkv, bf16(p + "linear_attn.in_proj_qkv.weight", {c_.conv_dim(), H}));
-    ASSIGN_OR_RETURN(l->in_z, bf16(p + "linear_attn.in_proj_z.weight", {c_.value_dim(), H}));
-    ASSIGN_OR_RETURN(l->in_b, bf16(p + "linear_attn.in_proj_b.weight", {hv, H}));
-    ASSIGN_OR_RETURN(l->in_a, bf16(p + "linear_attn.in_proj_a.weight", {hv, H}));
+    ASSIGN_OR_RETURN(l->in_qkv,
+                     load.Bf16(p + "linear_attn.in_proj_qkv.weight", {c_.conv_dim(), H}));
+    ASSIGN_OR_RETURN(l->in_z, load.Bf16(p + "linear_attn.in_proj_z.weight", {c_.value_dim(), H}));
+    ASSIGN_OR_RETURN(l->in_b, load.Bf16(p + "linear_attn.in_proj_b.weight", {hv, H}));
+    ASSIGN_OR_RETURN(l->in_a, load.Bf16(p + "linear_attn.in_proj_a.weight", {hv, H}));
     // [conv_dim, 1, K] is the [channels][K] layout CausalConv1d takes.
-    ASSIGN_OR_RETURN(l->conv,
-                     bf16(p + "linear_attn.conv1d.weight", {c_.conv_dim(), 1, c_.conv_kernel}));
-    ASSIGN_OR_RETURN(l->a_log, f32(p + "linear_attn.A_log", {hv}));
-    ASSIGN_OR_RETURN(l->dt_bias, f32(p + "linear_attn.dt_bias", {hv}));
-    ASSIGN_OR_RETURN(l->gdn_norm, bf16(p + "linear_attn.norm.weight", {c_.linear_value_dim}));
-    ASSIGN_OR_RETURN(l->gdn_out, bf16(p + "linear_attn.out_proj.weight", {H, c_.value_dim()}));
+    ASSIGN_OR_RETURN(
+        l->conv, load.Bf16(p + "linear_attn.conv1d.weight", {c_.conv_dim(), 1, c_.conv_kernel}));
+    ASSIGN_OR_RETURN(l->a_log, load.F32(p + "linear_attn.A_log", {hv}));
+    ASSIGN_OR_RETURN(l->dt_bias, load.F32(p + "linear_attn.dt_bias", {hv}));
+    ASSIGN_OR_RETURN(l->gdn_norm, load.Bf16(p + "linear_attn.norm.weight", {c_.linear_value_dim}));
+    ASSIGN_OR_RETURN(l->gdn_out, load.Bf16(p + "linear_attn.out_proj.weight", {H, c_.value_dim()}));
   }
-  ASSIGN_OR_RETURN(l->router, f32(p + "mlp.gate.weight", {E, H}));
-  ASSIGN_OR_RETURN(l->gate_up, bf16(p + "mlp.experts.gate_up_proj", {E, 2 * I, H}));
-  ASSIGN_OR_RETURN(l->down, bf16(p + "mlp.experts.down_proj", {E, H, I}));
+  ASSIGN_OR_RETURN(l->router, load.F32(p + "mlp.gate.weight", {E, H}));
+  ASSIGN_OR_RETURN(l->gate_up, load.Bf16(p + "mlp.experts.gate_up_proj", {E, 2 * I, H}));
+  ASSIGN_OR_RETURN(l->down, load.Bf16(p + "mlp.experts.down_proj", {E, H, I}));
   ASSIGN_OR_RETURN(const model::TensorView* sg,
                    ck.Get(p + "mlp.shared_expert.gate_proj.weight", {Is, H}));
   ASSIGN_OR_RETURN(const model::TensorView* su,
                    ck.Get(p + "mlp.shared_expert.up_proj.weight", {Is, H}));
   // Fused [gate | up] rows, the layout SiluGate takes.
   l->shared_gate_up = w.AddBf16({DeviceWeights::All(sg), DeviceWeights::All(su)});
-  ASSIGN_OR_RETURN(l->shared_down, bf16(p + "mlp.shared_expert.down_proj.weight", {H, Is}));
-  ASSIGN_OR_RETURN(l->shared_scale, bf16(p + "mlp.shared_expert_gate.weight", {1, H}));
+  ASSIGN_OR_RETURN(l->shared_down, load.Bf16(p + "mlp.shared_expert.down_proj.weight", {H, Is}));
+  ASSIGN_OR_RETURN(l->shared_scale, load.Bf16(p + "mlp.shared_expert_gate.weight", {1, H}));
   return absl::OkStatus();
 }
 
@@ -334,9 +328,7 @@ absl::Status CudaQwen35Model::Moe(const Layer& l, const Pass& p, cudaStream_t s)
 absl::StatusOr<std::unique_ptr<CudaModel>> LoadCudaQwen35Moe(const model::Checkpoint& checkpoint,
                                                              const TextConfig& config,
                                                              const model::ModelShape& shape) {
-  auto model = std::make_unique<CudaQwen35Model>(config, shape);
-  RETURN_IF_ERROR(model->Init(checkpoint));
-  return std::unique_ptr<CudaModel>(std::move(model));
+  return LoadHybridModel<CudaQwen35Model>(checkpoint, config, shape);
 }
 
 }  // namespace tandem::workers::cuda

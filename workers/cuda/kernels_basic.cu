@@ -10,6 +10,7 @@
 #include "workers/cuda/block_reduce.cuh"
 #include "workers/cuda/cuda_kernels.h"
 #include "workers/cuda/launch_check.h"
+#include "workers/cuda/rope.cuh"
 
 namespace tandem::workers::cuda {
 namespace {
@@ -22,11 +23,21 @@ __device__ __forceinline__ float Bf16ToFloat(bf16 v) {
 
 __device__ __forceinline__ float DeviceSilu(float x) { return x / (1.0f + expf(-x)); }
 
-
 // Grid for a flat loop over `count` elements with a grid-stride loop.
 unsigned FlatBlocks(int64_t count) {
   const int64_t blocks = (count + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
+}
+
+// Launches `kernel`, a grid-stride loop over `count` elements, on FlatBlocks(count) blocks of
+// kThreads (nothing when count is 0); `name` names it in a failure.
+template <typename... Params, typename... Args>
+cudaError_t LaunchFlat(void (*kernel)(Params...), const char* name, int64_t count,
+                       cudaStream_t stream, Args... args) {
+  if (count == 0) return cudaSuccess;
+  const dim3 grid(FlatBlocks(count));
+  kernel<<<grid, kThreads, 0, stream>>>(args...);
+  return CheckLaunch(name, grid, kThreads, 0);
 }
 
 // ---- Embedding, casts, elementwise ----
@@ -122,24 +133,25 @@ __global__ void GroupedGatedRmsNormKernel(const float* x, const float* z, int64_
 
 // ---- RoPE: one thread per (token, head, rotary pair) ----
 
-// inv_freq as the CPU reference computes it in fp32 (exponent rounded to fp32, pow rounded to
-// fp32); the pow and the sin/cos are evaluated in double and rounded, which reproduces the
-// correctly rounded fp32 results of the host's libm.
-// Rotates pair (i, i + half) of the head at v by position * inv_freq[i]. Shared by the 1-D and
-// the multimodal kernel, so equal positions give equal bits.
+// Rotates pair (i, i + half) of the head at v by position * inv_freq[i] (rope.cuh). Shared by
+// the 1-D and the multimodal kernel, so equal positions give equal bits.
 __device__ __forceinline__ void RotatePair(float* v, int64_t i, int64_t half, int64_t rotary_dim,
                                            float theta, int32_t position) {
-  const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
-  const float p =
-      static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
-  const float inv_freq = 1.0f / p;
-  const float angle = static_cast<float>(position) * inv_freq;
-  double s, c;
-  sincos(static_cast<double>(angle), &s, &c);
-  const float sn = static_cast<float>(s), cs = static_cast<float>(c);
-  const float x1 = v[i], x2 = v[i + half];
-  v[i] = x1 * cs - x2 * sn;
-  v[i + half] = x2 * cs + x1 * sn;
+  float sn, cs;
+  RopeSinCos(theta, i, rotary_dim, position, &sn, &cs);
+  RotatePairBy(v, i, half, sn, cs);
+}
+
+// The RoPE kernels' thread index idx = (token * heads + head) * half + rotary pair i.
+struct RotaryIndex {
+  int64_t i;   // the rotary pair
+  int64_t th;  // token * heads + head
+  int64_t t;   // the token
+};
+
+__device__ __forceinline__ RotaryIndex DecodeRotaryIndex(int64_t idx, int64_t half, int64_t heads) {
+  const int64_t th = idx / half;
+  return {idx % half, th, th / heads};
 }
 
 __global__ void RotaryKernel(float* x, const int32_t* positions, int64_t tokens, int64_t heads,
@@ -148,10 +160,8 @@ __global__ void RotaryKernel(float* x, const int32_t* positions, int64_t tokens,
   const int64_t count = tokens * heads * half;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < count;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = idx % half;
-    const int64_t th = idx / half;  // token * heads + head
-    const int64_t t = th / heads;
-    RotatePair(x + th * head_dim, i, half, rotary_dim, theta, positions[t]);
+    const RotaryIndex r = DecodeRotaryIndex(idx, half, heads);
+    RotatePair(x + r.th * head_dim, r.i, half, rotary_dim, theta, positions[r.t]);
   }
 }
 
@@ -164,16 +174,15 @@ __global__ void MropeRotaryKernel(float* x, const int32_t* positions, int64_t ax
   const int64_t count = tokens * heads * half;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < count;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = idx % half;
-    const int64_t th = idx / half;  // token * heads + head
-    const int64_t t = th / heads;
+    const RotaryIndex r = DecodeRotaryIndex(idx, half, heads);
     int64_t axis = 0;
-    if (i % 3 == 1 && i < 3 * section_h) {
+    if (r.i % 3 == 1 && r.i < 3 * section_h) {
       axis = 1;
-    } else if (i % 3 == 2 && i < 3 * section_w) {
+    } else if (r.i % 3 == 2 && r.i < 3 * section_w) {
       axis = 2;
     }
-    RotatePair(x + th * head_dim, i, half, rotary_dim, theta, positions[axis * axis_stride + t]);
+    RotatePair(x + r.th * head_dim, r.i, half, rotary_dim, theta,
+               positions[axis * axis_stride + r.t]);
   }
 }
 
@@ -618,10 +627,7 @@ cudaError_t EmbeddingGather(const bf16* table, const int32_t* ids, int64_t n, in
 }
 
 cudaError_t CastToBf16(const float* in, int64_t count, bf16* out, cudaStream_t stream) {
-  if (count == 0) return cudaSuccess;
-  const dim3 grid(FlatBlocks(count));
-  CastToBf16Kernel<<<grid, kThreads, 0, stream>>>(in, count, out);
-  return CheckLaunch("CastToBf16Kernel", grid, kThreads, 0);
+  return LaunchFlat(CastToBf16Kernel, "CastToBf16Kernel", count, stream, in, count, out);
 }
 
 cudaError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const bf16* weight, float eps,
@@ -659,12 +665,8 @@ cudaError_t RotaryEmbedding(float* x, const int32_t* positions, int64_t tokens, 
                             int64_t head_dim, int64_t rotary_dim, float theta,
                             cudaStream_t stream) {
   if (rotary_dim % 2 != 0 || rotary_dim > head_dim || rotary_dim < 0) return cudaErrorInvalidValue;
-  const int64_t count = tokens * heads * (rotary_dim / 2);
-  if (count == 0) return cudaSuccess;
-  const dim3 grid(FlatBlocks(count));
-  RotaryKernel<<<grid, kThreads, 0, stream>>>(x, positions, tokens, heads, head_dim, rotary_dim,
-                                              theta);
-  return CheckLaunch("RotaryKernel", grid, kThreads, 0);
+  return LaunchFlat(RotaryKernel, "RotaryKernel", tokens * heads * (rotary_dim / 2), stream, x,
+                    positions, tokens, heads, head_dim, rotary_dim, theta);
 }
 
 cudaError_t MropeRotaryEmbedding(float* x, const int32_t* positions, int64_t axis_stride,
@@ -675,33 +677,21 @@ cudaError_t MropeRotaryEmbedding(float* x, const int32_t* positions, int64_t axi
       section_h < 0 || section_w < 0) {
     return cudaErrorInvalidValue;
   }
-  const int64_t count = tokens * heads * (rotary_dim / 2);
-  if (count == 0) return cudaSuccess;
-  const dim3 grid(FlatBlocks(count));
-  MropeRotaryKernel<<<grid, kThreads, 0, stream>>>(
-      x, positions, axis_stride, tokens, heads, head_dim, rotary_dim, theta, section_h, section_w);
-  return CheckLaunch("MropeRotaryKernel", grid, kThreads, 0);
+  return LaunchFlat(MropeRotaryKernel, "MropeRotaryKernel", tokens * heads * (rotary_dim / 2),
+                    stream, x, positions, axis_stride, tokens, heads, head_dim, rotary_dim, theta,
+                    section_h, section_w);
 }
 
 cudaError_t Add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream) {
-  if (count == 0) return cudaSuccess;
-  const dim3 grid(FlatBlocks(count));
-  AddKernel<<<grid, kThreads, 0, stream>>>(a, b, count, out);
-  return CheckLaunch("AddKernel", grid, kThreads, 0);
+  return LaunchFlat(AddKernel, "AddKernel", count, stream, a, b, count, out);
 }
 
 cudaError_t SiluGate(const float* in, int64_t rows, int64_t cols, float* out, cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return cudaSuccess;
-  const dim3 grid(FlatBlocks(rows * cols));
-  SiluGateKernel<<<grid, kThreads, 0, stream>>>(in, rows, cols, out);
-  return CheckLaunch("SiluGateKernel", grid, kThreads, 0);
+  return LaunchFlat(SiluGateKernel, "SiluGateKernel", rows * cols, stream, in, rows, cols, out);
 }
 
 cudaError_t Relu2(const float* in, int64_t count, float* out, cudaStream_t stream) {
-  if (count == 0) return cudaSuccess;
-  const dim3 grid(FlatBlocks(count));
-  Relu2Kernel<<<grid, kThreads, 0, stream>>>(in, count, out);
-  return CheckLaunch("Relu2Kernel", grid, kThreads, 0);
+  return LaunchFlat(Relu2Kernel, "Relu2Kernel", count, stream, in, count, out);
 }
 
 cudaError_t CausalConv1d(const float* x, int64_t tokens, int64_t channels, int64_t kernel,
@@ -733,12 +723,8 @@ cudaError_t CausalConv1dStep(const float* x, int64_t batch, int64_t channels, in
 cudaError_t KvCacheWrite(const float* k, const float* v, int64_t tokens, int64_t start,
                          int64_t kv_heads, int64_t head_dim, const int32_t* block_table,
                          float* kv_blocks, cudaStream_t stream) {
-  const int64_t count = tokens * kv_heads * head_dim;
-  if (count == 0) return cudaSuccess;
-  const dim3 grid(FlatBlocks(count));
-  KvCacheWriteKernel<<<grid, kThreads, 0, stream>>>(k, v, tokens, start, kv_heads, head_dim,
-                                                    block_table, kv_blocks);
-  return CheckLaunch("KvCacheWriteKernel", grid, kThreads, 0);
+  return LaunchFlat(KvCacheWriteKernel, "KvCacheWriteKernel", tokens * kv_heads * head_dim, stream,
+                    k, v, tokens, start, kv_heads, head_dim, block_table, kv_blocks);
 }
 
 cudaError_t AttentionPrefill(const float* q, int64_t tokens, int64_t start, int64_t heads,

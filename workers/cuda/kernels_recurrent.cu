@@ -33,15 +33,63 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-// Launches one of the recurrences (see above): `columns` state columns (or rows) per head,
-// columns_per_warp per warp and `warps` warps per block, the grid over (tiles, heads, batch).
-// Each lane keeps its share of a column of `width` (<= 8 * kWarp) elements in R registers, R the
-// fewest of 1, 2, 4 or 8 warp-widths that cover it: launch(std::integral_constant<int, R>(),
-// grid, block) enqueues the kernel instantiated for R, and names[log2 R] names it in a failure.
+// Calls f(i, j) for i < I, j < J (i outer), unrolled: the register tiles' loops.
+template <int I, int J, typename F>
+__device__ __forceinline__ void ForEachIndex(F f) {
+#pragma unroll
+  for (int i = 0; i < I; ++i) {
+#pragma unroll
+    for (int j = 0; j < J; ++j) f(i, j);
+  }
+}
+
+// One token's vector operands of a recurrence into a lane's registers: its shares of two
+// vectors of `width` (a[r] = a_src[lane + 32 r], 0 past width: k and q, or B and C) and the
+// elements own_src[j0 + c] of the warp's own columns or rows (0 from j_end on: v, or x).
+template <int R, int C>
+__device__ __forceinline__ void LoadTokenVectors(const float* a_src, const float* b_src, int width,
+                                                 const float* own_src, int j0, int j_end, int lane,
+                                                 float* a, float* b, float* own) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = lane + kWarp * r;
+    a[r] = i < width ? __ldg(a_src + i) : 0.0f;
+    b[r] = i < width ? __ldg(b_src + i) : 0.0f;
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) own[c] = j0 + c < j_end ? __ldg(own_src + j0 + c) : 0.0f;
+}
+
+// Copies the vectors LoadTokenVectors loaded ahead into the current token's registers.
+template <int R, int C>
+__device__ __forceinline__ void CopyTokenVectors(const float (&a)[R], const float (&b)[R],
+                                                 const float (&own)[C], float (&a_out)[R],
+                                                 float (&b_out)[R], float (&own_out)[C]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    a_out[r] = a[r];
+    b_out[r] = b[r];
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) own_out[c] = own[c];
+}
+
+// Launches one of the recurrences (see above) over `tokens` tokens of `batch` sequences:
+// `columns` state columns (or rows) per head, columns_per_warp per warp and `warps` warps per
+// block, the grid over (tiles, heads, batch). Each lane keeps its share of a column of `width`
+// (<= 8 * kWarp) elements in R registers, R the fewest of 1, 2, 4 or 8 warp-widths that cover it:
+// launch(std::integral_constant<int, R>(), grid, block) enqueues the kernel instantiated for R,
+// and names[log2 R] names it in a failure. Invalid sizes are refused before nothing to do
+// (batch or tokens 0) succeeds.
 template <typename Launch>
 cudaError_t LaunchRecurrence(int64_t width, int64_t columns, int columns_per_warp, int warps,
-                             int64_t heads, int64_t batch, const char* const (&names)[4],
-                             Launch launch) {
+                             int64_t heads, int64_t batch, int64_t tokens,
+                             const char* const (&names)[4], Launch launch) {
+  if (batch < 0 || tokens < 0 || width <= 0 || width > 8 * kWarp || columns <= 0 || heads <= 0 ||
+      heads > 65535 || batch > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (batch == 0 || tokens == 0) return cudaSuccess;
   const int per_block = columns_per_warp * warps;
   const dim3 grid(static_cast<unsigned>((columns + per_block - 1) / per_block),
                   static_cast<unsigned>(heads), static_cast<unsigned>(batch));
@@ -87,15 +135,10 @@ __global__ void GdnKernel(const float* __restrict__ q, const float* __restrict__
   float* s = (states != nullptr ? states[b] : state) + static_cast<int64_t>(h) * dk * dv;
 
   float reg[R][kGdnCols];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int d = lane + kWarp * r;
-#pragma unroll
-    for (int c = 0; c < kGdnCols; ++c) {
-      const int e = col0 + c;
-      reg[r][c] = (d < dk && e < dv) ? s[static_cast<int64_t>(d) * dv + e] : 0.0f;
-    }
-  }
+  ForEachIndex<R, kGdnCols>([&](int r, int c) {
+    const int d = lane + kWarp * r, e = col0 + c;
+    reg[r][c] = (d < dk && e < dv) ? s[static_cast<int64_t>(d) * dv + e] : 0.0f;
+  });
 
   const int64_t qk_row = static_cast<int64_t>(key_heads) * dk;
   const int64_t v_row = static_cast<int64_t>(value_heads) * dv;
@@ -104,30 +147,17 @@ __global__ void GdnKernel(const float* __restrict__ q, const float* __restrict__
   float kq[R], qq[R], vv[kGdnCols], gg = 0.0f, bb = 0.0f;
   auto load = [&](int t, float* kr, float* qr, float* vr, float* gr, float* br) {
     const int64_t row = seq0 + t;
-    const float* kt = k + row * qk_row + static_cast<int64_t>(kh) * dk;
-    const float* qt = q + row * qk_row + static_cast<int64_t>(kh) * dk;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int d = lane + kWarp * r;
-      kr[r] = d < dk ? __ldg(kt + d) : 0.0f;
-      qr[r] = d < dk ? __ldg(qt + d) : 0.0f;
-    }
-    const float* vt = v + row * v_row + static_cast<int64_t>(h) * dv;
-#pragma unroll
-    for (int c = 0; c < kGdnCols; ++c) vr[c] = col0 + c < dv ? __ldg(vt + col0 + c) : 0.0f;
+    const int64_t qk_at = row * qk_row + static_cast<int64_t>(kh) * dk;
+    LoadTokenVectors<R, kGdnCols>(k + qk_at, q + qk_at, dk,
+                                  v + row * v_row + static_cast<int64_t>(h) * dv, col0, dv, lane,
+                                  kr, qr, vr);
     *gr = __ldg(g + row * value_heads + h);
     *br = __ldg(beta + row * value_heads + h);
   };
   if (tokens > 0) load(0, kq, qq, vv, &gg, &bb);
   for (int t = 0; t < tokens; ++t) {
     float kc[R], qc[R], vc[kGdnCols];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      kc[r] = kq[r];
-      qc[r] = qq[r];
-    }
-#pragma unroll
-    for (int c = 0; c < kGdnCols; ++c) vc[c] = vv[c];
+    CopyTokenVectors(kq, qq, vv, kc, qc, vc);
     const float gc = gg, bc = bb;
     if (t + 1 < tokens) load(t + 1, kq, qq, vv, &gg, &bb);
 
@@ -158,32 +188,22 @@ __global__ void GdnKernel(const float* __restrict__ q, const float* __restrict__
     }
   }
 
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int d = lane + kWarp * r;
-#pragma unroll
-    for (int c = 0; c < kGdnCols; ++c) {
-      const int e = col0 + c;
-      if (d < dk && e < dv) s[static_cast<int64_t>(d) * dv + e] = reg[r][c];
-    }
-  }
+  ForEachIndex<R, kGdnCols>([&](int r, int c) {
+    const int d = lane + kWarp * r, e = col0 + c;
+    if (d < dk && e < dv) s[static_cast<int64_t>(d) * dv + e] = reg[r][c];
+  });
 }
 
 cudaError_t LaunchGdn(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, int64_t batch, int64_t tokens, int64_t key_heads,
                       int64_t value_heads, int64_t dk, int64_t dv, float* state,
                       float* const* states, float* out, cudaStream_t stream) {
-  if (batch < 0 || tokens < 0 || key_heads <= 0 || value_heads <= 0 ||
-      value_heads % key_heads != 0 || dk <= 0 || dk > 8 * kWarp || dv <= 0 || value_heads > 65535 ||
-      batch > 65535) {
-    return cudaErrorInvalidValue;
-  }
-  if (batch == 0 || tokens == 0) return cudaSuccess;
+  if (key_heads <= 0 || value_heads % key_heads != 0) return cudaErrorInvalidValue;
   const int t = static_cast<int>(tokens), kh = static_cast<int>(key_heads),
             vh = static_cast<int>(value_heads), ik = static_cast<int>(dk),
             iv = static_cast<int>(dv);
   constexpr const char* kNames[] = {"GdnKernel<1>", "GdnKernel<2>", "GdnKernel<4>", "GdnKernel<8>"};
-  return LaunchRecurrence(dk, dv, kGdnCols, kGdnWarps, value_heads, batch, kNames,
+  return LaunchRecurrence(dk, dv, kGdnCols, kGdnWarps, value_heads, batch, tokens, kNames,
                           [&](auto registers, dim3 grid, dim3 block) {
                             GdnKernel<decltype(registers)::value><<<grid, block, 0, stream>>>(
                                 q, k, v, g, beta, t, kh, vh, ik, iv, state, states, out);
@@ -228,16 +248,11 @@ __global__ void SsdKernel(const float* __restrict__ x, const float* __restrict__
       (states != nullptr ? states[b] : state) + static_cast<int64_t>(h) * head_dim * state_size;
 
   float reg[kSsdRows][R];
-#pragma unroll
-  for (int i = 0; i < kSsdRows; ++i) {
-    const int p = p0 + i;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int n = lane + kWarp * r;
-      reg[i][r] =
-          (p < head_dim && n < state_size) ? st[static_cast<int64_t>(p) * state_size + n] : 0.0f;
-    }
-  }
+  ForEachIndex<kSsdRows, R>([&](int i, int r) {
+    const int p = p0 + i, n = lane + kWarp * r;
+    reg[i][r] =
+        (p < head_dim && n < state_size) ? st[static_cast<int64_t>(p) * state_size + n] : 0.0f;
+  });
   const float a = __ldg(A + h);
   const float d_skip = __ldg(D + h);
   const int64_t x_row = static_cast<int64_t>(heads) * head_dim;
@@ -247,29 +262,16 @@ __global__ void SsdKernel(const float* __restrict__ x, const float* __restrict__
   float bn[R], cn[R], xn[kSsdRows], dtn = 0.0f;
   auto load = [&](int t, float* br, float* cr, float* xr, float* dr) {
     const int64_t row = seq0 + t;
-    const float* bt = B + row * bc_row + static_cast<int64_t>(grp) * state_size;
-    const float* ct = C + row * bc_row + static_cast<int64_t>(grp) * state_size;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int n = lane + kWarp * r;
-      br[r] = n < state_size ? __ldg(bt + n) : 0.0f;
-      cr[r] = n < state_size ? __ldg(ct + n) : 0.0f;
-    }
-    const float* xt = x + row * x_row + static_cast<int64_t>(h) * head_dim;
-#pragma unroll
-    for (int i = 0; i < kSsdRows; ++i) xr[i] = p0 + i < head_dim ? __ldg(xt + p0 + i) : 0.0f;
+    const int64_t bc_at = row * bc_row + static_cast<int64_t>(grp) * state_size;
+    LoadTokenVectors<R, kSsdRows>(B + bc_at, C + bc_at, state_size,
+                                  x + row * x_row + static_cast<int64_t>(h) * head_dim, p0,
+                                  head_dim, lane, br, cr, xr);
     *dr = __ldg(dt + row * heads + h);
   };
   if (tokens > 0) load(0, bn, cn, xn, &dtn);
   for (int t = 0; t < tokens; ++t) {
     float bc[R], cc[R], xc[kSsdRows];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      bc[r] = bn[r];
-      cc[r] = cn[r];
-    }
-#pragma unroll
-    for (int i = 0; i < kSsdRows; ++i) xc[i] = xn[i];
+    CopyTokenVectors(bn, cn, xn, bc, cc, xc);
     const float dtc = dtn;
     if (t + 1 < tokens) load(t + 1, bn, cn, xn, &dtn);
 
@@ -289,32 +291,22 @@ __global__ void SsdKernel(const float* __restrict__ x, const float* __restrict__
     }
   }
 
-#pragma unroll
-  for (int i = 0; i < kSsdRows; ++i) {
-    const int p = p0 + i;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int n = lane + kWarp * r;
-      if (p < head_dim && n < state_size) st[static_cast<int64_t>(p) * state_size + n] = reg[i][r];
-    }
-  }
+  ForEachIndex<kSsdRows, R>([&](int i, int r) {
+    const int p = p0 + i, n = lane + kWarp * r;
+    if (p < head_dim && n < state_size) st[static_cast<int64_t>(p) * state_size + n] = reg[i][r];
+  });
 }
 
 cudaError_t LaunchSsd(const float* x, const float* dt, const float* A, const float* B,
                       const float* C, const float* D, int64_t batch, int64_t tokens, int64_t heads,
                       int64_t head_dim, int64_t groups, int64_t state_size, float* state,
                       float* const* states, float* y, cudaStream_t stream) {
-  if (batch < 0 || tokens < 0 || heads <= 0 || groups <= 0 || heads % groups != 0 ||
-      head_dim <= 0 || state_size <= 0 || state_size > 8 * kWarp || heads > 65535 ||
-      batch > 65535) {
-    return cudaErrorInvalidValue;
-  }
-  if (batch == 0 || tokens == 0) return cudaSuccess;
+  if (groups <= 0 || heads % groups != 0) return cudaErrorInvalidValue;
   const int t = static_cast<int>(tokens), nh = static_cast<int>(heads),
             hp = static_cast<int>(head_dim), ng = static_cast<int>(groups),
             ns = static_cast<int>(state_size);
   constexpr const char* kNames[] = {"SsdKernel<1>", "SsdKernel<2>", "SsdKernel<4>", "SsdKernel<8>"};
-  return LaunchRecurrence(state_size, head_dim, kSsdRows, kSsdWarps, heads, batch, kNames,
+  return LaunchRecurrence(state_size, head_dim, kSsdRows, kSsdWarps, heads, batch, tokens, kNames,
                           [&](auto registers, dim3 grid, dim3 block) {
                             SsdKernel<decltype(registers)::value><<<grid, block, 0, stream>>>(
                                 x, dt, A, B, C, D, t, nh, hp, ng, ns, state, states, y);

@@ -11,6 +11,7 @@
 #include "workers/cuda/block_reduce.cuh"
 #include "workers/cuda/kernels_vision.h"
 #include "workers/cuda/launch_check.h"
+#include "workers/cuda/rope.cuh"
 
 namespace tandem::workers::cuda {
 namespace {
@@ -101,8 +102,8 @@ __global__ void AddPositionEmbeddingKernel(float* x, int64_t rows, int64_t dim, 
   }
 }
 
-// Thread = (row, head, pair i < head_dim / 2), for q and then k. The frequency is computed as
-// the text RoPE does (fp32 exponent, pow and sincos in double, rounded to fp32).
+// Thread = (row, head, pair i < head_dim / 2), for q and then k. The angle is computed as the
+// text RoPE's (RopeSinCos: fp32 exponent, pow and sincos in double, rounded to fp32).
 __global__ void VisionRotaryKernel(float* qkv, int64_t rows, int64_t heads, int64_t head_dim,
                                    const int32_t* rows_cols, float theta) {
   const int64_t half = head_dim / 2, quarter = head_dim / 4;
@@ -116,19 +117,10 @@ __global__ void VisionRotaryKernel(float* qkv, int64_t rows, int64_t heads, int6
     // Slots [0, quarter) rotate by the patch row, [quarter, half) by its column.
     const int64_t j = i < quarter ? i : i - quarter;
     const int32_t pos = rows_cols[n * 2 + (i < quarter ? 0 : 1)];
-    const float exponent = static_cast<float>(2 * j) / static_cast<float>(half);
-    const float p =
-        static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
-    const float inv_freq = 1.0f / p;
-    const float angle = static_cast<float>(pos) * inv_freq;
-    double sd, cd;
-    sincos(static_cast<double>(angle), &sd, &cd);
-    const float sn = static_cast<float>(sd), cs = static_cast<float>(cd);
+    float sn, cs;
+    RopeSinCos(theta, j, half, pos, &sn, &cs);
     for (int part = 0; part < 2; ++part) {  // q, then k
-      float* v = qkv + n * 3 * hidden + part * hidden + head * head_dim;
-      const float x1 = v[i], x2 = v[i + half];
-      v[i] = x1 * cs - x2 * sn;
-      v[i + half] = x2 * cs + x1 * sn;
+      RotatePairBy(qkv + n * 3 * hidden + part * hidden + head * head_dim, i, half, sn, cs);
     }
   }
 }
