@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/request_validation.h"
 #include "common/sha256.h"
 #include "common/utf8.h"
@@ -99,17 +101,27 @@ void BM_RouteOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_RouteOnly);
 
+// The shipped default policy, loaded once; null, and `state` told to skip, when it cannot be.
+std::shared_ptr<const tandem::router::Policy> DefaultPolicy(benchmark::State& state) {
+  static const auto* policy = [] {
+    std::vector<tandem::policies::PolicyError> errors;
+    return new absl::StatusOr<std::shared_ptr<const tandem::router::Policy>>(
+        tandem::policies::LoadPolicyFile(tandem::testing::SourcePath("/policies/default.yaml"),
+                                         &errors));
+  }();
+  if (!policy->ok()) {
+    state.SkipWithError("cannot load policies/default.yaml");
+    return nullptr;
+  }
+  return **policy;
+}
+
 // The shipped default policy: classification and rules for a 128-token prompt, explanation
 // included.
 void BM_DefaultPolicyRoute(benchmark::State& state) {
-  std::vector<tandem::policies::PolicyError> errors;
-  auto policy = tandem::policies::LoadPolicyFile(
-      tandem::testing::SourcePath("/policies/default.yaml"), &errors);
-  if (!policy.ok()) {
-    state.SkipWithError("cannot load policies/default.yaml");
-    return;
-  }
-  const tandem::router::PolicyRouter router(*policy);
+  const auto policy = DefaultPolicy(state);
+  if (policy == nullptr) return;
+  const tandem::router::PolicyRouter router(policy);
   auto features = tandem::router::ExtractFeatures(Request(128));
   features.objective = static_cast<tandem::router::Objective>(state.range(0));
   for (auto _ : state) benchmark::DoNotOptimize(router.Route(features));
@@ -120,15 +132,14 @@ BENCHMARK(BM_DefaultPolicyRoute)->Arg(0)->Arg(2);
 // The learned tier alone on a prompt of state.range(0) bytes (the bound: 4 KB in
 // p99 <= 100 us).
 void BM_LearnedClassifier(benchmark::State& state) {
-  std::vector<tandem::policies::PolicyError> errors;
-  auto policy = tandem::policies::LoadPolicyFile(
-      tandem::testing::SourcePath("/policies/default.yaml"), &errors);
-  if (!policy.ok() || (*policy)->classifier == nullptr) {
+  const auto policy = DefaultPolicy(state);
+  if (policy == nullptr) return;
+  if (policy->classifier == nullptr) {
     state.SkipWithError("cannot load the default policy's classifier");
     return;
   }
   const std::string text = Text(static_cast<int>(state.range(0) / 4)).substr(0, state.range(0));
-  for (auto _ : state) benchmark::DoNotOptimize((*policy)->classifier->Predict(text));
+  for (auto _ : state) benchmark::DoNotOptimize(policy->classifier->Predict(text));
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(text.size()));
 }
 BENCHMARK(BM_LearnedClassifier)->Arg(64)->Arg(512)->Arg(4096);
@@ -136,14 +147,9 @@ BENCHMARK(BM_LearnedClassifier)->Arg(64)->Arg(512)->Arg(4096);
 // Everything the gateway does to decide a 4 KB request with the default policy: features
 // (validation excluded), transparent rules, learned tier, rules and the explanation.
 void BM_FullDecision4KB(benchmark::State& state) {
-  std::vector<tandem::policies::PolicyError> errors;
-  auto policy = tandem::policies::LoadPolicyFile(
-      tandem::testing::SourcePath("/policies/default.yaml"), &errors);
-  if (!policy.ok()) {
-    state.SkipWithError("cannot load policies/default.yaml");
-    return;
-  }
-  const tandem::router::PolicyRouter router(*policy);
+  const auto policy = DefaultPolicy(state);
+  if (policy == nullptr) return;
+  const tandem::router::PolicyRouter router(policy);
   const auto request = Request(1024);  // ~4 KB of text
   const bool trace = state.range(0) != 0;
   for (auto _ : state) {
@@ -189,14 +195,9 @@ double Percentile(const std::vector<double>& v, double q) {
 
 template <bool kLearned>
 void BM_DecisionLatency(benchmark::State& state) {
-  std::vector<tandem::policies::PolicyError> errors;
-  static auto policy = tandem::policies::LoadPolicyFile(
-      tandem::testing::SourcePath("/policies/default.yaml"), &errors);
-  if (!policy.ok()) {
-    state.SkipWithError("cannot load policies/default.yaml");
-    return;
-  }
-  static const tandem::router::PolicyRouter router(*policy);
+  const auto policy = DefaultPolicy(state);
+  if (policy == nullptr) return;
+  static const tandem::router::PolicyRouter router(policy);
   auto request = Request(1024);  // ~4 KB
   // learned: the full classification of the request (features, both tiers) and the rules.
   // rules_only: the decision alone, on features extracted beforehand, for a request a
@@ -216,24 +217,20 @@ void BM_DecisionLatency(benchmark::State& state) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
 }
-BENCHMARK(BM_DecisionLatency<true>)
-    ->Name("BM_DecisionLatency4KB/learned")
-    ->UseManualTime()
-    ->Iterations(1)
-    ->Repetitions(3000)
-    ->ReportAggregatesOnly(true)
-    ->ComputeStatistics("p50", [](const std::vector<double>& v) { return Percentile(v, 0.50); })
-    ->ComputeStatistics("p99", [](const std::vector<double>& v) { return Percentile(v, 0.99); })
-    ->Unit(benchmark::kMicrosecond);
+// One call a repetition, 3000 of them, reported as their p50 and p99.
+void AsPercentiles(benchmark::internal::Benchmark* b) {
+  b->UseManualTime()
+      ->Iterations(1)
+      ->Repetitions(3000)
+      ->ReportAggregatesOnly(true)
+      ->ComputeStatistics("p50", [](const std::vector<double>& v) { return Percentile(v, 0.50); })
+      ->ComputeStatistics("p99", [](const std::vector<double>& v) { return Percentile(v, 0.99); })
+      ->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_DecisionLatency<true>)->Name("BM_DecisionLatency4KB/learned")->Apply(AsPercentiles);
 BENCHMARK(BM_DecisionLatency<false>)
     ->Name("BM_DecisionLatency4KB/rules_only")
-    ->UseManualTime()
-    ->Iterations(1)
-    ->Repetitions(3000)
-    ->ReportAggregatesOnly(true)
-    ->ComputeStatistics("p50", [](const std::vector<double>& v) { return Percentile(v, 0.50); })
-    ->ComputeStatistics("p99", [](const std::vector<double>& v) { return Percentile(v, 0.99); })
-    ->Unit(benchmark::kMicrosecond);
+    ->Apply(AsPercentiles);
 
 void BM_StopMatcherPerToken(benchmark::State& state) {
   tandem::workers::StopMatcher m({"</answer>", "\n\nUser:"});

@@ -8,13 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/http_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -134,32 +133,34 @@ class GatedRegistry : public prometheus::Registry {
  public:
   explicit GatedRegistry(std::vector<int> gated) : gated_(std::move(gated)) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
-    std::unique_lock<std::mutex> l(mu_);
-    const int n = ++calls_;
-    cv_.notify_all();
-    if (std::find(gated_.begin(), gated_.end(), n) != gated_.end()) {
-      cv_.wait(l, [&] { return released_ >= n; });
+    {
+      absl::MutexLock l(&mu_);
+      const int n = ++calls_;
+      cv_.SignalAll();
+      if (std::find(gated_.begin(), gated_.end(), n) != gated_.end()) {
+        while (released_ < n) cv_.Wait(&mu_);
+      }
     }
     return Registry::Collect();
   }
   // Waits until collection `n` has begun.
   void AwaitCall(int n) const {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return calls_ >= n; });
+    absl::MutexLock l(&mu_);
+    while (calls_ < n) cv_.Wait(&mu_);
   }
   // Lets collections up to `n` finish.
   void Release(int n) {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     released_ = n;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
  private:
   const std::vector<int> gated_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  mutable int calls_ = 0;  // guarded by mu_
-  int released_ = 0;       // guarded by mu_
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar cv_;
+  mutable int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int released_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 TEST(MetricsServerTest, APipeliningClientTakesTurnsWithTheOthers) {
@@ -347,19 +348,12 @@ TEST(MetricsServerTest, RefusesBadOptions) {
 class MetricsTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto ca = TestCa::Create("metrics");
-    ASSERT_TRUE(ca.ok()) << ca.status();
-    ca_ = std::move(*ca);
-    auto other = TestCa::Create("metrics-other");
-    ASSERT_TRUE(other.ok()) << other.status();
-    other_ca_ = std::move(*other);
-    auto server = ca_.Issue("server");
-    auto client = ca_.Issue("scraper");
-    auto rogue = other_ca_.Issue("rogue");
-    ASSERT_TRUE(server.ok() && client.ok() && rogue.ok());
-    server_ = *server;
-    client_ = *client;
-    rogue_ = *rogue;
+    std::vector<TestCert> certs, rogue;
+    ASSERT_NO_FATAL_FAILURE(MakeTestPki("metrics", {"server", "scraper"}, &ca_, &certs));
+    ASSERT_NO_FATAL_FAILURE(MakeTestPki("metrics-other", {"rogue"}, &other_ca_, &rogue));
+    server_ = certs[0];
+    client_ = certs[1];
+    rogue_ = rogue[0];
   }
 
   // GET https://ADDRESS/metrics trusting `ca`, showing `cert` when given.

@@ -6,19 +6,26 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/support/golden_files.h"
 #include "tests/support/test_paths.h"
+#include "tests/support/think_tokenizer.h"
 #include "workers/model/model_config.h"
 #include "workers/simulator/synthetic_tokenizer.h"
 #include "workers/vision/image_preprocessor.h"
 
 namespace tandem::workers::cuda {
 namespace {
+
+using testing::ThinkTokenizer;
 
 bool HaveDevice() {
   int n = 0;
@@ -96,67 +103,57 @@ std::vector<std::vector<int32_t>> Generate(CudaEngine& engine, const nlohmann::j
   return out;
 }
 
+// Greedy tokens of every case of `cases`, 8 steps, decoded as one batch on `graphs` (CUDA
+// graphs) and on `direct` (direct launches), which must agree, and each case alone on `graphs`,
+// which must agree with the batch. Against the golden tokens up to the first divergence, which
+// must come at a top-2 margin below `flip_margin`; prints how many tokens equal the golden.
+// describe(i) names case i in failures, `label` the golden in the print.
+void ExpectGreedyMatchesGolden(CudaEngine& graphs, CudaEngine& direct, const nlohmann::json& cases,
+                               double flip_margin, const std::string& label,
+                               const std::function<std::string(size_t)>& describe) {
+  const size_t n = cases["cases"].size();
+  std::vector<size_t> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = i;
+  const auto batched = Generate(graphs, cases, all, 8);
+  const auto plain = Generate(direct, cases, all, 8);
+  int agree = 0, total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(batched[i], plain[i]) << "graphs vs direct launches, " << describe(i);
+    const auto alone = Generate(graphs, cases, {i}, 8);
+    EXPECT_EQ(alone[0], batched[i]) << "alone vs in a batch, " << describe(i);
+    const auto golden = cases["cases"][i]["greedy"]["generated_ids"].get<std::vector<int32_t>>();
+    const auto margins =
+        cases["cases"][i]["greedy"]["generated_top2_margin"].get<std::vector<double>>();
+    // The first divergence ends the comparison (later tokens follow a different prefix).
+    for (size_t t = 0; t < golden.size(); ++t) {
+      ++total;
+      if (batched[i][t] != golden[t]) {
+        EXPECT_LT(margins[t], flip_margin)
+            << describe(i) << " token " << t << " had a clear margin";
+        break;
+      }
+      ++agree;
+    }
+  }
+  std::printf("%s: %d of %d greedy tokens equal to the fp32 golden\n", label.c_str(), agree, total);
+}
+
 class CudaEngineTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaEngineTest, GreedyMatchesGoldenAndBatchingAndGraphsChangeNothing) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   const nlohmann::json cases = Cases(GetParam());
   ASSERT_FALSE(cases.is_discarded());
-  const size_t n = cases["cases"].size();
-  std::vector<size_t> all(n);
-  for (size_t i = 0; i < n; ++i) all[i] = i;
   auto graphs = Engine(GetParam(), true);
   auto direct = Engine(GetParam(), false);
   ASSERT_TRUE(graphs && direct);
-  const auto batched = Generate(*graphs, cases, all, 8);
-  const auto plain = Generate(*direct, cases, all, 8);
-  int agree = 0, total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    EXPECT_EQ(batched[i], plain[i]) << "graphs vs direct launches, case " << i;
-    const auto alone = Generate(*graphs, cases, {i}, 8);
-    EXPECT_EQ(alone[0], batched[i]) << "alone vs in a batch, case " << i;
-    const auto golden = cases["cases"][i]["greedy"]["generated_ids"].get<std::vector<int32_t>>();
-    const auto margins =
-        cases["cases"][i]["greedy"]["generated_top2_margin"].get<std::vector<double>>();
-    // BF16 weights: tokens decided by a margin below ~0.05 may legitimately differ; the first
-    // divergence ends the comparison (later tokens follow a different prefix).
-    for (size_t t = 0; t < golden.size(); ++t) {
-      ++total;
-      if (batched[i][t] != golden[t]) {
-        EXPECT_LT(margins[t], 0.05) << "case " << i << " token " << t << " had a clear margin";
-        break;
-      }
-      ++agree;
-    }
-  }
-  std::printf("%s: %d of %d greedy tokens equal to the fp32 golden\n", GetParam().c_str(), agree,
-              total);
+  // BF16 weights: tokens decided by a margin below ~0.05 may legitimately differ.
+  ExpectGreedyMatchesGolden(*graphs, *direct, cases, 0.05, GetParam(),
+                            [](size_t i) { return "case " + std::to_string(i); });
 }
 
 INSTANTIATE_TEST_SUITE_P(BothArchitectures, CudaEngineTest,
                          ::testing::Values("qwen3_5_moe", "nemotron_h"));
-
-// The synthetic tokenizer with chosen "<think>" and "</think>" ids.
-class ThinkTokenizer final : public Tokenizer {
- public:
-  ThinkTokenizer(int32_t start, int32_t end) : start_(start), end_(end) {}
-  absl::StatusOr<std::vector<int32_t>> EncodeChat(
-      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& m,
-      const tandem::v1::ReasoningOptions& r, bool c) const override {
-    return inner_.EncodeChat(m, r, c);
-  }
-  std::unique_ptr<StreamDecoder> NewStreamDecoder() const override {
-    return inner_.NewStreamDecoder();
-  }
-  int32_t SpecialTokenId(std::string_view text) const override {
-    return text == "<think>" ? start_ : text == "</think>" ? end_ : -1;
-  }
-
- private:
-  const int32_t start_;
-  const int32_t end_;
-  SyntheticTokenizer inner_{0};
-};
 
 TEST(CudaEngineThinkingTest, TheBudgetForcesTheEndOfThinkingOnTheDevicePathToo) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
@@ -288,33 +285,11 @@ TEST(CudaEngineVisionTest, ImagePromptsGreedyMatchTheGoldenBatchedAndAlone) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   const nlohmann::json cases = testing::ReadJsonFile(std::string(kVisionGolden) + "/cases.json");
   ASSERT_FALSE(cases.is_discarded());
-  const size_t n = cases["cases"].size();
-  std::vector<size_t> all(n);
-  for (size_t i = 0; i < n; ++i) all[i] = i;
   auto graphs = VisionEngine(true);
   auto direct = VisionEngine(false);
   ASSERT_TRUE(graphs && direct);
-  const auto batched = Generate(*graphs, cases, all, 8);
-  const auto plain = Generate(*direct, cases, all, 8);
-  int agree = 0, total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const std::string name = cases["cases"][i]["name"];
-    EXPECT_EQ(batched[i], plain[i]) << "graphs vs direct launches, " << name;
-    const auto alone = Generate(*graphs, cases, {i}, 8);
-    EXPECT_EQ(alone[0], batched[i]) << "alone vs in a batch, " << name;
-    const auto golden = cases["cases"][i]["greedy"]["generated_ids"].get<std::vector<int32_t>>();
-    const auto margins =
-        cases["cases"][i]["greedy"]["generated_top2_margin"].get<std::vector<double>>();
-    for (size_t t = 0; t < golden.size(); ++t) {
-      ++total;
-      if (batched[i][t] != golden[t]) {
-        EXPECT_LT(margins[t], 0.15) << name << " token " << t << " had a clear margin";
-        break;
-      }
-      ++agree;
-    }
-  }
-  std::printf("qwen3_5_moe_vl: %d of %d greedy tokens equal to the fp32 golden\n", agree, total);
+  ExpectGreedyMatchesGolden(*graphs, *direct, cases, 0.15, "qwen3_5_moe_vl",
+                            [&](size_t i) { return cases["cases"][i]["name"].get<std::string>(); });
 }
 
 }  // namespace

@@ -7,17 +7,22 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/numerics.h"
 #include "workers/cpu/cpu_kernels.h"
 #include "workers/cuda/cuda_kernels.h"
 
 namespace tandem::workers::cuda {
 namespace {
+
+using testing::ExpectClose;
 
 // A device buffer of T, freed on destruction.
 template <typename T>
@@ -48,6 +53,11 @@ class DeviceBuffer {
   size_t n_;
 };
 
+bool HaveDevice() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
 std::vector<float> Uniform(std::mt19937* rng, size_t n, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
@@ -55,24 +65,7 @@ std::vector<float> Uniform(std::mt19937* rng, size_t n, float lo, float hi) {
   return v;
 }
 
-// Counts mismatches of |got - want| > atol + rtol |want| and reports the first few.
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, float atol,
-                 float rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int64_t bad = 0;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    worst = std::max(worst, err);
-    if (!(err <= atol + rtol * std::fabs(want[i]))) {
-      if (++bad <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
-      }
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size()
-                    << " mismatches, worst abs error " << worst;
-}
+constexpr float kAtol = 2e-5f, kRtol = 1e-4f;
 
 // L2-normalises rows of `dim` as the CPU model does (eps 1e-6 inside the sqrt), times scale.
 void L2NormRows(std::vector<float>* x, int64_t dim, float scale) {
@@ -82,6 +75,93 @@ void L2NormRows(std::vector<float>* x, int64_t dim, float scale) {
     for (int64_t d = 0; d < dim; ++d) ss += row[d] * row[d];
     const float inv = 1.0f / std::sqrt(ss + 1e-6f);
     for (int64_t d = 0; d < dim; ++d) row[d] = row[d] * inv * scale;
+  }
+}
+
+// Rows [t0, t1) of x, per_token floats a row.
+std::vector<float> Rows(const std::vector<float>& x, int64_t per_token, int64_t t0, int64_t t1) {
+  return std::vector<float>(x.begin() + t0 * per_token, x.begin() + t1 * per_token);
+}
+
+// Runs launch(out) into a device output of out_size floats; returns the output.
+void RunToOutput(int64_t out_size, const std::function<cudaError_t(float* out)>& launch,
+                 std::vector<float>* out) {
+  DeviceBuffer<float> o(out_size);
+  ASSERT_EQ(launch(o.get()), cudaSuccess);
+  *out = o.Download();
+}
+
+// Runs a single-sequence launcher, launch(state, out), on a device copy of state0 into an
+// output of out_size floats; returns the output and the final state.
+void RunFromState(const std::vector<float>& state0, int64_t out_size,
+                  const std::function<cudaError_t(float* state, float* out)>& launch,
+                  std::vector<float>* out, std::vector<float>* state) {
+  DeviceBuffer<float> st(state0);
+  ASSERT_NO_FATAL_FAILURE(RunToOutput(
+      out_size, [&](float* o) { return launch(st.get(), o); }, out));
+  *state = st.Download();
+}
+
+// The recurrence-specific parts of a Step test (ExpectStepMatchesReference) for one shape.
+template <typename Inputs>
+struct StepCase {
+  int64_t state_size = 0;  // floats of one sequence's state
+  int64_t out_row = 0;     // outputs of one token
+  float out_atol = 0;      // the outputs' tolerance against the reference
+  std::string label;       // the shape, in failures
+  std::string out_name;    // the outputs, in failures
+  // Random inputs of `rows` tokens.
+  std::function<Inputs(int64_t rows)> make;
+  // The host reference of row b (one token of sequence b) on its state, into out's row b.
+  std::function<void(const Inputs& in, int64_t b, float* state, float* out)> reference;
+  // The batched step launcher (RunToOutput): row b on the device state states[b]; returns out
+  // [rows][out_row].
+  std::function<void(const Inputs& in, float* const* states, std::vector<float>* out)> step;
+  // Row b alone through the single-sequence launcher (RunFromState).
+  std::function<void(const Inputs& in, int64_t b, const std::vector<float>& state0,
+                     std::vector<float>* out, std::vector<float>* state)>
+      single;
+};
+
+// `batch` sequences with random states take `steps` tokens, one per sequence per step, through
+// the batched step launcher: each step's outputs must match the reference and, to 1e-6, the same
+// token through the single-sequence launcher per sequence; the final states likewise.
+template <typename Inputs>
+void ExpectStepMatchesReference(std::mt19937* rng, int64_t batch, int64_t steps,
+                                const StepCase<Inputs>& c) {
+  std::vector<std::vector<float>> want_states(batch), seq_states(batch);
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> dev_states;
+  std::vector<float*> ptrs;
+  for (int64_t b = 0; b < batch; ++b) {
+    want_states[b] = Uniform(rng, c.state_size, -0.5f, 0.5f);
+    seq_states[b] = want_states[b];
+    dev_states.push_back(std::make_unique<DeviceBuffer<float>>(want_states[b]));
+    ptrs.push_back(dev_states.back()->get());
+  }
+  DeviceBuffer<float*> dev_ptrs(ptrs);
+  for (int64_t step = 0; step < steps; ++step) {
+    // One token per sequence: the rows of sequence b are row b.
+    const Inputs in = c.make(batch);
+    std::vector<float> want_out(batch * c.out_row);
+    for (int64_t b = 0; b < batch; ++b) c.reference(in, b, want_states[b].data(), want_out.data());
+    std::vector<float> got;
+    ASSERT_NO_FATAL_FAILURE(c.step(in, dev_ptrs.get(), &got));
+    const std::string what = c.label + " step " + std::to_string(step);
+    ExpectClose(got, want_out, c.out_atol, kRtol, what + " " + c.out_name);
+    // The same token through the single-sequence launcher, per sequence.
+    for (int64_t b = 0; b < batch; ++b) {
+      std::vector<float> out, state;
+      c.single(in, b, seq_states[b], &out, &state);
+      seq_states[b] = state;
+      const std::vector<float> step_out(got.begin() + b * c.out_row,
+                                        got.begin() + (b + 1) * c.out_row);
+      ExpectClose(step_out, out, 1e-6f, 1e-6f, what + " step vs single b " + std::to_string(b));
+    }
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::vector<float> got = dev_states[b]->Download();
+    ExpectClose(got, want_states[b], kAtol, kRtol, "final state b " + std::to_string(b));
+    ExpectClose(got, seq_states[b], 1e-6f, 1e-6f, "step vs single state b " + std::to_string(b));
   }
 }
 
@@ -146,24 +226,21 @@ void GdnReference(const GdnShape& s, const GdnInputs& in, int64_t seq, int64_t t
 // Runs GatedDeltaRule on one sequence from `state0`; returns the output and the final state.
 void RunGdn(const GdnShape& s, const GdnInputs& in, int64_t tokens, bool chunked,
             const std::vector<float>& state0, std::vector<float>* out, std::vector<float>* state) {
-  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), g(in.g), beta(in.beta), st(state0);
-  DeviceBuffer<float> o(tokens * s.value_heads * s.dv);
-  ASSERT_EQ(GatedDeltaRule(q.get(), k.get(), v.get(), g.get(), beta.get(), tokens, s.key_heads,
-                           s.value_heads, s.dk, s.dv, st.get(), o.get(), chunked, nullptr),
-            cudaSuccess);
-  *out = o.Download();
-  *state = st.Download();
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), g(in.g), beta(in.beta);
+  RunFromState(
+      state0, tokens * s.value_heads * s.dv,
+      [&](float* st, float* o) {
+        return GatedDeltaRule(q.get(), k.get(), v.get(), g.get(), beta.get(), tokens, s.key_heads,
+                              s.value_heads, s.dk, s.dv, st, o, chunked, nullptr);
+      },
+      out, state);
 }
 
 GdnInputs Slice(const GdnShape& s, const GdnInputs& in, int64_t t0, int64_t t1) {
-  auto cut = [&](const std::vector<float>& x, int64_t per_token) {
-    return std::vector<float>(x.begin() + t0 * per_token, x.begin() + t1 * per_token);
-  };
-  return {cut(in.q, s.key_heads * s.dk), cut(in.k, s.key_heads * s.dk),
-          cut(in.v, s.value_heads * s.dv), cut(in.g, s.value_heads), cut(in.beta, s.value_heads)};
+  const int64_t qk = s.key_heads * s.dk;
+  return {Rows(in.q, qk, t0, t1), Rows(in.k, qk, t0, t1), Rows(in.v, s.value_heads * s.dv, t0, t1),
+          Rows(in.g, s.value_heads, t0, t1), Rows(in.beta, s.value_heads, t0, t1)};
 }
-
-constexpr float kAtol = 2e-5f, kRtol = 1e-4f;
 
 const GdnShape kGdnShapes[] = {
     {1, 1, 16, 16},   {2, 4, 32, 64},  {1, 2, 64, 32},  {4, 4, 48, 80},
@@ -172,8 +249,7 @@ const GdnShape kGdnShapes[] = {
 const int64_t kTokenCounts[] = {1, 7, 64, 65, 200};
 
 TEST(CudaGatedDeltaRuleTest, MatchesReferenceRecurrentAndChunked) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(1);
   for (const GdnShape& s : kGdnShapes) {
     for (int64_t tokens : kTokenCounts) {
@@ -196,8 +272,7 @@ TEST(CudaGatedDeltaRuleTest, MatchesReferenceRecurrentAndChunked) {
 }
 
 TEST(CudaGatedDeltaRuleTest, ChunkedAgreesWithRecurrent) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(2);
   const GdnShape s{2, 4, 128, 128};
   for (int64_t tokens : {63, 64, 65, 129, 300}) {
@@ -213,8 +288,7 @@ TEST(CudaGatedDeltaRuleTest, ChunkedAgreesWithRecurrent) {
 }
 
 TEST(CudaGatedDeltaRuleTest, StateCarriesAcrossCalls) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(3);
   for (const GdnShape& s : {GdnShape{2, 4, 64, 64}, GdnShape{2, 4, 128, 128}}) {
     for (bool chunked : {false, true}) {
@@ -237,61 +311,41 @@ TEST(CudaGatedDeltaRuleTest, StateCarriesAcrossCalls) {
 }
 
 TEST(CudaGatedDeltaRuleTest, StepMatchesReferenceAndSingleTokenCalls) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(4);
   for (const GdnShape& s :
        {GdnShape{2, 4, 128, 128}, GdnShape{1, 2, 32, 48}, GdnShape{4, 8, 64, 16}}) {
-    const int64_t batch = 5, steps = 6;
-    const int64_t state_size = s.value_heads * s.dk * s.dv;
-    std::vector<std::vector<float>> want_states(batch), seq_states(batch);
-    std::vector<DeviceBuffer<float>*> dev_states;
-    std::vector<float*> ptrs;
-    for (int64_t b = 0; b < batch; ++b) {
-      want_states[b] = Uniform(&rng, state_size, -0.5f, 0.5f);
-      seq_states[b] = want_states[b];
-      dev_states.push_back(new DeviceBuffer<float>(want_states[b]));
-      ptrs.push_back(dev_states.back()->get());
-    }
-    DeviceBuffer<float*> dev_ptrs(ptrs);
-    for (int64_t step = 0; step < steps; ++step) {
-      // One token per sequence: the rows of sequence b are row b.
-      const GdnInputs in = MakeGdnInputs(&rng, s, batch);
-      std::vector<float> want_out(batch * s.value_heads * s.dv);
-      for (int64_t b = 0; b < batch; ++b) {
-        GdnReference(s, in, b, 1, want_states[b].data(), want_out.data());
-      }
+    const int64_t batch = 5;
+    StepCase<GdnInputs> c;
+    c.state_size = s.value_heads * s.dk * s.dv;
+    c.out_row = s.value_heads * s.dv;
+    c.out_atol = kAtol;
+    c.label = "dk " + std::to_string(s.dk);
+    c.out_name = "out";
+    c.make = [&](int64_t rows) { return MakeGdnInputs(&rng, s, rows); };
+    c.reference = [&](const GdnInputs& in, int64_t b, float* state, float* out) {
+      GdnReference(s, in, b, 1, state, out);
+    };
+    c.step = [&](const GdnInputs& in, float* const* states, std::vector<float>* out) {
       DeviceBuffer<float> q(in.q), k(in.k), v(in.v), g(in.g), beta(in.beta);
-      DeviceBuffer<float> o(want_out.size());
-      ASSERT_EQ(
-          GatedDeltaRuleStep(q.get(), k.get(), v.get(), g.get(), beta.get(), batch, s.key_heads,
-                             s.value_heads, s.dk, s.dv, dev_ptrs.get(), o.get(), nullptr),
-          cudaSuccess);
-      const std::string what = "dk " + std::to_string(s.dk) + " step " + std::to_string(step);
-      const std::vector<float> got = o.Download();
-      ExpectClose(got, want_out, kAtol, kRtol, what + " out");
-      // The same token through the single-sequence launcher, per sequence.
-      for (int64_t b = 0; b < batch; ++b) {
-        std::vector<float> out, state;
-        RunGdn(s, Slice(s, in, b, b + 1), 1, false, seq_states[b], &out, &state);
-        seq_states[b] = state;
-        const std::vector<float> step_out(got.begin() + b * s.value_heads * s.dv,
-                                          got.begin() + (b + 1) * s.value_heads * s.dv);
-        ExpectClose(step_out, out, 1e-6f, 1e-6f, what + " step vs single b " + std::to_string(b));
-      }
-    }
-    for (int64_t b = 0; b < batch; ++b) {
-      const std::vector<float> got = dev_states[b]->Download();
-      ExpectClose(got, want_states[b], kAtol, kRtol, "final state b " + std::to_string(b));
-      ExpectClose(got, seq_states[b], 1e-6f, 1e-6f, "step vs single state b " + std::to_string(b));
-      delete dev_states[b];
-    }
+      RunToOutput(
+          batch * c.out_row,
+          [&](float* o) {
+            return GatedDeltaRuleStep(q.get(), k.get(), v.get(), g.get(), beta.get(), batch,
+                                      s.key_heads, s.value_heads, s.dk, s.dv, states, o, nullptr);
+          },
+          out);
+    };
+    c.single = [&](const GdnInputs& in, int64_t b, const std::vector<float>& state0,
+                   std::vector<float>* out, std::vector<float>* state) {
+      RunGdn(s, Slice(s, in, b, b + 1), 1, false, state0, out, state);
+    };
+    ExpectStepMatchesReference(&rng, batch, /*steps=*/6, c);
   }
 }
 
 TEST(CudaL2NormScaleTest, MatchesReference) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(5);
   for (int64_t dim : {16, 100, 128, 256}) {
     for (int64_t rows : {1, 9, 300}) {
@@ -358,24 +412,23 @@ void SsdReference(const SsdShape& s, const SsdInputs& in, int64_t seq, int64_t t
 
 void RunSsd(const SsdShape& s, const SsdInputs& in, int64_t tokens, int64_t chunk,
             const std::vector<float>& state0, std::vector<float>* y, std::vector<float>* state) {
-  DeviceBuffer<float> x(in.x), dt(in.dt), A(in.A), B(in.B), C(in.C), D(in.D), st(state0);
-  DeviceBuffer<float> out(tokens * s.heads * s.head_dim);
-  ASSERT_EQ(MambaSsd(x.get(), dt.get(), A.get(), B.get(), C.get(), D.get(), tokens, s.heads,
-                     s.head_dim, s.groups, s.state_size, chunk, st.get(), out.get(), nullptr),
-            cudaSuccess);
-  *y = out.Download();
-  *state = st.Download();
+  DeviceBuffer<float> x(in.x), dt(in.dt), A(in.A), B(in.B), C(in.C), D(in.D);
+  RunFromState(
+      state0, tokens * s.heads * s.head_dim,
+      [&](float* st, float* out) {
+        return MambaSsd(x.get(), dt.get(), A.get(), B.get(), C.get(), D.get(), tokens, s.heads,
+                        s.head_dim, s.groups, s.state_size, chunk, st, out, nullptr);
+      },
+      y, state);
 }
 
 SsdInputs Slice(const SsdShape& s, const SsdInputs& in, int64_t t0, int64_t t1) {
-  auto cut = [&](const std::vector<float>& x, int64_t per_token) {
-    return std::vector<float>(x.begin() + t0 * per_token, x.begin() + t1 * per_token);
-  };
-  return {cut(in.x, s.heads * s.head_dim),
-          cut(in.dt, s.heads),
+  const int64_t bc = s.groups * s.state_size;
+  return {Rows(in.x, s.heads * s.head_dim, t0, t1),
+          Rows(in.dt, s.heads, t0, t1),
           in.A,
-          cut(in.B, s.groups * s.state_size),
-          cut(in.C, s.groups * s.state_size),
+          Rows(in.B, bc, t0, t1),
+          Rows(in.C, bc, t0, t1),
           in.D};
 }
 
@@ -385,8 +438,7 @@ const SsdShape kSsdShapes[] = {
 };
 
 TEST(CudaMambaSsdTest, MatchesReferenceRecurrentAndChunked) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(6);
   for (const SsdShape& s : kSsdShapes) {
     for (int64_t tokens : kTokenCounts) {
@@ -410,8 +462,7 @@ TEST(CudaMambaSsdTest, MatchesReferenceRecurrentAndChunked) {
 }
 
 TEST(CudaMambaSsdTest, StateCarriesAcrossCallsAndChunkedAgrees) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(7);
   const SsdShape s{16, 64, 2, 128};
   const int64_t tokens = 200;
@@ -435,53 +486,36 @@ TEST(CudaMambaSsdTest, StateCarriesAcrossCallsAndChunkedAgrees) {
 }
 
 TEST(CudaMambaSsdTest, StepMatchesReferenceAndSingleTokenCalls) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(8);
   for (const SsdShape& s :
        {SsdShape{16, 64, 2, 128}, SsdShape{8, 8, 8, 16}, SsdShape{6, 24, 1, 48}}) {
-    const int64_t batch = 4, steps = 5;
-    const int64_t state_size = s.heads * s.head_dim * s.state_size;
-    std::vector<std::vector<float>> want_states(batch), seq_states(batch);
-    std::vector<DeviceBuffer<float>*> dev_states;
-    std::vector<float*> ptrs;
-    for (int64_t b = 0; b < batch; ++b) {
-      want_states[b] = Uniform(&rng, state_size, -0.5f, 0.5f);
-      seq_states[b] = want_states[b];
-      dev_states.push_back(new DeviceBuffer<float>(want_states[b]));
-      ptrs.push_back(dev_states.back()->get());
-    }
-    DeviceBuffer<float*> dev_ptrs(ptrs);
-    for (int64_t step = 0; step < steps; ++step) {
-      const SsdInputs in = MakeSsdInputs(&rng, s, batch);
-      std::vector<float> want_y(batch * s.heads * s.head_dim);
-      for (int64_t b = 0; b < batch; ++b) {
-        SsdReference(s, in, b, 1, want_states[b].data(), want_y.data());
-      }
+    const int64_t batch = 4;
+    StepCase<SsdInputs> c;
+    c.state_size = s.heads * s.head_dim * s.state_size;
+    c.out_row = s.heads * s.head_dim;
+    c.out_atol = 1e-4f;
+    c.label = "ns " + std::to_string(s.state_size);
+    c.out_name = "y";
+    c.make = [&](int64_t rows) { return MakeSsdInputs(&rng, s, rows); };
+    c.reference = [&](const SsdInputs& in, int64_t b, float* state, float* y) {
+      SsdReference(s, in, b, 1, state, y);
+    };
+    c.step = [&](const SsdInputs& in, float* const* states, std::vector<float>* y) {
       DeviceBuffer<float> x(in.x), dt(in.dt), A(in.A), B(in.B), C(in.C), D(in.D);
-      DeviceBuffer<float> y(want_y.size());
-      ASSERT_EQ(MambaSsdStep(x.get(), dt.get(), A.get(), B.get(), C.get(), D.get(), batch, s.heads,
-                             s.head_dim, s.groups, s.state_size, dev_ptrs.get(), y.get(), nullptr),
-                cudaSuccess);
-      const std::vector<float> got = y.Download();
-      const std::string what =
-          "ns " + std::to_string(s.state_size) + " step " + std::to_string(step);
-      ExpectClose(got, want_y, 1e-4f, kRtol, what + " y");
-      for (int64_t b = 0; b < batch; ++b) {
-        std::vector<float> yb, state;
-        RunSsd(s, Slice(s, in, b, b + 1), 1, 0, seq_states[b], &yb, &state);
-        seq_states[b] = state;
-        const std::vector<float> step_y(got.begin() + b * s.heads * s.head_dim,
-                                        got.begin() + (b + 1) * s.heads * s.head_dim);
-        ExpectClose(step_y, yb, 1e-6f, 1e-6f, what + " step vs single b " + std::to_string(b));
-      }
-    }
-    for (int64_t b = 0; b < batch; ++b) {
-      const std::vector<float> got = dev_states[b]->Download();
-      ExpectClose(got, want_states[b], kAtol, kRtol, "final state b " + std::to_string(b));
-      ExpectClose(got, seq_states[b], 1e-6f, 1e-6f, "step vs single state b " + std::to_string(b));
-      delete dev_states[b];
-    }
+      RunToOutput(
+          batch * c.out_row,
+          [&](float* out) {
+            return MambaSsdStep(x.get(), dt.get(), A.get(), B.get(), C.get(), D.get(), batch,
+                                s.heads, s.head_dim, s.groups, s.state_size, states, out, nullptr);
+          },
+          y);
+    };
+    c.single = [&](const SsdInputs& in, int64_t b, const std::vector<float>& state0,
+                   std::vector<float>* y, std::vector<float>* state) {
+      RunSsd(s, Slice(s, in, b, b + 1), 1, 0, state0, y, state);
+    };
+    ExpectStepMatchesReference(&rng, batch, /*steps=*/5, c);
   }
 }
 
@@ -525,8 +559,7 @@ std::vector<float> RouterLogits(std::mt19937* rng, int64_t tokens, int64_t exper
 }
 
 TEST(CudaRouterTest, SoftmaxTopKMatchesReference) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(9);
   for (int64_t experts : {4, 8, 64, 128, 512}) {
     for (int64_t k : {1, 2, 8}) {
@@ -558,8 +591,7 @@ TEST(CudaRouterTest, SoftmaxTopKMatchesReference) {
 }
 
 TEST(CudaRouterTest, SigmoidTopKMatchesReference) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(10);
   for (int64_t experts : {4, 8, 64, 128, 512}) {
     for (int64_t k : {1, 2, 6, 8}) {
@@ -634,8 +666,7 @@ struct MoeCase {
 };
 
 TEST(CudaMoeExpertsTest, MatchesReference) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(11);
   const MoeCase cases[] = {
       {1, 64, 32, 8, 1, true},     {5, 256, 96, 16, 2, true}, {33, 128, 64, 16, 8, true},
@@ -708,8 +739,7 @@ TEST(CudaMoeExpertsTest, MatchesReference) {
 }
 
 TEST(CudaMoeExpertsTest, RouterThenExpertsMatchesCpuPipeline) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   // Sigmoid router output fed straight into relu2 experts, as the Nemotron-H layer does.
   std::mt19937 rng(12);
   const int64_t tokens = 9, hidden = 128, inter = 64, experts = 16, k = 4;

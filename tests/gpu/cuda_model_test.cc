@@ -32,7 +32,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/support/golden_cases.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/numerics.h"
 #include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
 #include "workers/cuda/cuda_kernels.h"
@@ -42,6 +44,10 @@ namespace tandem::workers::cuda {
 namespace {
 
 using Json = nlohmann::json;
+using testing::Argmax;
+using testing::MaxAbsDiff;
+using testing::Median;
+using testing::RelRms;
 
 // Batched vs single-sequence decode: the same math, but cuBLAS may pick another algorithm per
 // batch size and a last-bit difference can move a BF16 rounding of an activation (2^-9 relative).
@@ -54,10 +60,6 @@ constexpr int64_t kBlocks = kSlots * kBlocksPerSeq;
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
-int32_t Argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
-
 double TopTwoMargin(std::vector<float> v) {
   std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
   return static_cast<double>(v[0]) - v[1];
@@ -69,29 +71,6 @@ constexpr double kMaxRelRms = 0.5;
 constexpr double kMedianRelRms = 0.15;
 // A top-2 logit gap this large can not be closed by BF16 rounding: such argmaxes must agree.
 constexpr double kClearMargin = 0.5;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// ||a - b|| / ||b||.
-double RelRms(const std::vector<float>& a, const std::vector<float>& b) {
-  double se = 0, sr = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    se += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    sr += static_cast<double>(b[i]) * b[i];
-  }
-  return sr > 0 ? std::sqrt(se / sr) : std::sqrt(se);
-}
-
-float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
 
 // One golden model on the device with small pools: sequence i uses state slot i and KV blocks
 // i * kBlocksPerSeq .. + kBlocksPerSeq - 1.
@@ -139,14 +118,7 @@ class CudaModelTest : public ::testing::TestWithParam<const char*> {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
-  const Json& Case(const std::string& name) const {
-    for (const Json& c : cases_["cases"]) {
-      if (c["name"] == name) return c;
-    }
-    static const Json kNone;
-    ADD_FAILURE() << "no case " << name;
-    return kNone;
-  }
+  const Json& Case(const std::string& name) const { return testing::GoldenCase(cases_, name); }
 
   SequenceSlot Seq(int32_t i) const {
     SequenceSlot s;

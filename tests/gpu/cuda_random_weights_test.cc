@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/random_models.h"
 #include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
 #include "workers/cuda/cuda_model.h"
@@ -38,27 +39,8 @@ bool HaveDevice() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-model::RandomModelOptions Small(const std::string& arch) {
-  model::RandomModelOptions o;
-  o.architecture = arch;
-  o.vocab_size = 300;
-  o.hidden_size = 64;
-  o.num_layers = 5;
-  o.num_experts = 8;
-  o.moe_intermediate_size = 32;
-  o.shared_intermediate_size = 48;
-  o.num_attention_heads = 4;
-  o.num_kv_heads = 2;
-  o.head_dim = 32;
-  o.linear_head_dim = 16;
-  o.mamba_heads = 4;
-  o.mamba_head_dim = 16;
-  o.ssm_state_size = 16;
-  return o;
-}
-
 std::unique_ptr<model::Checkpoint> SmallRandom(const std::string& arch, uint64_t seed) {
-  auto config = model::RandomModelConfig(Small(arch));
+  auto config = model::RandomModelConfig(testing::SmallRandomModel(arch));
   EXPECT_TRUE(config.ok());
   auto ck = model::RandomWeightsCheckpoint(config->dump(), seed, "random " + arch);
   EXPECT_TRUE(ck.ok()) << ck.status();

@@ -38,7 +38,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/support/golden_cases.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/numerics.h"
 #include "tests/support/test_paths.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/cuda_qwen35_vision.h"
@@ -52,6 +54,10 @@ namespace {
 
 using Json = nlohmann::json;
 using model::qwen35::VisionConfig;
+using testing::Argmax;
+using testing::MaxAbsDiff;
+using testing::Median;
+using testing::RelRms;
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
@@ -78,28 +84,6 @@ bool HaveDevice() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-double RelRms(const std::vector<float>& a, const std::vector<float>& b) {
-  double se = 0, sr = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    se += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    sr += static_cast<double>(b[i]) * b[i];
-  }
-  return sr > 0 ? std::sqrt(se / sr) : std::sqrt(se);
-}
-
-float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // The numbers of a nested JSON array, row-major.
 std::vector<float> Flatten(const Json& j) {
   std::vector<float> out;
@@ -112,10 +96,6 @@ std::vector<float> Flatten(const Json& j) {
   };
   walk(j);
   return out;
-}
-
-int32_t Argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 model::ModelConfig GoldenConfig() {
@@ -320,14 +300,7 @@ class CudaVisionModelTest : public CudaVisionEncoderTest,
     CudaVisionEncoderTest::TearDown();
   }
 
-  const Json& Case(const std::string& name) const {
-    for (const Json& c : cases_["cases"]) {
-      if (c["name"] == name) return c;
-    }
-    static const Json kNone;
-    ADD_FAILURE() << "no case " << name;
-    return kNone;
-  }
+  const Json& Case(const std::string& name) const { return testing::GoldenCase(cases_, name); }
 
   SequenceSlot Seq() const {
     SequenceSlot s;

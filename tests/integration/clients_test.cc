@@ -24,50 +24,41 @@ using ::testing::MatchesRegex;
 class ClientsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto ca = TestCa::Create("clients");
-    ASSERT_TRUE(ca.ok()) << ca.status();
-    ca_ = new TestCa(std::move(*ca));
+    suite_ = new TlsSuite();
     std::vector<TestCert> certs;
-    for (const char* name : {"gateway", "worker", "gateway-client"}) {
-      auto c = ca_->Issue(name);
-      ASSERT_TRUE(c.ok()) << c.status();
-      certs.push_back(*c);
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        MakeTestPki("clients", {"gateway", "worker", "gateway-client"}, &suite_->ca, &certs));
     const std::vector<std::string> worker_tls = {"--tls_cert=" + certs[1].cert,
                                                  "--tls_key=" + certs[1].key,
-                                                 "--tls_client_ca=" + ca_->ca_cert()};
-    std::vector<std::string> entries;
-    for (const char* model : {"qwen", "nemotron"}) {
-      auto w = StartWorker(model, worker_tls);
-      ASSERT_TRUE(w.ok()) << w.status();
-      entries.push_back(absl::StrCat(model, "=", w->grpc_address));
-      workers_.push_back(std::move(*w));
-    }
+                                                 "--tls_client_ca=" + suite_->ca.ca_cert()};
+    auto workers = StartWorkers({"qwen", "nemotron"}, worker_tls);
+    ASSERT_TRUE(workers.ok()) << workers.status();
+    suite_->workers = std::move(workers->servers);
+    const std::vector<std::string> entries = workers->entries;
     const std::string tenants =
         WriteTempFile("tenants.yaml", absl::StrCat("tenants:\n  - name: app\n    keys: [",
                                                    policies::TenantKeyEntry("app-secret"), "]\n"));
     auto gateway = StartGateway(
         entries, {"--tls_cert=" + certs[0].cert, "--tls_key=" + certs[0].key,
-                  "--worker_tls_ca=" + ca_->ca_cert(), "--worker_tls_cert=" + certs[2].cert,
+                  "--worker_tls_ca=" + suite_->ca.ca_cert(), "--worker_tls_cert=" + certs[2].cert,
                   "--worker_tls_key=" + certs[2].key, "--tenants=" + tenants});
     ASSERT_TRUE(gateway.ok()) << gateway.status();
-    gateway_ = std::move(*gateway);
+    suite_->gateway = std::move(*gateway);
     // Health over plaintext would be refused: wait for the gateway's "ready" view through a
     // client instead, below, by retrying nothing: the examples run once models are ready.
-    ASSERT_TRUE(WaitForReadyModels(gateway_.metrics_address, {"qwen", "nemotron"}));
+    ASSERT_TRUE(WaitForReadyModels(suite_->gateway.metrics_address, {"qwen", "nemotron"}));
   }
   static void TearDownTestSuite() {
-    gateway_ = {};
-    workers_.clear();
-    delete ca_;
+    delete suite_;
+    suite_ = nullptr;
   }
 
   // Runs an example: `command` is the program and its own leading arguments; the connection
   // flags follow.
   static std::pair<int, std::string> Run(std::vector<std::string> command, const std::string& key,
                                          bool stream, const std::string& prompt = "Hello there") {
-    command.push_back("--address=" + gateway_.grpc_address);
-    command.push_back("--ca=" + ca_->ca_cert());
+    command.push_back("--address=" + suite_->gateway.grpc_address);
+    command.push_back("--ca=" + suite_->ca.ca_cert());
     command.push_back("--api_key=" + key);
     command.push_back("--max_tokens=8");
     if (stream) command.push_back("--stream");
@@ -89,14 +80,10 @@ class ClientsTest : public ::testing::Test {
     }
   }
 
-  static TestCa* ca_;
-  static std::vector<Server> workers_;
-  static Server gateway_;
+  static TlsSuite* suite_;
 };
 
-TestCa* ClientsTest::ca_ = nullptr;
-std::vector<Server> ClientsTest::workers_;
-Server ClientsTest::gateway_;
+TlsSuite* ClientsTest::suite_ = nullptr;
 
 TEST_F(ClientsTest, Python) {
   // The message classes, generated as the example's instructions say.

@@ -9,6 +9,7 @@
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/streams.h"
 #include "tests/support/test_paths.h"
 
 namespace tandem::testing {
@@ -78,10 +79,8 @@ TEST(ExactTokensTest, APromptNearAThresholdIsRoutedByItsRealSize) {
   auto stub = tandem::v1::Gateway::NewStub(
       grpc::CreateChannel(counting->grpc_address, grpc::InsecureChannelCredentials()));
   for (const std::string& text : {spaced, std::string("hello there")}) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
     tandem::v1::GenerateResponse resp;
-    ASSERT_TRUE(stub->Generate(&ctx, Prompt(text, 2), &resp).ok());
+    ASSERT_TRUE(UnaryGenerate(stub.get(), Prompt(text, 2), &resp).ok());
     EXPECT_EQ(resp.route().model(), "qwen");
   }
   auto text = HttpGet(counting->metrics_address, "/metrics");

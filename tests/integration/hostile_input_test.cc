@@ -34,19 +34,8 @@ constexpr size_t kLongestLogLine = 2048;
 class HostileInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
-    ASSERT_TRUE(qwen.ok()) << qwen.status();
-    auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
-    ASSERT_TRUE(nemotron.ok()) << nemotron.status();
-    auto gateway =
-        StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
-                     {"--rejected_log_per_second=5"});
-    ASSERT_TRUE(gateway.ok()) << gateway.status();
-    qwen_ = std::move(*qwen);
-    nemotron_ = std::move(*nemotron);
-    gateway_ = std::move(*gateway);
-    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
-    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/nemotron", true).ok());
+    ASSERT_NO_FATAL_FAILURE(
+        StartTwoModelStack({"--rejected_log_per_second=5"}, &qwen_, &nemotron_, &gateway_));
     channel_ = grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials());
     stub_ = tandem::v1::Gateway::NewStub(channel_);
   }

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,19 +51,14 @@ constexpr int kMegabyteBomb = 175000;
 class InputLimitsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
-    ASSERT_TRUE(qwen.ok()) << qwen.status();
-    auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
-    ASSERT_TRUE(nemotron.ok()) << nemotron.status();
-    auto gateway =
-        StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
-                     {"--http_listen=127.0.0.1:0"});
-    ASSERT_TRUE(gateway.ok()) << gateway.status();
-    qwen_ = new Server(std::move(*qwen));
-    nemotron_ = new Server(std::move(*nemotron));
-    gateway_ = new Server(std::move(*gateway));
-    ASSERT_TRUE(WaitForHealth(gateway_->grpc_address, "model/qwen", true).ok());
-    ASSERT_TRUE(WaitForHealth(gateway_->grpc_address, "model/nemotron", true).ok());
+    auto qwen = std::make_unique<Server>();
+    auto nemotron = std::make_unique<Server>();
+    auto gateway = std::make_unique<Server>();
+    ASSERT_NO_FATAL_FAILURE(StartTwoModelStack({"--http_listen=127.0.0.1:0"}, qwen.get(),
+                                               nemotron.get(), gateway.get()));
+    qwen_ = qwen.release();
+    nemotron_ = nemotron.release();
+    gateway_ = gateway.release();
   }
   static void TearDownTestSuite() {
     delete gateway_;
@@ -101,8 +97,9 @@ class InputLimitsTest : public ::testing::Test {
     }
     const grpc::Status s = Call(Prompt("still there?", 4));
     EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
-    auto http = HttpPost(gateway_->http_address, "/v1/chat/completions",
-                         R"({"messages":[{"role":"user","content":"still there?"}],"max_tokens":4})");
+    auto http =
+        HttpPost(gateway_->http_address, "/v1/chat/completions",
+                 R"({"messages":[{"role":"user","content":"still there?"}],"max_tokens":4})");
     ASSERT_TRUE(http.ok()) << http.status();
     EXPECT_EQ(http->status, 200) << http->body;
   }
@@ -176,8 +173,9 @@ TEST_F(InputLimitsTest, WorkersRefuseDeepJsonThemselves) {
   for (const Server* worker : {qwen_, nemotron_}) {
     auto stub = tandem::v1::Worker::NewStub(
         grpc::CreateChannel(worker->grpc_address, grpc::InsecureChannelCredentials()));
-    for (const auto& request : {WithTool(DeepSchema(20000)), WithToolCallArguments(DeepObject(20000)),
-                                WithTool(DeepSchema(kMegabyteBomb))}) {
+    for (const auto& request :
+         {WithTool(DeepSchema(20000)), WithToolCallArguments(DeepObject(20000)),
+          WithTool(DeepSchema(kMegabyteBomb))}) {
       tandem::v1::WorkerGenerateRequest w;
       *w.mutable_messages() = request.messages();
       *w.mutable_tools() = request.tools();
@@ -216,8 +214,7 @@ TEST_F(InputLimitsTest, DeepJsonBodiesGet400OnTheHttpFront) {
       // Tool-call arguments as a JSON object 70,000 deep.
       {absl::StrCat(R"({"messages":[)", user,
                     R"(,{"role":"assistant","tool_calls":[{"id":"c","type":"function",)",
-                    R"("function":{"name":"f","arguments":)",
-                    DeepObject(70000), "}}]}]}"),
+                    R"("function":{"name":"f","arguments":)", DeepObject(70000), "}}]}]}"),
        "messages[1].tool_calls[0].function.arguments"},
       // The same as a string: parsed later, refused by the intake under its OpenAI name.
       {absl::StrCat(R"({"messages":[)", user,
@@ -275,9 +272,9 @@ TEST_F(InputLimitsTest, OversizedRequestsAreInvalidArgumentNotRetryable) {
 }
 
 TEST_F(InputLimitsTest, HttpErrorsNameTheOpenAiFieldAndImageJpgIsJpeg) {
-  const std::string bmp = absl::StrCat(
-      R"({"messages":[{"role":"user","content":[{"type":"text","text":"what?"},)",
-      R"({"type":"image_url","image_url":{"url":"data:image/bmp;base64,Qk0="}}]}]})");
+  const std::string bmp =
+      absl::StrCat(R"({"messages":[{"role":"user","content":[{"type":"text","text":"what?"},)",
+                   R"({"type":"image_url","image_url":{"url":"data:image/bmp;base64,Qk0="}}]}]})");
   auto answer = HttpPost(gateway_->http_address, "/v1/chat/completions", bmp);
   ASSERT_TRUE(answer.ok()) << answer.status();
   EXPECT_EQ(answer->status, 400);

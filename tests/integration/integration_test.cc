@@ -10,13 +10,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -25,6 +25,7 @@
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/streams.h"
 #include "tests/support/test_paths.h"
 
 namespace tandem::testing {
@@ -38,6 +39,12 @@ using ::testing::Not;
 std::unique_ptr<tandem::v1::Gateway::Stub> GatewayStub(const std::string& address) {
   return tandem::v1::Gateway::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+// `req` edited by `mutate`.
+GenerateRequest Mutated(GenerateRequest req, const std::function<void(GenerateRequest*)>& mutate) {
+  mutate(&req);
+  return req;
 }
 
 // Reads a whole stream; returns its status.
@@ -74,26 +81,13 @@ std::vector<std::string> ListServices(const std::string& address) {
 class StackTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
-    ASSERT_TRUE(qwen.ok()) << qwen.status();
-    qwen_ = std::move(*qwen);
-    auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
-    ASSERT_TRUE(nemotron.ok()) << nemotron.status();
-    nemotron_ = std::move(*nemotron);
-    auto gateway =
-        StartGateway({"qwen=" + qwen_.grpc_address, "nemotron=" + nemotron_.grpc_address},
-                     {"--max_request_bytes=1048576"});
-    ASSERT_TRUE(gateway.ok()) << gateway.status();
-    gateway_ = std::move(*gateway);
-    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
-    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/nemotron", true).ok());
+    ASSERT_NO_FATAL_FAILURE(
+        StartTwoModelStack({"--max_request_bytes=1048576"}, &qwen_, &nemotron_, &gateway_));
     stub_ = GatewayStub(gateway_.grpc_address);
   }
 
   grpc::Status Generate(const GenerateRequest& req, tandem::v1::GenerateResponse* resp) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(30));
-    return stub_->Generate(&ctx, req, resp);
+    return UnaryGenerate(stub_.get(), req, resp, std::chrono::seconds(30));
   }
 
   std::string GatewayMetrics() {
@@ -252,10 +246,8 @@ TEST_F(StackTest, BuiltinRulesRouteAndTheChosenModelServes) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    GenerateRequest req = Prompt("Which model serves me?", 2);
-    c.mutate(&req);
     tandem::v1::GenerateResponse resp;
-    grpc::Status s = Generate(req, &resp);
+    grpc::Status s = Generate(Mutated(Prompt("Which model serves me?", 2), c.mutate), &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(resp.route().model(), c.model);
     EXPECT_EQ(resp.route().rule(), c.rule);
@@ -274,12 +266,10 @@ TEST_F(StackTest, BuiltinRulesRouteAndTheChosenModelServes) {
 }
 
 TEST_F(StackTest, RouteIsADryRunThatExplainsEveryRule) {
-  GenerateRequest req = Prompt("What is the capital of France?");
-  req.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
   grpc::ClientContext ctx;
   Deadline(&ctx, std::chrono::seconds(10));
   tandem::v1::RouteResponse resp;
-  ASSERT_TRUE(stub_->Route(&ctx, req, &resp).ok());
+  ASSERT_TRUE(stub_->Route(&ctx, LatencyPrompt("What is the capital of France?"), &resp).ok());
   EXPECT_EQ(resp.route().model(), "nemotron");
   EXPECT_EQ(resp.route().rule(), "objective_latency");
   ASSERT_EQ(resp.rules_size(), 5);  // pin, vision, long_context, objective_accuracy, ..._latency
@@ -369,8 +359,7 @@ TEST_F(StackTest, EveryBadInputIsInvalidArgumentNamingTheField) {
   int refused = 0;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    GenerateRequest req = Prompt("valid prompt", 4);
-    c.mutate(&req);
+    const GenerateRequest req = Mutated(Prompt("valid prompt", 4), c.mutate);
     tandem::v1::GenerateResponse resp;
     grpc::Status s = Generate(req, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
@@ -514,50 +503,42 @@ CommandResult RunCommand(const std::string& command) {
 TEST_F(StackTest, TandemctlServesPeopleAndScripts) {
   const std::string ctl =
       absl::StrCat(tandem::testing::CtlBin(), " --plaintext --gateway=", gateway_.grpc_address);
-  CommandResult gen = RunCommand(ctl + " --max_tokens=4 --objective=latency generate hello there");
-  EXPECT_EQ(gen.exit_code, 0) << gen.out;
-  EXPECT_THAT(gen.out, HasSubstr("model=nemotron class=latency_critical rule=objective_latency"));
-  EXPECT_THAT(gen.out, HasSubstr("finish=length tokens="));
-
-  CommandResult stream = RunCommand(ctl + " --max_tokens=6 --json stream hi");
-  EXPECT_EQ(stream.exit_code, 0) << stream.out;
-  EXPECT_THAT(stream.out, HasSubstr("\"route\":{\"model\":\"qwen\""));
-  EXPECT_THAT(stream.out, HasSubstr("\"finish_reason\":\"FINISH_REASON_LENGTH\""));
-
-  CommandResult route = RunCommand(ctl + " --model=nemotron route summarise this");
-  EXPECT_EQ(route.exit_code, 0) << route.out;
-  EXPECT_THAT(route.out, HasSubstr("rule pin: MATCHED"));
-  EXPECT_THAT(route.out, HasSubstr("feature pinned_model=nemotron"));
-
-  CommandResult models = RunCommand(ctl + " models");
-  EXPECT_EQ(models.exit_code, 0) << models.out;
-  EXPECT_THAT(models.out, HasSubstr("qwen\tQwen/Qwen3.5-35B-A3B\tengine=synthetic\tready=1/1"));
-
-  CommandResult bad = RunCommand(ctl + " --temperature=9 generate hello");
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_THAT(bad.out, HasSubstr("INVALID_ARGUMENT: sampling.temperature"));
-
-  // No tenants file: everyone is 'anonymous', and there is nothing to reload.
-  CommandResult tenants = RunCommand(ctl + " tenants show");
-  EXPECT_EQ(tenants.exit_code, 0) << tenants.out;
-  EXPECT_THAT(tenants.out, HasSubstr("path=(none) sha256= keyless=anonymous"));
-  EXPECT_THAT(tenants.out, HasSubstr("anonymous models=all priority=1 requests/s=unlimited"));
-  CommandResult reload = RunCommand(ctl + " tenants reload");
-  EXPECT_EQ(reload.exit_code, 1);
-  EXPECT_THAT(reload.out, HasSubstr("FAILED_PRECONDITION: the gateway has no tenants file"));
-
-  CommandResult usage = RunCommand(ctl + " frobnicate");
-  EXPECT_EQ(usage.exit_code, 2);
-  EXPECT_THAT(usage.out, HasSubstr("unknown subcommand 'frobnicate'"));
+  struct Case {
+    std::string args;
+    int exit_code;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {"--max_tokens=4 --objective=latency generate hello there",
+       0,
+       {"model=nemotron class=latency_critical rule=objective_latency", "finish=length tokens="}},
+      {"--max_tokens=6 --json stream hi",
+       0,
+       {"\"route\":{\"model\":\"qwen\"", "\"finish_reason\":\"FINISH_REASON_LENGTH\""}},
+      {"--model=nemotron route summarise this",
+       0,
+       {"rule pin: MATCHED", "feature pinned_model=nemotron"}},
+      {"models", 0, {"qwen\tQwen/Qwen3.5-35B-A3B\tengine=synthetic\tready=1/1"}},
+      {"--temperature=9 generate hello", 1, {"INVALID_ARGUMENT: sampling.temperature"}},
+      // No tenants file: everyone is 'anonymous', and there is nothing to reload.
+      {"tenants show",
+       0,
+       {"path=(none) sha256= keyless=anonymous",
+        "anonymous models=all priority=1 requests/s=unlimited"}},
+      {"tenants reload", 1, {"FAILED_PRECONDITION: the gateway has no tenants file"}},
+      {"frobnicate", 2, {"unknown subcommand 'frobnicate'"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    const CommandResult r = RunCommand(ctl + " " + c.args);
+    EXPECT_EQ(r.exit_code, c.exit_code) << r.out;
+    for (const std::string& want : c.says) EXPECT_THAT(r.out, HasSubstr(want));
+  }
 }
 
 TEST_F(StackTest, WorkerInfoDescribesModelDeviceAndLoad) {
-  auto stub = tandem::v1::Worker::NewStub(
-      grpc::CreateChannel(qwen_.grpc_address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(10));
   tandem::v1::WorkerInfo info;
-  ASSERT_TRUE(stub->GetInfo(&ctx, {}, &info).ok());
+  ASSERT_TRUE(GetWorkerInfo(qwen_.grpc_address, &info).ok());
   EXPECT_EQ(info.model_name(), "qwen");
   EXPECT_EQ(info.engine(), "synthetic");
   EXPECT_EQ(info.device().id(), "cpu");
@@ -637,17 +618,10 @@ TEST(WorkerStartupTest, NotServingUntilTheModelIsLoaded) {
     grpc::health::v1::HealthCheckResponse h;
     ASSERT_TRUE(health->Check(&hctx, {}, &h).ok());
     EXPECT_EQ(h.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
-    tandem::v1::WorkerGenerateRequest req;
-    auto* m = req.add_messages();
-    m->set_role("user");
-    m->add_content()->set_text("too early");
-    grpc::ClientContext gctx;
-    auto reader = stub->Generate(&gctx, req);
-    tandem::v1::WorkerGenerateChunk chunk;
-    EXPECT_FALSE(reader->Read(&chunk));
-    grpc::Status s = reader->Finish();
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
-    EXPECT_THAT(s.error_message(), HasSubstr("loading its model"));
+    const WorkerCall early = WorkerGenerate(stub.get(), WorkerPrompt("too early"));
+    EXPECT_EQ(early.chunks, 0);
+    EXPECT_EQ(early.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(early.status.error_message(), HasSubstr("loading its model"));
   }
   ASSERT_TRUE(WaitForHealth(worker->grpc_address, "", true).ok());
   grpc::ClientContext ctx;
@@ -656,20 +630,32 @@ TEST(WorkerStartupTest, NotServingUntilTheModelIsLoaded) {
   EXPECT_EQ(info.state(), tandem::v1::WorkerInfo::STATE_READY);
 }
 
+// A fast qwen worker behind a gateway (with `gateway_args`) whose nemotron worker is port 1 on
+// loopback, which refuses connections; started once qwen is served.
+struct NemotronDown {
+  Server qwen;
+  Server gateway;
+  std::unique_ptr<tandem::v1::Gateway::Stub> stub;
+
+  void Start(const std::vector<std::string>& gateway_args = {}) {
+    auto w = StartWorker("qwen", {"--synthetic_time_scale=0"});
+    ASSERT_TRUE(w.ok()) << w.status();
+    qwen = std::move(*w);
+    auto g = StartGateway({"qwen=" + qwen.grpc_address, "nemotron=127.0.0.1:1"}, gateway_args);
+    ASSERT_TRUE(g.ok()) << g.status();
+    gateway = std::move(*g);
+    ASSERT_TRUE(WaitForHealth(gateway.grpc_address, "model/qwen", true).ok());
+    stub = GatewayStub(gateway.grpc_address);
+  }
+};
+
 TEST(GatewayAvailabilityTest, ModelWithoutReadyWorkerIsUnavailableWithTheReason) {
-  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
-  ASSERT_TRUE(qwen.ok()) << qwen.status();
-  // Port 1 on loopback refuses connections.
-  auto gateway = StartGateway({"qwen=" + qwen->grpc_address, "nemotron=127.0.0.1:1"});
-  ASSERT_TRUE(gateway.ok()) << gateway.status();
-  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
-  auto stub = GatewayStub(gateway->grpc_address);
-  GenerateRequest req = Prompt("hello", 2);
-  req.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(10));
+  NemotronDown stack;
+  ASSERT_NO_FATAL_FAILURE(stack.Start());
+  const Server* gateway = &stack.gateway;
+  auto* stub = stack.stub.get();
   tandem::v1::GenerateResponse resp;
-  grpc::Status s = stub->Generate(&ctx, req, &resp);
+  grpc::Status s = UnaryGenerate(stub, LatencyPrompt("hello", 2), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(s.error_message(), HasSubstr("model 'nemotron' has no usable worker (127.0.0.1:1:"));
   // Per-model health tells load balancers and operators the same.
@@ -694,9 +680,7 @@ TEST(GatewayAvailabilityTest, ModelWithoutReadyWorkerIsUnavailableWithTheReason)
   EXPECT_EQ(health->Check(&unknown_ctx, unknown, &unknown_resp).error_code(),
             grpc::StatusCode::NOT_FOUND);
   // The other model is unaffected.
-  grpc::ClientContext ctx2;
-  Deadline(&ctx2, std::chrono::seconds(10));
-  EXPECT_TRUE(stub->Generate(&ctx2, Prompt("hello", 2), &resp).ok());
+  EXPECT_TRUE(UnaryGenerate(stub, Prompt("hello", 2), &resp).ok());
 }
 
 // A policy that sends everything to one model, versioned so decisions are attributable.
@@ -717,21 +701,15 @@ void WriteFile(const std::string& path, const std::string& text) {
 // Two fast workers behind a gateway that reads its policy from a file the test rewrites.
 class PolicyReloadTest : public ::testing::Test {
  protected:
-  void StartStack(const std::string& watch_interval) {
-    auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
-    ASSERT_TRUE(qwen.ok()) << qwen.status();
-    qwen_ = std::move(*qwen);
-    auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
-    ASSERT_TRUE(nemotron.ok()) << nemotron.status();
-    nemotron_ = std::move(*nemotron);
-    WriteFile(policy_, OneModelPolicy("v0", "qwen"));
-    auto gateway =
-        StartGateway({"qwen=" + qwen_.grpc_address, "nemotron=" + nemotron_.grpc_address},
-                     {"--policy=" + policy_, "--policy_watch_interval=" + watch_interval});
-    ASSERT_TRUE(gateway.ok()) << gateway.status();
-    gateway_ = std::move(*gateway);
-    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
-    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/nemotron", true).ok());
+  // The workers and a gateway with `gateway_args` and `policy` in `policy_`.
+  void StartStack(const std::string& watch_interval,
+                  const std::string& policy = OneModelPolicy("v0", "qwen"),
+                  const std::vector<std::string>& gateway_args = {}) {
+    WriteFile(policy_, policy);
+    std::vector<std::string> args = {"--policy=" + policy_,
+                                     "--policy_watch_interval=" + watch_interval};
+    args.insert(args.end(), gateway_args.begin(), gateway_args.end());
+    ASSERT_NO_FATAL_FAILURE(StartTwoModelStack(args, &qwen_, &nemotron_, &gateway_));
   }
 
   const std::string policy_ = TempPath("policy.yaml");
@@ -754,10 +732,8 @@ TEST_F(PolicyReloadTest, ReloadsAtomicallyUnderLoadAndKeepsTheOldPolicyOnErrors)
   std::atomic<int> misattributed{0};
   std::thread load([&] {
     while (!stop.load()) {
-      grpc::ClientContext ctx;
-      Deadline(&ctx, std::chrono::seconds(10));
       tandem::v1::GenerateResponse resp;
-      grpc::Status s = stub->Generate(&ctx, Prompt("under reload", 2), &resp);
+      grpc::Status s = UnaryGenerate(stub.get(), Prompt("under reload", 2), &resp);
       if (!s.ok()) {
         failed.fetch_add(1);
         continue;
@@ -825,28 +801,17 @@ TEST(PolicyFallbackTest, EndpointsCanComeFromThePolicyAlone) {
   ASSERT_TRUE(gateway.ok()) << gateway.status();
   ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
   auto stub = GatewayStub(gateway->grpc_address);
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(10));
   tandem::v1::GenerateResponse resp;
-  ASSERT_TRUE(stub->Generate(&ctx, Prompt("hi", 2), &resp).ok());
+  ASSERT_TRUE(UnaryGenerate(stub.get(), Prompt("hi", 2), &resp).ok());
   EXPECT_EQ(resp.route().worker(), qwen->grpc_address);
 }
 
 TEST(PolicyFallbackTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
-  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
-  ASSERT_TRUE(qwen.ok());
-  auto gateway =
-      StartGateway({"qwen=" + qwen->grpc_address, "nemotron=127.0.0.1:1"},
-                   {"--policy=" + tandem::testing::SourcePath("/policies/default.yaml")});
-  ASSERT_TRUE(gateway.ok()) << gateway.status();
-  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
-  auto stub = GatewayStub(gateway->grpc_address);
-  GenerateRequest req = Prompt("quick chat turn", 2);
-  req.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(10));
+  NemotronDown stack;
+  ASSERT_NO_FATAL_FAILURE(
+      stack.Start({"--policy=" + tandem::testing::SourcePath("/policies/default.yaml")}));
   tandem::v1::GenerateResponse resp;
-  ASSERT_TRUE(stub->Generate(&ctx, req, &resp).ok());
+  ASSERT_TRUE(UnaryGenerate(stack.stub.get(), LatencyPrompt("quick chat turn", 2), &resp).ok());
   EXPECT_EQ(resp.route().model(), "qwen");
   EXPECT_EQ(resp.route().rule(), "latency");
   EXPECT_EQ(resp.route().request_class(), "latency_critical");
@@ -857,19 +822,12 @@ TEST(PolicyFallbackTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
   EXPECT_EQ(resp.route().reasoning_source(), "rule 'latency'");
   EXPECT_EQ(resp.route().prompt_tokens_source(), "estimate");
   EXPECT_GT(resp.route().prompt_tokens(), 0);
-  auto text = HttpGet(gateway->metrics_address, "/metrics");
-  ASSERT_TRUE(text.ok());
-  EXPECT_EQ(MetricValue(*text, "tandem_gateway_route_decisions_total",
-                        {{"rule", "latency"}, {"reasoning", "off"}})
-                .value_or(-1),
+  EXPECT_EQ(ScrapeMetric(stack.gateway.metrics_address, "tandem_gateway_route_decisions_total",
+                         {{"rule", "latency"}, {"reasoning", "off"}}),
             1);
 }
 
 TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcReloads) {
-  auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
-  ASSERT_TRUE(qwen.ok());
-  auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
-  ASSERT_TRUE(nemotron.ok());
   const std::string log = TempPath("decisions.jsonl");
   std::ifstream src(tandem::testing::SourcePath("/policies/default.yaml"));
   std::stringstream text;
@@ -879,13 +837,8 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   const std::string rel = "../router/classifier/model.tcls";
   copy.replace(copy.find(rel), rel.size(),
                tandem::testing::SourcePath("/router/classifier/model.tcls"));
-  WriteFile(policy_, copy);
-  auto gateway =
-      StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address},
-                   {"--policy=" + policy_, "--policy_watch_interval=1h", "--decision_log=" + log});
-  ASSERT_TRUE(gateway.ok()) << gateway.status();
-  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
-  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/nemotron", true).ok());
+  ASSERT_NO_FATAL_FAILURE(StartStack("1h", copy, {"--decision_log=" + log}));
+  Server* gateway = &gateway_;
   auto stub = GatewayStub(gateway->grpc_address);
   // Two accuracy requests, a chat greeting from an anonymous caller that labels itself a premium
   // tenant, and a latency-hinted turn.
@@ -895,10 +848,8 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   (*requests[2].mutable_labels())["tenant"] = "enterprise";
   requests[3].mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
   for (const auto& r : requests) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
     tandem::v1::GenerateResponse resp;
-    ASSERT_TRUE(stub->Generate(&ctx, r, &resp).ok());
+    ASSERT_TRUE(UnaryGenerate(stub.get(), r, &resp).ok());
   }
   ASSERT_EQ(WaitForMetric(gateway->metrics_address, "tandem_gateway_decision_log_records_total",
                           {{"outcome", "written"}}, 4)
@@ -949,10 +900,8 @@ TEST_F(PolicyReloadTest, ShadowCopiesAreSentMeasuredAndDiscarded) {
           .value_or(-1),
       1);
   auto stub = GatewayStub(gateway_.grpc_address);
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(10));
   tandem::v1::GenerateResponse resp;
-  ASSERT_TRUE(stub->Generate(&ctx, Prompt("measure nemotron on this", 6), &resp).ok());
+  ASSERT_TRUE(UnaryGenerate(stub.get(), Prompt("measure nemotron on this", 6), &resp).ok());
   EXPECT_EQ(resp.route().model(), "qwen");  // the caller gets the primary's answer only
   EXPECT_EQ(WaitForMetric(gateway_.metrics_address, "tandem_gateway_shadow_requests_total",
                           {{"model_name", "nemotron"}, {"code", "OK"}}, 1)
@@ -1004,6 +953,59 @@ class SlowStackTest : public ::testing::Test {
     gateway_ = std::move(*gateway);
     ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
     stub_ = GatewayStub(gateway_.grpc_address);
+  }
+
+  // Fills a worker of one batch slot and one queue slot with two endless streams (the first
+  // running, the second waiting in its admission queue), then expects a third request, sent with
+  // `deadline`, to be refused RESOURCE_EXHAUSTED with `message` and the worker to have refused
+  // `queue_full` requests itself. The two streams' statuses once cancelled: `occupants`.
+  void ExpectAThirdRefused(const std::vector<std::string>& gateway_args,
+                           std::chrono::milliseconds deadline, const std::string& message,
+                           double queue_full,
+                           std::pair<grpc::Status, grpc::Status>* occupants = nullptr) {
+    ASSERT_NO_FATAL_FAILURE(StartStack({"--max_batch_size=1", "--max_queue=1"}, gateway_args));
+    grpc::ClientContext running_ctx, waiting_ctx;
+    auto running = stub_->GenerateStream(&running_ctx, Prompt("first", 30000));
+    tandem::v1::GenerateStreamChunk chunk;
+    ASSERT_TRUE(running->Read(&chunk));  // in the batch
+    auto waiting = stub_->GenerateStream(&waiting_ctx, Prompt("second", 30000));
+    ASSERT_EQ(WaitForMetric(worker_.metrics_address, "tandem_worker_num_requests_waiting", {}, 1)
+                  .value_or(-1),
+              1);
+    tandem::v1::GenerateResponse resp;
+    grpc::Status s = UnaryGenerate(stub_.get(), Prompt("third", 10), &resp, deadline);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(), HasSubstr(message));
+    EXPECT_EQ(ScrapeMetric(worker_.metrics_address, "tandem_worker_rejected_requests_total",
+                           {{"reason", "queue_full"}}),
+              queue_full);
+    running_ctx.TryCancel();
+    waiting_ctx.TryCancel();
+    while (running->Read(&chunk)) {
+    }
+    while (waiting->Read(&chunk)) {
+    }
+    grpc::Status first = running->Finish();
+    grpc::Status second = waiting->Finish();
+    if (occupants != nullptr) *occupants = {first, second};
+  }
+
+  // Sends SIGTERM to `server` once `stream` (started by the caller) gave its first chunk, and
+  // waits until `server`'s health says NOT_SERVING.
+  void TermWhileStreaming(Server* server,
+                          grpc::ClientReader<tandem::v1::GenerateStreamChunk>* stream) {
+    tandem::v1::GenerateStreamChunk chunk;
+    ASSERT_TRUE(stream->Read(&chunk));
+    server->process->Signal(SIGTERM);
+    ASSERT_TRUE(WaitForHealth(server->grpc_address, "", false).ok());
+  }
+
+  // Expects `server`'s process to exit 0 within 20 s.
+  static void ExpectCleanExit(Server* server) {
+    const int status = server->process->Wait(absl::Seconds(20));
+    ASSERT_NE(status, -1);
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
   }
 
   Server worker_;
@@ -1108,11 +1110,7 @@ TEST_F(SlowStackTest, WorkerTimeoutHeaderBoundsTheWorkAndBadValuesAreIgnored) {
   ASSERT_NO_FATAL_FAILURE(StartStack());
   auto worker_stub = tandem::v1::Worker::NewStub(
       grpc::CreateChannel(worker_.grpc_address, grpc::InsecureChannelCredentials()));
-  tandem::v1::WorkerGenerateRequest wreq;
-  auto* m = wreq.add_messages();
-  m->set_role("user");
-  m->add_content()->set_text("a long answer please");
-  wreq.mutable_sampling()->set_max_tokens(30000);
+  const tandem::v1::WorkerGenerateRequest wreq = WorkerPrompt("a long answer please", 30000);
   auto run = [&](const std::string& header) {
     grpc::ClientContext ctx;
     Deadline(&ctx, std::chrono::seconds(30));
@@ -1143,73 +1141,17 @@ TEST_F(SlowStackTest, WorkerTimeoutHeaderBoundsTheWorkAndBadValuesAreIgnored) {
 
 TEST_F(SlowStackTest, FullAdmissionQueueIsResourceExhaustedAtOnce) {
   // Without the gateway's dispatch queue (--max_inflight=0) every request reaches the worker.
-  ASSERT_NO_FATAL_FAILURE(
-      StartStack({"--max_batch_size=1", "--max_queue=1"}, {"--max_inflight=0"}));
-  grpc::ClientContext running_ctx;
-  auto running = stub_->GenerateStream(&running_ctx, Prompt("first", 30000));
-  tandem::v1::GenerateStreamChunk chunk;
-  ASSERT_TRUE(running->Read(&chunk));  // in the batch
-  grpc::ClientContext waiting_ctx;
-  auto waiting = stub_->GenerateStream(&waiting_ctx, Prompt("second", 30000));
-  ASSERT_EQ(WaitForMetric(worker_.metrics_address, "tandem_worker_num_requests_waiting", {}, 1)
-                .value_or(-1),
-            1);
-
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(5));
-  tandem::v1::GenerateResponse resp;
-  grpc::Status s = stub_->Generate(&ctx, Prompt("third", 10), &resp);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(s.error_message(), HasSubstr("admission queue is full"));
-  auto metrics = HttpGet(worker_.metrics_address, "/metrics");
-  ASSERT_TRUE(metrics.ok());
-  EXPECT_EQ(
-      MetricValue(*metrics, "tandem_worker_rejected_requests_total", {{"reason", "queue_full"}})
-          .value_or(-1),
-      1);
-  running_ctx.TryCancel();
-  waiting_ctx.TryCancel();
-  while (running->Read(&chunk)) {
-  }
-  while (waiting->Read(&chunk)) {
-  }
-  EXPECT_EQ(running->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_EQ(waiting->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  std::pair<grpc::Status, grpc::Status> occupants;
+  ASSERT_NO_FATAL_FAILURE(ExpectAThirdRefused({"--max_inflight=0"}, std::chrono::seconds(5),
+                                              "admission queue is full", 1, &occupants));
+  EXPECT_EQ(occupants.first.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(occupants.second.error_code(), grpc::StatusCode::CANCELLED);
 }
 
 TEST_F(SlowStackTest, TheGatewayNeverOverrunsAWorkersAdmissionQueue) {
   // The worker takes two (batch 1 + queue 1): a third waits in the gateway's fair queue, where
   // tenants take turns, and is refused from there when its wait runs out.
-  ASSERT_NO_FATAL_FAILURE(
-      StartStack({"--max_batch_size=1", "--max_queue=1"}, {"--max_queue_wait=300ms"}));
-  grpc::ClientContext running_ctx, waiting_ctx;
-  auto running = stub_->GenerateStream(&running_ctx, Prompt("first", 30000));
-  tandem::v1::GenerateStreamChunk chunk;
-  ASSERT_TRUE(running->Read(&chunk));
-  auto waiting = stub_->GenerateStream(&waiting_ctx, Prompt("second", 30000));
-  ASSERT_EQ(WaitForMetric(worker_.metrics_address, "tandem_worker_num_requests_waiting", {}, 1)
-                .value_or(-1),
-            1);
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(10));
-  tandem::v1::GenerateResponse resp;
-  grpc::Status s = stub_->Generate(&ctx, Prompt("third", 10), &resp);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(s.error_message(), HasSubstr("dispatch slot"));
-  auto metrics = HttpGet(worker_.metrics_address, "/metrics");
-  ASSERT_TRUE(metrics.ok());
-  EXPECT_EQ(
-      MetricValue(*metrics, "tandem_worker_rejected_requests_total", {{"reason", "queue_full"}})
-          .value_or(-1),
-      0);
-  running_ctx.TryCancel();
-  waiting_ctx.TryCancel();
-  while (running->Read(&chunk)) {
-  }
-  while (waiting->Read(&chunk)) {
-  }
-  running->Finish();
-  waiting->Finish();
+  ExpectAThirdRefused({"--max_queue_wait=300ms"}, std::chrono::seconds(10), "dispatch slot", 0);
 }
 
 TEST_F(SlowStackTest, WorkerDrainsOnSigterm) {
@@ -1218,24 +1160,14 @@ TEST_F(SlowStackTest, WorkerDrainsOnSigterm) {
       grpc::CreateChannel(worker_.grpc_address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext stream_ctx;
   auto stream = stub_->GenerateStream(&stream_ctx, Prompt("keep going", 30000));
-  tandem::v1::GenerateStreamChunk chunk;
-  ASSERT_TRUE(stream->Read(&chunk));
-
-  worker_.process->Signal(SIGTERM);
-  ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", false).ok());
+  ASSERT_NO_FATAL_FAILURE(TermWhileStreaming(&worker_, stream.get()));
   // New work is refused while the admitted request still streams.
-  tandem::v1::WorkerGenerateRequest wreq;
-  auto* m = wreq.add_messages();
-  m->set_role("user");
-  m->add_content()->set_text("late");
-  grpc::ClientContext late_ctx;
-  Deadline(&late_ctx, std::chrono::seconds(3));
-  auto late = worker_stub->Generate(&late_ctx, wreq);
-  tandem::v1::WorkerGenerateChunk wchunk;
-  EXPECT_FALSE(late->Read(&wchunk));
-  grpc::Status late_status = late->Finish();
-  EXPECT_EQ(late_status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_THAT(late_status.error_message(), HasSubstr("draining"));
+  const WorkerCall late =
+      WorkerGenerate(worker_stub.get(), WorkerPrompt("late"), std::chrono::seconds(3));
+  EXPECT_EQ(late.chunks, 0);
+  EXPECT_EQ(late.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(late.status.error_message(), HasSubstr("draining"));
+  tandem::v1::GenerateStreamChunk chunk;
   EXPECT_TRUE(stream->Read(&chunk));
 
   // When the last request ends the worker exits cleanly.
@@ -1243,10 +1175,7 @@ TEST_F(SlowStackTest, WorkerDrainsOnSigterm) {
   while (stream->Read(&chunk)) {
   }
   stream->Finish();
-  const int status = worker_.process->Wait(absl::Seconds(20));
-  ASSERT_NE(status, -1);
-  EXPECT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ExpectCleanExit(&worker_);
 }
 
 TEST_F(SlowStackTest, GatewayDrainsOnSigtermWithoutLosingTheStream) {
@@ -1255,10 +1184,7 @@ TEST_F(SlowStackTest, GatewayDrainsOnSigtermWithoutLosingTheStream) {
   Deadline(&ctx, std::chrono::seconds(30));
   // ~60 decode steps of 6.9 ms: the stream is still running when the signal arrives.
   auto stream = stub_->GenerateStream(&ctx, Prompt("finish me", 60));
-  tandem::v1::GenerateStreamChunk chunk;
-  ASSERT_TRUE(stream->Read(&chunk));
-  gateway_.process->Signal(SIGTERM);
-  ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "", false).ok());
+  ASSERT_NO_FATAL_FAILURE(TermWhileStreaming(&gateway_, stream.get()));
   // New work is refused with a retryable status while the admitted stream finishes.
   {
     grpc::ClientContext late_ctx;
@@ -1274,7 +1200,7 @@ TEST_F(SlowStackTest, GatewayDrainsOnSigtermWithoutLosingTheStream) {
   // once refused (they retry elsewhere). Each is refused UNAVAILABLE, which clients retry; none
   // is cut off CANCELLED by a server that stops while it arrives (--drain_quiet_period).
   std::atomic<bool> stop{false};
-  std::mutex mu;
+  absl::Mutex mu;
   std::map<grpc::StatusCode, int> late_codes;
   std::vector<std::thread> late_callers;
   for (int t = 0; t < 2; ++t) {
@@ -1284,12 +1210,13 @@ TEST_F(SlowStackTest, GatewayDrainsOnSigtermWithoutLosingTheStream) {
         Deadline(&c, std::chrono::seconds(5));
         tandem::v1::GenerateResponse r;
         const grpc::StatusCode code = stub_->Generate(&c, Prompt("too late", 2), &r).error_code();
-        std::lock_guard<std::mutex> l(mu);
+        absl::MutexLock l(&mu);
         ++late_codes[code];
       }
     });
   }
   int32_t completion_tokens = 0;
+  tandem::v1::GenerateStreamChunk chunk;
   while (stream->Read(&chunk)) completion_tokens = chunk.usage().completion_tokens();
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_EQ(completion_tokens, 60);
@@ -1300,10 +1227,7 @@ TEST_F(SlowStackTest, GatewayDrainsOnSigtermWithoutLosingTheStream) {
   for (const auto& [code, n] : late_codes) {
     EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE) << n << " calls";
   }
-  const int status = gateway_.process->Wait(absl::Seconds(20));
-  ASSERT_NE(status, -1);
-  EXPECT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_NO_FATAL_FAILURE(ExpectCleanExit(&gateway_));
   // The refusal is logged under the caller's request id, like every other end line.
   EXPECT_THAT(gateway_.process->ReadLog(),
               HasSubstr("request_id=refused-while-draining-1 rpc=Generate end"));

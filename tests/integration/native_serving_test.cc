@@ -17,6 +17,7 @@
 #include "tests/support/golden_files.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/streams.h"
 #include "tests/support/test_paths.h"
 
 namespace tandem::testing {
@@ -109,12 +110,8 @@ TEST_F(NativeServingTest, BothNativeModelsStreamThroughTheGateway) {
   // The workers report the native engine; the multimodal qwen checkpoint takes images.
   for (size_t i = 0; i < workers_.size(); ++i) {
     const Server& w = workers_[i];
-    auto worker = tandem::v1::Worker::NewStub(
-        grpc::CreateChannel(w.grpc_address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
     tandem::v1::WorkerInfo info;
-    ASSERT_TRUE(worker->GetInfo(&ctx, {}, &info).ok());
+    ASSERT_TRUE(GetWorkerInfo(w.grpc_address, &info).ok());
     EXPECT_EQ(info.engine(), "native");
     EXPECT_EQ(info.vision(), info.model_name() == "qwen") << info.model_name();
     EXPECT_THAT(info.model_id(), HasSubstr("random-weights/"));
@@ -143,10 +140,8 @@ TEST_F(NativeServingTest, ImagesAreAnsweredByQwen) {
   tandem::v1::GenerateRequest req = text_only;
   AddImage(&req, png, "image/png");
   AddImage(&req, jpeg, "image/jpeg");
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(60));
   tandem::v1::GenerateResponse resp;
-  const grpc::Status status = stub_->Generate(&ctx, req, &resp);
+  const grpc::Status status = UnaryGenerate(stub_.get(), req, &resp, std::chrono::seconds(60));
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(resp.route().model(), "qwen");
   EXPECT_GT(resp.usage().completion_tokens(), 0);
@@ -160,10 +155,8 @@ TEST_F(NativeServingTest, ImagesAreAnsweredByQwen) {
   EXPECT_EQ(resp.usage().prompt_tokens() - text_resp.usage().prompt_tokens(), 66 + 70 + 4);
   // The same request streamed gives the same greedy answer.
   req.mutable_sampling()->set_temperature(0);
-  grpc::ClientContext ctx3;
-  Deadline(&ctx3, std::chrono::seconds(60));
   tandem::v1::GenerateResponse first;
-  ASSERT_TRUE(stub_->Generate(&ctx3, req, &first).ok());
+  ASSERT_TRUE(UnaryGenerate(stub_.get(), req, &first, std::chrono::seconds(60)).ok());
   const Streamed streamed = Stream(req);
   ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
   EXPECT_EQ(streamed.text, first.text());
@@ -211,10 +204,8 @@ TEST_F(NativeServingTest, BadImagesAreInvalidArgumentNamingThePart) {
     auto* image = req.mutable_messages(0)->add_content()->mutable_image();
     image->set_data(c.data);
     image->set_mime_type(c.mime);
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(30));
     tandem::v1::GenerateResponse resp;
-    const grpc::Status status = stub_->Generate(&ctx, req, &resp);
+    const grpc::Status status = UnaryGenerate(stub_.get(), req, &resp, std::chrono::seconds(30));
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
     EXPECT_THAT(status.error_message(), HasSubstr(c.want));
   }
@@ -222,10 +213,8 @@ TEST_F(NativeServingTest, BadImagesAreInvalidArgumentNamingThePart) {
   tandem::v1::GenerateRequest pinned = Prompt("Look", 4);
   AddImage(&pinned, png_path, "image/png");
   pinned.mutable_hints()->set_model("nemotron");
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(30));
   tandem::v1::GenerateResponse resp;
-  const grpc::Status status = stub_->Generate(&ctx, pinned, &resp);
+  const grpc::Status status = UnaryGenerate(stub_.get(), pinned, &resp, std::chrono::seconds(30));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("does not accept images"));
   // And a good request still succeeds.
@@ -249,10 +238,8 @@ TEST_F(NativeServingTest, ToolRequestsAndResultsRunOnBothNativeModels) {
     tool->set_description("The weather in a city");
     tool->set_parameters_json(R"({"type": "object", "properties": {"city": {"type": "string"}}})");
     auto prompt_tokens = [this](const tandem::v1::GenerateRequest& r) {
-      grpc::ClientContext ctx;
-      Deadline(&ctx, std::chrono::seconds(60));
       tandem::v1::GenerateResponse response;
-      const grpc::Status s = stub_->Generate(&ctx, r, &response);
+      const grpc::Status s = UnaryGenerate(stub_.get(), r, &response, std::chrono::seconds(60));
       EXPECT_TRUE(s.ok()) << s.error_message();
       return response.usage().prompt_tokens();
     };
@@ -317,12 +304,8 @@ TEST(RandomWeightsServingTest, GeneratedWeightsAnswerAsTheWrittenCheckpointAndSa
   ASSERT_TRUE(WaitForHealth(generated->grpc_address, "", true).ok());
   EXPECT_EQ(GreedyText(generated->grpc_address), GreedyText(written->grpc_address));
 
-  auto worker = tandem::v1::Worker::NewStub(
-      grpc::CreateChannel(generated->grpc_address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(10));
   tandem::v1::WorkerInfo info;
-  ASSERT_TRUE(worker->GetInfo(&ctx, {}, &info).ok());
+  ASSERT_TRUE(GetWorkerInfo(generated->grpc_address, &info).ok());
   // A given id still says the weights are random.
   EXPECT_EQ(info.model_id(), "random-weights/Qwen/Qwen3.5-35B-A3B");
   EXPECT_EQ(info.engine(), "native");

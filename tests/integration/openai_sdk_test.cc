@@ -31,18 +31,14 @@ const std::string kNodeModules = tandem::testing::SourcePath("/examples/node/nod
 class OpenAiSdkTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto ca = TestCa::Create("openai");
-    ASSERT_TRUE(ca.ok()) << ca.status();
-    ca_ = new TestCa(std::move(*ca));
-    auto cert = ca_->Issue("gateway");
-    ASSERT_TRUE(cert.ok()) << cert.status();
-    std::vector<std::string> entries;
-    for (const char* model : {"qwen", "nemotron"}) {
-      auto w = StartWorker(model);
-      ASSERT_TRUE(w.ok()) << w.status();
-      entries.push_back(absl::StrCat(model, "=", w->grpc_address));
-      workers_.push_back(std::move(*w));
-    }
+    suite_ = new TlsSuite();
+    std::vector<TestCert> certs;
+    ASSERT_NO_FATAL_FAILURE(MakeTestPki("openai", {"gateway"}, &suite_->ca, &certs));
+    const TestCert* cert = &certs[0];
+    auto workers = StartWorkers({"qwen", "nemotron"});
+    ASSERT_TRUE(workers.ok()) << workers.status();
+    suite_->workers = std::move(workers->servers);
+    const std::vector<std::string> entries = workers->entries;
     const std::string tenants = WriteTempFile(
         "tenants.yaml",
         absl::StrCat("tenants:\n  - name: app\n    keys: [", policies::TenantKeyEntry("app-secret"),
@@ -51,34 +47,31 @@ class OpenAiSdkTest : public ::testing::Test {
     auto gateway = StartGateway(entries, {"--tls_cert=" + cert->cert, "--tls_key=" + cert->key,
                                           "--tenants=" + tenants, "--http_listen=127.0.0.1:0"});
     ASSERT_TRUE(gateway.ok()) << gateway.status();
-    gateway_ = std::move(*gateway);
-    ASSERT_FALSE(gateway_.http_address.empty());
-    ASSERT_TRUE(WaitForReadyModels(gateway_.metrics_address, {"qwen", "nemotron"}));
+    suite_->gateway = std::move(*gateway);
+    ASSERT_FALSE(suite_->gateway.http_address.empty());
+    ASSERT_TRUE(WaitForReadyModels(suite_->gateway.metrics_address, {"qwen", "nemotron"}));
   }
   static void TearDownTestSuite() {
-    gateway_ = {};
-    workers_.clear();
-    delete ca_;
+    delete suite_;
+    suite_ = nullptr;
   }
 
-  static std::string BaseUrl() { return absl::StrCat("https://", gateway_.http_address, "/v1"); }
+  static std::string BaseUrl() {
+    return absl::StrCat("https://", suite_->gateway.http_address, "/v1");
+  }
 
   // Runs `command` with the gateway's CA trusted by Node and the key in TANDEM_API_KEY.
   static std::pair<int, std::string> RunWithEnv(std::vector<std::string> command) {
-    std::vector<std::string> args = {"NODE_EXTRA_CA_CERTS=" + ca_->ca_cert(),
+    std::vector<std::string> args = {"NODE_EXTRA_CA_CERTS=" + suite_->ca.ca_cert(),
                                      "TANDEM_API_KEY=app-secret"};
     args.insert(args.end(), command.begin(), command.end());
     return RunToExit("/usr/bin/env", args, absl::Seconds(60));
   }
 
-  static TestCa* ca_;
-  static std::vector<Server> workers_;
-  static Server gateway_;
+  static TlsSuite* suite_;
 };
 
-TestCa* OpenAiSdkTest::ca_ = nullptr;
-std::vector<Server> OpenAiSdkTest::workers_;
-Server OpenAiSdkTest::gateway_;
+TlsSuite* OpenAiSdkTest::suite_ = nullptr;
 
 TEST_F(OpenAiSdkTest, OfficialSdkSuite) {
   struct stat st;
@@ -87,7 +80,7 @@ TEST_F(OpenAiSdkTest, OfficialSdkSuite) {
   const auto [code, out] =
       RunWithEnv({"TANDEM_NODE_MODULES=" + kNodeModules, "TANDEM_OPENAI_URL=" + BaseUrl(),
                   "TANDEM_LIMITED_KEY=tiny-secret",
-                  "TANDEM_METRICS_URL=http://" + gateway_.metrics_address, "/usr/bin/node",
+                  "TANDEM_METRICS_URL=http://" + suite_->gateway.metrics_address, "/usr/bin/node",
                   "--test", tandem::testing::SourcePath("/tests/clients/openai_sdk.test.mjs")});
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("# fail 0")) << out;
@@ -103,8 +96,8 @@ TEST_F(OpenAiSdkTest, NodeExample) {
 }
 
 TEST_F(OpenAiSdkTest, CurlExample) {
-  const auto [code, out] = RunWithEnv(
-      {tandem::testing::SourcePath("/examples/curl/chat_stream.sh"), BaseUrl(), ca_->ca_cert()});
+  const auto [code, out] = RunWithEnv({tandem::testing::SourcePath("/examples/curl/chat_stream.sh"),
+                                       BaseUrl(), suite_->ca.ca_cert()});
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, StartsWith("data: {\"id\":\"chatcmpl-")) << out;
   EXPECT_THAT(out, HasSubstr("\"finish_reason\":\"length\"")) << out;

@@ -23,6 +23,7 @@
 #include "tests/support/raw_http.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/streams.h"
 #include "tests/support/test_paths.h"
 
 namespace tandem::testing {
@@ -30,12 +31,6 @@ namespace {
 
 using tandem::v1::GenerateRequest;
 using ::testing::HasSubstr;
-
-GenerateRequest Latency(const std::string& text, int32_t max_tokens) {
-  GenerateRequest r = Prompt(text, max_tokens);
-  r.mutable_hints()->set_objective(tandem::v1::OBJECTIVE_LATENCY);
-  return r;
-}
 
 std::string PolicyYaml(const std::string& signals_and_triggers, const std::string& rules,
                        const std::string& models = "{qwen: {}, nemotron: {}}") {
@@ -59,6 +54,12 @@ class ResilienceTest : public ::testing::Test {
   Server StartOrDie(absl::StatusOr<Server> s) {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : Server{};
+  }
+  // A `model` worker 20x slower than real time that runs one request at a time and queues
+  // `max_queue`.
+  Server OneAtATime(const std::string& model, int max_queue) {
+    return StartOrDie(StartWorker(model, {"--synthetic_time_scale=20", "--max_batch_size=1",
+                                          absl::StrCat("--max_queue=", max_queue)}));
   }
   void StartGatewayWith(const std::vector<std::string>& entries,
                         std::vector<std::string> extra = {}) {
@@ -136,37 +137,16 @@ class ResilienceTest : public ::testing::Test {
 };
 
 // Reads a stream to its end, killing the worker that serves it after the first chunk.
-struct KilledStream {
-  grpc::Status status;
-  std::string text;
-  tandem::v1::GenerateStreamChunk first;
-  tandem::v1::GenerateStreamChunk last;
-};
-
-KilledStream StreamAndKill(tandem::v1::Gateway::Stub* stub, const GenerateRequest& req,
-                           const std::map<std::string, Server*>& workers) {
-  KilledStream out;
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(60));
-  auto reader = stub->GenerateStream(&ctx, req);
-  tandem::v1::GenerateStreamChunk c;
-  bool first = true;
-  while (reader->Read(&c)) {
-    out.text += c.text();
-    if (first) {
-      first = false;
-      out.first = c;
-      auto it = workers.find(c.route().worker());
-      EXPECT_NE(it, workers.end()) << c.route().worker();
-      if (it != workers.end()) {
-        it->second->process->Signal(SIGKILL);
-        it->second->process->Wait(absl::Seconds(10));
-      }
+Streamed StreamAndKill(tandem::v1::Gateway::Stub* stub, const GenerateRequest& req,
+                       const std::map<std::string, Server*>& workers) {
+  return StreamWith(stub, req, [&](const tandem::v1::GenerateStreamChunk& c) {
+    auto it = workers.find(c.route().worker());
+    EXPECT_NE(it, workers.end()) << c.route().worker();
+    if (it != workers.end()) {
+      it->second->process->Signal(SIGKILL);
+      it->second->process->Wait(absl::Seconds(10));
     }
-    out.last = c;
-  }
-  out.status = reader->Finish();
-  return out;
+  });
 }
 
 constexpr char kFailoverRules[] = R"(  - name: rest
@@ -191,8 +171,8 @@ TEST_F(ResilienceTest, WorkerKilledMidStreamTheAnswerContinuesOnAnotherReplicaAn
                                            {"--policy=" + policy}));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
 
-  const KilledStream s = StreamAndKill(stub_.get(), Prompt("tell me a long story", 60),
-                                       {{a.grpc_address, &a}, {b.grpc_address, &b}});
+  const Streamed s = StreamAndKill(stub_.get(), Prompt("tell me a long story", 60),
+                                   {{a.grpc_address, &a}, {b.grpc_address, &b}});
   ASSERT_TRUE(s.status.ok()) << s.status.error_message();
   const std::string killed = s.first.route().worker();
   const std::string other = killed == a.grpc_address ? b.grpc_address : a.grpc_address;
@@ -394,7 +374,7 @@ TEST_F(ResilienceTest, LastReplicaKilledMidStreamTheFallbackModelContinues) {
       {"qwen=" + qwen.grpc_address, "nemotron=" + nemotron.grpc_address}, {"--policy=" + policy}));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1 && UsableCount("nemotron") == 1; }));
 
-  const KilledStream s =
+  const Streamed s =
       StreamAndKill(stub_.get(), Prompt("tell me a long story", 40), {{qwen.grpc_address, &qwen}});
   ASSERT_TRUE(s.status.ok()) << s.status.error_message();
   EXPECT_EQ(s.first.route().model(), "qwen");
@@ -409,8 +389,7 @@ TEST_F(ResilienceTest, LastReplicaKilledMidStreamTheFallbackModelContinues) {
 TEST_F(ResilienceTest, AFullWorkerQueueIsRetriedOnAnotherReplicaBeforeAnythingStreams) {
   // `a` holds one running and one queued request: full. It is first in the list, so the
   // gateway's tie-break picks it and gets RESOURCE_EXHAUSTED, then retries on `b`.
-  Server a = StartOrDie(
-      StartWorker("qwen", {"--synthetic_time_scale=20", "--max_batch_size=1", "--max_queue=1"}));
+  Server a = OneAtATime("qwen", 1);
   Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
   const std::string policy = QwenOnlyPolicy();
   ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
@@ -421,9 +400,7 @@ TEST_F(ResilienceTest, AFullWorkerQueueIsRetriedOnAnotherReplicaBeforeAnythingSt
       grpc::CreateChannel(a.grpc_address, grpc::InsecureChannelCredentials()));
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<grpc::ClientReader<tandem::v1::WorkerGenerateChunk>>> fill;
-  tandem::v1::WorkerGenerateRequest long_request;
-  *long_request.mutable_messages() = Prompt("x", 1).messages();
-  long_request.mutable_sampling()->set_max_tokens(2000);
+  const tandem::v1::WorkerGenerateRequest long_request = WorkerPrompt("x", 2000);
   // One at a time: the first must be running before the second queues behind it.
   for (const char* gauge :
        {"tandem_worker_num_requests_running", "tandem_worker_num_requests_waiting"}) {
@@ -432,10 +409,9 @@ TEST_F(ResilienceTest, AFullWorkerQueueIsRetriedOnAnotherReplicaBeforeAnythingSt
     ASSERT_TRUE(WaitForMetric(a.metrics_address, gauge, {}, 1).ok()) << gauge;
   }
 
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(30));
   tandem::v1::GenerateResponse resp;
-  const grpc::Status s = stub_->Generate(&ctx, Prompt("hello", 8), &resp);
+  const grpc::Status s =
+      UnaryGenerate(stub_.get(), Prompt("hello", 8), &resp, std::chrono::seconds(30));
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(resp.recovery().retries(), 1);
   EXPECT_EQ(resp.recovery().final_worker(), b.grpc_address);
@@ -466,10 +442,8 @@ TEST_F(ResilienceTest, AKilledWorkerIsEjectedAndItsRestartReadmittedWithinASecon
   EXPECT_LT(ejection, absl::Seconds(1));
   // Meanwhile requests are served by the other replica.
   for (int i = 0; i < 5; ++i) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
     tandem::v1::GenerateResponse resp;
-    ASSERT_TRUE(stub_->Generate(&ctx, Prompt("hi", 4), &resp).ok());
+    ASSERT_TRUE(UnaryGenerate(stub_.get(), Prompt("hi", 4), &resp).ok());
     EXPECT_EQ(resp.route().worker(), b.grpc_address);
   }
 
@@ -522,13 +496,13 @@ triggers:
     auto s = Signals();
     return s.signals_size() == 2 && s.signals(0).has_value() && s.signals(1).has_value();
   }));
-  EXPECT_EQ(RuleFor(Latency("hi", 4)), "latency");
+  EXPECT_EQ(RuleFor(LatencyPrompt("hi", 4)), "latency");
   EXPECT_EQ(GatewayMetric("tandem_gateway_signal_stale", {{"signal", "closed_q"}}), 0);
 
   nemotron.process->Signal(SIGKILL);
   nemotron.process->Wait(absl::Seconds(10));
   // Stale after 300 ms, held 500 ms more, then the closed trigger turns on.
-  ASSERT_TRUE(WaitUntil([&] { return RuleFor(Latency("hi", 4)) == "protected"; }));
+  ASSERT_TRUE(WaitUntil([&] { return RuleFor(LatencyPrompt("hi", 4)) == "protected"; }));
   const auto s = Signals();
   for (const auto& sig : s.signals()) {
     EXPECT_TRUE(sig.stale()) << sig.name();
@@ -545,10 +519,8 @@ triggers:
 }
 
 TEST_F(ResilienceTest, BothModelsSaturatedAreShedFastWithARetryHint) {
-  Server qwen = StartOrDie(
-      StartWorker("qwen", {"--synthetic_time_scale=20", "--max_batch_size=1", "--max_queue=64"}));
-  Server nemotron = StartOrDie(StartWorker(
-      "nemotron", {"--synthetic_time_scale=20", "--max_batch_size=1", "--max_queue=64"}));
+  Server qwen = OneAtATime("qwen", 64);
+  Server nemotron = OneAtATime("nemotron", 64);
   const std::string policy = WriteTempFile("p.yaml", PolicyYaml(R"(signals:
   qwen_q: {scrape: {model: qwen, metric: tandem_worker_num_requests_waiting}}
   nemotron_q: {scrape: {model: nemotron, metric: tandem_worker_num_requests_waiting}}
@@ -649,7 +621,7 @@ triggers:
     const auto s = Signals();
     return s.signals_size() == 1 && s.signals(0).has_value() && s.signals(0).error().empty();
   }));
-  EXPECT_EQ(RuleFor(Latency("hi", 4)), "latency");
+  EXPECT_EQ(RuleFor(LatencyPrompt("hi", 4)), "latency");
 
   // Four clients keep nemotron busy (pinned, so they do not spill themselves).
   std::atomic<int> clients{4};
@@ -667,7 +639,8 @@ triggers:
       }
     });
   }
-  ASSERT_TRUE(WaitUntil([&] { return RuleFor(Latency("hi", 4)) == "spill"; }, absl::Seconds(30)));
+  ASSERT_TRUE(
+      WaitUntil([&] { return RuleFor(LatencyPrompt("hi", 4)) == "spill"; }, absl::Seconds(30)));
   // Two clients: the value sits inside the band (below enter, not below exit): still on.
   clients = 2;
   ASSERT_TRUE(WaitUntil(
@@ -678,11 +651,12 @@ triggers:
                s.triggers(0).seconds_in_state() > 1.5;
       },
       absl::Seconds(30)));
-  EXPECT_EQ(RuleFor(Latency("hi", 4)), "spill");
+  EXPECT_EQ(RuleFor(LatencyPrompt("hi", 4)), "spill");
   // No load: it turns off, once.
   stop = true;
   for (auto& t : load) t.join();
-  ASSERT_TRUE(WaitUntil([&] { return RuleFor(Latency("hi", 4)) == "latency"; }, absl::Seconds(30)));
+  ASSERT_TRUE(
+      WaitUntil([&] { return RuleFor(LatencyPrompt("hi", 4)) == "latency"; }, absl::Seconds(30)));
   EXPECT_EQ(
       GatewayMetric("tandem_gateway_trigger_transitions_total", {{"trigger", "nemotron_busy"}}), 2);
   EXPECT_EQ(
@@ -697,10 +671,9 @@ TEST_F(ResilienceTest, ASlowFirstTokenIsHedgedAndTheFasterCopyWins) {
   const Server& slow = stack.first;
   const Server& fast = stack.second;
 
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(30));
   tandem::v1::GenerateResponse resp;
-  const grpc::Status s = stub_->Generate(&ctx, Latency("quick!", 8), &resp);
+  const grpc::Status s =
+      UnaryGenerate(stub_.get(), LatencyPrompt("quick!", 8), &resp, std::chrono::seconds(30));
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(resp.usage().completion_tokens(), 8);
   EXPECT_TRUE(resp.recovery().hedged());
@@ -714,10 +687,9 @@ TEST_F(ResilienceTest, ASlowFirstTokenIsHedgedAndTheFasterCopyWins) {
                             {{"finish_reason", "cancelled"}}, 1)
                   .ok());
   // A request that answers in time is not hedged.
-  grpc::ClientContext ctx2;
-  Deadline(&ctx2, std::chrono::seconds(30));
   tandem::v1::GenerateResponse plain;
-  ASSERT_TRUE(stub_->Generate(&ctx2, Prompt("accurate", 4), &plain).ok());
+  ASSERT_TRUE(
+      UnaryGenerate(stub_.get(), Prompt("accurate", 4), &plain, std::chrono::seconds(30)).ok());
   EXPECT_FALSE(plain.has_recovery());
 }
 
@@ -731,10 +703,9 @@ TEST_F(ResilienceTest, AHedgeTheBudgetRefusesIsSaidOnTheAnswer) {
   HedgedStack stack;
   ASSERT_NO_FATAL_FAILURE(StartHedgedStack(
       "200", "0", "100ms", {"--retry_budget_min=0", "--retry_budget_ratio=0"}, &stack));
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(30));
   tandem::v1::GenerateResponse resp;
-  const grpc::Status s = stub_->Generate(&ctx, Latency("quick!", 2), &resp);
+  const grpc::Status s =
+      UnaryGenerate(stub_.get(), LatencyPrompt("quick!", 2), &resp, std::chrono::seconds(30));
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_FALSE(resp.recovery().hedged());
   EXPECT_TRUE(resp.recovery().hedge_refused());
@@ -753,17 +724,16 @@ TEST_F(ResilienceTest, AWonHedgeRaceFreesItsBudgetUnitForTheNextRescue) {
       "200", "10", "100ms", {"--retry_budget_min=1", "--retry_budget_ratio=0"}, &stack));
   grpc::ClientContext ctx1;
   Deadline(&ctx1, std::chrono::seconds(60));
-  auto first = stub_->GenerateStream(&ctx1, Latency("a long rescued answer", 60));
+  auto first = stub_->GenerateStream(&ctx1, LatencyPrompt("a long rescued answer", 60));
   tandem::v1::GenerateStreamChunk chunk;
   ASSERT_TRUE(first->Read(&chunk));
   // The losing copy has ended on the slow worker: that worker is the least loaded again.
   ASSERT_TRUE(WaitForMetric(stack.first.metrics_address, "tandem_worker_requests_total",
                             {{"finish_reason", "cancelled"}}, 1)
                   .ok());
-  grpc::ClientContext ctx2;
-  Deadline(&ctx2, std::chrono::seconds(30));
   tandem::v1::GenerateResponse second;
-  const grpc::Status s = stub_->Generate(&ctx2, Latency("another one", 2), &second);
+  const grpc::Status s = UnaryGenerate(stub_.get(), LatencyPrompt("another one", 2), &second,
+                                       std::chrono::seconds(30));
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_TRUE(second.recovery().hedged()) << second.recovery().ShortDebugString();
   EXPECT_FALSE(second.recovery().hedge_refused());
@@ -828,7 +798,7 @@ TEST_F(ResilienceTest, CancellingRacingHedgesNeverTouchesAnEndedAttempt) {
         const int mode = (t + i) % 3;  // 0: read to the end; 1: cancel at once; 2: after a chunk
         grpc::ClientContext ctx;
         Deadline(&ctx, std::chrono::seconds(30));
-        auto reader = stub_->GenerateStream(&ctx, Latency("race", 1 + i % 3));
+        auto reader = stub_->GenerateStream(&ctx, LatencyPrompt("race", 1 + i % 3));
         tandem::v1::GenerateStreamChunk c;
         if (mode == 1) ctx.TryCancel();
         while (reader->Read(&c)) {
@@ -854,10 +824,9 @@ TEST_F(ResilienceTest, CancellingRacingHedgesNeverTouchesAnEndedAttempt) {
   }
   EXPECT_GT(decided, 0);
   // And the gateway still serves.
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(30));
   tandem::v1::GenerateResponse resp;
-  const grpc::Status s = stub_->Generate(&ctx, Latency("still there?", 2), &resp);
+  const grpc::Status s =
+      UnaryGenerate(stub_.get(), LatencyPrompt("still there?", 2), &resp, std::chrono::seconds(30));
   EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
@@ -888,10 +857,8 @@ TEST_F(ResilienceTest, ADnsNameBecomesThePoolsEndpoints) {
   bool found = false;
   for (const auto& e : Endpoints()) found = found || e.address() == "127.0.0.1:" + port;
   EXPECT_TRUE(found);
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(10));
   tandem::v1::GenerateResponse resp;
-  ASSERT_TRUE(stub_->Generate(&ctx, Prompt("hello", 4), &resp).ok());
+  ASSERT_TRUE(UnaryGenerate(stub_.get(), Prompt("hello", 4), &resp).ok());
   EXPECT_EQ(resp.route().worker(), "127.0.0.1:" + port);
   // Operators see the same through tandemctl.
   FILE* p = popen(absl::StrCat(tandem::testing::CtlBin(),

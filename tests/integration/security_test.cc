@@ -3,19 +3,22 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
-#include <mutex>
+#include <map>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/file.h"
 #include "common/http_client.h"
 #include "common/tls.h"
@@ -26,6 +29,7 @@
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/support/pki.h"
+#include "tests/support/policies.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 #include "tests/support/test_paths.h"
@@ -77,22 +81,14 @@ bool EventuallyOk(const std::function<grpc::Status()>& call) {
 class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto ca = TestCa::Create("main");
-    ASSERT_TRUE(ca.ok()) << ca.status();
-    ca_ = std::move(*ca);
-    auto other = TestCa::Create("other");
-    ASSERT_TRUE(other.ok()) << other.status();
-    other_ca_ = std::move(*other);
-    for (auto [name, out] : {std::pair<const char*, TestCert*>{"gateway", &gateway_cert_},
-                             {"worker", &worker_cert_},
-                             {"gateway-client", &gateway_client_}}) {
-      auto c = ca_.Issue(name);
-      ASSERT_TRUE(c.ok()) << c.status();
-      *out = *c;
-    }
-    auto rogue = other_ca_.Issue("rogue");
-    ASSERT_TRUE(rogue.ok()) << rogue.status();
-    rogue_ = *rogue;
+    std::vector<TestCert> certs, rogue;
+    ASSERT_NO_FATAL_FAILURE(
+        MakeTestPki("main", {"gateway", "worker", "gateway-client"}, &ca_, &certs));
+    ASSERT_NO_FATAL_FAILURE(MakeTestPki("other", {"rogue"}, &other_ca_, &rogue));
+    gateway_cert_ = certs[0];
+    worker_cert_ = certs[1];
+    gateway_client_ = certs[2];
+    rogue_ = rogue[0];
   }
 
   std::vector<std::string> WorkerTls() const {
@@ -225,8 +221,7 @@ absl::StatusOr<std::string> GetMetricsOverTls(const std::string& address, const 
     tls.cert = client->cert;
     tls.key = client->key;
   }
-  return CurlHttpClient(tls).Get(absl::StrCat("https://", address, "/metrics"),
-                                          absl::Seconds(10));
+  return CurlHttpClient(tls).Get(absl::StrCat("https://", address, "/metrics"), absl::Seconds(10));
 }
 
 TEST_F(TlsTest, MetricsOverTlsAreScrapedWithTheGatewaysClientCertificate) {
@@ -391,14 +386,59 @@ class TenantsTest : public ::testing::Test {
     tenants_path_ = WriteTempFile("tenants.yaml", TenantsYaml());
     std::vector<std::string> args = {"--tenants=" + tenants_path_, "--policy_watch_interval=100ms"};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto gateway =
-        StartGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address}, args);
+    auto gateway = StartServingGateway(
+        {"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address}, args);
     ASSERT_TRUE(gateway.ok()) << gateway.status();
     qwen_ = std::move(*qwen);
     nemotron_ = std::move(*nemotron);
     gateway_ = std::move(*gateway);
-    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/qwen", true).ok());
-    ASSERT_TRUE(WaitForHealth(gateway_.grpc_address, "model/nemotron", true).ok());
+  }
+
+  // `req` to the gateway's Generate (Response = GenerateResponse) or Route (RouteResponse) on a
+  // new channel within `deadline`, as the tenant of `key`: "authorization: Bearer KEY", or
+  // "x-api-key: KEY" when `x_api_key`.
+  template <typename Response>
+  grpc::Status As(const std::string& key, const tandem::v1::GenerateRequest& req, Response* out,
+                  bool x_api_key = false,
+                  std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
+    auto stub = tandem::v1::Gateway::NewStub(
+        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, deadline);
+    if (x_api_key) {
+      ctx.AddMetadata("x-api-key", key);
+    } else {
+      ctx.AddMetadata("authorization", "Bearer " + key);
+    }
+    if constexpr (std::is_same_v<Response, tandem::v1::RouteResponse>) {
+      return stub->Route(&ctx, req, out);
+    } else {
+      return stub->Generate(&ctx, req, out);
+    }
+  }
+
+  // "tell me a long story about WHO" (24 tokens) to nemotron as the tenant of `key`; when it ends,
+  // WHO (or WHO:CODE when refused) is added to finished_.
+  void Story(const std::string& who, const std::string& key) {
+    tandem::v1::GenerateRequest req = Prompt("tell me a long story about " + who, 24);
+    req.mutable_hints()->set_model("nemotron");
+    grpc::Status s = Call(key, req);
+    absl::MutexLock l(&finished_mu_);
+    finished_.push_back(s.ok() ? who : who + ":" + std::to_string(s.error_code()));
+  }
+
+  // Joins `flood` (ops' stories) and `other` (batch's), then expects all to have been served and
+  // batch's among the first `batch_within` + 1 to finish.
+  void ExpectBatchServedWithin(std::vector<std::thread>* flood, std::thread* other,
+                               long batch_within) {
+    for (auto& t : *flood) t.join();
+    other->join();
+    absl::MutexLock l(&finished_mu_);  // the callers are gone; for the annotations
+    ASSERT_EQ(finished_.size(), flood->size() + 1);
+    const auto pos = std::find(finished_.begin(), finished_.end(), "batch") - finished_.begin();
+    EXPECT_LE(pos, batch_within) << "finish order: " << absl::StrJoin(finished_, ",");
+    EXPECT_EQ(std::count(finished_.begin(), finished_.end(), "ops"),
+              static_cast<long>(flood->size()));
   }
 
   grpc::Status Call(const std::string& key, tandem::v1::GenerateRequest req = Prompt("hi", 4),
@@ -406,26 +446,35 @@ class TenantsTest : public ::testing::Test {
     return Generate(gateway_.grpc_address, grpc::InsecureChannelCredentials(), key, req, trailers);
   }
 
-  grpc::Status GetPolicy(const std::string& key) {
+  // `method` of tandem.v1.Admin with an empty request and `key` in x-api-key (none when empty).
+  template <typename Request, typename Response>
+  grpc::Status AdminCall(const std::string& key,
+                         grpc::Status (tandem::v1::Admin::Stub::*method)(grpc::ClientContext*,
+                                                                         const Request&, Response*),
+                         Response* out) {
     auto stub = tandem::v1::Admin::NewStub(
         grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     Deadline(&ctx, std::chrono::seconds(10));
     if (!key.empty()) ctx.AddMetadata("x-api-key", key);
+    return ((*stub).*method)(&ctx, Request(), out);
+  }
+
+  grpc::Status GetPolicy(const std::string& key) {
     tandem::v1::GetPolicyResponse st;
-    return stub->GetPolicy(&ctx, {}, &st);
+    return AdminCall(key, &tandem::v1::Admin::Stub::GetPolicy, &st);
   }
 
   // tandem_gateway_tenants_reloads_total{result}; -1 when unreadable.
   double ReloadCount(const std::string& result) {
-    auto text = HttpGet(gateway_.metrics_address, "/metrics");
-    if (!text.ok()) return -1;
-    return MetricValue(*text, "tandem_gateway_tenants_reloads_total", {{"result", result}})
-        .value_or(-1);
+    return ScrapeMetric(gateway_.metrics_address, "tandem_gateway_tenants_reloads_total",
+                        {{"result", result}});
   }
 
   Server qwen_, nemotron_, gateway_;
   std::string tenants_path_;
+  absl::Mutex finished_mu_;
+  std::vector<std::string> finished_ ABSL_GUARDED_BY(finished_mu_);
 };
 
 // Request content never grants rights: a `tenant` label buys no routing, quota or models.
@@ -447,15 +496,10 @@ rules:
 )");
   Start({"--policy=" + policy});
   auto route = [&](const std::string& key, const std::string& label) {
-    auto stub = tandem::v1::Gateway::NewStub(
-        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
-    ctx.AddMetadata("authorization", "Bearer " + key);
     tandem::v1::GenerateRequest r = Prompt("hi", 4);
     (*r.mutable_labels())["tenant"] = label;
     tandem::v1::RouteResponse out;
-    EXPECT_TRUE(stub->Route(&ctx, r, &out).ok());
+    EXPECT_TRUE(As(key, r, &out).ok());
     return out.route().rule();
   };
   // Routing: only the key that authenticates as ops gets the ops rule.
@@ -469,15 +513,10 @@ rules:
   EXPECT_EQ(Call("batch-secret", pinned).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   // Sessions: the same session id names two sessions for two tenants.
   auto turn = [&](const std::string& key) {
-    auto stub = tandem::v1::Gateway::NewStub(
-        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
-    ctx.AddMetadata("authorization", "Bearer " + key);
     tandem::v1::GenerateRequest r = Prompt("hi", 4);
     r.set_session_id("shared-name");
     tandem::v1::GenerateResponse out;
-    EXPECT_TRUE(stub->Generate(&ctx, r, &out).ok());
+    EXPECT_TRUE(As(key, r, &out).ok());
     return out.route().session();
   };
   EXPECT_EQ(turn("ops-secret").turn(), 1);
@@ -515,16 +554,11 @@ TEST_F(TenantsTest, KeysRightsAndRateLimits) {
 
   // Routing sees the authenticated tenant, not a caller's `tenant` label.
   {
-    auto stub = tandem::v1::Gateway::NewStub(
-        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
-    ctx.AddMetadata("authorization", "Bearer batch-secret");
     tandem::v1::GenerateRequest r = Prompt("hi", 4);
     (*r.mutable_labels())["tenant"] = "ops";
     r.mutable_hints()->set_model("nemotron");
     tandem::v1::RouteResponse route;
-    ASSERT_TRUE(stub->Route(&ctx, r, &route).ok());
+    ASSERT_TRUE(As("batch-secret", r, &route).ok());
     EXPECT_EQ(route.features().at("tenant"), "batch");
     // batch's cap on thinking bounds the model's default thinking.
     EXPECT_EQ(route.route().thinking_budget_tokens(), 256);
@@ -562,44 +596,32 @@ TEST_F(TenantsTest, KeysRightsAndRateLimits) {
   // Per-tenant series.
   auto text = HttpGet(gateway_.metrics_address, "/metrics");
   ASSERT_TRUE(text.ok());
-  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_requests_total",
-                        {{"tenant", "search"}, {"code", "OK"}})
-                .value_or(-1),
+  const auto metric = [&](const std::string& name,
+                          const std::map<std::string, std::string>& labels) {
+    return MetricValue(*text, name, labels).value_or(-1);
+  };
+  EXPECT_EQ(metric("tandem_gateway_tenant_requests_total", {{"tenant", "search"}, {"code", "OK"}}),
             2);
-  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_requests_total",
-                        {{"tenant", "search"}, {"code", "RESOURCE_EXHAUSTED"}})
-                .value_or(-1),
+  EXPECT_EQ(metric("tandem_gateway_tenant_requests_total",
+                   {{"tenant", "search"}, {"code", "RESOURCE_EXHAUSTED"}}),
             1);
-  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_throttled_total",
-                        {{"tenant", "search"}, {"reason", "requests"}})
-                .value_or(-1),
+  EXPECT_EQ(metric("tandem_gateway_tenant_throttled_total",
+                   {{"tenant", "search"}, {"reason", "requests"}}),
             1);
-  EXPECT_EQ(MetricValue(*text, "tandem_gateway_auth_failures_total", {{"reason", "unknown_key"}})
-                .value_or(-1),
-            1);
-  EXPECT_EQ(MetricValue(*text, "tandem_gateway_auth_failures_total", {{"reason", "admin_denied"}})
-                .value_or(-1),
-            1);
-  EXPECT_GT(MetricValue(*text, "tandem_gateway_tenant_tokens_total",
-                        {{"tenant", "batch"}, {"kind", "completion"}})
-                .value_or(-1),
-            0);
+  EXPECT_EQ(metric("tandem_gateway_auth_failures_total", {{"reason", "unknown_key"}}), 1);
+  EXPECT_EQ(metric("tandem_gateway_auth_failures_total", {{"reason", "admin_denied"}}), 1);
+  EXPECT_GT(
+      metric("tandem_gateway_tenant_tokens_total", {{"tenant", "batch"}, {"kind", "completion"}}),
+      0);
   // Refusals never reached a model: its in-flight gauge is back at 0, not below.
   for (const char* model : {"qwen", "nemotron"}) {
-    EXPECT_EQ(MetricValue(*text, "tandem_gateway_inflight_requests", {{"model_name", model}})
-                  .value_or(-1),
-              0)
-        << model;
+    EXPECT_EQ(metric("tandem_gateway_inflight_requests", {{"model_name", model}}), 0) << model;
   }
   // Latency of the requests that passed the quotas: the two served, not the refused one.
-  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_request_duration_seconds_count",
-                        {{"tenant", "search"}})
-                .value_or(-1),
+  EXPECT_EQ(metric("tandem_gateway_tenant_request_duration_seconds_count", {{"tenant", "search"}}),
             2);
-  EXPECT_EQ(MetricValue(*text, "tandem_gateway_tenant_time_to_first_token_seconds_count",
-                        {{"tenant", "search"}})
-                .value_or(-1),
-            2);
+  EXPECT_EQ(
+      metric("tandem_gateway_tenant_time_to_first_token_seconds_count", {{"tenant", "search"}}), 2);
   EXPECT_TRUE(PromtoolCheckMetrics(*text).ok());
 }
 
@@ -618,21 +640,13 @@ rules:
     action: {route: nemotron}
 )");
   ASSERT_NO_FATAL_FAILURE(Start({"--policy=" + policy}));
-  auto stub = tandem::v1::Gateway::NewStub(
-      grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
   tandem::v1::GenerateRequest req = Prompt("hi", 4);
   (*req.mutable_labels())["team"] = "research";
   const auto route = [&](const std::string& key, tandem::v1::RouteResponse* out) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
-    ctx.AddMetadata("x-api-key", key);
-    return stub->Route(&ctx, req, out);
+    return As(key, req, out, /*x_api_key=*/true);
   };
   const auto generate = [&](const std::string& key, tandem::v1::GenerateResponse* out) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
-    ctx.AddMetadata("x-api-key", key);
-    return stub->Generate(&ctx, req, out);
+    return As(key, req, out, /*x_api_key=*/true);
   };
 
   tandem::v1::RouteResponse tenant_route, admin_route;
@@ -660,15 +674,10 @@ rules:
 
 TEST_F(TenantsTest, WorkerAddressesAreShownToTenantsWhenTheOperatorSaysSo) {
   ASSERT_NO_FATAL_FAILURE(Start({"--expose_worker_addresses"}));
-  auto stub = tandem::v1::Gateway::NewStub(
-      grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(10));
-  ctx.AddMetadata("x-api-key", "batch-secret");
   tandem::v1::GenerateRequest req = Prompt("hi", 4);
   req.mutable_hints()->set_model("nemotron");
   tandem::v1::GenerateResponse answer;
-  ASSERT_TRUE(stub->Generate(&ctx, req, &answer).ok());
+  ASSERT_TRUE(As("batch-secret", req, &answer, /*x_api_key=*/true).ok());
   EXPECT_EQ(answer.route().worker(), nemotron_.grpc_address);
 }
 
@@ -751,17 +760,8 @@ TEST_F(TenantsTest, AdminShowsAndReloadsTheLiveTenants) {
 // A tenant limited to some models is served by the first of the rule's candidates (its model,
 // then its fallbacks) that it may use, and no retry or failover takes it to one it may not.
 TEST_F(TenantsTest, ATenantsModelsChooseAmongTheRulesFallbacks) {
-  const std::string policy = WriteTempFile("fallbacks.yaml", R"(schema: 1
-version: fallbacks-1
-models: {qwen: {vision: true}, nemotron: {}}
-classes: [accuracy_critical, latency_critical]
-default_class: accuracy_critical
-classify:
-  - name: wants_latency
-    when: {objective: latency}
-    class: latency_critical
-rules:
-  - name: pinned
+  const std::string policy =
+      WriteTempFile("fallbacks.yaml", TwoClassPolicy("fallbacks-1", R"(  - name: pinned
     when: {hint.model: {present: true}}
     action: {route_to_pinned: true, fallback: [nemotron]}
   - name: latency
@@ -769,18 +769,13 @@ rules:
     action: {route: nemotron, fallback: [qwen]}
   - name: accuracy
     action: {route: qwen, fallback: [nemotron]}
-)");
+)"));
   Start({"--policy=" + policy});
   auto generate = [&](const std::string& key, tandem::v1::Objective objective,
                       tandem::v1::GenerateResponse* out) {
-    auto stub = tandem::v1::Gateway::NewStub(
-        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(20));
-    ctx.AddMetadata("authorization", "Bearer " + key);
     tandem::v1::GenerateRequest r = Prompt("hi", 4);
     r.mutable_hints()->set_objective(objective);
-    return stub->Generate(&ctx, r, out);
+    return As(key, r, out, /*x_api_key=*/false, std::chrono::seconds(20));
   };
   // batch may use nemotron only: rule 'accuracy' chose qwen, its fallback nemotron serves.
   tandem::v1::GenerateResponse answer;
@@ -804,8 +799,7 @@ rules:
            out.route().model() == "qwen";
   }));
   auto qwen_prompts = [&] {
-    auto text = HttpGet(qwen_.metrics_address, "/metrics");
-    return text.ok() ? MetricValue(*text, "tandem_worker_prompt_tokens_total").value_or(-1) : -1;
+    return ScrapeMetric(qwen_.metrics_address, "tandem_worker_prompt_tokens_total");
   };
   const double before = qwen_prompts();
   for (auto objective : {tandem::v1::OBJECTIVE_LATENCY, tandem::v1::OBJECTIVE_ACCURACY}) {
@@ -834,13 +828,8 @@ TEST_F(TenantsTest, AnonymousAdminIsRefusedAtStartUp) {
 TEST_F(TenantsTest, AReloadMayNeitherMakeAnonymousAdminNorLeaveNoAdmin) {
   Start({"--policy_watch_interval=1h", "--allow_unauthenticated"});  // only the RPC reloads
   auto reload = [&](const std::string& key) {
-    auto stub = tandem::v1::Admin::NewStub(
-        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
-    if (!key.empty()) ctx.AddMetadata("x-api-key", key);
     tandem::v1::ReloadTenantsResponse out;
-    return stub->ReloadTenants(&ctx, {}, &out);
+    return AdminCall(key, &tandem::v1::Admin::Stub::ReloadTenants, &out);
   };
   EXPECT_EQ(GetPolicy("").error_code(), grpc::StatusCode::PERMISSION_DENIED);
 
@@ -877,17 +866,8 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
   // running while the queue is arranged below, even under ThreadSanitizer; at 1x it sometimes
   // ended first there, and the queue had room for the seventh.
   Start({"--max_inflight=1", "--max_queued=5"}, {"--synthetic_time_scale=5"});
-  std::mutex mu;
-  std::vector<std::string> finished;
-  auto request = [&](const std::string& who, const std::string& key) {
-    tandem::v1::GenerateRequest req = Prompt("tell me a long story about " + who, 24);
-    req.mutable_hints()->set_model("nemotron");
-    grpc::Status s = Call(key, req);
-    std::lock_guard<std::mutex> l(mu);
-    finished.push_back(s.ok() ? who : who + ":" + std::to_string(s.error_code()));
-  };
   std::vector<std::thread> flood;
-  for (int i = 0; i < 6; ++i) flood.emplace_back(request, "ops", "ops-secret");
+  for (int i = 0; i < 6; ++i) flood.emplace_back([this] { Story("ops", "ops-secret"); });
   // One runs, five wait: only then does the other tenant arrive. (EXPECT, not ASSERT, while
   // the threads run: they must be joined.)
   EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
@@ -906,17 +886,12 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
     EXPECT_GT(details->retry_delay, absl::ZeroDuration());
     EXPECT_THAT(details->quota_subjects, ElementsAre("tenant:ops"));
   }
-  std::thread other(request, "batch", "batch-secret");
+  std::thread other([this] { Story("batch", "batch-secret"); });
   EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
                             {{"tenant", "batch"}}, 1)
                   .ok());
-  for (auto& t : flood) t.join();
-  other.join();
-  ASSERT_EQ(finished.size(), 7u);
   // batch joined behind five queued ops requests yet is served next.
-  const auto pos = std::find(finished.begin(), finished.end(), "batch") - finished.begin();
-  EXPECT_LE(pos, 2) << "finish order: " << absl::StrJoin(finished, ",");
-  EXPECT_EQ(std::count(finished.begin(), finished.end(), "ops"), 6);
+  ExpectBatchServedWithin(&flood, &other, 2);
 }
 
 TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
@@ -933,27 +908,15 @@ TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
   ASSERT_NO_FATAL_FAILURE(Start(
       {"--max_queued=16"},
       {absl::StrCat("--max_batch_size=", kBatch), "--max_queue=64", "--synthetic_time_scale=3"}));
-  std::mutex mu;
-  std::vector<std::string> finished;
-  auto request = [&](const std::string& who, const std::string& key) {
-    tandem::v1::GenerateRequest req = Prompt("tell me a long story about " + who, 24);
-    req.mutable_hints()->set_model("nemotron");
-    grpc::Status s = Call(key, req);
-    std::lock_guard<std::mutex> l(mu);
-    finished.push_back(s.ok() ? who : who + ":" + std::to_string(s.error_code()));
-  };
   std::vector<std::thread> flood;
-  for (int i = 0; i < kFlood; ++i) flood.emplace_back(request, "ops", "ops-secret");
+  for (int i = 0; i < kFlood; ++i) {
+    flood.emplace_back([this] { Story("ops", "ops-secret"); });
+  }
   EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_queued_requests",
                             {{"model_name", "nemotron"}}, kFlood - kBatch - kDefaultHeadroom)
                   .ok());
-  std::thread other(request, "batch", "batch-secret");
-  for (auto& t : flood) t.join();
-  other.join();
-  ASSERT_EQ(finished.size(), kFlood + 1u);
-  const auto pos = std::find(finished.begin(), finished.end(), "batch") - finished.begin();
-  EXPECT_LE(pos, kBatch + kDefaultHeadroom) << "finish order: " << absl::StrJoin(finished, ",");
-  EXPECT_EQ(std::count(finished.begin(), finished.end(), "ops"), kFlood);
+  std::thread other([this] { Story("batch", "batch-secret"); });
+  ExpectBatchServedWithin(&flood, &other, kBatch + kDefaultHeadroom);
 }
 
 TEST(LimitsTest, EveryLimitIsEnforcedBeforeWork) {

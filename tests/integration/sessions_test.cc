@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/gateway.grpc.pb.h"
+#include "tests/support/policies.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 
@@ -16,17 +17,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kSessionsPolicy[] = R"(schema: 1
-version: VERSION
-models: {qwen: {vision: true}, nemotron: {}}
-classes: [accuracy_critical, latency_critical]
-default_class: accuracy_critical
-classify:
-  - name: wants_latency
-    when: {objective: latency}
-    class: latency_critical
-rules:
-  - name: images
+constexpr char kSessionsRules[] = R"(  - name: images
     when: {image_count: {gt: 0}}
     action: {route: qwen}
 MOVE  - name: session
@@ -42,8 +33,7 @@ MOVE  - name: session
 // Version 1 keeps every session on its model; version 2 moves accuracy-critical turns to qwen
 // before the session rule is reached.
 std::string Policy(int version) {
-  std::string p = kSessionsPolicy;
-  p.replace(p.find("VERSION"), 7, "sessions-" + std::to_string(version));
+  std::string p = TwoClassPolicy("sessions-" + std::to_string(version), kSessionsRules);
   p.replace(p.find("MOVE"), 4,
             version == 1 ? ""
                          : "  - name: accuracy_moves\n    when: {class: accuracy_critical}\n"
@@ -54,12 +44,10 @@ std::string Policy(int version) {
 class SessionsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto qwen = StartWorker("qwen", {"--synthetic_time_scale=0"});
-    ASSERT_TRUE(qwen.ok()) << qwen.status();
-    auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
-    ASSERT_TRUE(nemotron.ok()) << nemotron.status();
-    qwen_ = std::move(*qwen);
-    nemotron_ = std::move(*nemotron);
+    auto workers = StartWorkers({"qwen", "nemotron"}, {"--synthetic_time_scale=0"});
+    ASSERT_TRUE(workers.ok()) << workers.status();
+    qwen_ = std::move(workers->servers[0]);
+    nemotron_ = std::move(workers->servers[1]);
     policy_ = WriteTempFile("sessions.yaml", Policy(1));
     key_ = WriteTempFile("session.key", std::string(48, 's') + "\n");
   }
@@ -67,12 +55,10 @@ class SessionsTest : public ::testing::Test {
   Server Gateway(bool shared_key) {
     std::vector<std::string> args = {"--policy=" + policy_, "--policy_watch_interval=50ms"};
     if (shared_key) args.push_back("--session_key_file=" + key_);
-    auto g =
-        StartGateway({"qwen=" + qwen_.grpc_address, "nemotron=" + nemotron_.grpc_address}, args);
+    auto g = StartServingGateway(
+        {"qwen=" + qwen_.grpc_address, "nemotron=" + nemotron_.grpc_address}, args);
     EXPECT_TRUE(g.ok()) << g.status();
     if (!g.ok()) return {};
-    EXPECT_TRUE(WaitForHealth(g->grpc_address, "model/qwen", true).ok());
-    EXPECT_TRUE(WaitForHealth(g->grpc_address, "model/nemotron", true).ok());
     return std::move(*g);
   }
 

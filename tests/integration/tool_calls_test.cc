@@ -21,6 +21,7 @@
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/streams.h"
 #include "tests/support/test_paths.h"
 
 namespace tandem::testing {
@@ -156,10 +157,8 @@ Server* ToolCallsTest::gateway_ = nullptr;
 std::unique_ptr<tandem::v1::Gateway::Stub> ToolCallsTest::stub_;
 
 TEST_F(ToolCallsTest, GrpcRoundTrip) {
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(20));
   tandem::v1::GenerateResponse first;
-  ASSERT_TRUE(stub_->Generate(&ctx, WithTools(), &first).ok());
+  ASSERT_TRUE(UnaryGenerate(stub_.get(), WithTools(), &first, std::chrono::seconds(20)).ok());
   EXPECT_EQ(first.finish_reason(), tandem::v1::FINISH_REASON_TOOL_CALLS);
   EXPECT_EQ(first.text(), "Let me check.\n\n");
   ASSERT_EQ(first.tool_calls_size(), 1);
@@ -177,10 +176,8 @@ TEST_F(ToolCallsTest, GrpcRoundTrip) {
   result->set_role("tool");
   result->set_tool_call_id(first.tool_calls(0).id());
   result->add_content()->set_text("-3C, snow");
-  grpc::ClientContext ctx2;
-  Deadline(&ctx2, std::chrono::seconds(20));
   tandem::v1::GenerateResponse answer;
-  ASSERT_TRUE(stub_->Generate(&ctx2, second, &answer).ok());
+  ASSERT_TRUE(UnaryGenerate(stub_.get(), second, &answer, std::chrono::seconds(20)).ok());
   EXPECT_EQ(answer.text(), kAnswerText);
   EXPECT_EQ(answer.finish_reason(), tandem::v1::FINISH_REASON_STOP);
   EXPECT_EQ(answer.tool_calls_size(), 0);

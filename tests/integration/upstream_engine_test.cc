@@ -23,8 +23,10 @@
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/support/llama_server.h"
+#include "tests/support/policies.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/streams.h"
 #include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
 
@@ -33,16 +35,6 @@ namespace {
 
 using tandem::v1::GenerateRequest;
 using ::testing::HasSubstr;
-
-constexpr char kQwenOnly[] = R"(schema: 1
-version: test
-models: {qwen: {}}
-classes: [accuracy_critical]
-default_class: accuracy_critical
-rules:
-  - name: rest
-    action: {route: qwen}
-)";
 
 GenerateRequest NoThinking(const std::string& text, int32_t max_tokens) {
   GenerateRequest r = Prompt(text, max_tokens);
@@ -62,7 +54,7 @@ class UpstreamEngineTest : public ::testing::Test {
   }
   void StartGatewayFor(const std::vector<std::string>& workers,
                        std::vector<std::string> extra = {}) {
-    extra.push_back("--policy=" + WriteTempFile("qwen_only.yaml", kQwenOnly));
+    extra.push_back("--policy=" + WriteTempFile("qwen_only.yaml", kQwenOnlyPolicy));
     std::vector<std::string> entries;
     for (const std::string& w : workers) entries.push_back("qwen=" + w);
     gateway_ = Must(StartGateway(entries, extra));
@@ -81,9 +73,7 @@ class UpstreamEngineTest : public ::testing::Test {
     return false;
   }
   double EngineMetric(const Server& llama, const std::string& name) {
-    auto text = HttpGet(llama.http_address, "/metrics");
-    if (!text.ok()) return -1;
-    return MetricValue(*text, name, {}).value_or(-1);
+    return ScrapeMetric(llama.http_address, name);
   }
 
   Server gateway_;
@@ -98,32 +88,21 @@ TEST_F(UpstreamEngineTest, AnswersWholeAndStreamedThroughTheGateway) {
   StartGatewayFor({worker.grpc_address});
   ASSERT_TRUE(WaitUntil([&] { return Usable(worker.grpc_address); }));
 
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(30));
   tandem::v1::GenerateResponse whole;
-  grpc::Status s = stub_->Generate(&ctx, NoThinking("Say something.", 8), &whole);
+  grpc::Status s =
+      UnaryGenerate(stub_.get(), NoThinking("Say something.", 8), &whole, std::chrono::seconds(30));
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(whole.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(whole.usage().completion_tokens(), 8);
   EXPECT_GT(whole.usage().prompt_tokens(), 0);
   EXPECT_EQ(whole.route().worker(), worker.grpc_address);
 
-  grpc::ClientContext sctx;
-  Deadline(&sctx, std::chrono::seconds(30));
-  auto reader = stub_->GenerateStream(&sctx, NoThinking("Say something.", 8));
-  tandem::v1::GenerateStreamChunk c;
-  std::string streamed;
-  int chunks = 0;
-  tandem::v1::GenerateStreamChunk last;
-  while (reader->Read(&c)) {
-    streamed += c.text();
-    ++chunks;
-    last = c;
-  }
-  ASSERT_TRUE(reader->Finish().ok());
-  EXPECT_EQ(streamed, whole.text()) << "greedy: the same answer whole and streamed";
-  EXPECT_GT(chunks, 1);
-  EXPECT_EQ(last.usage().completion_tokens(), 8);
+  const Streamed streamed =
+      StreamWith(stub_.get(), NoThinking("Say something.", 8), nullptr, std::chrono::seconds(30));
+  ASSERT_TRUE(streamed.status.ok());
+  EXPECT_EQ(streamed.text, whole.text()) << "greedy: the same answer whole and streamed";
+  EXPECT_GT(streamed.chunks, 1);
+  EXPECT_EQ(streamed.last.usage().completion_tokens(), 8);
 
   // The worker says what it fronts, and exports the engine's load as its own families.
   auto info = HttpGet(worker.metrics_address, "/metrics");
@@ -206,17 +185,8 @@ TEST_F(UpstreamEngineTest, HealthFollowsTheEngineThroughARestart) {
   auto stub = tandem::v1::Worker::NewStub(
       grpc::CreateChannel(worker.grpc_address, grpc::InsecureChannelCredentials()));
   {
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
-    tandem::v1::WorkerGenerateRequest req;
-    auto* m = req.add_messages();
-    m->set_role("user");
-    m->add_content()->set_text("hello");
-    auto r = stub->Generate(&ctx, req);
-    tandem::v1::WorkerGenerateChunk c;
-    while (r->Read(&c)) {
-    }
-    const grpc::Status s = r->Finish();
+    const grpc::Status s =
+        WorkerGenerate(stub.get(), WorkerPrompt("hello"), std::chrono::seconds(10)).status;
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
     EXPECT_THAT(s.error_message(), HasSubstr("health"));
   }
@@ -225,31 +195,12 @@ TEST_F(UpstreamEngineTest, HealthFollowsTheEngineThroughARestart) {
   EXPECT_TRUE(WaitForHealth(worker.grpc_address, "", /*serving=*/true).ok());
 }
 
-// Reads a stream, calling `on_first` after its first chunk.
-struct Streamed {
-  grpc::Status status;
-  std::string text;
-  tandem::v1::GenerateStreamChunk first, last;
-};
-Streamed StreamWith(tandem::v1::Gateway::Stub* stub, const GenerateRequest& req,
-                    const std::function<void(const tandem::v1::GenerateStreamChunk&)>& on_first) {
-  Streamed out;
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(60));
-  auto reader = stub->GenerateStream(&ctx, req);
-  tandem::v1::GenerateStreamChunk c;
-  bool first = true;
-  while (reader->Read(&c)) {
-    out.text += c.text();
-    if (first) {
-      first = false;
-      out.first = c;
-      on_first(c);
-    }
-    out.last = c;
-  }
-  out.status = reader->Finish();
-  return out;
+// `s` ended well, continued once on `worker`, with all `tokens` of its answer.
+void ExpectWholeAfterOneFailover(const Streamed& s, const std::string& worker, int32_t tokens) {
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_EQ(s.last.recovery().failovers(), 1);
+  EXPECT_EQ(s.last.recovery().final_worker(), worker);
+  EXPECT_EQ(s.last.usage().completion_tokens(), tokens) << "the answer is whole";
 }
 
 // The engine dies mid-answer: the gateway continues it on the other replica (the simulator,
@@ -270,10 +221,7 @@ TEST_F(UpstreamEngineTest, AKilledEngineMidStreamIsContinuedOnAnotherWorker) {
     EXPECT_TRUE(WaitUntil([&] { return Usable(sim.grpc_address); }));
     llama.process->Signal(SIGKILL);
   });
-  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
-  EXPECT_EQ(s.last.recovery().failovers(), 1);
-  EXPECT_EQ(s.last.recovery().final_worker(), sim.grpc_address);
-  EXPECT_EQ(s.last.usage().completion_tokens(), 3000) << "the answer is whole";
+  ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, sim.grpc_address, 3000));
   EXPECT_EQ(s.last.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
 }
 
@@ -298,10 +246,7 @@ TEST_F(UpstreamEngineTest, AnAnswerCutOffElsewhereIsContinuedByTheEngine) {
     EXPECT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
     sim.process->Signal(SIGKILL);
   });
-  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
-  EXPECT_EQ(s.last.recovery().failovers(), 1);
-  EXPECT_EQ(s.last.recovery().final_worker(), upstream.grpc_address);
-  EXPECT_EQ(s.last.usage().completion_tokens(), 200) << "the answer is whole";
+  ExpectWholeAfterOneFailover(s, upstream.grpc_address, 200);
 }
 
 // A port free now, for a server that cannot report the one it bound (the worker must know its
@@ -358,20 +303,8 @@ TEST_F(UpstreamEngineTest, TheWorkerRunsTheEngineAsItsChildRestartsItAndStopsIt)
   kill(pids[0], SIGKILL);
   ASSERT_TRUE(WaitUntil([&] { return EnginePids(worker).size() == 2; }));
   ASSERT_TRUE(WaitUntil([&] {
-    auto stub = tandem::v1::Worker::NewStub(
-        grpc::CreateChannel(worker.grpc_address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(10));
-    tandem::v1::WorkerGenerateRequest req;
-    auto* m = req.add_messages();
-    m->set_role("user");
-    m->add_content()->set_text("hello");
-    req.mutable_sampling()->set_max_tokens(2);
-    auto r = stub->Generate(&ctx, req);
-    tandem::v1::WorkerGenerateChunk c;
-    while (r->Read(&c)) {
-    }
-    return r->Finish().ok();
+    return WorkerGenerate(worker.grpc_address, WorkerPrompt("hello", 2), std::chrono::seconds(10))
+        .status.ok();
   }));
 
   // The worker stops: its engine stops with it.

@@ -16,8 +16,10 @@
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/support/fake_engine.h"
+#include "tests/support/policies.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
+#include "tests/support/streams.h"
 #include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
 
@@ -26,12 +28,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Call {
-  grpc::Status status;
-  std::string text;
-  tandem::v1::WorkerGenerateChunk last;
-  int32_t prompt_tokens = 0;
-};
+using Call = WorkerCall;
 
 class UpstreamFaultsTest : public ::testing::Test {
  protected:
@@ -53,27 +50,12 @@ class UpstreamFaultsTest : public ::testing::Test {
         grpc::CreateChannel(worker_.grpc_address, grpc::InsecureChannelCredentials()));
   }
   Call Generate(std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx, deadline);
-    tandem::v1::WorkerGenerateRequest req;
-    auto* m = req.add_messages();
-    m->set_role("user");
-    m->add_content()->set_text("hello");
+    tandem::v1::WorkerGenerateRequest req = WorkerPrompt("hello");
     req.mutable_reasoning()->set_mode(tandem::v1::REASONING_MODE_OFF);
-    auto r = stub_->Generate(&ctx, req);
-    Call out;
-    tandem::v1::WorkerGenerateChunk c;
-    while (r->Read(&c)) {
-      out.text += c.text();
-      if (c.prompt_tokens() > 0) out.prompt_tokens = c.prompt_tokens();
-      out.last = c;
-    }
-    out.status = r->Finish();
-    return out;
+    return WorkerGenerate(stub_.get(), req, deadline);
   }
   double WorkerMetric(const std::string& name, const std::map<std::string, std::string>& labels) {
-    auto text = HttpGet(worker_.metrics_address, "/metrics");
-    return text.ok() ? MetricValue(*text, name, labels).value_or(-1) : -1;
+    return ScrapeMetric(worker_.metrics_address, name, labels);
   }
 
   std::unique_ptr<FakeEngine> engine_;
@@ -185,17 +167,7 @@ TEST_F(UpstreamFaultsTest, AKeyedEngineIsCalledWithItsKeyAndTheModelNamed) {
                                 "--upstream_model=served/id"}));
   // Health (here the models list) and the calls all carry the key.
   ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", true).ok());
-  tandem::v1::WorkerGenerateRequest req;
-  auto* m = req.add_messages();
-  m->set_role("user");
-  m->add_content()->set_text("hello");
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(20));
-  auto r = stub_->Generate(&ctx, req);
-  tandem::v1::WorkerGenerateChunk c;
-  std::string text;
-  while (r->Read(&c)) text += c.text();
-  ASSERT_TRUE(r->Finish().ok());
+  ASSERT_TRUE(WorkerGenerate(stub_.get(), WorkerPrompt("hello")).status.ok());
   EXPECT_EQ(nlohmann::json::parse(engine_->last_chat_body())["model"], "served/id");
 }
 
@@ -231,15 +203,7 @@ TEST_F(UpstreamFaultsTest, TheGatewayFailsOverFromAFailingEngine) {
   auto sim = StartWorker("qwen", {"--synthetic_time_scale=0"});
   ASSERT_TRUE(sim.ok()) << sim.status();
   auto gateway = StartGateway({"qwen=" + worker_.grpc_address, "qwen=" + sim->grpc_address},
-                              {"--policy=" + WriteTempFile("q.yaml", R"(schema: 1
-version: test
-models: {qwen: {}}
-classes: [accuracy_critical]
-default_class: accuracy_critical
-rules:
-  - name: rest
-    action: {route: qwen}
-)")});
+                              {"--policy=" + WriteTempFile("q.yaml", kQwenOnlyPolicy)});
   ASSERT_TRUE(gateway.ok()) << gateway.status();
   auto stub = tandem::v1::Gateway::NewStub(
       grpc::CreateChannel(gateway->grpc_address, grpc::InsecureChannelCredentials()));
@@ -253,10 +217,8 @@ rules:
   }));
   engine_->SetChat(FakeEngine::Chat::kStatus, 500);
   for (int i = 0; i < 12; ++i) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx, std::chrono::seconds(20));
     tandem::v1::GenerateResponse r;
-    grpc::Status s = stub->Generate(&ctx, Prompt("hi", 8), &r);
+    grpc::Status s = UnaryGenerate(stub.get(), Prompt("hi", 8), &r, std::chrono::seconds(20));
     ASSERT_TRUE(s.ok()) << i << ": " << s.error_message();
     // Retried before anything streamed: the answer says where it ended.
     EXPECT_EQ(

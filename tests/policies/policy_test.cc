@@ -9,6 +9,7 @@
 #include "router/decision_record.h"
 #include "router/hashed_classifier.h"
 #include "router/policy_router.h"
+#include "tests/support/policies.h"
 #include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
 
@@ -122,6 +123,14 @@ TEST(PolicyLoaderTest, RequiresACatchAllLastRuleAndValidYaml) {
   EXPECT_THAT(Errors("rules: [unclosed"), ElementsAre(HasSubstr("bad.yaml:1:")));
 }
 
+// The kHeader policy with `rules` (YAML list items), then a last rule 'rest' that routes to
+// `rest_model`.
+std::shared_ptr<const router::Policy> WithRest(const std::string& rules,
+                                               const std::string& rest_model = "qwen") {
+  return MustParse(absl::StrCat(kHeader, "rules:\n", rules,
+                                "  - name: rest\n    action: {route: ", rest_model, "}\n"));
+}
+
 router::RequestFeatures Features() {
   router::RequestFeatures f;
   f.prompt_tokens = 100;
@@ -162,14 +171,10 @@ TEST(PolicyRouterTest, DefaultPolicyMatchesTheSeedsRouting) {
 }
 
 TEST(PolicyRouterTest, ExplanationListsEveryRuleConsidered) {
-  auto p = MustParse(std::string(kHeader) + R"(rules:
-  - name: big
+  router::PolicyRouter r(WithRest(R"(  - name: big
     when: {prompt_tokens: {ge: 1000}, tenant: {in: [acme, initech]}}
     action: {route: nemotron}
-  - name: rest
-    action: {route: qwen}
-)");
-  router::PolicyRouter r(p);
+)"));
   auto f = Features();
   f.tenant = "acme";
   auto d = r.Route(f);
@@ -195,14 +200,11 @@ TEST(PolicyLoaderTest, ALabelCalledTenantIsRefusedInFavourOfTheAuthenticatedTena
   EXPECT_THAT(errors[0], HasSubstr("rules[0].when.label.tenant"));
   EXPECT_THAT(errors[0], HasSubstr("test `tenant`"));
   // A label never sets `tenant`, whatever it says.
-  auto p = MustParse(std::string(kHeader) + R"(rules:
-  - name: premium
+  router::PolicyRouter r(WithRest(R"(  - name: premium
     when: {tenant: enterprise}
     action: {route: qwen}
-  - name: rest
-    action: {route: nemotron}
-)");
-  router::PolicyRouter r(p);
+)",
+                                  "nemotron"));
   auto f = Features();
   f.labels["tenant"] = "enterprise";
   EXPECT_EQ(r.Route(f)->rule, "rest");
@@ -245,12 +247,14 @@ rules:
     action: {route: qwen}
 )");
   const std::string all = ::testing::PrintToString(errors);
-  EXPECT_THAT(all, HasSubstr("rules[0].action.reasoning: expected on or off"));
-  EXPECT_THAT(all, HasSubstr("rules[1].action.reasoning: budget and shrink have no meaning"));
-  EXPECT_THAT(all, HasSubstr("rules[2].action.reasoning.shrink.signal: signal 'nope' is not"));
-  EXPECT_THAT(all, HasSubstr("rules[2].action.reasoning.shrink.to: must be above from"));
-  EXPECT_THAT(all, HasSubstr("rules[2].action.reasoning.shrink.min: is above budget"));
-  EXPECT_THAT(all, HasSubstr("rules[3].action.reasoning: has no meaning with shed"));
+  for (const char* want : {"rules[0].action.reasoning: expected on or off",
+                           "rules[1].action.reasoning: budget and shrink have no meaning",
+                           "rules[2].action.reasoning.shrink.signal: signal 'nope' is not",
+                           "rules[2].action.reasoning.shrink.to: must be above from",
+                           "rules[2].action.reasoning.shrink.min: is above budget",
+                           "rules[3].action.reasoning: has no meaning with shed"}) {
+    EXPECT_THAT(all, HasSubstr(want));
+  }
 }
 
 TEST(PolicyRouterTest, WeightedSplitIsStablePerKeyAndHonoursWeights) {
@@ -271,14 +275,10 @@ TEST(PolicyRouterTest, WeightedSplitIsStablePerKeyAndHonoursWeights) {
 }
 
 TEST(PolicyRouterTest, AnAlternativeHoldsOnlyWhenAllItsTestsDo) {
-  auto p = MustParse(std::string(kHeader) + R"(rules:
-  - name: mid
+  router::PolicyRouter r(WithRest(R"(  - name: mid
     when: {any: [{prompt_tokens: {gt: 1000, lt: 4000}}, {label.app: {eq: x}, num_turns: {ge: 3}}]}
     action: {route: nemotron}
-  - name: rest
-    action: {route: qwen}
-)");
-  router::PolicyRouter r(p);
+)"));
   auto f = Features();  // 100 tokens: neither alternative
   EXPECT_EQ(r.Route(f)->rule, "rest");
   f.prompt_tokens = 2000;
@@ -305,14 +305,10 @@ rules:
 // image_tokens: the images' share of the prompt, a condition of its own (a screenshot is
 // thousands of tokens, a thumbnail a few dozen); decision records carry it for replay.
 TEST(PolicyRouterTest, ImageTokensIsAConditionAndSurvivesTheDecisionRecord) {
-  auto p = MustParse(std::string(kHeader) + R"(rules:
-  - name: big_images
+  router::PolicyRouter r(WithRest(R"(  - name: big_images
     when: {image_tokens: {gt: 4000}}
     action: {route: nemotron}
-  - name: rest
-    action: {route: qwen}
-)");
-  router::PolicyRouter r(p);
+)"));
   auto f = Features();
   f.image_count = 1;
   f.image_tokens = 770;
@@ -485,20 +481,7 @@ TEST(PolicyLoaderTest, TheClassifierModelIsPartOfThePolicyIdentity) {
 // rules sharing that `when` through aliases. The text grows as width + rules; the tree the
 // loader walks as width^3 * rules.
 std::string Laughs(int width, int rules) {
-  std::vector<std::string> values(width, "v");
-  std::vector<std::string> fields;
-  for (int i = 0; i < width; ++i) fields.push_back(absl::StrCat("label.k", i, ": *op"));
-  fields[0] = absl::StrCat("label.k0: &op {in: [", absl::StrJoin(values, ", "), "]}");
-  std::vector<std::string> alternatives(width, "*alt");
-  alternatives[0] = absl::StrCat("&alt {", absl::StrJoin(fields, ", "), "}");
-  std::string yaml = std::string(kHeader) + "rules:\n";
-  for (int r = 0; r < rules; ++r) {
-    absl::StrAppend(
-        &yaml, "  - {name: r", r, ", when: ",
-        r == 0 ? absl::StrCat("&when {any: [", absl::StrJoin(alternatives, ", "), "]}") : "*when",
-        ", action: {route: qwen}}\n");
-  }
-  return yaml + "  - {name: rest, action: {route: nemotron}}\n";
+  return tandem::testing::AliasBombPolicy(kHeader, width, rules, "nemotron");
 }
 
 TEST(PolicyLimitsTest, NestedAliasesAreCountedAsTheTreeTheyStandFor) {
@@ -547,11 +530,11 @@ TEST(PolicyLimitsTest, NestedAliasesAreCountedAsTheTreeTheyStandFor) {
 
 TEST(PolicyLimitsTest, DeepNestingIsRefusedWhereItGoesTooDeep) {
   // yaml-cpp's parser recurses once per level; 5,000 levels once failed only as "bad file".
-  for (const std::string& deep : {std::string(5000, '[') + std::string(5000, ']'),
-                                  std::string(100000, '[')}) {
+  for (const std::string& deep :
+       {std::string(5000, '[') + std::string(5000, ']'), std::string(100000, '[')}) {
     std::vector<PolicyError> errors;
-    EXPECT_FALSE(ParsePolicy(std::string(kHeader) + "rules: " + deep + "\n", "deep.yaml", &errors)
-                     .ok());
+    EXPECT_FALSE(
+        ParsePolicy(std::string(kHeader) + "rules: " + deep + "\n", "deep.yaml", &errors).ok());
     ASSERT_EQ(errors.size(), 1u);
     EXPECT_THAT(errors[0].message, HasSubstr("nested deeper than 64 levels"));
     EXPECT_EQ(errors[0].line, 8) << errors[0].ToString();  // the `rules:` line

@@ -8,15 +8,15 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
 namespace tandem::testing {
@@ -28,23 +28,25 @@ constexpr int kTsanExitCode = 66;
 
 // Forks on one thread that lives as long as the process and runs `in_child` in the child.
 // PR_SET_PDEATHSIG fires when the thread that forked the child exits, not the process: a child
-// forked on a test's helper thread would get its SIGTERM when that thread ended.
+// forked on a test's helper thread would get its SIGTERM when that thread ended. `mu` is held
+// across fork(), but the child only runs `in_child` (system calls, then exec) and never touches
+// it, so an absl::Mutex does as well there as a std::mutex would.
 pid_t ForkOnSpawnerThread(const std::function<void()>& in_child) {
   struct Spawner {
-    std::mutex call_mu;  // one fork at a time
-    std::mutex mu;
-    std::condition_variable cv;
-    const std::function<void()>* job = nullptr;  // guarded by mu
-    pid_t pid = -1;                              // guarded by mu
-    bool done = false;                           // guarded by mu
+    absl::Mutex call_mu;  // one fork at a time
+    absl::Mutex mu ABSL_ACQUIRED_AFTER(call_mu);
+    absl::CondVar cv;
+    const std::function<void()>* job ABSL_GUARDED_BY(mu) = nullptr;
+    pid_t pid ABSL_GUARDED_BY(mu) = -1;
+    bool done ABSL_GUARDED_BY(mu) = false;
   };
   // Never destroyed: the thread runs until the process exits.
   static Spawner* const spawner = [] {
     auto* s = new Spawner;
     std::thread([s] {
-      std::unique_lock<std::mutex> l(s->mu);
+      absl::MutexLock l(&s->mu);
       while (true) {
-        s->cv.wait(l, [s] { return s->job != nullptr; });
+        while (s->job == nullptr) s->cv.Wait(&s->mu);
         const pid_t pid = fork();
         if (pid == 0) {
           (*s->job)();
@@ -53,17 +55,17 @@ pid_t ForkOnSpawnerThread(const std::function<void()>& in_child) {
         s->pid = pid;
         s->job = nullptr;
         s->done = true;
-        s->cv.notify_all();
+        s->cv.SignalAll();
       }
     }).detach();
     return s;
   }();
-  std::lock_guard<std::mutex> call(spawner->call_mu);
-  std::unique_lock<std::mutex> l(spawner->mu);
+  absl::MutexLock call(&spawner->call_mu);
+  absl::MutexLock l(&spawner->mu);
   spawner->job = &in_child;
   spawner->done = false;
-  spawner->cv.notify_all();
-  spawner->cv.wait(l, [] { return spawner->done; });
+  spawner->cv.SignalAll();
+  while (!spawner->done) spawner->cv.Wait(&spawner->mu);
   return spawner->pid;
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -38,6 +39,11 @@ inline std::vector<int32_t> JsonInts(const nlohmann::json& j) {
   v.reserve(j.size());
   for (const nlohmann::json& x : j) v.push_back(x.get<int32_t>());
   return v;
+}
+
+// A golden case's name and prompt ids (its "name" and "prompt_ids" in cases.json).
+inline std::pair<std::string, std::vector<int32_t>> NameAndPrompt(const nlohmann::json& c) {
+  return {c["name"].get<std::string>(), JsonInts(c["prompt_ids"])};
 }
 
 }  // namespace tandem::testing

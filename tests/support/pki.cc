@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "gtest/gtest.h"
 #include "tests/support/stack.h"
 
 namespace tandem::testing {
@@ -23,6 +24,19 @@ absl::Status Run(const std::string& cmd, const std::string& log) {
 }
 
 }  // namespace
+
+void MakeTestPki(const std::string& name, const std::vector<std::string>& common_names, TestCa* ca,
+                 std::vector<TestCert>* certs) {
+  auto made = TestCa::Create(name);
+  ASSERT_TRUE(made.ok()) << made.status();
+  *ca = std::move(*made);
+  certs->clear();
+  for (const std::string& common_name : common_names) {
+    auto cert = ca->Issue(common_name);
+    ASSERT_TRUE(cert.ok()) << cert.status();
+    certs->push_back(*cert);
+  }
+}
 
 absl::StatusOr<TestCa> TestCa::Create(const std::string& name) {
   TestCa ca;

@@ -1,8 +1,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "tests/support/stack.h"
 
 namespace tandem::testing {
 
@@ -29,6 +31,19 @@ class TestCa {
   std::string dir_;
   std::string cert_;
   std::string key_;
+};
+
+// A TestCa named `name` into `*ca`, and a certificate from it for each of `common_names`, in
+// order, into `*certs`; a fatal failure when openssl fails (call it in ASSERT_NO_FATAL_FAILURE).
+void MakeTestPki(const std::string& name, const std::vector<std::string>& common_names, TestCa* ca,
+                 std::vector<TestCert>* certs);
+
+// What a TLS test suite starts once and its tests share. Its members stop in reverse order: the
+// gateway, then the workers.
+struct TlsSuite {
+  TestCa ca;
+  std::vector<Server> workers;
+  Server gateway;
 };
 
 // Replaces `to` with `from` atomically (copy beside it, then rename), as an operator rotating a

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "gtest/gtest.h"
 
 namespace tandem::testing {
 
@@ -124,6 +125,17 @@ inline std::string ReadResponses(int fd, size_t count, const std::set<size_t>& b
     out.append(buf, static_cast<size_t>(n));
   }
   return out;
+}
+
+// Reads `fd` until the peer closes, closes it, and expects one answer: a 408 that closes the
+// connection (a request that stalled past the server's read timeout).
+inline void ExpectRequestTimeout(int fd) {
+  const std::string out = ReadUntilClosed(fd);
+  close(fd);
+  const std::vector<RawResponse> r = SplitResponses(out);
+  ASSERT_EQ(r.size(), 1u) << out;
+  EXPECT_EQ(r[0].status, 408);
+  EXPECT_TRUE(r[0].Closes());
 }
 
 // Whether the peer closed the connection: a read gives its end (or a reset), not bytes.

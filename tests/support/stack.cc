@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -24,6 +25,7 @@
 #include "google/rpc/status.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/support/raw_http.h"
 #include "tests/support/test_paths.h"
 
 namespace tandem::testing {
@@ -99,6 +101,42 @@ absl::StatusOr<Server> StartGateway(const std::vector<std::string>& worker_entri
   return StartServer(tandem::testing::GatewayBin(), "gateway", args);
 }
 
+absl::StatusOr<Workers> StartWorkers(const std::vector<std::string>& models,
+                                     const std::vector<std::string>& extra_args) {
+  Workers out;
+  for (const std::string& model : models) {
+    auto w = StartWorker(model, extra_args);
+    if (!w.ok()) return w.status();
+    out.entries.push_back(absl::StrCat(model, "=", w->grpc_address));
+    out.servers.push_back(std::move(*w));
+  }
+  return out;
+}
+
+absl::StatusOr<Server> StartServingGateway(const std::vector<std::string>& worker_entries,
+                                           const std::vector<std::string>& extra_args) {
+  auto gateway = StartGateway(worker_entries, extra_args);
+  if (!gateway.ok()) return gateway.status();
+  std::set<std::string> models;
+  for (const std::string& entry : worker_entries) models.insert(entry.substr(0, entry.find('=')));
+  for (const std::string& model : models) {
+    absl::Status serving = WaitForHealth(gateway->grpc_address, "model/" + model, true);
+    if (!serving.ok()) return serving;
+  }
+  return gateway;
+}
+
+void StartTwoModelStack(const std::vector<std::string>& gateway_args, Server* qwen,
+                        Server* nemotron, Server* gateway) {
+  auto workers = StartWorkers({"qwen", "nemotron"}, {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  auto g = StartServingGateway(workers->entries, gateway_args);
+  ASSERT_TRUE(g.ok()) << g.status();
+  *qwen = std::move(workers->servers[0]);
+  *nemotron = std::move(workers->servers[1]);
+  *gateway = std::move(*g);
+}
+
 absl::Status WaitForHealth(const std::string& address, const std::string& service, bool serving,
                            absl::Duration timeout) {
   auto stub = grpc::health::v1::Health::NewStub(
@@ -155,10 +193,7 @@ absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::str
     close(fd);
     return absl::UnavailableError("write failed");
   }
-  std::string resp;
-  char buf[8192];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, static_cast<size_t>(n));
+  const std::string resp = ReadUntilClosed(fd);
   close(fd);
   const size_t body = resp.find("\r\n\r\n");
   if (resp.rfind("HTTP/1.1 200", 0) != 0 && resp.rfind("HTTP/1.0 200", 0) != 0) {
@@ -178,17 +213,14 @@ absl::StatusOr<HttpAnswer> HttpExchangeRaw(const std::string& host_port,
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
-  std::string resp;
-  char buf[8192];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, static_cast<size_t>(n));
+  const std::string resp = ReadUntilClosed(fd);
   close(fd);
   const size_t end = resp.find("\r\n\r\n");
   HttpAnswer out;
   if (end == std::string::npos || resp.size() < 12 ||
       !absl::SimpleAtoi(resp.substr(9, 3), &out.status)) {
-    return absl::UnavailableError(absl::StrCat("no HTTP answer from ", host_port, " (",
-                                               resp.size(), " bytes)"));
+    return absl::UnavailableError(
+        absl::StrCat("no HTTP answer from ", host_port, " (", resp.size(), " bytes)"));
   }
   out.headers = resp.substr(0, end);
   out.body = resp.substr(end + 4);
@@ -239,6 +271,12 @@ absl::StatusOr<double> MetricValue(const std::string& exposition, const std::str
     return value;
   }
   return absl::NotFoundError(absl::StrCat("no sample ", name));
+}
+
+double ScrapeMetric(const std::string& address, const std::string& name,
+                    const std::map<std::string, std::string>& labels) {
+  auto text = HttpGet(address, "/metrics");
+  return text.ok() ? MetricValue(*text, name, labels).value_or(-1) : -1;
 }
 
 absl::StatusOr<double> WaitForMetric(const std::string& address, const std::string& name,

@@ -39,6 +39,26 @@ absl::StatusOr<Server> StartWorker(const std::string& model,
 absl::StatusOr<Server> StartGateway(const std::vector<std::string>& worker_entries,
                                     const std::vector<std::string>& extra_args = {});
 
+// One worker for each of `models` (StartWorker with `extra_args`), and their --workers entries
+// (MODEL=ADDRESS) in the same order.
+struct Workers {
+  std::vector<Server> servers;
+  std::vector<std::string> entries;
+};
+absl::StatusOr<Workers> StartWorkers(const std::vector<std::string>& models,
+                                     const std::vector<std::string>& extra_args = {});
+
+// StartGateway, returned once its (plaintext) gRPC health says it serves every model the entries
+// name. A TLS gateway: WaitForReadyModels.
+absl::StatusOr<Server> StartServingGateway(const std::vector<std::string>& worker_entries,
+                                           const std::vector<std::string>& extra_args = {});
+
+// A fast qwen worker and a fast nemotron worker (--synthetic_time_scale=0), into `*qwen` and
+// `*nemotron`, behind StartServingGateway with `gateway_args`, into `*gateway`; a fatal failure
+// when one does not start (call it in ASSERT_NO_FATAL_FAILURE).
+void StartTwoModelStack(const std::vector<std::string>& gateway_args, Server* qwen,
+                        Server* nemotron, Server* gateway);
+
 // Watches grpc.health.v1 until `service` reports SERVING (or NOT_SERVING when !serving).
 absl::Status WaitForHealth(const std::string& address, const std::string& service, bool serving,
                            absl::Duration timeout = absl::Seconds(20));
@@ -70,6 +90,11 @@ absl::StatusOr<HttpAnswer> HttpExchangeRaw(const std::string& host_port,
 // The value of the sample `name` whose labels include all of `labels`.
 absl::StatusOr<double> MetricValue(const std::string& exposition, const std::string& name,
                                    const std::map<std::string, std::string>& labels = {});
+
+// The value of that sample in one read of `address`/metrics (HOST:PORT); -1 when the page or the
+// sample cannot be read. For a value already final when it is read.
+double ScrapeMetric(const std::string& address, const std::string& name,
+                    const std::map<std::string, std::string>& labels = {});
 
 // Polls `address`/metrics until the sample reaches `want` or `timeout` passes; returns the last
 // value read. For effects that happen on another process's thread after an RPC returns.

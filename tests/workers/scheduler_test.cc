@@ -1,10 +1,12 @@
 #include "workers/scheduler.h"
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
+#include <chrono>
 #include <set>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/steady_wait.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
@@ -27,51 +29,52 @@ class GatedEngine final : public Engine {
   }
   const EngineInfo& Info() const override { return info_; }
   const Tokenizer& GetTokenizer() const override { return tokenizer_; }
-  absl::Status AddSequence(const SequenceSpec& spec) override {
-    std::lock_guard<std::mutex> l(mu_);
+  absl::Status AddSequence(const SequenceSpec& spec) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     live_.insert(spec.id);
     return absl::OkStatus();
   }
-  void RemoveSequence(uint64_t id) override {
-    std::lock_guard<std::mutex> l(mu_);
+  void RemoveSequence(uint64_t id) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     live_.erase(id);
   }
-  absl::Status Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) override {
-    std::unique_lock<std::mutex> l(mu_);
+  absl::Status Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) override
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     ++waiting_steps_;
-    cv_.notify_all();
-    cv_.wait(l, [&] { return allowed_ > 0 || open_; });
+    cv_.SignalAll();
+    while (allowed_ <= 0 && !open_) cv_.Wait(&mu_);
     if (!open_) --allowed_;
     --waiting_steps_;
     batches_.emplace_back(ids.begin(), ids.end());
     for (uint64_t id : ids) out->push_back({id, static_cast<int32_t>(id % 10), false});
-    cv_.notify_all();
+    cv_.SignalAll();
     return absl::OkStatus();
   }
 
   // Lets `n` more steps run and waits until the engine is blocked again (or idle).
-  void RunSteps(int n) {
-    std::unique_lock<std::mutex> l(mu_);
+  void RunSteps(int n) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     const size_t target = batches_.size() + n;
     allowed_ += n;
-    cv_.notify_all();
-    cv_.wait(l, [&] { return batches_.size() >= target; });
+    cv_.SignalAll();
+    while (batches_.size() < target) cv_.Wait(&mu_);
   }
-  void WaitBlocked() {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return waiting_steps_ > 0; });
+  void WaitBlocked() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    while (waiting_steps_ <= 0) cv_.Wait(&mu_);
   }
-  void Open() {
-    std::lock_guard<std::mutex> l(mu_);
+  void Open() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     open_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
-  std::vector<std::vector<uint64_t>> batches() {
-    std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::vector<uint64_t>> batches() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     return batches_;
   }
-  size_t live() {
-    std::lock_guard<std::mutex> l(mu_);
+  size_t live() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     return live_.size();
   }
   // A memory budget: each sequence takes `per_sequence` bytes.
@@ -81,8 +84,8 @@ class GatedEngine final : public Engine {
   }
   int64_t SequenceBytes(int64_t, int32_t) const override { return per_sequence_; }
   int64_t MemoryBudgetBytes() const override { return budget_; }
-  int64_t MemoryReservedBytes() const override {
-    std::lock_guard<std::mutex> l(mu_);
+  int64_t MemoryReservedBytes() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     return static_cast<int64_t>(live_.size()) * per_sequence_;
   }
 
@@ -92,53 +95,81 @@ class GatedEngine final : public Engine {
   // Atomic: the test changes the budget while the engine thread reads it (found by TSan).
   std::atomic<int64_t> budget_ = 0;
   std::atomic<int64_t> per_sequence_ = 0;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  int allowed_ = 0;
-  int waiting_steps_ = 0;
-  bool open_ = false;
-  std::vector<std::vector<uint64_t>> batches_;
-  std::set<uint64_t> live_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  int allowed_ ABSL_GUARDED_BY(mu_) = 0;
+  int waiting_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::vector<uint64_t>> batches_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> live_ ABSL_GUARDED_BY(mu_);
 };
 
 class RecordingSink final : public GenerationSink {
  public:
-  void OnStarted(int32_t prompt_tokens, double) override {
-    std::lock_guard<std::mutex> l(mu_);
+  void OnStarted(int32_t prompt_tokens, double) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     prompt_tokens_ = prompt_tokens;
   }
-  void OnText(std::string_view text, int32_t tokens) override {
-    std::lock_guard<std::mutex> l(mu_);
+  void OnText(std::string_view text, int32_t tokens) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     text_ += text;
     tokens_ += tokens;
   }
   void OnFinished(const absl::Status& status, tandem::v1::FinishReason reason,
-                  int32_t completion_tokens) override {
-    std::lock_guard<std::mutex> l(mu_);
+                  int32_t completion_tokens) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     status_ = status;
     reason_ = reason;
     completion_tokens_ = completion_tokens;
     done_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
-  void Wait() {
-    std::unique_lock<std::mutex> l(mu_);
-    ASSERT_TRUE(cv_.wait_for(l, std::chrono::seconds(20), [&] { return done_; }));
+  void Wait() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done_ && WaitUntil(cv_, mu_, deadline)) {
+    }
+    ASSERT_TRUE(done_);
   }
-  bool done() {
-    std::lock_guard<std::mutex> l(mu_);
+  bool done() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     return done_;
   }
+  absl::Status status() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return status_;
+  }
+  tandem::v1::FinishReason reason() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return reason_;
+  }
+  std::string text() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return text_;
+  }
+  int32_t tokens() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return tokens_;
+  }
+  int32_t prompt_tokens() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return prompt_tokens_;
+  }
+  int32_t completion_tokens() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return completion_tokens_;
+  }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  absl::Status status_;
-  tandem::v1::FinishReason reason_ = tandem::v1::FINISH_REASON_UNSPECIFIED;
-  std::string text_;
-  int32_t tokens_ = 0;
-  int32_t prompt_tokens_ = 0;
-  int32_t completion_tokens_ = 0;
+ private:
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  tandem::v1::FinishReason reason_ ABSL_GUARDED_BY(mu_) = tandem::v1::FINISH_REASON_UNSPECIFIED;
+  std::string text_ ABSL_GUARDED_BY(mu_);
+  int32_t tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 GenerationRequest Request(int32_t max_tokens, std::vector<std::string> stop = {}) {
@@ -178,11 +209,11 @@ TEST_F(SchedulerTest, GeneratesUpToMaxTokensThenFinishesWithLength) {
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(scheduler_->Submit(Request(5), sink).ok());
   sink->Wait();
-  EXPECT_TRUE(sink->status_.ok());
-  EXPECT_EQ(sink->reason_, tandem::v1::FINISH_REASON_LENGTH);
-  EXPECT_EQ(sink->completion_tokens_, 5);
-  EXPECT_EQ(sink->tokens_, 5);
-  EXPECT_EQ(sink->prompt_tokens_, 3);
+  EXPECT_TRUE(sink->status().ok());
+  EXPECT_EQ(sink->reason(), tandem::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(sink->completion_tokens(), 5);
+  EXPECT_EQ(sink->tokens(), 5);
+  EXPECT_EQ(sink->prompt_tokens(), 3);
   EXPECT_EQ(metrics_->generation_tokens.Value(), 5);
   EXPECT_EQ(metrics_->finished_length.Value(), 1);
   EXPECT_TRUE(scheduler_->WaitIdle(Clock::Real()->Now() + std::chrono::seconds(5)));
@@ -234,8 +265,8 @@ TEST_F(SchedulerTest, CancellationStopsWorkAtTheNextStep) {
   (*cancel)->Cancel();
   engine_.Open();
   sink->Wait();
-  EXPECT_EQ(sink->status_.code(), absl::StatusCode::kCancelled);
-  EXPECT_LE(sink->completion_tokens_, 3);
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_LE(sink->completion_tokens(), 3);
   EXPECT_EQ(metrics_->finished_cancelled.Value(), 1);
   EXPECT_TRUE(scheduler_->WaitIdle(Clock::Real()->Now() + std::chrono::seconds(5)));
   EXPECT_EQ(engine_.live(), 0u);
@@ -252,11 +283,11 @@ TEST_F(SchedulerTest, QueuedRequestsPastTheirDeadlineNeverRun) {
   ASSERT_TRUE(scheduler_->Submit(std::move(r), late).ok());
   engine_.Open();
   late->Wait();
-  EXPECT_EQ(late->status_.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(late->completion_tokens_, 0);
+  EXPECT_EQ(late->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(late->completion_tokens(), 0);
   EXPECT_EQ(metrics_->finished_deadline.Value(), 1);
   running->Wait();
-  EXPECT_TRUE(running->status_.ok());
+  EXPECT_TRUE(running->status().ok());
 }
 
 TEST_F(SchedulerTest, StopSequenceEndsWithStopAndIsExcluded) {
@@ -267,9 +298,9 @@ TEST_F(SchedulerTest, StopSequenceEndsWithStopAndIsExcluded) {
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(scheduler_->Submit(Request(10, {" request"}), sink).ok());
   sink->Wait();
-  EXPECT_EQ(sink->reason_, tandem::v1::FINISH_REASON_STOP);
-  EXPECT_EQ(sink->text_, "request");
-  EXPECT_EQ(sink->completion_tokens_, 2);
+  EXPECT_EQ(sink->reason(), tandem::v1::FINISH_REASON_STOP);
+  EXPECT_EQ(sink->text(), "request");
+  EXPECT_EQ(sink->completion_tokens(), 2);
 }
 
 TEST_F(SchedulerTest, DrainRefusesNewWorkAndStopEndsAdmittedWork) {
@@ -287,9 +318,9 @@ TEST_F(SchedulerTest, DrainRefusesNewWorkAndStopEndsAdmittedWork) {
   engine_.Open();
   scheduler_->Stop();
   EXPECT_TRUE(running->done());
-  EXPECT_EQ(running->status_.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(running->status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(queued->done());
-  EXPECT_EQ(queued->status_.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(queued->status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(SchedulerTest, AdmissionWaitsForSequenceMemoryAndRefusesWhatCanNeverFit) {
@@ -309,7 +340,7 @@ TEST_F(SchedulerTest, AdmissionWaitsForSequenceMemoryAndRefusesWhatCanNeverFit) 
   EXPECT_EQ(engine_.batches()[0].size(), 2u);
   engine_.Open();
   for (auto& s : sinks) s->Wait();
-  for (auto& s : sinks) EXPECT_TRUE(s->status_.ok()) << s->status_;
+  for (auto& s : sinks) EXPECT_TRUE(s->status().ok()) << s->status();
   EXPECT_EQ(engine_.live(), 0u);
   // A sequence larger than the whole budget is refused at once.
   engine_.SetBudget(500, 1000);

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "policies/policy_loader.h"
 #include "policies/tenant_config.h"
 #include "prometheus/registry.h"
+#include "tests/support/policies.h"
 #include "tests/support/temp_path.h"
 
 namespace tandem::gateway {
@@ -35,6 +37,22 @@ void LinkToZero(const std::string& path) {
   ASSERT_EQ(std::rename(tmp.c_str(), path.c_str()), 0);
 }
 
+// Points `path` at /dev/zero and expects `file`'s reload to refuse it with `message`, and its
+// file watch to report it once however often it looks: `error_count()` from `errors` to
+// `errors` + 2. `file` is a PolicyReloader or a TenantRegistry.
+template <typename ReloadingFile>
+void ExpectZeroLinkRefused(ReloadingFile* file, const std::string& path, const std::string& message,
+                           const std::function<double()>& error_count, double errors) {
+  ASSERT_NO_FATAL_FAILURE(LinkToZero(path));
+  const absl::Status s = file->Reload("admin");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), message);
+  EXPECT_EQ(error_count(), errors + 1);
+  file->CheckFile();
+  file->CheckFile();
+  EXPECT_EQ(error_count(), errors + 2);
+}
+
 std::string Policy(const std::string& version) {
   return absl::StrCat("schema: 1\nversion: ", version,
                       "\nmodels: {qwen: {}}\nclasses: [a]\ndefault_class: a\n"
@@ -44,22 +62,9 @@ std::string Policy(const std::string& version) {
 // A policy whose one `when` is named by every rule through aliases: each rule holds
 // `width` x `width` x `width` `in` values, so the tree is far larger than the file.
 std::string Laughs(int width) {
-  std::vector<std::string> values(width, "v");
-  std::vector<std::string> fields;
-  for (int i = 0; i < width; ++i) fields.push_back(absl::StrCat("label.k", i, ": *op"));
-  fields[0] = absl::StrCat("label.k0: &op {in: [", absl::StrJoin(values, ", "), "]}");
-  std::vector<std::string> alternatives(width, "*alt");
-  alternatives[0] = absl::StrCat("&alt {", absl::StrJoin(fields, ", "), "}");
-  std::string yaml =
-      "schema: 1\nversion: laughs\nmodels: {qwen: {}}\nclasses: [a]\n"
-      "default_class: a\nrules:\n";
-  for (int r = 0; r < width; ++r) {
-    absl::StrAppend(
-        &yaml, "  - {name: r", r, ", when: ",
-        r == 0 ? absl::StrCat("&when {any: [", absl::StrJoin(alternatives, ", "), "]}") : "*when",
-        ", action: {route: qwen}}\n");
-  }
-  return yaml + "  - {name: rest, action: {route: qwen}}\n";
+  return testing::AliasBombPolicy(
+      "schema: 1\nversion: laughs\nmodels: {qwen: {}}\nclasses: [a]\ndefault_class: a\n", width,
+      width, "qwen");
 }
 
 // A counter's value by its `result` label; -1 when absent.
@@ -110,14 +115,8 @@ TEST_F(ReloadLimitsTest, APolicyOverItsLimitsIsRefusedAndTheLiveOneStays) {
   EXPECT_EQ(error_count(), 2);
 
   // A link to /dev/zero: read no further than --max_policy_bytes, by the reload and the watch.
-  LinkToZero(path);
-  s = reloader.Reload("admin");
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), path + ": larger than 4194304 bytes (--max_policy_bytes)");
-  EXPECT_EQ(error_count(), 3);
-  reloader.CheckFile();
-  reloader.CheckFile();
-  EXPECT_EQ(error_count(), 4);
+  ExpectZeroLinkRefused(&reloader, path, path + ": larger than 4194304 bytes (--max_policy_bytes)",
+                        error_count, 2);
   EXPECT_EQ(reloader.Live().first, "v1");
   EXPECT_EQ(holder.Current(), live_router);
 
@@ -170,14 +169,8 @@ TEST_F(ReloadLimitsTest, ATenantsFileOverItsLimitsIsRefusedAndTheLiveOneStays) {
   EXPECT_FALSE(registry.Authenticate("key2").ok());
 
   // A link to /dev/zero: refused at --max_tenants_bytes, by the reload and (once) the watch.
-  LinkToZero(path);
-  s = registry.Reload("admin");
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), path + ": larger than 16777216 bytes (--max_tenants_bytes)");
-  EXPECT_EQ(error_count(), 2);
-  registry.CheckFile();
-  registry.CheckFile();
-  EXPECT_EQ(error_count(), 3);
+  ExpectZeroLinkRefused(
+      &registry, path, path + ": larger than 16777216 bytes (--max_tenants_bytes)", error_count, 1);
   EXPECT_EQ(registry.Describe().sha256, live_sha);
   EXPECT_TRUE(registry.Authenticate("key0").ok());
 

@@ -1,11 +1,13 @@
 #include "gateway/intake/reload_loop.h"
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/steady_wait.h"
 #include "gtest/gtest.h"
 
 namespace tandem::gateway {
@@ -14,24 +16,27 @@ namespace {
 // What the loop's thread did, in order; the test waits (bounded) for a count of entries.
 class Recorder {
  public:
-  void Add(const std::string& what) {
-    std::lock_guard<std::mutex> l(mu_);
+  void Add(const std::string& what) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     log_.push_back(what);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
-  bool WaitFor(size_t n) {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, std::chrono::seconds(30), [&] { return log_.size() >= n; });
+  bool WaitFor(size_t n) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (log_.size() < n && WaitUntil(cv_, mu_, deadline)) {
+    }
+    return log_.size() >= n;
   }
-  std::vector<std::string> log() {
-    std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> log() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     return log_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::string> log_;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::vector<std::string> log_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST(ReloadLoopTest, PollsAndRunsQueuedReloadsInOrder) {

@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/think_tokenizer.h"
 #include "workers/sampler.h"
 #include "workers/simulator/synthetic_tokenizer.h"
 
@@ -101,30 +102,13 @@ TEST(NativeEngineTest, AdmissionRespectsTheMemoryBudget) {
   EXPECT_TRUE(engine.AddSequence(spec).ok());
 }
 
-// The synthetic tokenizer with "<think>" = 2 and "</think>" = 12.
-class ThinkTokenizer final : public Tokenizer {
- public:
-  absl::StatusOr<std::vector<int32_t>> EncodeChat(
-      const google::protobuf::RepeatedPtrField<tandem::v1::ChatMessage>& m,
-      const tandem::v1::ReasoningOptions& r, bool c) const override {
-    return inner_.EncodeChat(m, r, c);
-  }
-  std::unique_ptr<StreamDecoder> NewStreamDecoder() const override {
-    return inner_.NewStreamDecoder();
-  }
-  int32_t SpecialTokenId(std::string_view text) const override {
-    return text == "<think>" ? 2 : text == "</think>" ? 12 : -1;
-  }
-
- private:
-  SyntheticTokenizer inner_{0};
-};
-
 TEST(NativeEngineTest, TheThinkingBudgetForcesTheEndOfThinking) {
   CpuEngineOptions o;
   o.model_name = "qwen";
   o.memory_budget_bytes = 1 << 20;
-  CpuEngine engine(std::make_unique<CountingModel>(), std::make_unique<ThinkTokenizer>(), {15}, o);
+  // "<think>" is token 2 and "</think>" token 12.
+  CpuEngine engine(std::make_unique<CountingModel>(),
+                   std::make_unique<testing::ThinkTokenizer>(2, 12), {15}, o);
   SequenceSpec spec;
   spec.id = 1;
   spec.prompt = {1, 2};  // the generation prompt opened a thinking block
@@ -142,7 +126,8 @@ TEST(NativeEngineTest, TheThinkingBudgetForcesTheEndOfThinking) {
   // Three thinking tokens, then </think> (12) forced instead of 6, then the answer.
   EXPECT_EQ(tokens, (std::vector<int32_t>{3, 4, 5, 12, 13, 14, 15}));
   // Without a budget the model thinks as long as it likes (until it writes </think> itself).
-  CpuEngine free(std::make_unique<CountingModel>(), std::make_unique<ThinkTokenizer>(), {15}, o);
+  CpuEngine free(std::make_unique<CountingModel>(),
+                 std::make_unique<testing::ThinkTokenizer>(2, 12), {15}, o);
   spec.thinking_budget = 0;
   ASSERT_TRUE(free.AddSequence(spec).ok());
   std::vector<StepOutput> out;

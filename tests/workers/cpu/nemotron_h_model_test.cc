@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -18,6 +19,8 @@
 
 #include "absl/status/status.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/model_shape.h"
+#include "tests/support/numerics.h"
 #include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
@@ -78,39 +81,39 @@ const Golden& GetGolden() {
   return *golden;
 }
 
-std::vector<int32_t> Ids(const Json& j) {
-  std::vector<int32_t> ids;
-  for (const Json& v : j) ids.push_back(v.get<int32_t>());
-  return ids;
-}
-
-double MaxAbsDiff(const float* got, const Json& want) {
-  double m = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    m = std::max(m, std::fabs(static_cast<double>(got[i]) - want[i].get<double>()));
-  }
-  return m;
-}
-
-int32_t Argmax(const float* x, int64_t n) {
-  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+// One position's logits: row `row` of `logits`, `vocab` wide.
+absl::Span<const float> Row(const std::vector<float>& logits, int64_t row, int64_t vocab) {
+  return absl::MakeConstSpan(logits.data() + row * vocab, vocab);
 }
 
 #define REQUIRE_GOLDEN(g) ASSERT_TRUE((g).error.empty()) << (g).error
+
+// One golden case, as the case loops below read it.
+struct GoldenCase {
+  const Json& c;  // its cases.json entry
+  std::string name;
+  std::vector<int32_t> prompt;
+};
+
+// Runs `check` on every golden case under SCOPED_TRACE(name), stopping at a fatal failure.
+void ForEachCase(const Golden& g, const std::function<void(const GoldenCase&)>& check) {
+  for (const Json& c : g.cases) {
+    const auto [name, prompt] = testing::NameAndPrompt(c);
+    const GoldenCase gc{c, name, prompt};
+    SCOPED_TRACE(gc.name);
+    check(gc);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
 
 TEST(NativeNemotronTest, ShapeFromConfig) {
   const Golden& g = GetGolden();
   REQUIRE_GOLDEN(g);
   const model::ModelShape& s = g.model->shape();
-  EXPECT_EQ(s.architecture, model::Architecture::kNemotronH);
-  EXPECT_EQ(s.vocab_size, 512);
-  EXPECT_EQ(s.hidden_size, 64);
-  EXPECT_EQ(s.num_layers, 10);
-  EXPECT_EQ(s.max_positions, 4096);
-  // 2 attention layers x K,V x 2 kv heads x 16 dims x 4 bytes.
-  EXPECT_EQ(s.kv_bytes_per_token, 2 * 2 * 2 * 16 * 4);
+  // KV bytes per token: 2 attention layers x K,V x 2 kv heads x 16 dims x 4 bytes. State bytes:
   // 4 Mamba layers x (conv 128 ch x 4 taps + ssm 8 heads x 8 dims x 16 states) x 4 bytes.
-  EXPECT_EQ(s.state_bytes, 4 * (128 * 4 + 8 * 8 * 16) * 4);
+  testing::ExpectShape(s, {model::Architecture::kNemotronH, 512, 64, 10, 4096, 2 * 2 * 2 * 16 * 4,
+                           4 * (128 * 4 + 8 * 8 * 16) * 4});
   EXPECT_EQ(s.eos_token_ids, std::vector<int32_t>{2});
 }
 
@@ -120,101 +123,92 @@ TEST(NativeNemotronTest, PrefillMatchesGolden) {
   REQUIRE_GOLDEN(g);
   const int64_t vocab = g.model->shape().vocab_size;
   ASSERT_EQ(g.cases.size(), 4u);
-  for (const Json& c : g.cases) {
-    const std::string name = c["name"].get<std::string>();
-    SCOPED_TRACE(name);
-    const std::vector<int32_t> prompt = Ids(c["prompt_ids"]);
+  ForEachCase(g, [&](const GoldenCase& gc) {
+    const std::vector<int32_t>& prompt = gc.prompt;
     auto state = g.model->NewState();
     std::vector<float> logits;
     ASSERT_TRUE(g.model->Forward(state.get(), prompt, /*all_logits=*/true, &logits).ok());
     ASSERT_EQ(logits.size(), prompt.size() * vocab);
     EXPECT_EQ(state->position(), static_cast<int64_t>(prompt.size()));
-    const Json& pre = c["prefill"];
+    const Json& pre = gc.c["prefill"];
     double err = 0;
     for (size_t i = 0; i < pre["logits_positions"].size(); ++i) {
       const int64_t pos = pre["logits_positions"][i].get<int64_t>();
-      err = std::max(err, MaxAbsDiff(&logits[pos * vocab], pre["logits"][i]));
+      err = std::max<double>(
+          err, testing::MaxAbsDiff(Row(logits, pos, vocab), testing::JsonFloats(pre["logits"][i])));
     }
     int checked = 0;
     for (size_t pos = 0; pos < prompt.size(); ++pos) {
       if (pre["top2_margin"][pos].get<double>() <= kArgmaxMargin) continue;
       ++checked;
-      EXPECT_EQ(Argmax(&logits[pos * vocab], vocab), pre["argmax"][pos].get<int32_t>())
+      EXPECT_EQ(testing::Argmax(Row(logits, pos, vocab)), pre["argmax"][pos].get<int32_t>())
           << "position " << pos;
     }
     std::printf("[%s] prefill max abs err %.3g (%zu positions), argmax checked at %d/%zu\n",
-                name.c_str(), err, pre["logits_positions"].size(), checked, prompt.size());
+                gc.name.c_str(), err, pre["logits_positions"].size(), checked, prompt.size());
     EXPECT_LE(err, kTolerance);
-  }
+  });
 }
 
 // (b) The prompt one token per call, state carried: the same logits as the prefill.
 TEST(NativeNemotronTest, StepwiseMatchesPrefill) {
   const Golden& g = GetGolden();
   REQUIRE_GOLDEN(g);
-  const int64_t vocab = g.model->shape().vocab_size;
-  for (const Json& c : g.cases) {
-    const std::string name = c["name"].get<std::string>();
-    SCOPED_TRACE(name);
-    const std::vector<int32_t> prompt = Ids(c["prompt_ids"]);
+  ForEachCase(g, [&](const GoldenCase& gc) {
+    const int64_t vocab = g.model->shape().vocab_size;
     std::vector<float> full;
     auto prefill_state = g.model->NewState();
-    ASSERT_TRUE(g.model->Forward(prefill_state.get(), prompt, true, &full).ok());
+    ASSERT_TRUE(g.model->Forward(prefill_state.get(), gc.prompt, true, &full).ok());
 
-    const Json& pre = c["prefill"];
+    const Json& pre = gc.c["prefill"];
     std::map<int64_t, size_t> stored;  // position -> row of the golden logits
     for (size_t i = 0; i < pre["logits_positions"].size(); ++i) {
       stored[pre["logits_positions"][i].get<int64_t>()] = i;
     }
     auto state = g.model->NewState();
     double err_golden = 0, err_prefill = 0;
-    for (size_t pos = 0; pos < prompt.size(); ++pos) {
+    for (size_t pos = 0; pos < gc.prompt.size(); ++pos) {
       std::vector<float> step;
-      ASSERT_TRUE(g.model->Forward(state.get(), {prompt[pos]}, /*all_logits=*/false, &step).ok());
+      ASSERT_TRUE(
+          g.model->Forward(state.get(), {gc.prompt[pos]}, /*all_logits=*/false, &step).ok());
       ASSERT_EQ(step.size(), static_cast<size_t>(vocab));
-      for (int64_t v = 0; v < vocab; ++v) {
-        err_prefill =
-            std::max(err_prefill, std::fabs(static_cast<double>(step[v]) - full[pos * vocab + v]));
-      }
+      err_prefill = std::max<double>(err_prefill, testing::MaxAbsDiff(step, Row(full, pos, vocab)));
       if (auto it = stored.find(pos); it != stored.end()) {
-        err_golden = std::max(err_golden, MaxAbsDiff(step.data(), pre["logits"][it->second]));
+        err_golden = std::max<double>(
+            err_golden, testing::MaxAbsDiff(step, testing::JsonFloats(pre["logits"][it->second])));
       }
     }
-    std::printf("[%s] stepwise max abs err vs golden %.3g, vs own prefill %.3g\n", name.c_str(),
+    std::printf("[%s] stepwise max abs err vs golden %.3g, vs own prefill %.3g\n", gc.name.c_str(),
                 err_golden, err_prefill);
     EXPECT_LE(err_golden, kTolerance);
     EXPECT_LE(err_prefill, kTolerance);
-  }
+  });
 }
 
 // (c) 8 greedy tokens from the prefill state, one per call.
 TEST(NativeNemotronTest, GreedyDecodeMatchesGolden) {
   const Golden& g = GetGolden();
   REQUIRE_GOLDEN(g);
-  const int64_t vocab = g.model->shape().vocab_size;
-  for (const Json& c : g.cases) {
-    const std::string name = c["name"].get<std::string>();
-    SCOPED_TRACE(name);
-    const std::vector<int32_t> prompt = Ids(c["prompt_ids"]);
-    const std::vector<int32_t> want = Ids(c["greedy"]["generated_ids"]);
-    const Json& want_logits = c["greedy"]["decode_logits"];
+  ForEachCase(g, [&](const GoldenCase& gc) {
+    const std::vector<int32_t> want = testing::JsonInts(gc.c["greedy"]["generated_ids"]);
+    const Json& want_logits = gc.c["greedy"]["decode_logits"];
     ASSERT_EQ(want.size(), 8u);
     ASSERT_EQ(want_logits.size(), 8u);
     auto state = g.model->NewState();
     std::vector<float> logits;
-    ASSERT_TRUE(g.model->Forward(state.get(), prompt, /*all_logits=*/false, &logits).ok());
-    std::vector<int32_t> got = {Argmax(logits.data(), vocab)};
+    ASSERT_TRUE(g.model->Forward(state.get(), gc.prompt, /*all_logits=*/false, &logits).ok());
+    std::vector<int32_t> got = {static_cast<int32_t>(testing::Argmax(logits))};
     double err = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_TRUE(g.model->Forward(state.get(), {got[i]}, false, &logits).ok());
-      err = std::max(err, MaxAbsDiff(logits.data(), want_logits[i]));
-      if (i + 1 < want.size()) got.push_back(Argmax(logits.data(), vocab));
+      err = std::max<double>(err, testing::MaxAbsDiff(logits, testing::JsonFloats(want_logits[i])));
+      if (i + 1 < want.size()) got.push_back(static_cast<int32_t>(testing::Argmax(logits)));
     }
-    std::printf("[%s] decode max abs err %.3g over %zu steps\n", name.c_str(), err, want.size());
+    std::printf("[%s] decode max abs err %.3g over %zu steps\n", gc.name.c_str(), err, want.size());
     EXPECT_EQ(got, want);
     EXPECT_LE(err, kTolerance);
-    EXPECT_EQ(state->position(), static_cast<int64_t>(prompt.size() + want.size()));
-  }
+    EXPECT_EQ(state->position(), static_cast<int64_t>(gc.prompt.size() + want.size()));
+  });
 }
 
 TEST(NativeNemotronTest, OutOfRangeTokenIsInvalidArgument) {

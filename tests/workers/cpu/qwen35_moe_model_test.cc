@@ -20,6 +20,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/model_shape.h"
+#include "tests/support/numerics.h"
 #include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
@@ -29,6 +31,8 @@
 namespace tandem::workers::cpu {
 namespace {
 
+using tandem::testing::Argmax;
+using tandem::testing::MaxAbsDiff;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
@@ -48,14 +52,6 @@ absl::StatusOr<std::unique_ptr<CpuModel>> LoadWithConfig(const model::Checkpoint
   absl::StatusOr<model::ModelConfig> parsed = model::ParseModelConfig(config, checkpoint.dir());
   if (!parsed.ok()) return parsed.status();
   return LoadCpuModel(checkpoint, *parsed);
-}
-
-int64_t Argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
-
-float MaxAbsDiff(const float* a, const std::vector<float>& b) {
-  float m = 0;
-  for (size_t i = 0; i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
 }
 
 class QwenGoldenTest : public ::testing::Test {
@@ -87,6 +83,10 @@ class QwenGoldenTest : public ::testing::Test {
 
   static const Json& Cases() { return (*cases_)["cases"]; }
   static int64_t Vocab() { return model_->shape().vocab_size; }
+  // Row `i` of `logits` (one position's).
+  static absl::Span<const float> Row(const std::vector<float>& logits, int64_t i) {
+    return absl::MakeConstSpan(logits.data() + i * Vocab(), Vocab());
+  }
 
   static model::Checkpoint* checkpoint_;
   static CpuModel* model_;
@@ -99,22 +99,16 @@ Json* QwenGoldenTest::cases_ = nullptr;
 
 TEST_F(QwenGoldenTest, Shape) {
   const model::ModelShape& s = model_->shape();
-  EXPECT_EQ(s.architecture, model::Architecture::kQwen35Moe);
-  EXPECT_EQ(s.vocab_size, 512);
-  EXPECT_EQ(s.hidden_size, 64);
-  EXPECT_EQ(s.num_layers, 8);
-  EXPECT_EQ(s.max_positions, 4096);
-  // 2 full-attention layers x (K, V) x 2 kv heads x 32 dims x 4 bytes.
-  EXPECT_EQ(s.kv_bytes_per_token, 2 * 2 * 2 * 32 * 4);
-  // 6 GDN layers x (conv 3 x 128 + recurrent 4 x 16 x 16) x 4 bytes.
-  EXPECT_EQ(s.state_bytes, 6 * (3 * 128 + 4 * 16 * 16) * 4);
+  // KV bytes per token: 2 full-attention layers x (K, V) x 2 kv heads x 32 dims x 4 bytes. State
+  // bytes: 6 GDN layers x (conv 3 x 128 + recurrent 4 x 16 x 16) x 4 bytes.
+  testing::ExpectShape(s, {model::Architecture::kQwen35Moe, 512, 64, 8, 4096, 2 * 2 * 2 * 32 * 4,
+                           6 * (3 * 128 + 4 * 16 * 16) * 4});
   EXPECT_TRUE(s.eos_token_ids.empty());  // null in the golden config
 }
 
 TEST_F(QwenGoldenTest, PrefillMatchesGolden) {
   for (const Json& c : Cases()) {
-    const std::string name = c["name"].get<std::string>();
-    const std::vector<int32_t> prompt = testing::JsonInts(c["prompt_ids"]);
+    const auto [name, prompt] = testing::NameAndPrompt(c);
     const Json& prefill = c["prefill"];
     auto state = model_->NewState();
     std::vector<float> logits;
@@ -128,8 +122,8 @@ TEST_F(QwenGoldenTest, PrefillMatchesGolden) {
     float max_err = 0;
     const std::vector<int32_t> positions = testing::JsonInts(prefill["logits_positions"]);
     for (size_t i = 0; i < positions.size(); ++i) {
-      const float err = MaxAbsDiff(logits.data() + positions[i] * Vocab(),
-                                   testing::JsonFloats(prefill["logits"][i]));
+      const float err =
+          MaxAbsDiff(Row(logits, positions[i]), testing::JsonFloats(prefill["logits"][i]));
       EXPECT_LE(err, kLogitTolerance) << name << " position " << positions[i];
       max_err = std::max(max_err, err);
     }
@@ -137,8 +131,7 @@ TEST_F(QwenGoldenTest, PrefillMatchesGolden) {
     ASSERT_EQ(argmax.size(), prompt.size());
     for (size_t p = 0; p < prompt.size(); ++p) {
       if (prefill["top2_margin"][p].get<double>() <= kArgmaxMargin) continue;
-      EXPECT_EQ(Argmax(logits.data() + p * Vocab(), Vocab()), argmax[p])
-          << name << " position " << p;
+      EXPECT_EQ(Argmax(Row(logits, p)), argmax[p]) << name << " position " << p;
     }
     std::printf("[ qwen ] %-5s prefill max |dlogit| = %.3g (%zu tokens, %.1f tok/s)\n",
                 name.c_str(), max_err, prompt.size(), prompt.size() / seconds);
@@ -147,8 +140,7 @@ TEST_F(QwenGoldenTest, PrefillMatchesGolden) {
 
 TEST_F(QwenGoldenTest, StepwiseMatchesPrefill) {
   for (const Json& c : Cases()) {
-    const std::string name = c["name"].get<std::string>();
-    const std::vector<int32_t> prompt = testing::JsonInts(c["prompt_ids"]);
+    const auto [name, prompt] = testing::NameAndPrompt(c);
     const Json& prefill = c["prefill"];
     const std::vector<int32_t> positions = testing::JsonInts(prefill["logits_positions"]);
     auto state = model_->NewState();
@@ -159,7 +151,7 @@ TEST_F(QwenGoldenTest, StepwiseMatchesPrefill) {
       ASSERT_TRUE(model_->Forward(state.get(), {prompt[p]}, /*all_logits=*/false, &logits).ok());
       ASSERT_EQ(logits.size(), static_cast<size_t>(Vocab()));
       if (next < positions.size() && positions[next] == static_cast<int32_t>(p)) {
-        const float err = MaxAbsDiff(logits.data(), testing::JsonFloats(prefill["logits"][next]));
+        const float err = MaxAbsDiff(Row(logits, 0), testing::JsonFloats(prefill["logits"][next]));
         EXPECT_LE(err, kLogitTolerance) << name << " position " << p;
         max_err = std::max(max_err, err);
         ++next;
@@ -172,8 +164,7 @@ TEST_F(QwenGoldenTest, StepwiseMatchesPrefill) {
 
 TEST_F(QwenGoldenTest, GreedyDecodeMatchesGolden) {
   for (const Json& c : Cases()) {
-    const std::string name = c["name"].get<std::string>();
-    const std::vector<int32_t> prompt = testing::JsonInts(c["prompt_ids"]);
+    const auto [name, prompt] = testing::NameAndPrompt(c);
     const Json& greedy = c["greedy"];
     const std::vector<int32_t> expected = testing::JsonInts(greedy["generated_ids"]);
     ASSERT_EQ(expected.size(), 8u);
@@ -184,7 +175,7 @@ TEST_F(QwenGoldenTest, GreedyDecodeMatchesGolden) {
     std::vector<int32_t> generated;
     float max_err = 0;
     double decode_seconds = 0;
-    int32_t token = static_cast<int32_t>(Argmax(logits.data(), Vocab()));
+    int32_t token = static_cast<int32_t>(Argmax(Row(logits, 0)));
     for (size_t i = 0; i < expected.size(); ++i) {
       generated.push_back(token);
       const auto start = std::chrono::steady_clock::now();
@@ -192,10 +183,10 @@ TEST_F(QwenGoldenTest, GreedyDecodeMatchesGolden) {
       decode_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       EXPECT_EQ(state->position(), static_cast<int64_t>(prompt.size() + i + 1));
-      const float err = MaxAbsDiff(logits.data(), testing::JsonFloats(greedy["decode_logits"][i]));
+      const float err = MaxAbsDiff(Row(logits, 0), testing::JsonFloats(greedy["decode_logits"][i]));
       EXPECT_LE(err, kLogitTolerance) << name << " decode step " << i;
       max_err = std::max(max_err, err);
-      token = static_cast<int32_t>(Argmax(logits.data(), Vocab()));
+      token = static_cast<int32_t>(Argmax(Row(logits, 0)));
     }
     EXPECT_EQ(generated, expected) << name;
     std::printf("[ qwen ] %-5s decode   max |dlogit| = %.3g (%.2f ms/token)\n", name.c_str(),
@@ -222,8 +213,7 @@ TEST_F(QwenGoldenTest, SplitPrefillMatchesOnePrefill) {
   const Json& prefill = c["prefill"];
   const int64_t rows = static_cast<int64_t>(prompt.size() - done);
   const int32_t last = prefill["logits_positions"].back().get<int32_t>();
-  EXPECT_LE(MaxAbsDiff(logits.data() + (rows - 1) * Vocab(),
-                       testing::JsonFloats(prefill["logits"].back())),
+  EXPECT_LE(MaxAbsDiff(Row(logits, rows - 1), testing::JsonFloats(prefill["logits"].back())),
             kLogitTolerance)
       << "position " << last;
 }
@@ -240,7 +230,7 @@ TEST_F(QwenGoldenTest, LongPrefillMatchesStepwise) {
   float max_err = 0;
   for (size_t p = 0; p < prompt.size(); ++p) {
     ASSERT_TRUE(model_->Forward(stepwise.get(), {prompt[p]}, false, &step).ok());
-    max_err = std::max(max_err, MaxAbsDiff(prefill.data() + p * Vocab(), step));
+    max_err = std::max(max_err, MaxAbsDiff(Row(prefill, p), step));
   }
   EXPECT_LE(max_err, kLogitTolerance);
   std::printf("[ qwen ] 600-token prefill vs stepwise max |dlogit| = %.3g\n", max_err);
@@ -260,7 +250,7 @@ TEST_F(QwenGoldenTest, ConcurrentStatesMatchGolden) {
         state = model_->NewState();
         if (!model_->Forward(state.get(), prompt, false, &logits).ok()) return;
       }
-      errors[i] = MaxAbsDiff(logits.data(), testing::JsonFloats(c["prefill"]["logits"].back()));
+      errors[i] = MaxAbsDiff(Row(logits, 0), testing::JsonFloats(c["prefill"]["logits"].back()));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -418,14 +408,33 @@ struct ScopedDir {
   std::string dir;
 };
 
+// A modified copy of the golden checkpoint, opened, with its config; removed when it goes.
+struct ModifiedCheckpoint {
+  // Writes (WriteModifiedCheckpoint's arguments) and opens the copy; a fatal failure when it
+  // does not open.
+  void Open(const std::string& tag, const std::string& drop, const std::string& reshape,
+            const std::vector<int64_t>& new_shape) {
+    cleanup = std::make_unique<ScopedDir>(WriteModifiedCheckpoint(tag, drop, reshape, new_shape));
+    auto opened = model::Checkpoint::Open(cleanup->dir);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    checkpoint = std::move(*opened);
+    config = ParseJson(checkpoint->config_json());
+  }
+  // The model `config` describes.
+  absl::StatusOr<std::unique_ptr<CpuModel>> Load() const {
+    return LoadWithConfig(*checkpoint, config);
+  }
+
+  std::unique_ptr<ScopedDir> cleanup;
+  std::unique_ptr<model::Checkpoint> checkpoint;
+  Json config;
+};
+
 TEST(QwenCheckpointErrorsTest, MissingTensorIsNamed) {
   const std::string name = "model.language_model.layers.5.linear_attn.dt_bias";
-  const std::string dir = WriteModifiedCheckpoint("missing", name, "", {});
-  ScopedDir cleanup(dir);
-  auto checkpoint = model::Checkpoint::Open(dir);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  const Json config = ParseJson((*checkpoint)->config_json());
-  auto m = LoadWithConfig(**checkpoint, config);
+  ModifiedCheckpoint ck;
+  ASSERT_NO_FATAL_FAILURE(ck.Open("missing", name, "", {}));
+  auto m = ck.Load();
   EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(m.status().message(), HasSubstr(name));
   EXPECT_THAT(m.status().message(), HasSubstr("[4]"));
@@ -434,12 +443,9 @@ TEST(QwenCheckpointErrorsTest, MissingTensorIsNamed) {
 TEST(QwenCheckpointErrorsTest, MisShapedTensorIsNamedWithBothShapes) {
   const std::string name = "model.language_model.layers.7.mlp.experts.down_proj";
   // [8, 64, 32] stored as [8, 32, 64]: same bytes, transposed experts.
-  const std::string dir = WriteModifiedCheckpoint("misshaped", "", name, {8, 32, 64});
-  ScopedDir cleanup(dir);
-  auto checkpoint = model::Checkpoint::Open(dir);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  const Json config = ParseJson((*checkpoint)->config_json());
-  auto m = LoadWithConfig(**checkpoint, config);
+  ModifiedCheckpoint ck;
+  ASSERT_NO_FATAL_FAILURE(ck.Open("misshaped", "", name, {8, 32, 64}));
+  auto m = ck.Load();
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(m.status().message(), HasSubstr(name));
   EXPECT_THAT(m.status().message(), HasSubstr("[8, 32, 64]"));
@@ -447,16 +453,13 @@ TEST(QwenCheckpointErrorsTest, MisShapedTensorIsNamedWithBothShapes) {
 }
 
 TEST(QwenCheckpointErrorsTest, TiedEmbeddingsNeedNoLmHead) {
-  const std::string dir = WriteModifiedCheckpoint("tied", "lm_head.weight", "", {});
-  ScopedDir cleanup(dir);
-  auto checkpoint = model::Checkpoint::Open(dir);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  Json config = ParseJson((*checkpoint)->config_json());
-  auto untied = LoadWithConfig(**checkpoint, config);
+  ModifiedCheckpoint ck;
+  ASSERT_NO_FATAL_FAILURE(ck.Open("tied", "lm_head.weight", "", {}));
+  auto untied = ck.Load();
   EXPECT_EQ(untied.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(untied.status().message(), HasSubstr("lm_head.weight"));
-  config["tie_word_embeddings"] = true;
-  auto tied = LoadWithConfig(**checkpoint, config);
+  ck.config["tie_word_embeddings"] = true;
+  auto tied = ck.Load();
   ASSERT_TRUE(tied.ok()) << tied.status();
   auto state = (*tied)->NewState();
   std::vector<float> logits;

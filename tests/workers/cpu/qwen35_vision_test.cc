@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/numerics.h"
 #include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_model.h"
 #include "workers/cpu/qwen35_vision_model.h"
@@ -26,6 +27,8 @@
 namespace tandem::workers::cpu::vision_golden {
 namespace {
 
+using tandem::testing::Argmax;
+using tandem::testing::MaxAbsDiff;
 using Json = nlohmann::json;
 
 const std::string kGoldenDir = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl");
@@ -33,17 +36,6 @@ const std::string kGoldenDir = tandem::testing::SourcePath("/tests/golden/qwen3_
 constexpr float kVisionTolerance = 2e-5f;
 constexpr float kTextOnlyLogitTolerance = 1e-4f;
 constexpr float kImageLogitTolerance = 2e-4f;
-
-float MaxAbsDiff(absl::Span<const float> a, absl::Span<const float> b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    m = std::max(m, std::fabs(a[i] - b[i]));
-  }
-  return m;
-}
-
-int64_t Argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
 
 class QwenVisionGoldenTest : public ::testing::Test {
  protected:
@@ -261,18 +253,20 @@ TEST_F(QwenVisionGoldenTest, PrefillAndGreedyMatchGolden) {
     }
     const std::vector<int32_t> argmax = testing::JsonInts(prefill["argmax"]);
     for (size_t t = 0; t < ids.size(); ++t) {
-      EXPECT_EQ(Argmax(logits.data() + t * V, V), argmax[t]) << "position " << t;
+      EXPECT_EQ(Argmax(absl::MakeConstSpan(logits.data() + t * V, V)), argmax[t])
+          << "position " << t;
     }
     const Json& greedy = c["greedy"];
     const std::vector<int32_t> expected = testing::JsonInts(greedy["generated_ids"]);
-    int32_t next = static_cast<int32_t>(Argmax(logits.data() + (ids.size() - 1) * V, V));
+    int32_t next =
+        static_cast<int32_t>(Argmax(absl::MakeConstSpan(logits.data() + (ids.size() - 1) * V, V)));
     for (size_t i = 0; i < expected.size(); ++i) {
       EXPECT_EQ(next, expected[i]) << "greedy token " << i;
       ASSERT_TRUE(text_->Forward(state.get(), absl::MakeConstSpan(&next, 1), false, &logits).ok());
       const float err = MaxAbsDiff(logits, testing::JsonFloats(greedy["decode_logits"][i]));
       worst = std::max(worst, err);
       EXPECT_LE(err, kImageLogitTolerance) << "decode step " << i;
-      next = static_cast<int32_t>(Argmax(logits.data(), V));
+      next = static_cast<int32_t>(Argmax(absl::MakeConstSpan(logits.data(), V)));
     }
     std::printf("%s: prefill and decode logits max |error| %.3g\n", name.c_str(), worst);
   }
@@ -360,7 +354,7 @@ TEST_F(QwenVisionGoldenTest, FromPngFilesToGreedyTokens) {
                     .ok());
     std::vector<int32_t> generated;
     for (int i = 0; i < 8; ++i) {
-      const int32_t next = static_cast<int32_t>(Argmax(logits.data(), V));
+      const int32_t next = static_cast<int32_t>(Argmax(absl::MakeConstSpan(logits.data(), V)));
       generated.push_back(next);
       ASSERT_TRUE(text_->Forward(state.get(), absl::MakeConstSpan(&next, 1), false, &logits).ok());
     }

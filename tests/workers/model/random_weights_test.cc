@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/random_models.h"
 #include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_kernels.h"
@@ -275,27 +276,6 @@ TEST(RandomWeightTest, IsUniformInItsRangeAndExactlyABf16) {
   EXPECT_NEAR(sum2 / kN, 0.25 * 0.25 / 3, 0.02 * 0.25 * 0.25 / 3);
 }
 
-model::RandomModelOptions SmallModel(const std::string& arch) {
-  model::RandomModelOptions o;
-  o.architecture = arch;
-  o.vocab_size = 300;
-  o.hidden_size = 64;
-  o.num_layers = 5;  // Qwen: GDN x3, attention, GDN; Nemotron: M E M * E
-  o.num_experts = 8;
-  o.experts_per_token = 2;
-  o.moe_intermediate_size = 32;
-  o.shared_intermediate_size = 48;
-  o.num_attention_heads = 4;
-  o.num_kv_heads = 2;
-  o.head_dim = 32;
-  o.linear_head_dim = 16;
-  o.mamba_heads = 4;
-  o.mamba_head_dim = 16;
-  o.mamba_groups = 2;
-  o.ssm_state_size = 16;
-  return o;
-}
-
 // Prefill of a prompt (every position's logits), then three decode steps.
 std::vector<float> RunLogits(const model::Checkpoint& ck) {
   auto model = LoadCpuModel(ck);
@@ -324,7 +304,7 @@ TEST(RandomWeightsTest, WrittenCheckpointGivesTheLogitsOfTheInMemoryModel) {
   for (const char* arch : {"qwen3_5_moe", "nemotron_h"}) {
     for (const model::DType dtype : {model::DType::kBF16, model::DType::kF32}) {
       SCOPED_TRACE(::testing::Message() << arch << " " << model::DTypeName(dtype));
-      model::RandomModelOptions o = SmallModel(arch);
+      model::RandomModelOptions o = testing::SmallRandomModel(arch);
       o.seed = 11;
       o.dtype = dtype;
       o.shard_bytes = dtype == model::DType::kF32 ? 64 << 10 : 0;
@@ -362,7 +342,7 @@ TEST(RandomWeightsTest, WrittenCheckpointGivesTheLogitsOfTheInMemoryModel) {
 // The worker reads the written checkpoint's marks to say its weights are random.
 TEST(RandomWeightsTest, ConfigsCarryTheRandomWeightsMarks) {
   const std::string dir = tandem::testing::TempPath("marks");
-  model::RandomModelOptions o = SmallModel("nemotron_h");
+  model::RandomModelOptions o = testing::SmallRandomModel("nemotron_h");
   o.seed = 5;
   ASSERT_TRUE(model::WriteRandomCheckpoint(o, dir).ok());
   auto written = model::Checkpoint::Open(dir);
@@ -422,7 +402,7 @@ TEST(RandomVisionTest, SpecsAreTheGoldenCheckpointsTensors) {
 // A small multimodal model: vision_config as the engines parse it (ParseVisionConfig), the ids at
 // the top of the vocabulary, and the tower's tensors at the options' sizes.
 TEST(RandomVisionTest, SmallQwenModelsHaveAVisionTowerByDefault) {
-  model::RandomModelOptions o = SmallModel("qwen3_5_moe");
+  model::RandomModelOptions o = testing::SmallRandomModel("qwen3_5_moe");
   auto config = model::RandomModelConfig(o);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ((*config)["vision_config"]["model_type"], "qwen3_5_moe_vision");
@@ -483,7 +463,7 @@ TEST(RandomVisionTest, SmallQwenModelsHaveAVisionTowerByDefault) {
 // The written checkpoint carries the vision config and the image processor's settings for it;
 // a text-only one (vision off) and Nemotron carry neither.
 TEST(RandomVisionTest, WrittenCheckpointsHaveAPreprocessorConfigExactlyWhenMultimodal) {
-  model::RandomModelOptions o = SmallModel("qwen3_5_moe");
+  model::RandomModelOptions o = testing::SmallRandomModel("qwen3_5_moe");
   o.num_layers = 1;
   o.vision_patch_size = 8;
   o.vision_merge_size = 4;
@@ -524,7 +504,8 @@ TEST(RandomVisionTest, WrittenCheckpointsHaveAPreprocessorConfigExactlyWhenMulti
   EXPECT_FALSE(std::ifstream(text_dir + "/preprocessor_config.json").good());
 
   const std::string nemotron_dir = tandem::testing::TempPath("nemotron-ckpt");
-  ASSERT_TRUE(model::WriteRandomCheckpoint(SmallModel("nemotron_h"), nemotron_dir).ok());
+  ASSERT_TRUE(
+      model::WriteRandomCheckpoint(testing::SmallRandomModel("nemotron_h"), nemotron_dir).ok());
   EXPECT_FALSE(std::ifstream(nemotron_dir + "/preprocessor_config.json").good());
 }
 
@@ -533,19 +514,19 @@ TEST(RandomVisionTest, BadVisionSizesAndIdsAreRefusedNamingTheProblem) {
     auto c = model::RandomModelConfig(o);
     return c.ok() ? std::string("ok") : std::string(c.status().message());
   };
-  model::RandomModelOptions o = SmallModel("qwen3_5_moe");
+  model::RandomModelOptions o = testing::SmallRandomModel("qwen3_5_moe");
   o.vision_heads = 3;  // 64 / 3
   EXPECT_THAT(error(o), HasSubstr("head dim"));
-  o = SmallModel("qwen3_5_moe");
+  o = testing::SmallRandomModel("qwen3_5_moe");
   o.vision_position_embeddings = 60;
   EXPECT_THAT(error(o), HasSubstr("square"));
-  o = SmallModel("qwen3_5_moe");
+  o = testing::SmallRandomModel("qwen3_5_moe");
   o.image_token_id = 300;  // vocab 300
   EXPECT_THAT(error(o), HasSubstr("image_token_id"));
-  o = SmallModel("qwen3_5_moe");
+  o = testing::SmallRandomModel("qwen3_5_moe");
   o.vision_end_token_id = 297;  // the start's
   EXPECT_THAT(error(o), HasSubstr("three different ids"));
-  o = SmallModel("qwen3_5_moe");
+  o = testing::SmallRandomModel("qwen3_5_moe");
   o.eos_token_id = 299;  // the image's
   EXPECT_THAT(error(o), HasSubstr("eos_token_id"));
   o.vision = false;  // no vision ids then
@@ -557,7 +538,7 @@ TEST(RandomVisionTest, BadVisionSizesAndIdsAreRefusedNamingTheProblem) {
 TEST(RandomVisionTest, TokenIdsComeFromTheTokenizer) {
   const Json tokenizer = testing::ReadJsonFile(kQwen3Tokenizer);
   ASSERT_TRUE(tokenizer.is_object()) << kQwen3Tokenizer;
-  model::RandomModelOptions o = SmallModel("qwen3_5_moe");
+  model::RandomModelOptions o = testing::SmallRandomModel("qwen3_5_moe");
   ASSERT_TRUE(model::VisionTokenIdsFromTokenizer(tokenizer, &o).ok());
   // Qwen3's added tokens (Qwen3.5's vocabulary has them at 248053, 248054 and 248056).
   EXPECT_EQ(o.vision_start_token_id, 151652);

@@ -1,8 +1,10 @@
 #include "workers/simulator/synthetic_engine.h"
 
-#include <condition_variable>
-#include <mutex>
+#include <chrono>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/steady_wait.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "workers/scheduler.h"
@@ -229,31 +231,34 @@ struct Answer {
 class AnswerSink final : public GenerationSink {
  public:
   void OnStarted(int32_t, double) override {}
-  void OnText(std::string_view text, int32_t tokens) override {
-    std::lock_guard<std::mutex> l(mu_);
+  void OnText(std::string_view text, int32_t tokens) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     if (tokens > 0 || answer_.pieces.empty()) answer_.pieces.emplace_back();
     answer_.pieces.back() += text;
   }
   void OnFinished(const absl::Status& status, tandem::v1::FinishReason reason,
-                  int32_t completion_tokens) override {
-    std::lock_guard<std::mutex> l(mu_);
+                  int32_t completion_tokens) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     answer_.status = status;
     answer_.reason = reason;
     answer_.completion_tokens = completion_tokens;
     done_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
-  Answer Wait() {
-    std::unique_lock<std::mutex> l(mu_);
-    EXPECT_TRUE(cv_.wait_for(l, std::chrono::seconds(20), [&] { return done_; }));
+  Answer Wait() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done_ && WaitUntil(cv_, mu_, deadline)) {
+    }
+    EXPECT_TRUE(done_);
     return answer_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  Answer answer_;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  Answer answer_ ABSL_GUARDED_BY(mu_);
 };
 
 // The worker's path: EncodeChat, then the scheduler driving the synthetic engine.

@@ -227,12 +227,7 @@ std::vector<uint8_t> ExpectedPngRgb(const PngSpec& spec) {
 // A spec whose rows hold Pattern bytes (every bit pattern turns up at every depth); palette
 // images get a palette of 2^depth distinct colours.
 PngSpec PatternPng(int width, int height, int color_type, int bit_depth, bool interlace = false) {
-  PngSpec spec;
-  spec.width = width;
-  spec.height = height;
-  spec.color_type = color_type;
-  spec.bit_depth = bit_depth;
-  spec.interlace = interlace;
+  PngSpec spec{width, height, color_type, bit_depth, interlace, {}, {}, {}, {}};
   const size_t stride = PngRowBytes(spec);
   spec.rows = Pattern(static_cast<int>(stride), height, 1);
   if (color_type == PNG_COLOR_TYPE_PALETTE) {
@@ -301,6 +296,13 @@ JpegSpec RgbJpeg(int width, int height, std::vector<uint8_t> pixels, bool progre
   spec.height = height;
   spec.pixels = std::move(pixels);
   spec.progressive = progressive;
+  return spec;
+}
+
+JpegSpec GreyJpeg(int width, int height, std::vector<uint8_t> pixels) {
+  JpegSpec spec = RgbJpeg(width, height, std::move(pixels));
+  spec.components = 1;
+  spec.in_space = JCS_GRAYSCALE;
   return spec;
 }
 
@@ -450,6 +452,13 @@ std::vector<GifColorType> Palette(int count) {
   return colors;
 }
 
+// The pixels one after another.
+std::vector<uint8_t> Flat(const std::vector<std::vector<uint8_t>>& pixels) {
+  std::vector<uint8_t> out;
+  for (const auto& p : pixels) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
 // The RGB of `indices` through `colors`.
 std::vector<uint8_t> Lookup(const std::vector<uint8_t>& indices,
                             const std::vector<GifColorType>& colors) {
@@ -467,6 +476,23 @@ GifFrame FullFrame(int width, int height, int colors, int seed = 0) {
   return frame;
 }
 
+// A `width` x `height` screen with a global map of `colors` (Palette), and no frame yet.
+GifSpec GifScreen(int width, int height, int colors) {
+  GifSpec spec;
+  spec.width = width;
+  spec.height = height;
+  spec.global_map = Palette(colors);
+  return spec;
+}
+
+// GifScreen with one FullFrame of `frame_width` x `frame_height` (the screen's size when 0).
+GifSpec OneFrameGif(int width, int height, int colors, int frame_width = 0, int frame_height = 0) {
+  GifSpec spec = GifScreen(width, height, colors);
+  spec.frames.push_back(FullFrame(frame_width > 0 ? frame_width : width,
+                                  frame_height > 0 ? frame_height : height, colors));
+  return spec;
+}
+
 // ---------------------------------------------------------------------------------------------
 // One small image of each format, for the checks all formats share.
 
@@ -480,11 +506,7 @@ struct Sample {
 std::vector<Sample> Samples() {
   const int w = 40;
   const int h = 30;
-  GifSpec gif;
-  gif.width = w;
-  gif.height = h;
-  gif.global_map = Palette(64);
-  gif.frames.push_back(FullFrame(w, h, 64));
+  GifSpec gif = OneFrameGif(w, h, 64);
   return {
       {"image/png", EncodePng(PatternPng(w, h, PNG_COLOR_TYPE_RGB, 8)), w, h},
       {"image/jpeg", EncodeJpeg(RgbJpeg(w, h, Pattern(w, h, 3))), w, h},
@@ -497,6 +519,18 @@ std::vector<Sample> Samples() {
 
 absl::StatusOr<RgbImage> Decode(absl::string_view data, absl::string_view mime) {
   return DecodeImage(data, mime, ImageDecodeLimits());
+}
+
+absl::StatusOr<RgbImage> DecodeGif(const GifSpec& spec) {
+  return Decode(EncodeGif(spec), "image/gif");
+}
+
+// The header of `s` gives its size.
+void ExpectProbedSize(const Sample& s) {
+  absl::StatusOr<ImageSize> size = ProbeImageSize(s.data, s.mime);
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(size->width, s.width);
+  EXPECT_EQ(size->height, s.height);
 }
 
 void ExpectInvalid(const absl::Status& status, absl::string_view substring = "") {
@@ -636,12 +670,7 @@ TEST(ImageDecoderTest, JpegBaselineAndProgressiveRoundTripWithinTolerance) {
 }
 
 TEST(ImageDecoderTest, JpegGreyscaleBecomesRgb) {
-  JpegSpec spec;
-  spec.width = 32;
-  spec.height = 16;
-  spec.components = 1;
-  spec.in_space = JCS_GRAYSCALE;
-  spec.pixels = Gradient(32, 16, 1);
+  const JpegSpec spec = GreyJpeg(32, 16, Gradient(32, 16, 1));
   absl::StatusOr<RgbImage> image = Decode(EncodeJpeg(spec), "image/jpg");
   ASSERT_TRUE(image.ok()) << image.status();
   for (size_t i = 0; i < image->rgb.size(); i += 3) {
@@ -708,12 +737,7 @@ std::vector<jpeg_scan_info> ManyScans(int levels) {
 }
 
 TEST(ImageDecoderTest, JpegWithTooManyProgressiveScansIsRefused) {
-  JpegSpec spec;
-  spec.width = 16;
-  spec.height = 16;
-  spec.components = 1;
-  spec.in_space = JCS_GRAYSCALE;
-  spec.pixels = Pattern(16, 16, 1);
+  JpegSpec spec = GreyJpeg(16, 16, Pattern(16, 16, 1));
   const std::vector<jpeg_scan_info> few = ManyScans(1);  // 64 scans
   spec.scans = few.data();
   spec.num_scans = static_cast<int>(few.size());
@@ -772,12 +796,8 @@ TEST(ImageDecoderTest, WebpAlphaIsDroppedKeepingTheColour) {
 // GIF
 
 TEST(ImageDecoderTest, GifRoundTripIsExact) {
-  GifSpec spec;
-  spec.width = 23;
-  spec.height = 11;
-  spec.global_map = Palette(128);
-  spec.frames.push_back(FullFrame(23, 11, 128));
-  absl::StatusOr<RgbImage> image = Decode(EncodeGif(spec), "image/gif");
+  GifSpec spec = OneFrameGif(23, 11, 128);
+  absl::StatusOr<RgbImage> image = DecodeGif(spec);
   ASSERT_TRUE(image.ok()) << image.status();
   EXPECT_EQ(image->width, 23);
   EXPECT_EQ(image->height, 11);
@@ -785,15 +805,12 @@ TEST(ImageDecoderTest, GifRoundTripIsExact) {
 }
 
 TEST(ImageDecoderTest, AnimatedGifGivesTheFirstFrame) {
-  GifSpec spec;
-  spec.width = 8;
-  spec.height = 8;
-  spec.global_map = Palette(16);
+  GifSpec spec = GifScreen(8, 8, 16);
   spec.frames.push_back(FullFrame(8, 8, 16, /*seed=*/1));
   spec.frames.push_back(FullFrame(8, 8, 16, /*seed=*/2));
   spec.frames.push_back(FullFrame(4, 4, 16, /*seed=*/3));
   spec.frames.back().transparent = 3;
-  absl::StatusOr<RgbImage> image = Decode(EncodeGif(spec), "image/gif");
+  absl::StatusOr<RgbImage> image = DecodeGif(spec);
   ASSERT_TRUE(image.ok()) << image.status();
   EXPECT_EQ(image->rgb, Lookup(spec.frames[0].indices, spec.global_map));
 }
@@ -812,20 +829,16 @@ TEST(ImageDecoderTest, GifFrameIsComposedOnTheBackgroundWithTransparency) {
   frame.transparent = 0;
   frame.indices = {0, 1, 3, 3, 0, 1};
   spec.frames.push_back(frame);
-  absl::StatusOr<RgbImage> image = Decode(EncodeGif(spec), "image/gif");
+  absl::StatusOr<RgbImage> image = DecodeGif(spec);
   ASSERT_TRUE(image.ok()) << image.status();
-  const std::vector<uint8_t> bg = {70, 80, 90};
-  const std::vector<uint8_t> c1 = {40, 50, 60};
-  const std::vector<uint8_t> c3 = {100, 110, 120};
+  const std::vector<uint8_t> bg = {70, 80, 90}, c1 = {40, 50, 60}, c3 = {100, 110, 120};
   std::vector<std::vector<uint8_t>> expected = {
       bg, bg, bg, bg, bg,  // row 0
       bg, bg, c1, c3, bg,  // row 1: index 0 is transparent
       bg, c3, bg, c1, bg,  // row 2
       bg, bg, bg, bg, bg,  // row 3
   };
-  std::vector<uint8_t> flat;
-  for (const auto& p : expected) flat.insert(flat.end(), p.begin(), p.end());
-  EXPECT_EQ(image->rgb, flat);
+  EXPECT_EQ(image->rgb, Flat(expected));
 }
 
 TEST(ImageDecoderTest, GifLocalColourMapWithoutGlobalMapHasBlackBackground) {
@@ -840,38 +853,26 @@ TEST(ImageDecoderTest, GifLocalColourMapWithoutGlobalMapHasBlackBackground) {
   frame.local_map = {{1, 2, 3}, {200, 201, 202}};
   frame.indices = {1, 0, 1, 1, 0, 1, 1, 1};
   spec.frames.push_back(frame);
-  absl::StatusOr<RgbImage> image = Decode(EncodeGif(spec), "image/gif");
+  absl::StatusOr<RgbImage> image = DecodeGif(spec);
   ASSERT_TRUE(image.ok()) << image.status();
-  const std::vector<uint8_t> k = {0, 0, 0};
-  const std::vector<uint8_t> a = {1, 2, 3};
-  const std::vector<uint8_t> b = {200, 201, 202};
+  const std::vector<uint8_t> k = {0, 0, 0}, a = {1, 2, 3}, b = {200, 201, 202};
   std::vector<std::vector<uint8_t>> expected = {k, k, k, k, k, k, b, a, k, k, a, b};
-  std::vector<uint8_t> flat;
-  for (const auto& p : expected) flat.insert(flat.end(), p.begin(), p.end());
-  EXPECT_EQ(image->rgb, flat);
+  EXPECT_EQ(image->rgb, Flat(expected));
 }
 
 TEST(ImageDecoderTest, GifInterlacedFrameIsDeinterlaced) {
-  GifSpec spec;
-  spec.width = 3;
-  spec.height = 19;  // every pass, and a partial last group of 8
-  spec.global_map = Palette(32);
-  spec.frames.push_back(FullFrame(3, 19, 32));
+  GifSpec spec = OneFrameGif(3, 19, 32);  // 19 rows: every pass, and a partial last group of 8
   for (int y = 0; y < 19; ++y) {
     for (int x = 0; x < 3; ++x) spec.frames[0].indices[y * 3 + x] = static_cast<uint8_t>(y + x);
   }
   spec.frames[0].interlace = true;
-  absl::StatusOr<RgbImage> image = Decode(EncodeGif(spec), "image/gif");
+  absl::StatusOr<RgbImage> image = DecodeGif(spec);
   ASSERT_TRUE(image.ok()) << image.status();
   EXPECT_EQ(image->rgb, Lookup(spec.frames[0].indices, spec.global_map));
 }
 
 TEST(ImageDecoderTest, GifFrameOverMaxPixelsIsRefusedEvenOffTheScreen) {
-  GifSpec spec;
-  spec.width = 10;
-  spec.height = 10;
-  spec.global_map = Palette(4);
-  spec.frames.push_back(FullFrame(40, 30, 4));
+  GifSpec spec = OneFrameGif(10, 10, 4, 40, 30);
   const std::string gif = EncodeGif(spec);
   ImageDecodeLimits limits;
   limits.max_pixels = 1200;
@@ -891,11 +892,8 @@ TEST(ImageDecoderTest, GifFrameOverMaxPixelsIsRefusedEvenOffTheScreen) {
 }
 
 TEST(ImageDecoderTest, GifWithoutAFrameIsRefused) {
-  GifSpec spec;
-  spec.width = 4;
-  spec.height = 4;
-  spec.global_map = Palette(2);
-  ExpectInvalid(Decode(EncodeGif(spec), "image/gif").status(), "no frame");
+  GifSpec spec = GifScreen(4, 4, 2);
+  ExpectInvalid(DecodeGif(spec).status(), "no frame");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -904,11 +902,9 @@ TEST(ImageDecoderTest, GifWithoutAFrameIsRefused) {
 TEST(ImageDecoderTest, ProbeGivesTheHeaderSizeOfEachFormat) {
   for (const Sample& s : Samples()) {
     SCOPED_TRACE(s.mime);
-    absl::StatusOr<ImageSize> size = ProbeImageSize(s.data, s.mime);
-    ASSERT_TRUE(size.ok()) << size.status();
-    EXPECT_EQ(size->width, s.width);
-    EXPECT_EQ(size->height, s.height);
-    EXPECT_EQ(ImageFormatName(size->format), absl::string_view(s.mime).substr(6));
+    ASSERT_NO_FATAL_FAILURE(ExpectProbedSize(s));
+    EXPECT_EQ(ImageFormatName(ProbeImageSize(s.data, s.mime)->format),
+              absl::string_view(s.mime).substr(6));
     absl::StatusOr<RgbImage> image = Decode(s.data, s.mime);
     ASSERT_TRUE(image.ok()) << image.status();
     EXPECT_EQ(image->width, s.width);
@@ -916,11 +912,7 @@ TEST(ImageDecoderTest, ProbeGivesTheHeaderSizeOfEachFormat) {
     EXPECT_EQ(image->rgb.size(), static_cast<size_t>(s.width) * s.height * 3);
   }
   // A GIF's size is its logical screen, whatever the first frame's.
-  GifSpec gif;
-  gif.width = 30;
-  gif.height = 20;
-  gif.global_map = Palette(4);
-  gif.frames.push_back(FullFrame(5, 6, 4));
+  GifSpec gif = OneFrameGif(30, 20, 4, 5, 6);
   absl::StatusOr<ImageSize> size = ProbeImageSize(EncodeGif(gif), "image/gif");
   ASSERT_TRUE(size.ok()) << size.status();
   EXPECT_EQ(size->width, 30);
@@ -1091,11 +1083,7 @@ std::vector<Sample> HugeHeaders() {
   }
   out.push_back({"image/webp", webp, 16383, 16383});
   // GIF: the logical screen's width and height, little-endian at 6 and 8.
-  GifSpec spec;
-  spec.width = 2;
-  spec.height = 2;
-  spec.global_map = Palette(2);
-  spec.frames.push_back(FullFrame(2, 2, 2));
+  GifSpec spec = OneFrameGif(2, 2, 2);
   std::string gif = EncodeGif(spec);
   for (size_t i : {6, 8}) {
     gif[i] = static_cast<char>(60000 & 0xff);
@@ -1108,10 +1096,7 @@ std::vector<Sample> HugeHeaders() {
 TEST(ImageDecoderTest, HugeDeclaredSizeIsRefusedFromTheHeader) {
   for (const Sample& s : HugeHeaders()) {
     SCOPED_TRACE(s.mime);
-    absl::StatusOr<ImageSize> size = ProbeImageSize(s.data, s.mime);
-    ASSERT_TRUE(size.ok()) << size.status();
-    EXPECT_EQ(size->width, s.width);
-    EXPECT_EQ(size->height, s.height);
+    ASSERT_NO_FATAL_FAILURE(ExpectProbedSize(s));
     const int64_t pixels = int64_t{s.width} * s.height;
     ExpectInvalid(
         Decode(s.data, s.mime).status(),
@@ -1128,17 +1113,12 @@ TEST(ImageDecoderTest, SidesOverTheBoundAreRefusedEvenByTheProbe) {
   ExpectInvalid(ProbeImageSize(png, "image/png").status(), "70000x1 pixels, over the limit");
   ExpectInvalid(Decode(png, "image/png").status(), "70000x1 pixels, over the limit");
   // A GIF screen of 0 pixels a side.
-  GifSpec spec;
-  spec.width = 2;
-  spec.height = 2;
-  spec.global_map = Palette(2);
-  spec.frames.push_back(FullFrame(2, 2, 2));
+  GifSpec spec = OneFrameGif(2, 2, 2);
   std::string gif = EncodeGif(spec);
   gif[6] = gif[7] = 0;
   ExpectInvalid(ProbeImageSize(gif, "image/gif").status(), "a side of 0");
   ExpectInvalid(Decode(gif, "image/gif").status(), "a side of 0");
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Memory follows the data: a file that claims a huge canvas costs nothing until its pixel data
@@ -1211,11 +1191,7 @@ TEST(ImageDecoderMemoryTest, TruncatedJpegClaimingAHugeSizeFailsWithoutAPixelBuf
 
 // A GIF frame that claims 8192x8192 in a few bytes is refused before its index buffer.
 TEST(ImageDecoderMemoryTest, GifFrameClaimingAHugeSizeFailsWithoutABuffer) {
-  GifSpec spec;
-  spec.width = 16;
-  spec.height = 16;
-  spec.global_map = Palette(2);
-  spec.frames.push_back(FullFrame(16, 16, 2));
+  GifSpec spec = OneFrameGif(16, 16, 2);
   std::string gif = EncodeGif(spec);
   // Screen (bytes 6..9) and the image descriptor's size (after its 0x2C separator), 8192 each.
   gif[6] = gif[8] = 0;
@@ -1231,11 +1207,7 @@ TEST(ImageDecoderMemoryTest, GifFrameClaimingAHugeSizeFailsWithoutABuffer) {
 
 // A 35-byte GIF with an 8192x8192 screen and its 1x1 frame cut: the screen is never composed.
 TEST(ImageDecoderMemoryTest, GifScreenIsComposedOnlyAfterItsFrameDecodes) {
-  GifSpec spec;
-  spec.width = 8192;
-  spec.height = 8192;
-  spec.global_map = Palette(2);
-  spec.frames.push_back(FullFrame(1, 1, 2));
+  GifSpec spec = OneFrameGif(8192, 8192, 2, 1, 1);
   std::string gif = EncodeGif(spec);
   const size_t desc = gif.find('\x2C', 13);
   ASSERT_NE(desc, std::string::npos);
