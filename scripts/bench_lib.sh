@@ -20,14 +20,15 @@ bench_cleanup() {
 bench_start() {
   local name=$1 logdir=$2
   shift 2
+  # The child truncates its .out only once it runs: an earlier run's line must not be read first.
+  rm -f "$logdir/$name.out"
   "$@" >"$logdir/$name.out" 2>"$logdir/$name.log" &
   BENCH_PID=$!
   BENCH_PIDS+=("$BENCH_PID")
   for _ in $(seq 400); do
-    if grep -q 'listening grpc=' "$logdir/$name.out"; then
-      BENCH_ADDR=$(sed -n 's/.*listening grpc=\([^ ]*\) .*/\1/p' "$logdir/$name.out" | head -1)
-      return 0
-    fi
+    # Only a whole line counts: the file can be read while the line is half written.
+    BENCH_ADDR=$(sed -n 's/.*listening grpc=\([^ ]*\) .*/\1/p' "$logdir/$name.out" 2>/dev/null | head -1)
+    if [[ -n $BENCH_ADDR ]]; then return 0; fi
     if ! kill -0 "$BENCH_PID" 2>/dev/null; then
       echo "$name exited before listening; its log:" >&2
       cat "$logdir/$name.log" >&2

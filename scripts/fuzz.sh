@@ -20,20 +20,31 @@ targets=(prometheus_text policy safetensors tokenizer request image_decoder json
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]/%/_fuzzer}"
 work=$(mktemp -d /tmp/tandem-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-for t in "${targets[@]}"; do
+# fuzz_one TARGET: one libFuzzer process (one core) for SECONDS_EACH; its exit code in TARGET.rc.
+fuzz_one() {
+  local t=$1
   mkdir -p "$work/$t"
   cp fuzz/corpus/"$t"/* "$work/$t"/
-  echo "[fuzz] $t for ${SECONDS_EACH}s"
-  set +e
   "$BUILD_DIR/fuzz/${t}_fuzzer" -max_total_time="$SECONDS_EACH" -rss_limit_mb=4096 \
     -print_final_stats=1 "$work/$t" >"$work/$t.log" 2>&1
-  rc=$?
-  set -e
-  grep -E "^(Done|stat::number_of_executed_units)" "$work/$t.log" || true
+  echo $? >"$work/$t.rc"
+}
+# As many targets at once as there are cores: each fuzzer is one single-threaded process.
+echo "[fuzz] ${#targets[@]} targets, ${SECONDS_EACH}s each, $(nproc) at a time"
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
+failed=0
+for t in "${targets[@]}"; do
+  rc=$(cat "$work/$t.rc")
+  echo "[fuzz] $t: $(grep -E '^stat::number_of_executed_units' "$work/$t.log" || echo 'no stats')"
   if [[ $rc -ne 0 ]]; then
     tail -n 40 "$work/$t.log" >&2
     echo "[fuzz] $t failed (exit $rc)" >&2
-    exit 1
+    failed=1
   fi
 done
+((failed == 0)) || exit 1
 echo "[fuzz] all targets ran clean"

@@ -1,5 +1,5 @@
 // Bounded load run with faults (ctest label `load`): steady mixed traffic through the gateway
-// with the shipped default policy for TANDEM_LOAD_SECONDS (default 60 s) while a worker is
+// with the shipped default policy for TANDEM_LOAD_SECONDS (default 20 s) while a worker is
 // killed with SIGKILL and restarted on its address twice. Every request must be accounted for:
 // it succeeded, or it failed with a clear status; none hung past its deadline, none was lost,
 // no stream lost a chunk. Prints the counts.
@@ -63,7 +63,7 @@ GenerateRequest Request(std::mt19937& rng, int32_t max_tokens) {
 
 TEST(LoadTest, SteadyTrafficSurvivesWorkerKillsAndRestartsWithEveryRequestAccountedFor) {
   const char* env = std::getenv("TANDEM_LOAD_SECONDS");
-  const int seconds = env != nullptr ? std::atoi(env) : 60;
+  const int seconds = env != nullptr ? std::atoi(env) : 20;
   ASSERT_GT(seconds, 0);
 
   // Two replicas per model, realistic simulated timing (~7 ms per decode step).

@@ -1,6 +1,7 @@
 #include "workers/cuda/cuda_status.h"
 
 #include "absl/strings/str_cat.h"
+#include "workers/cuda/cublas_library.h"
 #include "workers/cuda/launch_check.h"
 
 namespace tandem::workers::cuda {
@@ -42,8 +43,13 @@ absl::Status CudaStatus(cudaError_t err, absl::string_view what) {
 
 absl::Status CublasStatus(cublasStatus_t err, absl::string_view what) {
   if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  std::string message = absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(err), " (",
-                                     cublasGetStatusString(err), ") on ", CurrentDeviceText());
+  // A status can only come from a loaded library, but the names are looked up defensively.
+  absl::StatusOr<const CublasLibrary*> lib = CublasLibrary::Get();
+  const std::string name =
+      lib.ok() ? absl::StrCat((*lib)->status_name(err), " (", (*lib)->status_string(err), ")")
+               : absl::StrCat("status ", static_cast<int>(err));
+  std::string message =
+      absl::StrCat(what, ": cuBLAS error ", name, " on ", CurrentDeviceText());
   if (err == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(std::move(message));
   return absl::InternalError(std::move(message));
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "workers/cuda/cublas_library.h"
 #include "workers/cuda/random_fill.h"
 #include "workers/model/checkpoint_writer.h"
 
@@ -36,9 +37,12 @@ absl::Status Gemm(cublasHandle_t handle, const void* x, int64_t n, int64_t cols,
                   int64_t rows, float* out, cudaDataType_t type, cublasComputeType_t compute,
                   const char* kind) {
   if (n <= 0) return absl::OkStatus();
+  // Loaded already: the handle came from it.
+  absl::StatusOr<const CublasLibrary*> lib = CublasLibrary::Get();
+  if (!lib.ok()) return lib.status();
   const float alpha = 1.0f, beta = 0.0f;
   return GemmStatus(
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
+      (*lib)->gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
                    static_cast<int>(cols), &alpha, w, type, static_cast<int>(cols), x, type,
                    static_cast<int>(cols), &beta, out, CUDA_R_32F, static_cast<int>(rows), compute,
                    CUBLAS_GEMM_DEFAULT),

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "workers/cuda/cublas_library.h"
 #include "workers/cuda/cuda_model.h"
 #include "workers/cuda/cuda_status.h"
 #include "workers/cuda/gemm.h"
@@ -42,13 +43,16 @@ class CublasContext {
  public:
   CublasContext() = default;
   ~CublasContext() {
-    if (handle_ != nullptr) cublasDestroy(handle_);
+    if (handle_ != nullptr) lib_->destroy(handle_);
   }
   CublasContext(const CublasContext&) = delete;
   CublasContext& operator=(const CublasContext&) = delete;
 
   absl::Status Init() {
-    if (absl::Status s = CublasStatus(cublasCreate(&handle_), "cublasCreate"); !s.ok()) {
+    absl::StatusOr<const CublasLibrary*> lib = CublasLibrary::Get();
+    if (!lib.ok()) return lib.status();
+    lib_ = *lib;
+    if (absl::Status s = CublasStatus(lib_->create(&handle_), "cublasCreate"); !s.ok()) {
       handle_ = nullptr;
       return s;
     }
@@ -56,17 +60,18 @@ class CublasContext {
   }
   // cublasSetStream resets the workspace to cuBLAS's own pool, so it is set again each time.
   absl::Status Bind(cudaStream_t stream) {
-    if (absl::Status s = CublasStatus(cublasSetStream(handle_, stream), "cublasSetStream");
+    if (absl::Status s = CublasStatus(lib_->set_stream(handle_, stream), "cublasSetStream");
         !s.ok()) {
       return s;
     }
-    return CublasStatus(cublasSetWorkspace(handle_, workspace_.as<void>(),
+    return CublasStatus(lib_->set_workspace(handle_, workspace_.as<void>(),
                                            static_cast<size_t>(kCublasWorkspaceBytes)),
                         "cublasSetWorkspace");
   }
   cublasHandle_t handle() const { return handle_; }
 
  private:
+  const CublasLibrary* lib_ = nullptr;  // set by Init
   cublasHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
 };
