@@ -25,9 +25,10 @@ fuzz_one() {
   local t=$1
   mkdir -p "$work/$t"
   cp fuzz/corpus/"$t"/* "$work/$t"/
+  local rc=0
   "$BUILD_DIR/fuzz/${t}_fuzzer" -max_total_time="$SECONDS_EACH" -rss_limit_mb=4096 \
-    -print_final_stats=1 "$work/$t" >"$work/$t.log" 2>&1
-  echo $? >"$work/$t.rc"
+    -print_final_stats=1 "$work/$t" >"$work/$t.log" 2>&1 || rc=$?
+  echo "$rc" >"$work/$t.rc"
 }
 # As many targets at once as there are cores: each fuzzer is one single-threaded process.
 echo "[fuzz] ${#targets[@]} targets, ${SECONDS_EACH}s each, $(nproc) at a time"

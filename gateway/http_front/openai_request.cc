@@ -316,7 +316,8 @@ absl::Status DecodeField(const std::string& key, const json& v, ChatRequest* out
                key == "top_logprobs") {
       if (!Neutral(key, v)) return BadParam(key, "not supported by this gateway (leave it unset)");
     } else {
-      return BadParam(key, "unrecognized request argument");
+      // The caller's key, escaped: an error message is one printable ASCII line (it goes to logs).
+      return BadParam(absl::CHexEscape(key), "unrecognized request argument");
     }
   }
   return absl::OkStatus();

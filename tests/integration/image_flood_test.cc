@@ -114,17 +114,6 @@ std::string TruncatedJpegClaimingHugeSize(size_t size) {
   return jpeg;
 }
 
-std::string MakeCheckpoint() {
-  const std::string dir = TempPath("ckpt-qwen-flood");
-  const std::string cmd = absl::StrCat(
-      tandem::testing::MakeCheckpointBin(), " --arch=qwen3_5_moe --out=", dir,
-      " --tokenizer=", tandem::testing::SourceDir(), "/tests/tokenizer/qwen3/tokenizer.json",
-      " --hidden=64 --layers=4 --experts=4 --moe_intermediate=64 --shared_intermediate=64",
-      " --heads=2 --kv_heads=1 --head_dim=32 --seed=7 > /dev/null");
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  return dir;
-}
-
 // The 99th percentile (nearest rank) of `seconds`.
 double P99(std::vector<double> seconds) {
   if (seconds.empty()) return 0;
@@ -153,9 +142,10 @@ class ImageFloodTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // One image thread and a queue of two: eight flooders overfill it, so admission refuses.
-    auto w = StartWorker(
-        "qwen", {"--engine=native", "--checkpoint=" + MakeCheckpoint(), "--memory_budget=268435456",
-                 "--native_threads=1", "--image_threads=1", "--image_queue=2"});
+    auto w =
+        StartWorker("qwen", {"--engine=native", "--checkpoint=" + NativeCheckpoint("qwen3_5_moe"),
+                             "--memory_budget=268435456", "--native_threads=1", "--image_threads=1",
+                             "--image_queue=2"});
     ASSERT_TRUE(w.ok()) << w.status();
     worker_ = std::move(*w);
     // The routing policy names both models; nemotron is a synthetic stand-in here.

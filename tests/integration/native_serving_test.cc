@@ -25,17 +25,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string MakeCheckpoint(const std::string& arch) {
-  const std::string dir = TempPath("ckpt-" + arch);
-  const std::string cmd = absl::StrCat(
-      tandem::testing::MakeCheckpointBin(), " --arch=", arch, " --out=", dir,
-      " --tokenizer=", tandem::testing::SourceDir(), "/tests/tokenizer/qwen3/tokenizer.json",
-      " --hidden=64 --layers=4 --experts=4 --moe_intermediate=64 --shared_intermediate=64",
-      " --heads=2 --kv_heads=1 --head_dim=32 --seed=7 > /dev/null");
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  return dir;
-}
-
 class NativeServingTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -43,7 +32,7 @@ class NativeServingTest : public ::testing::Test {
              {"qwen", "qwen3_5_moe"}, {"nemotron", "nemotron_h"}}) {
       // --max_image_pixels: the test images fit, a header claiming 1000x1000 does not.
       auto w = StartWorker(
-          model, {"--engine=native", "--checkpoint=" + MakeCheckpoint(arch),
+          model, {"--engine=native", "--checkpoint=" + NativeCheckpoint(arch),
                   "--memory_budget=268435456", "--native_threads=1", "--max_image_pixels=100000"});
       ASSERT_TRUE(w.ok()) << w.status();
       entries_.push_back(model + "=" + w->grpc_address);
@@ -291,7 +280,7 @@ std::string GreedyText(const std::string& address) {
 }
 
 TEST(RandomWeightsServingTest, GeneratedWeightsAnswerAsTheWrittenCheckpointAndSaySo) {
-  const std::string dir = MakeCheckpoint("qwen3_5_moe");  // seed 7
+  const std::string dir = NativeCheckpoint("qwen3_5_moe");  // seed 7
   auto written = StartWorker("qwen", {"--engine=native", "--checkpoint=" + dir,
                                       "--memory_budget=268435456", "--native_threads=1"});
   ASSERT_TRUE(written.ok()) << written.status();

@@ -6,6 +6,7 @@ extern const char kTandemWorkerBin[];
 extern const char kTandemGatewayBin[];
 extern const char kTandemCtlBin[];
 extern const char kTandemMakeCheckpointBin[];
+extern const char kTandemNativeCheckpointDir[];
 extern const char kTandemPromtoolBin[];
 extern const char kTandemPrometheusBin[];
 
@@ -23,6 +24,9 @@ const char* WorkerBin() { return kTandemWorkerBin; }
 const char* GatewayBin() { return kTandemGatewayBin; }
 const char* CtlBin() { return kTandemCtlBin; }
 const char* MakeCheckpointBin() { return kTandemMakeCheckpointBin; }
+std::string NativeCheckpoint(std::string_view arch) {
+  return std::string(kTandemNativeCheckpointDir) + "/" + std::string(arch);
+}
 const char* PromtoolBin() { return kTandemPromtoolBin; }
 const char* PrometheusBin() { return kTandemPrometheusBin; }
 

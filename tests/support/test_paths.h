@@ -19,6 +19,9 @@ const char* WorkerBin();
 const char* GatewayBin();
 const char* CtlBin();
 const char* MakeCheckpointBin();
+// The build's small random-weights checkpoint of `arch` (qwen3_5_moe or nemotron_h: hidden 64,
+// 4 layers, 4 experts, seed 7, the Qwen3 tokenizer), written at build time (tests/CMakeLists.txt).
+std::string NativeCheckpoint(std::string_view arch);
 
 // Found at configure time; empty when not found (the tests that need them skip).
 const char* PromtoolBin();

@@ -24,10 +24,10 @@ absl::StatusOr<CublasLibrary> Load() {
   void* handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot load cuBLAS (", kLibrary, "), which the CUDA engine needs: ",
-        why != nullptr ? why : "unknown reason",
-        "; install CUDA 13's cuBLAS or put its directory on LD_LIBRARY_PATH"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot load cuBLAS (", kLibrary,
+                     "), which the CUDA engine needs: ", why != nullptr ? why : "unknown reason",
+                     "; install CUDA 13's cuBLAS or put its directory on LD_LIBRARY_PATH"));
   }
   // The cublas_v2.h names are macros for the _v2 symbols the library exports.
   CublasLibrary lib;

@@ -15,10 +15,10 @@ namespace tandem::workers::cuda {
 struct CublasLibrary {
   // cublasGemmEx is overloaded in C++ (an inline wrapper takes the older cudaDataType compute
   // type); this is the library's own. The cast checks it against the header at compile time.
-  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
-                                    int, int, const void*, const void*, cudaDataType, int,
-                                    const void*, cudaDataType, int, const void*, void*,
-                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                    int, const void*, const void*, cudaDataType, int, const void*,
+                                    cudaDataType, int, const void*, void*, cudaDataType, int,
+                                    cublasComputeType_t, cublasGemmAlgo_t);
 
   decltype(&::cublasCreate) create = nullptr;
   decltype(&::cublasDestroy) destroy = nullptr;

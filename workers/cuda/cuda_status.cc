@@ -48,8 +48,7 @@ absl::Status CublasStatus(cublasStatus_t err, absl::string_view what) {
   const std::string name =
       lib.ok() ? absl::StrCat((*lib)->status_name(err), " (", (*lib)->status_string(err), ")")
                : absl::StrCat("status ", static_cast<int>(err));
-  std::string message =
-      absl::StrCat(what, ": cuBLAS error ", name, " on ", CurrentDeviceText());
+  std::string message = absl::StrCat(what, ": cuBLAS error ", name, " on ", CurrentDeviceText());
   if (err == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(std::move(message));
   return absl::InternalError(std::move(message));
 }

@@ -43,9 +43,9 @@ absl::Status Gemm(cublasHandle_t handle, const void* x, int64_t n, int64_t cols,
   const float alpha = 1.0f, beta = 0.0f;
   return GemmStatus(
       (*lib)->gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
-                   static_cast<int>(cols), &alpha, w, type, static_cast<int>(cols), x, type,
-                   static_cast<int>(cols), &beta, out, CUDA_R_32F, static_cast<int>(rows), compute,
-                   CUBLAS_GEMM_DEFAULT),
+                      static_cast<int>(cols), &alpha, w, type, static_cast<int>(cols), x, type,
+                      static_cast<int>(cols), &beta, out, CUDA_R_32F, static_cast<int>(rows),
+                      compute, CUBLAS_GEMM_DEFAULT),
       kind, n, cols, rows);
 }
 

@@ -65,7 +65,7 @@ class CublasContext {
       return s;
     }
     return CublasStatus(lib_->set_workspace(handle_, workspace_.as<void>(),
-                                           static_cast<size_t>(kCublasWorkspaceBytes)),
+                                            static_cast<size_t>(kCublasWorkspaceBytes)),
                         "cublasSetWorkspace");
   }
   cublasHandle_t handle() const { return handle_; }

@@ -1,8 +1,8 @@
 #include "gateway/http_front/openai_codec.h"
-#include "gateway/http_front/openai_request.h"
 
 #include <string>
 
+#include "gateway/http_front/openai_request.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -109,6 +109,17 @@ TEST(OpenAiCodecTest, AutoAndAbsentModelLeaveTheRouterFree) {
   json no_model = Body();
   no_model.erase("model");
   EXPECT_TRUE(Decode(no_model).ok());
+}
+
+TEST(OpenAiCodecTest, AnUnknownKeyIsNamedInPrintableAscii) {
+  // Found by the json_consumers fuzzer: a DEL byte and UTF-8 in a key went into the message.
+  auto r = Decode(Body({{"m\x7f"
+                         "del",
+                         1},
+                        {"t\xc3\xa9", 1}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(ParamOf(r.status()), HasSubstr("m\\x7f"));
+  for (const unsigned char c : r.status().message()) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << int(c);
 }
 
 TEST(OpenAiCodecTest, RefusalsNameTheField) {
