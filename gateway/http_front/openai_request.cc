@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/json_depth.h"
+#include "common/log_text.h"
 #include "gateway/http_front/strict_json.h"
 #include "nlohmann/json.hpp"
 
@@ -316,8 +317,10 @@ absl::Status DecodeField(const std::string& key, const json& v, ChatRequest* out
                key == "top_logprobs") {
       if (!Neutral(key, v)) return BadParam(key, "not supported by this gateway (leave it unset)");
     } else {
-      // The caller's key, escaped: an error message is one printable ASCII line (it goes to logs).
-      return BadParam(absl::CHexEscape(key), "unrecognized request argument");
+      // An error message is one short printable line (it goes to logs): a key that is not a plain
+      // token is named quoted, escaped and cut.
+      return BadParam(IsPlainToken(key, 64) ? key : QuoteForLog(key),
+                      "unrecognized request argument");
     }
   }
   return absl::OkStatus();
