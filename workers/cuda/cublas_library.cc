@@ -12,11 +12,11 @@ namespace {
 
 constexpr char kLibrary[] = "libcublas.so.13";
 
+// Sets *fn to `symbol` in the library, or names the symbol in `missing`.
 template <typename Fn>
-bool Resolve(void* handle, const char* symbol, Fn* fn, std::string* missing) {
+void Resolve(void* handle, const char* symbol, Fn* fn, std::string* missing) {
   *fn = reinterpret_cast<Fn>(dlsym(handle, symbol));
   if (*fn == nullptr) absl::StrAppend(missing, missing->empty() ? "" : ", ", symbol);
-  return *fn != nullptr;
 }
 
 absl::StatusOr<CublasLibrary> Load() {
