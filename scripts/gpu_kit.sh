@@ -8,7 +8,8 @@
 #   bash scripts/gpu_kit.sh        then, on the GPU machine: bash build-gpu-kit/run.sh OUTDIR
 #
 # Environment: TANDEM_GPU_KIT_BUILD_DIR (CMake build, default build-gpu-kit-obj),
-# TANDEM_GPU_KIT_JOBS (default: all cores).
+# TANDEM_GPU_KIT_JOBS (default: all cores), TANDEM_CACHE (default ~/.cache/tandem: a kit built from
+# the same inputs is reused from there, see kit_inputs below).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 KIT=$ROOT/build-gpu-kit
@@ -36,11 +37,41 @@ if [[ ! -x $NVCC ]]; then
   exit 1
 fi
 
+# Everything the kit is built from: the sources (not docs, deploy files, examples or fuzzers), the
+# work tree's path (the source link below is named after it), the compilers and the installed
+# Debian packages (the kit links their static libraries). A fresh clone of an unchanged tree
+# reuses the kit a previous clone built instead of spending minutes on the same static links.
+kit_inputs() {
+  (
+    cd "$ROOT"
+    echo "$ROOT"
+    "$NVCC" --version
+    g++ --version
+    dpkg-query -W -f '${Package} ${Version}\n'
+    git ls-files -z --cached --others --exclude-standard | sort -zu |
+      grep -zv -E '^(docs/|deploy/|examples/|fuzz/|\.ci/)|\.md$' |
+      while IFS= read -r -d '' f; do [[ -f $f ]] && printf '%s\0' "$f"; done |
+      xargs -0 sha256sum
+  ) | sha256sum | cut -c1-16
+}
+KIT_CACHE=${TANDEM_CACHE:-$HOME/.cache/tandem}/gpu-kit
+KEY=$(kit_inputs)
+
 # The test binaries have their source directory compiled in (they read tests/golden through
 # it). Building through a link whose name is fixed per work tree lets run.sh point the same
 # name at the work tree's copy on the GPU machine, wherever that copy lands.
 SOURCE_LINK=/tmp/tandem-gpu-kit-src-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)
 ln -sfn "$ROOT" "$SOURCE_LINK"
+
+if [[ -f $KIT_CACHE/$KEY/manifest.json ]]; then
+  echo "[gpu-kit] inputs unchanged since the kit in $KIT_CACHE/$KEY: reusing it"
+  rm -rf "$KIT"
+  cp -a "$KIT_CACHE/$KEY" "$KIT"
+  mkdir -p "$OBJ"
+  bash "$KIT/run.sh" --cpu-e2e "$OBJ/cpu-e2e"
+  echo "[gpu-kit] $KIT: reused and checked in $((SECONDS - start)) s"
+  exit 0
+fi
 
 mkdir -p "$OBJ"
 g++ -std=c++20 -O2 -fPIC -c "$ROOT/scripts/gpu_kit/kit_shims.cc" -o "$OBJ/kit_shims.o"
@@ -55,7 +86,7 @@ cmake -S "$SOURCE_LINK" -B "$OBJ" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS="-ffunction-sections -fdata-sections" \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,--gc-sections" \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_SKIP_BUILD_RPATH=ON \
-  -DTANDEM_UPSTREAM_ENGINE=OFF \
+  -DTANDEM_UPSTREAM_ENGINE=OFF -DTANDEM_LLD=OFF \
   "-DCMAKE_CXX_LINKER_LAUNCHER=python3;$ROOT/scripts/gpu_kit/static_link.py;--shims=$OBJ/libtandem_kit_shims.a" \
   >"$OBJ/configure.log"
 # Not shipped: the CPU reference tool, and three suites that check the kit's two stand-ins (the
@@ -132,6 +163,7 @@ cat >"$KIT/manifest.json" <<EOF
   "commit": "$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || echo "+local changes")",
   "built_utc": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
   "source_link": "$SOURCE_LINK",
+  "inputs": "$KEY",
   "cuda_architectures": "sm_90",
   "nvcc": "$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')",
   "build_seconds": $build_seconds,
@@ -151,3 +183,9 @@ if ((size > MAX_KIT_BYTES)); then
   exit 1
 fi
 echo "[gpu-kit] $KIT: $((size / 1048576)) MiB ($size bytes), built in $((SECONDS - start)) s"
+# Kept for the next build from the same inputs; only the newest two kits stay (56 MiB each).
+mkdir -p "$KIT_CACHE"
+rm -rf "${KIT_CACHE:?}/$KEY" "$KIT_CACHE/$KEY.tmp"
+cp -a "$KIT" "$KIT_CACHE/$KEY.tmp"
+mv -T "$KIT_CACHE/$KEY.tmp" "$KIT_CACHE/$KEY"
+ls -1dt "$KIT_CACHE"/*/ | tail -n +3 | xargs -r rm -rf

@@ -38,7 +38,9 @@ repeat=()
 # a sanitizer report still fails the whole run below, whichever run it came from.
 if [[ $preset == tsan ]]; then repeat=(--repeat until-pass:2); fi
 set +e
-ctest --preset "$preset" -j "$(nproc)" "${repeat[@]}" "$@" 2>&1 | tee "$BUILD_DIR/ctest.log"
+# Two tests per core, as in scripts/test.sh: sanitized processes wait even more than plain ones.
+ctest --preset "$preset" -j "${TANDEM_TEST_JOBS:-$((2 * $(nproc)))}" "${repeat[@]}" "$@" 2>&1 |
+  tee "$BUILD_DIR/ctest.log"
 rc=${PIPESTATUS[0]}
 set -e
 echo "[sanitize] $preset tests: $((SECONDS - start)) s (ctest exit $rc)"

@@ -23,6 +23,7 @@ PACKAGES=(
   python3             # builds the classifier's labelled data (router/classifier)
   python3-yaml        # deploy/ checks (compose, Kubernetes manifests)
   python3-numpy ccache   # the llama-server test peer: its tiny model, and its build's cache
+  lld                 # the linker of every build but the GPU kit's (CMakeLists.txt, TANDEM_LLD)
   python3-grpcio python3-protobuf   # examples/python, run by tests/integration/clients_test.cc
   docker-compose      # deploy/compose: `docker-compose config` in ctest
   systemd             # deploy/systemd: `systemd-analyze verify` in ctest

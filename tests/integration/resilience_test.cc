@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -296,7 +297,12 @@ TEST_F(ResilienceTest, AFailoverToAHungWorkerDoesNotWaitForTheDeadline) {
   Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
   ASSERT_NO_FATAL_FAILURE(
       StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
-                       {"--policy=" + QwenOnlyPolicy(), "--stall_timeout_min=300ms"}));
+                       {"--policy=" + QwenOnlyPolicy(), "--stall_timeout_min=300ms",
+                        // The hung replica's first-token timeout is this multiple of the first
+                        // attempt's first-token delay: at the default 20, a loaded machine
+                        // (sanitizers, parallel tests; 0.75 s) makes it 15 s, and the gRPC
+                        // keepalive ends the call before the stall is seen.
+                        "--stall_timeout_multiple=3"}));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
   // After the first chunk the other replica hangs (SIGSTOP) and the serving one dies: the
   // failover goes to the hung one, which never sends a first token. It must be given up at its
@@ -521,9 +527,15 @@ triggers:
 TEST_F(ResilienceTest, BothModelsSaturatedAreShedFastWithARetryHint) {
   Server qwen = OneAtATime("qwen", 64);
   Server nemotron = OneAtATime("nemotron", 64);
+  // Stale only after 5 s: on a loaded machine a scrape can miss the default three intervals
+  // (300 ms), which turns the triggers off; staleness is not what this test is about.
   const std::string policy = WriteTempFile("p.yaml", PolicyYaml(R"(signals:
-  qwen_q: {scrape: {model: qwen, metric: tandem_worker_num_requests_waiting}}
-  nemotron_q: {scrape: {model: nemotron, metric: tandem_worker_num_requests_waiting}}
+  qwen_q:
+    scrape: {model: qwen, metric: tandem_worker_num_requests_waiting}
+    stale: {after: 5s}
+  nemotron_q:
+    scrape: {model: nemotron, metric: tandem_worker_num_requests_waiting}
+    stale: {after: 5s}
 triggers:
   qwen_full: {signal: qwen_q, enter: {ge: 2}, exit: {lt: 1}}
   nemotron_full: {signal: nemotron_q, enter: {ge: 2}, exit: {lt: 1}}
@@ -542,9 +554,14 @@ triggers:
                        {"--policy=" + policy, "--scrape_interval=100ms"}));
   ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 1 && UsableCount("nemotron") == 1; }));
 
-  // Three long requests pinned to each model: one runs, two wait.
+  // Three long requests pinned to each model: one runs, two wait. Cancelled and joined however
+  // the test ends (a failed ASSERT returns early).
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::thread> load;
+  const absl::Cleanup stop_load = [&] {
+    for (auto& c : contexts) c->TryCancel();
+    for (auto& t : load) t.join();
+  };
   for (const char* model : {"qwen", "nemotron"}) {
     for (int i = 0; i < 3; ++i) {
       contexts.push_back(std::make_unique<grpc::ClientContext>());
@@ -585,8 +602,6 @@ triggers:
   }
   EXPECT_EQ(GatewayMetric("tandem_gateway_shed_requests_total", {{"class", "accuracy_critical"}}),
             shed);
-  for (auto& c : contexts) c->TryCancel();
-  for (auto& t : load) t.join();
 }
 
 TEST_F(ResilienceTest, APromQLSignalFromARealPrometheusSwitchesARuleOnAndOffWithHysteresis) {

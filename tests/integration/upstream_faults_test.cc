@@ -203,7 +203,11 @@ TEST_F(UpstreamFaultsTest, TheGatewayFailsOverFromAFailingEngine) {
   auto sim = StartWorker("qwen", {"--synthetic_time_scale=0"});
   ASSERT_TRUE(sim.ok()) << sim.status();
   auto gateway = StartGateway({"qwen=" + worker_.grpc_address, "qwen=" + sim->grpc_address},
-                              {"--policy=" + WriteTempFile("q.yaml", kQwenOnlyPolicy)});
+                              {"--policy=" + WriteTempFile("q.yaml", kQwenOnlyPolicy),
+                               // Every call may need its retry: on a slow machine the breaker's
+                               // ejection can end between two calls. The budget is not what
+                               // this test is about.
+                               "--retry_budget_min=100"});
   ASSERT_TRUE(gateway.ok()) << gateway.status();
   auto stub = tandem::v1::Gateway::NewStub(
       grpc::CreateChannel(gateway->grpc_address, grpc::InsecureChannelCredentials()));
