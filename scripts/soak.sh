@@ -23,7 +23,7 @@
 #     (tandem-bench --check_text); a mid-stream failover's answer included.
 #
 #   bash scripts/soak.sh                     # 300 s at 200 req/s
-#   SOAK_SECONDS=600 bash scripts/soak.sh    # what docs/development.md reports (CI runs 150 s)
+#   SOAK_SECONDS=600 bash scripts/soak.sh    # what docs/development.md reports (CI runs 120 s, the shortest that is not a smoke run)
 #
 # Runs under 120 s are smoke runs: their warm-up ends before the signal window fills, so the RSS
 # check would see that growth. Other knobs: SOAK_RATE, SOAK_KILL_EVERY, SOAK_RELOAD_EVERY,
