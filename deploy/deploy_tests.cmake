@@ -1,4 +1,6 @@
-# Checks of deploy/ (operators' configuration), included from tests/CMakeLists.txt.
+# Checks of deploy/ (operators' configuration), included from tests/CMakeLists.txt. Label `check`:
+# they run none of Tandem's code (the sanitizer suites leave them out), but for
+# grafana_dashboard_queries_live, which runs the stack.
 # Prometheus: config, rules and the rules' unit tests (promtool, Debian's prometheus package).
 set(TANDEM_DEPLOY ${PROJECT_SOURCE_DIR}/deploy)
 # Without promtool these skip (tandem_add_test_needing, tests/CMakeLists.txt).
@@ -13,13 +15,13 @@ tandem_add_test_needing(TANDEM_PROMTOOL prometheus_rules_test
 add_test(NAME prometheus_metric_names_check
   COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/prometheus/check_metric_names.py)
 set_tests_properties(prometheus_config_check prometheus_rules_check prometheus_rules_test
-  prometheus_metric_names_check PROPERTIES LABELS unit TIMEOUT 60)
+  prometheus_metric_names_check PROPERTIES LABELS check TIMEOUT 60)
 
 # Grafana: dashboard structure (Grafana itself is not packaged for Debian), then every panel
 # query against a real Prometheus that scraped a live stack under load.
 add_test(NAME grafana_dashboards_check
   COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/grafana/check_dashboards.py)
-set_tests_properties(grafana_dashboards_check PROPERTIES LABELS unit TIMEOUT 60)
+set_tests_properties(grafana_dashboards_check PROPERTIES LABELS check TIMEOUT 60)
 tandem_add_test_needing(TANDEM_PROMETHEUS grafana_dashboard_queries_live
   ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/grafana/dashboard_queries_test.py
     --worker=$<TARGET_FILE:tandem-worker> --gateway=$<TARGET_FILE:tandem-gateway>
@@ -31,7 +33,7 @@ set_tests_properties(grafana_dashboard_queries_live PROPERTIES LABELS integratio
 # with stub binaries into a scratch root, so it needs neither a build nor systemd.
 add_test(NAME systemd_install_engine_check
   COMMAND bash ${TANDEM_DEPLOY}/systemd/install_engine_test.sh)
-set_tests_properties(systemd_install_engine_check PROPERTIES LABELS unit TIMEOUT 60)
+set_tests_properties(systemd_install_engine_check PROPERTIES LABELS check TIMEOUT 60)
 # install.sh into a scratch root, then `systemd-analyze verify` every unit (the worker
 # template as three GPU instances). Needs the built binaries (the units' ExecStart).
 find_program(TANDEM_SYSTEMD_ANALYZE systemd-analyze)
@@ -39,7 +41,7 @@ if(TANDEM_SYSTEMD_ANALYZE)
   # verify_units.sh also runs promtool on the installed Prometheus config.
   tandem_add_test_needing(TANDEM_PROMTOOL systemd_units_verify
     bash ${TANDEM_DEPLOY}/systemd/verify_units.sh ${CMAKE_BINARY_DIR})
-  set_tests_properties(systemd_units_verify PROPERTIES LABELS unit TIMEOUT 60)
+  set_tests_properties(systemd_units_verify PROPERTIES LABELS check TIMEOUT 60)
 else()
   message(STATUS "systemd-analyze not found: systemd_units_verify skipped")
 endif()
@@ -52,7 +54,7 @@ if(TANDEM_DOCKER_COMPOSE)
   tandem_add_test_needing(TANDEM_PROMTOOL compose_config_check
     ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/compose/check_compose.py
       ${TANDEM_DOCKER_COMPOSE} ${TANDEM_PROMTOOL})
-  set_tests_properties(compose_config_check PROPERTIES LABELS unit TIMEOUT 60)
+  set_tests_properties(compose_config_check PROPERTIES LABELS check TIMEOUT 60)
 else()
   message(STATUS "docker-compose not found: compose_config_check skipped (scripts/setup.sh installs it)")
 endif()
@@ -65,7 +67,7 @@ find_program(TANDEM_KUBECTL kubectl)
 if(TANDEM_KUBECTL)
   add_test(NAME k8s_manifests_check
     COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/k8s/check_manifests.py ${TANDEM_KUBECTL})
-  set_tests_properties(k8s_manifests_check PROPERTIES LABELS unit TIMEOUT 60)
+  set_tests_properties(k8s_manifests_check PROPERTIES LABELS check TIMEOUT 60)
 else()
   message(STATUS "kubectl not found: k8s_manifests_check skipped (scripts/setup.sh installs it)")
 endif()

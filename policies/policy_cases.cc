@@ -72,6 +72,22 @@ tandem::v1::GenerateRequest BuildRequest(const YAML::Node& r) {
     img->set_data("image");
     img->set_mime_type("image/png");
   }
+  const int tools = r["tools"] ? r["tools"].as<int>(0) : 0;
+  for (int i = 0; i < tools; ++i) req.add_tools()->set_name(absl::StrCat("tool_", i));
+  // An agent loop after the user's task: each step a tool call and its result.
+  const int steps = r["agent_steps"] ? r["agent_steps"].as<int>(0) : 0;
+  for (int i = 0; i < steps; ++i) {
+    auto* call = req.add_messages();
+    call->set_role("assistant");
+    auto* tc = call->add_tool_calls();
+    tc->set_id(absl::StrCat("call_", i));
+    tc->set_name("tool_0");
+    tc->set_arguments_json("{}");
+    auto* result = req.add_messages();
+    result->set_role("tool");
+    result->set_tool_call_id(tc->id());
+    result->add_content()->set_text("ok");
+  }
   auto* h = req.mutable_hints();
   if (r["objective"]) {
     const std::string o = r["objective"].Scalar();
@@ -195,14 +211,17 @@ absl::StatusOr<std::vector<CaseResult>> RunPolicyCases(const router::Policy& pol
         }
         if (const YAML::Node r = cases[i]["request"]) {
           if (KnownKeys(r, path + ".request",
-                        {"text", "system", "prompt_tokens", "turns", "images", "objective", "model",
-                         "reasoning", "thinking_budget", "max_tokens", "labels", "tenant",
-                         "session", "request_id", "signals", "triggers"},
+                        {"text", "system", "prompt_tokens", "turns", "images", "tools",
+                         "agent_steps", "objective", "model", "reasoning", "thinking_budget",
+                         "max_tokens", "labels", "tenant", "session", "request_id", "signals",
+                         "triggers"},
                         &problems)) {
             // Bounds keep a typo from building an enormous request.
             for (const auto& [key, lo, hi] :
                  {std::tuple<const char*, int64_t, int64_t>{"turns", 1, 1000},
                   {"images", 0, 16},
+                  {"tools", 0, 128},
+                  {"agent_steps", 0, 100},
                   {"prompt_tokens", 0, 1000000},
                   {"max_tokens", 1, 1000000},
                   {"thinking_budget", 0, 1 << 30}}) {

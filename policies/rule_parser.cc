@@ -297,10 +297,10 @@ std::optional<router::FieldKind> RuleParser::CheckField(const std::string& field
   if (!kind) {
     Error(key, path,
           "unknown field; expected prompt_tokens, prompt_bytes, image_count, image_tokens, "
-          "num_messages, "
-          "num_turns, max_tokens, confidence, code_cues, math_cues, reasoning_cues, "
-          "structured_output_cues, deadline_ms, session.turn, objective, reasoning, class, "
-          "hint.model, tenant, session.model, label.KEY, signal.NAME or trigger.NAME");
+          "num_messages, num_turns, tool_count, agent_steps, system_prompt_bytes, max_tokens, "
+          "confidence, code_cues, math_cues, reasoning_cues, structured_output_cues, "
+          "deadline_ms, session.turn, objective, reasoning, class, hint.model, tenant, "
+          "last_role, session.model, label.KEY, signal.NAME or trigger.NAME");
     return std::nullopt;
   }
   if (field == "label.tenant") {

@@ -14,6 +14,10 @@ tandem::v1::DecisionRecord ToRecord(const RequestFeatures& f, const RouteDecisio
   r.set_image_tokens(f.image_tokens);
   r.set_num_messages(f.num_messages);
   r.set_num_turns(f.num_turns);
+  r.set_tool_count(f.tool_count);
+  r.set_last_role(f.last_role);
+  r.set_agent_steps(f.agent_steps);
+  r.set_system_prompt_bytes(f.system_prompt_bytes);
   r.set_objective(ObjectiveName(f.objective));
   r.set_pinned_model(f.pinned_model);
   r.set_reasoning(ReasoningModeName(f.reasoning));
@@ -51,6 +55,10 @@ RequestFeatures FeaturesFromRecord(const tandem::v1::DecisionRecord& r) {
   f.image_tokens = r.image_tokens();
   f.num_messages = r.num_messages();
   f.num_turns = r.num_turns();
+  f.tool_count = r.tool_count();
+  f.last_role = r.last_role();
+  f.agent_steps = r.agent_steps();
+  f.system_prompt_bytes = r.system_prompt_bytes();
   f.objective = r.objective() == "accuracy"  ? Objective::kAccuracy
                 : r.objective() == "latency" ? Objective::kLatency
                                              : Objective::kAuto;

@@ -64,6 +64,10 @@ FieldValue Resolve(const std::string& field, const Context& c) {
   if (field == "image_tokens") return Number(static_cast<double>(f.image_tokens));
   if (field == "num_messages") return Number(f.num_messages);
   if (field == "num_turns") return Number(f.num_turns);
+  if (field == "tool_count") return Number(f.tool_count);
+  if (field == "agent_steps") return Number(f.agent_steps);
+  if (field == "system_prompt_bytes") return Number(static_cast<double>(f.system_prompt_bytes));
+  if (field == "last_role") return Text(f.last_role);
   if (field == "max_tokens") {
     return f.max_tokens > 0 ? Number(f.max_tokens) : FieldValue{};
   }
@@ -310,13 +314,14 @@ absl::Status ApplyAction(const Policy& p, const Rule& rule, const RequestFeature
 }  // namespace
 
 std::optional<FieldKind> KindOfField(const std::string& field) {
-  static const char* kNumbers[] = {"prompt_tokens", "prompt_bytes",   "image_count",
-                                   "image_tokens",  "num_messages",   "num_turns",
-                                   "max_tokens",    "confidence",     "code_cues",
-                                   "math_cues",     "reasoning_cues", "structured_output_cues",
-                                   "deadline_ms",   "session.turn"};
-  static const char* kStrings[] = {"objective",  "reasoning", "class",
-                                   "hint.model", "tenant",    "session.model"};
+  static const char* kNumbers[] = {
+      "prompt_tokens", "prompt_bytes",        "image_count",    "image_tokens",
+      "num_messages",  "num_turns",           "tool_count",     "agent_steps",
+      "max_tokens",    "system_prompt_bytes", "confidence",     "code_cues",
+      "math_cues",     "reasoning_cues",      "structured_output_cues",
+      "deadline_ms",   "session.turn"};
+  static const char* kStrings[] = {"objective", "reasoning", "class",        "hint.model",
+                                   "tenant",    "last_role", "session.model"};
   for (const char* n : kNumbers) {
     if (field == n) return FieldKind::kNumber;
   }

@@ -15,10 +15,11 @@ enum class FieldKind { kNumber, kString };
 inline constexpr char kShedModel[] = "none";
 
 // The kind of a condition field, or nullopt when the name is not a field. Fields: prompt_tokens,
-// prompt_bytes, image_count, num_messages, num_turns, max_tokens, confidence, code_cues,
-// math_cues, reasoning_cues, structured_output_cues, deadline_ms, session.turn, signal.NAME
-// (numbers); objective, reasoning, class, hint.model, tenant (the authenticated one),
-// session.model, label.KEY, trigger.NAME (on or off) (strings).
+// prompt_bytes, image_count, num_messages, num_turns, tool_count, agent_steps,
+// system_prompt_bytes, max_tokens, confidence, code_cues, math_cues, reasoning_cues,
+// structured_output_cues, deadline_ms, session.turn, signal.NAME (numbers); objective, reasoning,
+// class, hint.model, tenant (the authenticated one), last_role, session.model, label.KEY,
+// trigger.NAME (on or off) (strings).
 std::optional<FieldKind> KindOfField(const std::string& field);
 
 // Decides with a policy: classify (first matching class rule, else the default class), then the

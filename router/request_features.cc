@@ -28,8 +28,16 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request,
   RequestFeatures f;
   f.num_messages = request.messages_size();
   int64_t tokens = 0;
+  f.tool_count = request.tools_size();
   for (const auto& message : request.messages()) {
-    if (message.role() == "user") ++f.num_turns;
+    const std::string& role = message.role();
+    if (role == "user") {
+      ++f.num_turns;
+      f.agent_steps = 0;
+    } else if (role == "assistant" && message.tool_calls_size() > 0) {
+      ++f.agent_steps;
+    }
+    f.last_role = role;
     tokens += kPerMessageTemplateTokens;
     for (const auto& part : message.content()) {
       if (part.has_image()) {
@@ -37,9 +45,10 @@ RequestFeatures ExtractFeatures(const tandem::v1::GenerateRequest& request,
         f.image_tokens += i < image_tokens.size() ? image_tokens[i] : kUnknownImageTokens;
       } else {
         f.prompt_bytes += static_cast<int64_t>(part.text().size());
+        if (role == "system") f.system_prompt_bytes += static_cast<int64_t>(part.text().size());
         tokens += EstimateTokens(part.text());
         ScanContentCues(part.text(), &f.cues);
-        if (message.role() != "assistant" && f.classifier_text.size() < kClassifierTextBytes) {
+        if (role != "assistant" && f.classifier_text.size() < kClassifierTextBytes) {
           if (!f.classifier_text.empty()) f.classifier_text += '\n';
           f.classifier_text.append(
               part.text().substr(0, kClassifierTextBytes - f.classifier_text.size()));
@@ -112,6 +121,10 @@ std::vector<std::pair<std::string, std::string>> DescribeFeatures(const RequestF
       {"image_tokens", absl::StrCat(f.image_tokens)},
       {"num_messages", absl::StrCat(f.num_messages)},
       {"num_turns", absl::StrCat(f.num_turns)},
+      {"tool_count", absl::StrCat(f.tool_count)},
+      {"last_role", f.last_role.empty() ? "none" : f.last_role},
+      {"agent_steps", absl::StrCat(f.agent_steps)},
+      {"system_prompt_bytes", absl::StrCat(f.system_prompt_bytes)},
       {"objective", ObjectiveName(f.objective)},
       {"pinned_model", f.pinned_model},
       {"reasoning", ReasoningModeName(f.reasoning)},

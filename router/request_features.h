@@ -30,6 +30,15 @@ struct RequestFeatures {
   int num_messages = 0;
   // Number of user messages: a chat's turn count.
   int num_turns = 0;
+  // The request's shape besides its text. tool_count: tools declared. last_role: the last
+  // message's role ("user", "tool", ...; empty without messages). agent_steps: assistant
+  // messages with tool calls since the last user message, so 0 at the start of a task and
+  // more inside an agent loop, where a tool result has just come back. system_prompt_bytes:
+  // the text of the system messages.
+  int tool_count = 0;
+  std::string last_role;
+  int agent_steps = 0;
+  int64_t system_prompt_bytes = 0;
   Objective objective = Objective::kAuto;
   // Empty when not pinned.
   std::string pinned_model;

@@ -1,6 +1,7 @@
 // Transport security and tenants, end to end: real tandem-worker and tandem-gateway processes on
 // loopback with TLS, mutual TLS and API keys; certificates made by openssl per test.
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -903,8 +904,6 @@ TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
   constexpr int kBatch = 1;
   constexpr int kDefaultHeadroom = 2;
   constexpr int kFlood = 8;
-  // Answers three times slower than the default timings: the other tenant's call must reach the
-  // gateway before the next running request ends, also under a sanitizer on a loaded machine.
   ASSERT_NO_FATAL_FAILURE(Start(
       {"--max_queued=16"},
       {absl::StrCat("--max_batch_size=", kBatch), "--max_queue=64", "--synthetic_time_scale=3"}));
@@ -915,7 +914,15 @@ TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
   EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_queued_requests",
                             {{"model_name", "nemotron"}}, kFlood - kBatch - kDefaultHeadroom)
                   .ok());
+  // The worker pauses until the other tenant's call is in the gateway's queue: no running request
+  // may end, and let a flooder's next one through, before it arrives (on a loaded machine, with
+  // a sanitizer, a new call can take longer to arrive than a request takes to run).
+  nemotron_.process->Signal(SIGSTOP);
   std::thread other([this] { Story("batch", "batch-secret"); });
+  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
+                            {{"tenant", "batch"}}, 1)
+                  .ok());
+  nemotron_.process->Signal(SIGCONT);
   ExpectBatchServedWithin(&flood, &other, kBatch + kDefaultHeadroom);
 }
 

@@ -93,8 +93,50 @@ TEST(ExtractFeaturesTest, ReadsEveryField) {
   EXPECT_EQ(f.tenant, "");
   EXPECT_EQ(f.labels.at("tenant"), "acme");
   EXPECT_EQ(f.app, "chat");
-  EXPECT_EQ(DescribeFeatures(f).size(), 19u);
+  EXPECT_EQ(DescribeFeatures(f).size(), 23u);
   EXPECT_EQ(f.deadline_ms, -1);
+  EXPECT_EQ(f.system_prompt_bytes, 8);
+  EXPECT_EQ(f.last_role, "user");
+  EXPECT_EQ(f.tool_count, 0);
+  EXPECT_EQ(f.agent_steps, 0);
+}
+
+// The request's shape: tools declared, the last message's role and the agent loop's steps since
+// the user's last message (parallel calls in one assistant message are one step).
+TEST(ExtractFeaturesTest, ReadsTheShapeOfAnAgentLoop) {
+  tandem::v1::GenerateRequest r;
+  r.add_tools()->set_name("search");
+  r.add_tools()->set_name("fetch");
+  auto add = [&r](const std::string& role, int calls) {
+    auto* m = r.add_messages();
+    m->set_role(role);
+    if (calls == 0) m->add_content()->set_text("text");
+    for (int i = 0; i < calls; ++i) m->add_tool_calls()->set_name("search");
+  };
+  add("user", 0);
+  const RequestFeatures start = ExtractFeatures(r);
+  EXPECT_EQ(start.tool_count, 2);
+  EXPECT_EQ(start.last_role, "user");
+  EXPECT_EQ(start.agent_steps, 0);
+
+  add("assistant", 2);
+  add("tool", 0);
+  add("tool", 0);
+  add("assistant", 1);
+  add("tool", 0);
+  const RequestFeatures step = ExtractFeatures(r);
+  EXPECT_EQ(step.last_role, "tool");
+  EXPECT_EQ(step.agent_steps, 2);
+  EXPECT_EQ(step.num_turns, 1);
+
+  // A new user message starts a new task; an answer without tool calls is not a step.
+  add("assistant", 0);
+  add("user", 0);
+  const RequestFeatures next = ExtractFeatures(r);
+  EXPECT_EQ(next.agent_steps, 0);
+  EXPECT_EQ(next.last_role, "user");
+  EXPECT_EQ(next.num_turns, 2);
+  EXPECT_EQ(ExtractFeatures(tandem::v1::GenerateRequest()).last_role, "");
 }
 
 // The caller measures the images (the router reads none): each counts the tokens given for it,
