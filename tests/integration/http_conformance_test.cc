@@ -192,12 +192,24 @@ TEST_F(HttpConformanceTest, AFullGatewayEvictsIdleConnectionsThenRefuses) {
     ASSERT_EQ(SplitResponses(ReadResponses(idle.back(), 1)).size(), 1u) << i;
   }
   // As many new clients again get a slot, each in place of the connection idle the longest.
-  // They hold it with part of a request: a connection that has begun a request is not idle.
-  const std::string head = "GET /v1/models HTTP/1.1\r\n";
+  // They hold it with a request whose body has not come: a connection that has begun a request
+  // is not idle. Each waits for its 100 Continue, which says the server has read the head: until
+  // then the server cannot know, and a connection it has not read from counts as idle.
+  const std::string head =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+      "Content-Length: 64\r\nExpect: 100-continue\r\n\r\n";
   std::vector<int> busy;
   for (int i = 0; i < kMaxConnections; ++i) {
     busy.push_back(Connect());
     ASSERT_TRUE(SendAll(busy.back(), head));
+    std::string interim;
+    char buf[256];
+    while (interim.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = ::read(busy.back(), buf, sizeof(buf));
+      if (n <= 0) break;
+      interim.append(buf, static_cast<size_t>(n));
+    }
+    ASSERT_THAT(interim, HasSubstr("HTTP/1.1 100 Continue")) << i;
     EXPECT_TRUE(PeerClosed(idle[i])) << i;
   }
   const int refused = Connect();
