@@ -315,10 +315,9 @@ absl::Status ApplyAction(const Policy& p, const Rule& rule, const RequestFeature
 
 std::optional<FieldKind> KindOfField(const std::string& field) {
   static const char* kNumbers[] = {
-      "prompt_tokens", "prompt_bytes",        "image_count",    "image_tokens",
-      "num_messages",  "num_turns",           "tool_count",     "agent_steps",
-      "max_tokens",    "system_prompt_bytes", "confidence",     "code_cues",
-      "math_cues",     "reasoning_cues",      "structured_output_cues",
+      "prompt_tokens", "prompt_bytes", "image_count", "image_tokens",   "num_messages",
+      "num_turns",     "tool_count",   "agent_steps", "max_tokens",     "system_prompt_bytes",
+      "confidence",    "code_cues",    "math_cues",   "reasoning_cues", "structured_output_cues",
       "deadline_ms",   "session.turn"};
   static const char* kStrings[] = {"objective", "reasoning", "class",        "hint.model",
                                    "tenant",    "last_role", "session.model"};
