@@ -896,6 +896,11 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
 }
 
 TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
+  // A finish order, which under a sanitizer on a loaded machine follows the machine (CI saw the
+  // other tenant served 5th, then 9th, with four tests at once under TSan). The optimized build
+  // checks the order; the sanitizers check the fair queue's code in
+  // FairQueueingServesAWaitingTenantBeforeAFloodersBacklog.
+  if (TANDEM_SANITIZED) GTEST_SKIP() << "the finish order is checked by the optimized build";
   // The gateway's own limit is far away (--max_inflight 1024): the worker runs one request at a
   // time and would queue 64. By default the gateway dispatches only the worker's batch plus a
   // small headroom (--dispatch_headroom), so a flooding tenant's backlog waits in the fair queue,
