@@ -57,9 +57,9 @@ kit_inputs() {
 KIT_CACHE=${TANDEM_CACHE:-$HOME/.cache/tandem}/gpu-kit
 KEY=$(kit_inputs)
 
-# The test binaries have their source directory compiled in (they read tests/golden through
-# it). Building through a link whose name is fixed per work tree lets run.sh point the same
-# name at the work tree's copy on the GPU machine, wherever that copy lands.
+# The test binaries have their source directory compiled in (they read tests/golden through it;
+# TANDEM_TEST_SOURCE_DIR). The kit's is a link whose name is fixed per work tree: run.sh points
+# the same name at the work tree's copy on the GPU machine, wherever that copy lands.
 SOURCE_LINK=/tmp/tandem-gpu-kit-src-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)
 ln -sfn "$ROOT" "$SOURCE_LINK"
 
@@ -77,13 +77,18 @@ mkdir -p "$OBJ"
 g++ -std=c++20 -O2 -fPIC -c "$ROOT/scripts/gpu_kit/kit_shims.cc" -o "$OBJ/kit_shims.o"
 rm -f "$OBJ/libtandem_kit_shims.a"
 ar rcs "$OBJ/libtandem_kit_shims.a" "$OBJ/kit_shims.o"
-echo "[gpu-kit] configuring $OBJ (Release, sm_90, static third-party libraries)"
-# -O2 as in the main build: GCC 12 at -O3 reports false -Wrestrict errors in std::string code.
+echo "[gpu-kit] configuring $OBJ (sm_90, static third-party libraries)"
+# The main build's type, flags and unity batches (CI's main build is a unity build), from the same
+# source path: every C++ compile here is then a ccache hit of that build's (CMakeLists.txt), only
+# the links, the sm_90 device code and the tests' source path (the link above) are the kit's own.
 # A unity build takes about half the time; with whole libraries in a few objects, the static
-# links would then pull in everything, so sections are per function and unused ones dropped.
-cmake -S "$SOURCE_LINK" -B "$OBJ" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_UNITY_BUILD=ON \
-  -DCMAKE_CXX_FLAGS="-ffunction-sections -fdata-sections" \
+# links would then pull in everything, so sections are per function (CMakeLists.txt) and unused
+# ones dropped. Binaries are stripped when the kit is assembled.
+if [[ -f $OBJ/CMakeCache.txt ]] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT" "$OBJ/CMakeCache.txt"; then
+  rm -rf "$OBJ/CMakeCache.txt" "$OBJ/CMakeFiles"  # configured from another source path before
+fi
+cmake -S "$ROOT" -B "$OBJ" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON \
+  -DTANDEM_TEST_SOURCE_DIR="$SOURCE_LINK" \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,--gc-sections" \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_SKIP_BUILD_RPATH=ON \
   -DTANDEM_UPSTREAM_ENGINE=OFF -DTANDEM_LLD=OFF \
