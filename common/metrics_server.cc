@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "common/process.h"
 #include "common/tls_server_context.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 #include "spdlog/spdlog.h"
 
@@ -286,7 +287,7 @@ struct MetricsServer::Connection {
 };
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& address, std::shared_ptr<prometheus::Registry> registry,
+    const std::string& address, std::shared_ptr<prometheus::Collectable> source,
     MetricsServerOptions options) {
   if (options.max_connections < 1 || options.max_connections > kMaxConnections) {
     return absl::InvalidArgumentError(
@@ -349,7 +350,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     return absl::InternalError("eventfd failed");
   }
   std::unique_ptr<MetricsServer> server(
-      new MetricsServer(fd, wake, absl::StrCat(host, ":", bound_port), std::move(registry),
+      new MetricsServer(fd, wake, absl::StrCat(host, ":", bound_port), std::move(source),
                         std::move(options), std::move(tls)));
   // std::thread reports a failed start only by throwing.
   try {
@@ -362,12 +363,12 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
 }
 
 MetricsServer::MetricsServer(int listen_fd, int wake_fd, std::string address,
-                             std::shared_ptr<prometheus::Registry> registry,
+                             std::shared_ptr<prometheus::Collectable> source,
                              MetricsServerOptions options, std::unique_ptr<TlsServerContext> tls)
     : listen_fd_(listen_fd),
       wake_fd_(wake_fd),
       address_(std::move(address)),
-      registry_(std::move(registry)),
+      source_(std::move(source)),
       options_(std::move(options)),
       tls_(std::move(tls)) {}
 
@@ -509,7 +510,7 @@ std::string MetricsServer::Answer(const std::string& request, bool* keep_alive) 
     return Response("404 Not Found", "text/plain", "metrics are at /metrics\n", *keep_alive, head);
   }
   return Response("200 OK", "text/plain; version=0.0.4; charset=utf-8",
-                  prometheus::TextSerializer().Serialize(registry_->Collect()), *keep_alive, head);
+                  prometheus::TextSerializer().Serialize(source_->Collect()), *keep_alive, head);
 }
 
 }  // namespace tandem

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/tls.h"
-#include "prometheus/registry.h"
+#include "prometheus/collectable.h"
 
 namespace tandem {
 
@@ -29,7 +29,8 @@ struct MetricsServerOptions {
   absl::Duration idle_timeout = absl::Seconds(60);
 };
 
-// Serves one registry on http(s)://ADDRESS/metrics in the Prometheus text format (0.0.4), with
+// Serves a collectable (a registry, or one that adds other families to it) on
+// http(s)://ADDRESS/metrics in the Prometheus text format (0.0.4), with
 // HTTP/1.1 keep-alive (a scraper keeps one connection, so TLS handshakes are rare), from one
 // thread of its own that multiplexes every connection with poll(2): a stalled client holds only
 // its own connection slot. Tandem's own minimal server rather than prometheus-cpp's civetweb
@@ -41,7 +42,7 @@ class MetricsServer {
   // `address` is HOST:PORT; port 0 picks a free port (see Address()). INVALID_ARGUMENT for a bad
   // address, options or TLS files; UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& address, std::shared_ptr<prometheus::Registry> registry,
+      const std::string& address, std::shared_ptr<prometheus::Collectable> source,
       MetricsServerOptions options = {});
   // Stops at once, closing every connection, even mid-request.
   ~MetricsServer();
@@ -60,7 +61,7 @@ class MetricsServer {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   MetricsServer(int listen_fd, int wake_fd, std::string address,
-                std::shared_ptr<prometheus::Registry> registry, MetricsServerOptions options,
+                std::shared_ptr<prometheus::Collectable> source, MetricsServerOptions options,
                 std::unique_ptr<TlsServerContext> tls);
   void Loop();
   // A connection for a socket just accepted; null when TLS cannot be set up on it.
@@ -73,7 +74,7 @@ class MetricsServer {
   const int listen_fd_;  // non-blocking
   const int wake_fd_;    // eventfd: written by the destructor to stop the loop
   const std::string address_;
-  const std::shared_ptr<prometheus::Registry> registry_;
+  const std::shared_ptr<prometheus::Collectable> source_;
   const MetricsServerOptions options_;
   const std::unique_ptr<TlsServerContext> tls_;  // null: plain HTTP
   std::thread thread_;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "prometheus/collectable.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine.h"
 #include "workers/scheduler.h"
@@ -43,6 +44,9 @@ class RemoteEngine {
   virtual int32_t queued() const = 0;
   virtual int32_t max_in_flight() const = 0;
   virtual int32_t max_queue() const = 0;
+  // Families the worker serves on its /metrics besides its own (the engine's raw series), or
+  // null.
+  virtual std::shared_ptr<prometheus::Collectable> EngineFamilies() const { return nullptr; }
 };
 
 }  // namespace tandem::workers

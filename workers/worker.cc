@@ -11,9 +11,30 @@
 #include "common/grpc_server.h"
 #include "common/process.h"
 #include "common/status_macros.h"
+#include "prometheus/metric_family.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::workers {
+namespace {
+
+// The worker's registry followed by the families of its engine (workers/remote_engine.h).
+class WorkerFamilies final : public prometheus::Collectable {
+ public:
+  WorkerFamilies(std::shared_ptr<prometheus::Collectable> own,
+                 std::shared_ptr<prometheus::Collectable> engine)
+      : own_(std::move(own)), engine_(std::move(engine)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> families = own_->Collect();
+    for (prometheus::MetricFamily& f : engine_->Collect()) families.push_back(std::move(f));
+    return families;
+  }
+
+ private:
+  const std::shared_ptr<prometheus::Collectable> own_;
+  const std::shared_ptr<prometheus::Collectable> engine_;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerConfig config, DeviceDescription device,
                                                       LoadedEngine engine) {
@@ -79,8 +100,12 @@ void Worker::ServeUpstream() {
 Worker::~Worker() = default;
 
 absl::Status Worker::StartServers() {
+  std::shared_ptr<prometheus::Collectable> families = registry_;
+  if (engine_.upstream != nullptr && engine_.upstream->EngineFamilies() != nullptr) {
+    families = std::make_shared<WorkerFamilies>(registry_, engine_.upstream->EngineFamilies());
+  }
   ASSIGN_OR_RETURN(metrics_server_,
-                   MetricsServer::Start(config_.metrics_listen, registry_, config_.metrics_server));
+                   MetricsServer::Start(config_.metrics_listen, families, config_.metrics_server));
   metrics_address_ = metrics_server_->Address();
   int port = 0;
   if (absl::SimpleAtoi(metrics_address_.substr(metrics_address_.rfind(':') + 1), &port)) {

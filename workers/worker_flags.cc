@@ -121,6 +121,9 @@ ABSL_FLAG(int32_t, upstream_health_successes, 2,
           "--engine=upstream: good health checks in a row that make a dead engine ready again.");
 ABSL_FLAG(absl::Duration, upstream_metrics_interval, absl::Milliseconds(250),
           "--engine=upstream: how often the engine's /metrics is read (at least 50ms).");
+ABSL_FLAG(int32_t, upstream_engine_series, 5000,
+          "--engine=upstream: most of the engine's own series served again on the worker's "
+          "/metrics, labelled tandem_engine=PROFILE (0: none).");
 ABSL_FLAG(absl::Duration, upstream_metrics_stale, absl::Seconds(5),
           "--engine=upstream: engine metrics older than this are stale and not used.");
 
@@ -191,6 +194,7 @@ absl::Status ReadUpstream(WorkerConfig& c) {
   u.health_successes = absl::GetFlag(FLAGS_upstream_health_successes);
   u.metrics_interval = absl::GetFlag(FLAGS_upstream_metrics_interval);
   u.metrics_stale = absl::GetFlag(FLAGS_upstream_metrics_stale);
+  u.engine_series = absl::GetFlag(FLAGS_upstream_engine_series);
   return absl::OkStatus();
 }
 

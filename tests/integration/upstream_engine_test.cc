@@ -112,6 +112,11 @@ TEST_F(UpstreamEngineTest, AnswersWholeAndStreamedThroughTheGateway) {
                 .value_or(-1),
             2);
   EXPECT_EQ(MetricValue(*info, "tandem_worker_engine_metrics_stale", {}).value_or(-1), 0);
+  // ... and llama-server's own series, labelled with the engine (16 tokens generated above).
+  EXPECT_TRUE(WaitUntil([&] {
+    return ScrapeMetric(worker.metrics_address, "llamacpp:tokens_predicted_total",
+                        {{"tandem_engine", "llamacpp"}}) >= 16;
+  }));
 }
 
 TEST_F(UpstreamEngineTest, ThinkingOnAndOffReachTheEngineAndComeBackAsReasoning) {

@@ -151,12 +151,18 @@ TEST_F(UpstreamFaultsTest, EngineMetricsBecomeTheWorkersAndGoStale) {
   EXPECT_EQ(WorkerMetric("tandem_worker_num_requests_running", {}), 3);
   EXPECT_EQ(WorkerMetric("tandem_worker_kv_cache_usage_perc", {}), 0.75);
   EXPECT_EQ(WorkerMetric("tandem_worker_engine_metrics_stale", {}), 0);
+  // The engine's own series, served again with the engine's label.
+  EXPECT_EQ(
+      WorkerMetric("vllm:num_requests_waiting", {{"model_name", "m"}, {"tandem_engine", "vllm"}}),
+      7);
   engine_->SetMetrics("");  // the engine's /metrics fails from now on
   ASSERT_TRUE(
       WaitForMetric(worker_.metrics_address, "tandem_worker_engine_metrics_stale", {}, 1).ok());
-  // Stale engine gauges are not used: the worker's own counts stand alone.
+  // Stale engine gauges are not used: the worker's own counts stand alone, and the engine's
+  // series are no longer served.
   EXPECT_EQ(WorkerMetric("tandem_worker_num_requests_waiting", {}), 0);
   EXPECT_GE(WorkerMetric("tandem_worker_engine_metrics_age_seconds", {}), 0.3);
+  EXPECT_EQ(WorkerMetric("vllm:num_requests_waiting", {}), -1);
 }
 
 TEST_F(UpstreamFaultsTest, AKeyedEngineIsCalledWithItsKeyAndTheModelNamed) {

@@ -78,7 +78,10 @@ absl::StatusOr<std::unique_ptr<UpstreamEngine>> UpstreamEngine::Create(UpstreamO
 }
 
 UpstreamEngine::UpstreamEngine(UpstreamOptions options, EngineInfo info)
-    : options_(std::move(options)), info_(std::move(info)) {}
+    : options_(std::move(options)),
+      info_(std::move(info)),
+      mirror_(std::make_shared<EngineMetricsMirror>(options_.profile.name,
+                                                    static_cast<size_t>(options_.engine_series))) {}
 
 UpstreamEngine::~UpstreamEngine() { Stop(); }
 
@@ -441,11 +444,13 @@ void UpstreamEngine::MetricsLoop() {
       engine_running_.store(s.running.value_or(0));
       if (s.kv_cache_usage) metrics_->kv_cache_usage.Set(*s.kv_cache_usage);
       metrics_->engine_metrics_stale.Set(0);
+      mirror_->Update(std::move(*samples));
     } else if (now - last_good > stale_after) {
       // Stale: the worker's own counts stand alone, and the gauge tells the policies.
       engine_waiting_.store(0);
       engine_running_.store(0);
       metrics_->engine_metrics_stale.Set(1);
+      mirror_->Clear();
     }
     if (last_good != std::chrono::steady_clock::time_point()) {
       metrics_->engine_metrics_age.Set(Seconds(now - last_good));

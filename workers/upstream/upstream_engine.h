@@ -19,6 +19,7 @@
 #include "workers/engine.h"
 #include "workers/remote_engine.h"
 #include "workers/scheduler.h"
+#include "workers/upstream/engine_metrics_mirror.h"
 #include "workers/upstream/engine_process.h"
 #include "workers/upstream/engine_profile.h"
 #include "workers/upstream/upstream_options.h"
@@ -73,6 +74,7 @@ class UpstreamEngine final : public RemoteEngine {
   int32_t queued() const override { return queued_.load(); }
   int32_t max_in_flight() const override { return options_.max_in_flight; }
   int32_t max_queue() const override { return options_.max_queue; }
+  std::shared_ptr<prometheus::Collectable> EngineFamilies() const override { return mirror_; }
 
  private:
   struct Job;
@@ -120,6 +122,7 @@ class UpstreamEngine final : public RemoteEngine {
   std::atomic<bool> stop_{false};  // running calls end at their next poll
   std::vector<std::thread> threads_;
   std::unique_ptr<EngineProcess> process_;  // with --upstream_command
+  const std::shared_ptr<EngineMetricsMirror> mirror_;
 };
 
 }  // namespace tandem::workers::upstream

@@ -13,6 +13,9 @@ absl::Status ValidateUpstreamOptions(const UpstreamOptions& options) {
     return absl::InvalidArgumentError("--upstream_max_in_flight must be in [1, 4096]");
   }
   if (options.max_queue < 0) return absl::InvalidArgumentError("--max_queue must be >= 0");
+  if (options.engine_series < 0 || options.engine_series > 1000000) {
+    return absl::InvalidArgumentError("--upstream_engine_series must be in [0, 1000000]");
+  }
   if (options.metrics_interval < absl::Milliseconds(50)) {
     return absl::InvalidArgumentError("--upstream_metrics_interval must be at least 50ms");
   }

@@ -44,6 +44,8 @@ struct UpstreamOptions {
   absl::Duration metrics_interval = absl::Milliseconds(250);
   absl::Duration metrics_timeout = absl::Seconds(2);
   absl::Duration metrics_stale = absl::Seconds(5);
+  // The engine's own series served again on the worker's /metrics (EngineMetricsMirror); 0: none.
+  int32_t engine_series = 5000;
 };
 
 // INVALID_ARGUMENT naming the flag at fault.

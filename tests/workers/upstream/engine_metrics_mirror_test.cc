@@ -50,16 +50,16 @@ TEST(EngineMetricsMirrorTest, EveryEngineSeriesIsServedAgainWithTheEnginesLabel)
 
 TEST(EngineMetricsMirrorTest, TheWorkersOwnNamesTheCapAndStaleDataLeaveSeriesOut) {
   EngineMetricsMirror mirror("vllm", 2);
-  mirror.Update(Parse(
-      "tandem_worker_num_requests_running 3\n"
-      "vllm:num_requests_running{engine=\"0\",tandem_engine=\"spoof\"} 1\n"
-      "vllm:num_requests_waiting 2\n"
-      "vllm:kv_cache_usage_perc 0.5\n"));
+  mirror.Update(
+      Parse("tandem_worker_num_requests_running 3\n"
+            "vllm:num_requests_running{engine=\"0\",tandem_engine=\"spoof\"} 1\n"
+            "vllm:num_requests_waiting 2\n"
+            "vllm:kv_cache_usage_perc 0.5\n"));
   std::vector<Sample> served = Served(mirror);
   ASSERT_EQ(served.size(), 2u) << "tandem_* dropped, then the first two kept";
   EXPECT_EQ(served[0].name, "vllm:num_requests_running");
-  EXPECT_EQ(served[0].labels, (std::map<std::string, std::string>{{"engine", "0"},
-                                                                   {"tandem_engine", "vllm"}}));
+  EXPECT_EQ(served[0].labels,
+            (std::map<std::string, std::string>{{"engine", "0"}, {"tandem_engine", "vllm"}}));
   EXPECT_EQ(served[1].name, "vllm:num_requests_waiting");
 
   mirror.Clear();
