@@ -39,6 +39,18 @@ CurlHttpClient::CurlHttpClient(TlsFiles tls, std::string server_name,
 CurlHttpClient::~CurlHttpClient() { curl_easy_cleanup(static_cast<CURL*>(curl_)); }
 
 absl::StatusOr<std::string> CurlHttpClient::Get(const std::string& url, absl::Duration timeout) {
+  return Perform(url, nullptr, timeout);
+}
+
+absl::StatusOr<std::string> CurlHttpClient::PostJson(const std::string& url,
+                                                     const std::string& json,
+                                                     absl::Duration timeout) {
+  return Perform(url, &json, timeout);
+}
+
+absl::StatusOr<std::string> CurlHttpClient::Perform(const std::string& url, const std::string* json,
+                                                    absl::Duration timeout) {
+  const char* method = json == nullptr ? "GET" : "POST";
   CURL* c = static_cast<CURL*>(curl_);
   if (c == nullptr) return absl::InternalError("curl_easy_init failed");
   std::string body;
@@ -68,7 +80,7 @@ absl::StatusOr<std::string> CurlHttpClient::Get(const std::string& url, absl::Du
       const size_t bracket = authority.rfind(']');  // an IPv6 literal's colons are not the port's
       const size_t colon = authority.find(':', bracket == std::string::npos ? 0 : bracket);
       if (colon == std::string::npos || authority.find(':', colon + 1) != std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat("GET ", url, ": no port"));
+        return absl::InvalidArgumentError(absl::StrCat(method, " ", url, ": no port"));
       }
       const std::string port = authority.substr(colon + 1);
       target = absl::StrCat("https://", server_name_, ":", port,
@@ -83,9 +95,17 @@ absl::StatusOr<std::string> CurlHttpClient::Get(const std::string& url, absl::Du
                                                                       &curl_slist_free_all);
   for (const std::string& h : headers_)
     headers.reset(curl_slist_append(headers.release(), h.c_str()));
+  if (json != nullptr) {
+    headers.reset(curl_slist_append(headers.release(), "Content-Type: application/json"));
+  }
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
   curl_easy_setopt(c, CURLOPT_URL, target.c_str());
-  curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+  if (json == nullptr) {
+    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+  } else {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(json->size()));
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, json->data());
+  }
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Append);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout)));
@@ -96,13 +116,13 @@ absl::StatusOr<std::string> CurlHttpClient::Get(const std::string& url, absl::Du
   curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
   const CURLcode rc = curl_easy_perform(c);
   if (rc != CURLE_OK) {
-    return absl::UnavailableError(absl::StrCat("GET ", url, ": ", curl_easy_strerror(rc)));
+    return absl::UnavailableError(absl::StrCat(method, " ", url, ": ", curl_easy_strerror(rc)));
   }
   long code = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
   if (code != 200) {
     return absl::UnavailableError(
-        absl::StrCat("GET ", url, ": HTTP ", code, ": ", body.substr(0, 200)));
+        absl::StrCat(method, " ", url, ": HTTP ", code, ": ", body.substr(0, 200)));
   }
   return body;
 }

@@ -10,8 +10,8 @@
 
 namespace tandem {
 
-// Blocking HTTP GET, used only from the signal engine's own threads (never from a reactor). The
-// seam lets tests serve canned bodies.
+// Blocking HTTP GET, used only from the signal engine's and the upstream engine's own threads
+// (never from a reactor). The seam lets tests serve canned bodies.
 class HttpClient {
  public:
   virtual ~HttpClient() = default;
@@ -36,11 +36,18 @@ class CurlHttpClient final : public HttpClient {
   CurlHttpClient& operator=(const CurlHttpClient&) = delete;
 
   absl::StatusOr<std::string> Get(const std::string& url, absl::Duration timeout) override;
+  // The same for a POST of a JSON body.
+  absl::StatusOr<std::string> PostJson(const std::string& url, const std::string& json,
+                                       absl::Duration timeout);
 
   // Percent-encodes a query parameter value.
   static std::string Escape(const std::string& text);
 
  private:
+  // GET when `json` is null, else a POST of it.
+  absl::StatusOr<std::string> Perform(const std::string& url, const std::string* json,
+                                      absl::Duration timeout);
+
   const TlsFiles tls_;
   const std::string server_name_;
   const std::vector<std::string> headers_;

@@ -121,6 +121,10 @@ ABSL_FLAG(int32_t, upstream_health_successes, 2,
           "--engine=upstream: good health checks in a row that make a dead engine ready again.");
 ABSL_FLAG(absl::Duration, upstream_metrics_interval, absl::Milliseconds(250),
           "--engine=upstream: how often the engine's /metrics is read (at least 50ms).");
+ABSL_FLAG(absl::Duration, upstream_probe_interval, absl::ZeroDuration(),
+          "--engine=upstream: also ask the engine for one token at most this often while nothing "
+          "is in flight; a failed answer is a failed health check, and the first ready needs a "
+          "good one (0: no probe).");
 ABSL_FLAG(int32_t, upstream_engine_series, 5000,
           "--engine=upstream: most of the engine's own series served again on the worker's "
           "/metrics, labelled tandem_engine=PROFILE (0: none).");
@@ -195,6 +199,7 @@ absl::Status ReadUpstream(WorkerConfig& c) {
   u.metrics_interval = absl::GetFlag(FLAGS_upstream_metrics_interval);
   u.metrics_stale = absl::GetFlag(FLAGS_upstream_metrics_stale);
   u.engine_series = absl::GetFlag(FLAGS_upstream_engine_series);
+  u.probe_interval = absl::GetFlag(FLAGS_upstream_probe_interval);
   return absl::OkStatus();
 }
 

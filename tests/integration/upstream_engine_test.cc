@@ -83,7 +83,9 @@ class UpstreamEngineTest : public ::testing::Test {
 
 TEST_F(UpstreamEngineTest, AnswersWholeAndStreamedThroughTheGateway) {
   Server llama = Must(StartLlamaServer("qwen"));
-  Server worker = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
+  std::vector<std::string> flags = UpstreamWorkerFlags(llama);
+  flags.push_back("--upstream_probe_interval=200ms");  // ready only once it generated a token
+  Server worker = Must(StartWorker("qwen", flags));
   ASSERT_TRUE(WaitForHealth(worker.grpc_address, "", /*serving=*/true).ok());
   StartGatewayFor({worker.grpc_address});
   ASSERT_TRUE(WaitUntil([&] { return Usable(worker.grpc_address); }));

@@ -85,6 +85,23 @@ TEST_F(UpstreamFaultsTest, ALoadingEngineKeepsTheWorkerStartingUntilItIsReady) {
   EXPECT_EQ(body["stream_options"]["include_usage"], true);
 }
 
+TEST_F(UpstreamFaultsTest, TheOneTokenProbeKeepsAnEngineThatCannotGenerateOutOfService) {
+  engine_->SetChat(FakeEngine::Chat::kStatus, 500);  // its health answers; generating fails
+  ASSERT_NO_FATAL_FAILURE(StartWorkerFor("vllm", {"--upstream_probe_interval=50ms"}));
+  ASSERT_TRUE(WaitUntil([&] { return engine_->chat_requests() >= 2; }));
+  EXPECT_EQ(WorkerMetric("tandem_worker_ready", {}), 0) << "the first ready needs a good probe";
+  engine_->SetChat(FakeEngine::Chat::kReplay);
+  ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", /*serving=*/true).ok());
+  EXPECT_THAT(engine_->last_chat_body(), HasSubstr("\"max_tokens\":1"));
+  // Ready, then generating breaks: the probe, repeated at every check once it failed, makes the
+  // engine dead after --upstream_health_failures checks in a row.
+  engine_->SetChat(FakeEngine::Chat::kStatus, 500);
+  ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", /*serving=*/false).ok());
+  engine_->SetChat(FakeEngine::Chat::kReplay);
+  ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", /*serving=*/true).ok());
+  EXPECT_TRUE(Generate().status.ok()) << "ready again";
+}
+
 TEST_F(UpstreamFaultsTest, EngineErrorsKeepTheirMeaningForTheCaller) {
   ASSERT_NO_FATAL_FAILURE(StartWorkerFor("vllm"));
   ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", true).ok());

@@ -2,6 +2,7 @@
 
 #include <future>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -118,6 +119,13 @@ void FakeEngine::ServeChat(std::shared_ptr<HttpExchange> ex) {
   if (mode == Chat::kStatus) {
     ex->Respond(Json(chat_status_.load(),
                      "{\"error\":{\"message\":\"scripted failure\",\"type\":\"server_error\"}}"));
+    return;
+  }
+  if (mode == Chat::kReplay && absl::StrContains(last_body_, "\"stream\":false")) {
+    ex->Respond(Json(200,
+                     "{\"id\":\"fake-1\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,"
+                     "\"message\":{\"role\":\"assistant\",\"content\":\"OK\"},\"finish_reason\":"
+                     "\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}"));
     return;
   }
   HttpResponse head;

@@ -21,7 +21,7 @@ namespace tandem::testing {
 class FakeEngine {
  public:
   enum class Chat {
-    kReplay,    // the stream, event by event (`event_delay` apart)
+    kReplay,    // the stream, event by event (`event_delay` apart); "stream":false: one answer
     kStatus,    // `chat_status` with an OpenAI error body
     kHang,      // headers, then nothing until the test ends
     kTruncate,  // the first half of the stream's events, then the end of the response

@@ -366,6 +366,36 @@ absl::Status UpstreamEngine::CheckServedModel() {
   return absl::OkStatus();
 }
 
+bool UpstreamEngine::ProbeDue(std::chrono::steady_clock::time_point last_probe) const {
+  return options_.probe_interval > absl::ZeroDuration() && in_flight_.load() == 0 &&
+         std::chrono::steady_clock::now() - last_probe >=
+             absl::ToChronoNanoseconds(options_.probe_interval);
+}
+
+absl::Status UpstreamEngine::Probe(CurlHttpClient& http) {
+  std::string model;
+  {
+    absl::MutexLock l(&mu_);
+    model = served_model_;
+  }
+  const nlohmann::json request = {
+      {"model", model},
+      {"messages", nlohmann::json::array({{{"role", "user"}, {"content", "Say OK."}}})},
+      {"max_tokens", 1},
+      {"stream", false}};
+  absl::StatusOr<std::string> body = http.PostJson(options_.url + options_.profile.chat_path,
+                                                   request.dump(), options_.health_timeout);
+  if (!body.ok())
+    return absl::UnavailableError(absl::StrCat("one-token probe: ", body.status().message()));
+  const nlohmann::json answer = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  auto choices = answer.is_object() ? answer.find("choices") : answer.end();
+  if (!answer.is_object() || choices == answer.end() || !choices->is_array() || choices->empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("one-token probe: the answer has no choices: ", body->substr(0, 200)));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::string> UpstreamEngine::AuthHeaders() const {
   if (options_.api_key.empty()) return {};
   return {absl::StrCat("Authorization: Bearer ", options_.api_key)};
@@ -376,11 +406,18 @@ void UpstreamEngine::HealthLoop(std::function<void(bool)> on_ready,
   CurlHttpClient http(options_.tls, "", AuthHeaders());
   const std::string url = options_.url + options_.profile.health_path;
   bool ever_ready = false;
-  std::string last_model_check;
+  std::string last_start_warning;
   int good = 0;
   int bad = 0;
+  auto last_probe = std::chrono::steady_clock::time_point();
   do {
-    absl::StatusOr<std::string> r = http.Get(url, options_.health_timeout);
+    absl::Status r = http.Get(url, options_.health_timeout).status();
+    if (r.ok() && ever_ready && ProbeDue(last_probe)) {
+      r = Probe(http);
+      // A failed probe is repeated at every check until one passes: failures count in a row.
+      last_probe =
+          r.ok() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    }
     const Health before = health_.load();
     Health now = before;
     if (r.ok()) {
@@ -393,12 +430,22 @@ void UpstreamEngine::HealthLoop(std::function<void(bool)> on_ready,
               return;
             }
             // The models list not answering yet: still starting (said once per reason).
-            if (s.message() != last_model_check) {
-              last_model_check = std::string(s.message());
+            if (s.message() != last_start_warning) {
+              last_start_warning = std::string(s.message());
               spdlog::warn("engine at {}: its models list does not answer yet: {}", options_.url,
-                           last_model_check);
+                           last_start_warning);
             }
             continue;
+          }
+          if (options_.probe_interval > absl::ZeroDuration()) {
+            last_probe = std::chrono::steady_clock::now();
+            if (absl::Status p = Probe(http); !p.ok()) {
+              if (p.message() != last_start_warning) {
+                last_start_warning = std::string(p.message());
+                spdlog::warn("engine at {}: {}", options_.url, last_start_warning);
+              }
+              continue;
+            }
           }
         }
         ever_ready = true;
@@ -415,7 +462,7 @@ void UpstreamEngine::HealthLoop(std::function<void(bool)> on_ready,
                    now == Health::kReady  ? "ready"
                    : now == Health::kDead ? "dead"
                                           : "starting",
-                   r.ok() ? std::string("health check passed") : std::string(r.status().message()));
+                   r.ok() ? std::string("health check passed") : std::string(r.message()));
       on_ready(now == Health::kReady);
     }
   } while (Sleep(options_.health_interval));

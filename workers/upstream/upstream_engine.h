@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/http_client.h"
 #include "common/tls.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine.h"
@@ -95,6 +96,10 @@ class UpstreamEngine final : public RemoteEngine {
   void Complete(Job& job, Stream& stream, absl::Status status);
   void HealthLoop(std::function<void(bool)> on_ready, std::function<void(std::string)> on_fatal);
   absl::Status CheckServedModel();
+  // --upstream_probe_interval: due when that long has passed since the last probe and nothing is
+  // in flight (traffic flowing is proof enough); the probe asks the engine for one token.
+  bool ProbeDue(std::chrono::steady_clock::time_point last_probe) const;
+  absl::Status Probe(CurlHttpClient& http) ABSL_LOCKS_EXCLUDED(mu_);
   // The engine's API key for the health, models and metrics GETs ("Authorization: Bearer").
   std::vector<std::string> AuthHeaders() const;
   void MetricsLoop();

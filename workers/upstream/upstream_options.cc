@@ -27,6 +27,9 @@ absl::Status ValidateUpstreamOptions(const UpstreamOptions& options) {
         "--upstream_health_interval, _health_timeout, _connect_timeout and _metrics_stale must "
         "be > 0, --upstream_idle_timeout at least 1s");
   }
+  if (options.probe_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--upstream_probe_interval must be >= 0 (0: no probe)");
+  }
   if (options.stop_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--upstream_stop_timeout must be >= 0");
   }

@@ -40,6 +40,10 @@ struct UpstreamOptions {
   absl::Duration health_timeout = absl::Seconds(10);
   int32_t health_failures = 3;
   int32_t health_successes = 2;
+  // Also ask the engine for one token (a chat completion, max_tokens 1) at most this often while
+  // nothing is in flight: an engine whose health endpoint answers but that cannot generate is
+  // then dead too. The first ready needs a good probe. Zero: no probe.
+  absl::Duration probe_interval = absl::ZeroDuration();
   // The engine's /metrics: polled this often; data older than `metrics_stale` is not used.
   absl::Duration metrics_interval = absl::Milliseconds(250);
   absl::Duration metrics_timeout = absl::Seconds(2);
