@@ -87,7 +87,22 @@ absl::StatusOr<DeviceDescription> OpenDevice(const std::string& spec) {
 #endif
 }
 
+absl::StatusOr<DeviceDescription> NameDevice(const std::string& spec) {
+  if (spec == "cpu") return OpenDevice(spec);
+  int ordinal = -1;
+  if (!absl::SimpleAtoi(spec, &ordinal) || ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", spec, ": expected 'cpu' or a CUDA device ordinal (0, 1, ...)"));
+  }
+  DeviceDescription d;
+  d.id = absl::StrCat("cuda:", ordinal);
+  d.name = "the engine's GPU (not opened by the worker)";
+  d.engine_owned = true;
+  return d;
+}
+
 absl::Status RefreshDeviceMemory(DeviceDescription* d) {
+  if (d->engine_owned) return absl::OkStatus();
   if (d->cuda_ordinal < 0) return ReadHostMemory(&d->memory_total_bytes, &d->memory_free_bytes);
 #ifdef TANDEM_HAVE_CUDA
   char error[512] = {0};

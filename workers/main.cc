@@ -29,7 +29,9 @@ int Run() {
   if (!config.ok()) Fatal(std::string(config.status().message()));
   if (absl::Status s = config->Validate(); !s.ok()) Fatal(std::string(s.message()));
   for (const std::string& w : config->LimitWarnings()) spdlog::warn("{}", w);
-  absl::StatusOr<DeviceDescription> device = OpenDevice(config->device);
+  absl::StatusOr<DeviceDescription> device = config->engine == EngineKind::kUpstream
+                                                 ? NameDevice(config->device)
+                                                 : OpenDevice(config->device);
   if (!device.ok()) Fatal(std::string(device.status().message()));
   absl::StatusOr<LoadedEngine> engine = MakeEngine(*config, *device);
   if (!engine.ok()) Fatal(std::string(engine.status().message()));

@@ -6,10 +6,13 @@
     select it; its --workers name each model's headless Service and gRPC port;
   - a headless Service tandem-gateway-headless (clusterIP: None) selects the gateway pods and
     maps the gRPC port, for clients balancing with round_robin over dns:///;
-  - one StatefulSet per model, `nvidia.com/gpu: 1` in limits and --device=0 (dev: CPU, no GPU);
+  - one StatefulSet per model, `nvidia.com/gpu: 1` in limits and --device=0 (dev: CPU, no GPU;
+    upstream-*: the engine's sidecar container holds the GPU, the worker runs --device=cpu);
   - no worker runs the load simulator by default: each names --engine; outside dev it is native
     with --checkpoint in a mounted PersistentVolumeClaim (dev says --engine=synthetic), and so
-    is the base rendered alone;
+    is the base rendered alone; upstream-* overlays run --engine=upstream with a profile, in front
+    of a sidecar in the same pod (--upstream_url on 127.0.0.1 at one of its container ports) that
+    serves the --upstream_model from the models PersistentVolumeClaim;
   - startup, readiness and liveness probes exist; native gRPC ones (on the --listen port) only
     where that port is plaintext, since kubelet's gRPC probes cannot speak TLS; the others probe
     the --listen port by TCP or the --metrics_listen port (httpGet, or exec on 127.0.0.1:PORT);
@@ -48,7 +51,8 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-OVERLAYS = {"dev": "tandem-dev", "single-node": "tandem", "production": "tandem"}
+OVERLAYS = {"dev": "tandem-dev", "single-node": "tandem", "production": "tandem",
+            "upstream-vllm": "tandem"}
 MODELS = ("qwen", "nemotron")
 CLUSTER_SCOPED = {"Namespace"}
 GATEWAY_HEADLESS = "tandem-gateway-headless"   # the name docs/operations.md tells clients to dial
@@ -183,6 +187,8 @@ class Checker:
         elif dev:
             if engine != "synthetic":
                 self.err(f"{what}: dev runs --engine=synthetic, has {engine}")
+        elif self.overlay.startswith("upstream-"):
+            self.upstream_checks(what, pod, c)
         elif engine != "native":
             self.err(f"{what}: --engine={engine}: outside dev the workers run the native engine")
         else:
@@ -194,6 +200,30 @@ class Checker:
                 self.err(f"{what}: --engine=native without --checkpoint")
             elif not mounts or "persistentVolumeClaim" not in vols.get(mounts[0]["name"], {}):
                 self.err(f"{what}: --checkpoint={ckpt} is not on a mounted PersistentVolumeClaim")
+
+    def upstream_checks(self, what, pod, c):
+        """--engine=upstream in front of a sidecar of the same pod that holds the GPU and serves
+        --upstream_model from the models PersistentVolumeClaim."""
+        args = c.get("args", [])
+        if flag(args, "engine") != "upstream" or not flag(args, "upstream_profile"):
+            self.err(f"{what}: {self.overlay} runs --engine=upstream with an --upstream_profile")
+            return
+        m = re.fullmatch(r"http://127\.0\.0\.1:(\d+)", flag(args, "upstream_url") or "")
+        model = flag(args, "upstream_model")
+        sidecars = [s for s in pod["spec"]["containers"][1:]
+                    if m and int(m.group(1)) in [p["containerPort"] for p in s.get("ports", [])]]
+        if len(sidecars) != 1:
+            self.err(f"{what}: --upstream_url={flag(args, 'upstream_url')} is not a port of one "
+                     "sidecar container in the pod")
+            return
+        e = sidecars[0]
+        if not model or not any(model in a for a in e.get("args", [])):
+            self.err(f"{what}: the engine container does not serve --upstream_model={model}")
+        vols = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        if not any("persistentVolumeClaim" in vols.get(vm["name"], {}) for vm in e.get("volumeMounts", [])):
+            self.err(f"{what}: the engine container mounts no PersistentVolumeClaim (the weights)")
+        if str(e.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")) != "1":
+            self.err(f"{what}: the engine container wants nvidia.com/gpu: 1 in limits")
 
     def tls_checks(self, what, pod, c, file_flags):
         """Each TLS file flag set and in a mounted Secret under a cert-manager key name;
@@ -346,9 +376,9 @@ class Checker:
                 self.secrets |= self.tls_checks(name, s["spec"]["template"], c,
                                                 ("tls_cert", "tls_key", "tls_client_ca"))
             gpu = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
-            if self.overlay == "dev":
+            if self.overlay == "dev" or self.overlay.startswith("upstream-"):
                 if gpu is not None or flag(args, "device") != "cpu":
-                    self.err(f"{name}: dev runs on the CPU without a GPU limit")
+                    self.err(f"{name}: the worker runs on the CPU without a GPU limit in {self.overlay}")
             elif str(gpu) != "1" or flag(args, "device") != "0":
                 self.err(f"{name}: want nvidia.com/gpu: 1 in limits and --device=0, have {gpu} and {flag(args, 'device')}")
             svc = self.get("Service", s["spec"]["serviceName"])

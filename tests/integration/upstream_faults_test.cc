@@ -102,6 +102,15 @@ TEST_F(UpstreamFaultsTest, TheOneTokenProbeKeepsAnEngineThatCannotGenerateOutOfS
   EXPECT_TRUE(Generate().status.ok()) << "ready again";
 }
 
+TEST_F(UpstreamFaultsTest, TheWorkerNamesTheEnginesGpuWithoutOpeningIt) {
+  // This machine may have no GPU at all: a worker that opened device 0 would not start.
+  ASSERT_NO_FATAL_FAILURE(StartWorkerFor("vllm", {"--device=0"}));
+  ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", /*serving=*/true).ok());
+  EXPECT_EQ(WorkerMetric("tandem_worker_info", {{"device", "cuda:0"}}), 1);
+  EXPECT_EQ(WorkerMetric("tandem_worker_device_memory_total_bytes", {}), 0);
+  EXPECT_TRUE(Generate().status.ok());
+}
+
 TEST_F(UpstreamFaultsTest, EngineErrorsKeepTheirMeaningForTheCaller) {
   ASSERT_NO_FATAL_FAILURE(StartWorkerFor("vllm"));
   ASSERT_TRUE(WaitForHealth(worker_.grpc_address, "", true).ok());
