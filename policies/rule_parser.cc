@@ -264,9 +264,12 @@ void RuleParser::ParseField(const std::string& field, const YAML::Node& node,
   const auto kind = CheckField(field, path, key, p);
   if (!kind) return;
   const bool numeric = *kind == router::FieldKind::kNumber;
+  const router::FieldInfo info = *router::LookupField(field);
   if (node.IsScalar()) {
     Predicate pr;
     pr.field = field;
+    pr.id = info.id;
+    pr.key = info.key;
     pr.numeric = numeric;
     pr.op = Op::kEq;
     if (ParseOperand(field, numeric, node, path, p, &pr)) out->push_back(pr);
@@ -282,6 +285,8 @@ void RuleParser::ParseField(const std::string& field, const YAML::Node& node,
     if (op == kOps.end()) continue;  // reported by Map
     Predicate pr;
     pr.field = field;
+    pr.id = info.id;
+    pr.key = info.key;
     pr.numeric = numeric;
     pr.op = op->second;
     if (ParseOperator(kv.second, absl::StrCat(path, ".", kv.first.Scalar()), p, &pr)) {

@@ -15,9 +15,44 @@ namespace tandem::router {
 
 enum class Op { kEq, kNe, kGt, kGe, kLt, kLe, kIn, kNotIn, kPresent };
 
+// The field a predicate reads, resolved once when the policy is parsed (router::LookupField), so
+// that a decision does not compare field names.
+enum class Field : uint8_t {
+  kUnknown,  // not resolved: looked up by name at each test
+  kPromptTokens,
+  kPromptBytes,
+  kImageCount,
+  kImageTokens,
+  kNumMessages,
+  kNumTurns,
+  kToolCount,
+  kAgentSteps,
+  kSystemPromptBytes,
+  kMaxTokens,
+  kConfidence,
+  kCodeCues,
+  kMathCues,
+  kReasoningCues,
+  kStructuredOutputCues,
+  kDeadlineMs,
+  kSessionTurn,
+  kObjective,
+  kReasoning,
+  kClass,
+  kHintModel,
+  kTenant,
+  kLastRole,
+  kSessionModel,
+  kLabel,    // label.KEY
+  kSignal,   // signal.NAME
+  kTrigger,  // trigger.NAME
+};
+
 // One test of one field, e.g. prompt_tokens > 32768 or label.tenant in [a, b].
 struct Predicate {
   std::string field;
+  Field id = Field::kUnknown;
+  std::string key;  // KEY or NAME of label., signal. and trigger. fields
   Op op = Op::kEq;
   // The operand: numbers for numeric fields, strings for string fields; `set` for in/not_in;
   // `flag` for present.

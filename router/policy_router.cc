@@ -56,58 +56,94 @@ struct Context {
   const SignalSnapshot& signals;
 };
 
-FieldValue Resolve(const std::string& field, const Context& c) {
+// label.KEY, signal.NAME and trigger.NAME.
+FieldValue ResolveKeyed(Field id, const std::string& key, const Context& c) {
   const RequestFeatures& f = c.f;
-  if (field == "prompt_tokens") return Number(static_cast<double>(f.prompt_tokens));
-  if (field == "prompt_bytes") return Number(static_cast<double>(f.prompt_bytes));
-  if (field == "image_count") return Number(f.image_count);
-  if (field == "image_tokens") return Number(static_cast<double>(f.image_tokens));
-  if (field == "num_messages") return Number(f.num_messages);
-  if (field == "num_turns") return Number(f.num_turns);
-  if (field == "tool_count") return Number(f.tool_count);
-  if (field == "agent_steps") return Number(f.agent_steps);
-  if (field == "system_prompt_bytes") return Number(static_cast<double>(f.system_prompt_bytes));
-  if (field == "last_role") return Text(f.last_role);
-  if (field == "max_tokens") {
-    return f.max_tokens > 0 ? Number(f.max_tokens) : FieldValue{};
+  switch (id) {
+    case Field::kLabel: {
+      auto it = f.labels.find(key);
+      return it == f.labels.end() ? FieldValue{} : Text(it->second);
+    }
+    case Field::kSignal: {
+      auto spec = c.policy.signals.find(key);
+      if (spec == c.policy.signals.end()) return {};
+      if (spec->second.source == SignalSource::kStatic) return Number(spec->second.static_value);
+      auto it = c.signals.values.find(key);
+      return it == c.signals.values.end() ? FieldValue{} : Number(it->second);
+    }
+    case Field::kTrigger: {
+      auto it = c.signals.triggers.find(key);
+      return Text(it != c.signals.triggers.end() && it->second ? "on" : "off");
+    }
+    default:
+      return {};
   }
-  if (field == "confidence") return Number(c.confidence);
-  if (field == "code_cues") return Number(f.cues.code);
-  if (field == "math_cues") return Number(f.cues.math);
-  if (field == "reasoning_cues") return Number(f.cues.reasoning);
-  if (field == "structured_output_cues") return Number(f.cues.structured_output);
-  if (field == "deadline_ms") {
-    return f.deadline_ms >= 0 ? Number(static_cast<double>(f.deadline_ms)) : FieldValue{};
+}
+
+FieldValue Resolve(const Predicate& p, const Context& c) {
+  Field id = p.id;
+  const std::string* key = &p.key;
+  std::optional<FieldInfo> looked_up;
+  if (id == Field::kUnknown) {  // a predicate not made by the policy parser
+    looked_up = LookupField(p.field);
+    if (!looked_up) return {};
+    id = looked_up->id;
+    key = &looked_up->key;
   }
-  if (field == "objective") return Text(ObjectiveName(f.objective));
-  if (field == "reasoning") return Text(ReasoningModeName(f.reasoning));
-  if (field == "class") return Text(c.request_class);
-  if (field == "hint.model") return Text(f.pinned_model);
-  if (field == "tenant") return Text(f.tenant);
-  if (field == "session.model") {
-    // A model this policy does not know (the session began under another one) is no model.
-    return c.policy.models.contains(f.session_model) ? Text(f.session_model) : FieldValue{};
+  const RequestFeatures& f = c.f;
+  switch (id) {
+    case Field::kPromptTokens:
+      return Number(static_cast<double>(f.prompt_tokens));
+    case Field::kPromptBytes:
+      return Number(static_cast<double>(f.prompt_bytes));
+    case Field::kImageCount:
+      return Number(f.image_count);
+    case Field::kImageTokens:
+      return Number(static_cast<double>(f.image_tokens));
+    case Field::kNumMessages:
+      return Number(f.num_messages);
+    case Field::kNumTurns:
+      return Number(f.num_turns);
+    case Field::kToolCount:
+      return Number(f.tool_count);
+    case Field::kAgentSteps:
+      return Number(f.agent_steps);
+    case Field::kSystemPromptBytes:
+      return Number(static_cast<double>(f.system_prompt_bytes));
+    case Field::kMaxTokens:
+      return f.max_tokens > 0 ? Number(f.max_tokens) : FieldValue{};
+    case Field::kConfidence:
+      return Number(c.confidence);
+    case Field::kCodeCues:
+      return Number(f.cues.code);
+    case Field::kMathCues:
+      return Number(f.cues.math);
+    case Field::kReasoningCues:
+      return Number(f.cues.reasoning);
+    case Field::kStructuredOutputCues:
+      return Number(f.cues.structured_output);
+    case Field::kDeadlineMs:
+      return f.deadline_ms >= 0 ? Number(static_cast<double>(f.deadline_ms)) : FieldValue{};
+    case Field::kSessionTurn:
+      return f.session_id.empty() ? FieldValue{} : Number(static_cast<double>(f.session_turn));
+    case Field::kObjective:
+      return Text(ObjectiveName(f.objective));
+    case Field::kReasoning:
+      return Text(ReasoningModeName(f.reasoning));
+    case Field::kClass:
+      return Text(c.request_class);
+    case Field::kHintModel:
+      return Text(f.pinned_model);
+    case Field::kTenant:
+      return Text(f.tenant);
+    case Field::kLastRole:
+      return Text(f.last_role);
+    case Field::kSessionModel:
+      // A model this policy does not know (the session began under another one) is no model.
+      return c.policy.models.contains(f.session_model) ? Text(f.session_model) : FieldValue{};
+    default:
+      return ResolveKeyed(id, *key, c);
   }
-  if (field == "session.turn") {
-    return f.session_id.empty() ? FieldValue{} : Number(static_cast<double>(f.session_turn));
-  }
-  if (absl::StartsWith(field, "label.")) {
-    auto it = f.labels.find(field.substr(6));
-    return it == f.labels.end() ? FieldValue{} : Text(it->second);
-  }
-  if (absl::StartsWith(field, "signal.")) {
-    const std::string name = field.substr(7);
-    auto spec = c.policy.signals.find(name);
-    if (spec == c.policy.signals.end()) return {};
-    if (spec->second.source == SignalSource::kStatic) return Number(spec->second.static_value);
-    auto it = c.signals.values.find(name);
-    return it == c.signals.values.end() ? FieldValue{} : Number(it->second);
-  }
-  if (absl::StartsWith(field, "trigger.")) {
-    auto it = c.signals.triggers.find(field.substr(8));
-    return Text(it != c.signals.triggers.end() && it->second ? "on" : "off");
-  }
-  return {};
 }
 
 std::string Show(const FieldValue& v, bool numeric) {
@@ -155,7 +191,7 @@ bool Holds(const Predicate& p, const FieldValue& v) {
 
 // Whether the predicate holds; with `detail`, also says why (the explanation of a decision).
 bool Test(const Predicate& p, const Context& c, std::string* detail) {
-  const FieldValue v = Resolve(p.field, c);
+  const FieldValue v = Resolve(p, c);
   const bool result = Holds(p, v);
   if (detail == nullptr) return result;
   std::string operand;
@@ -313,24 +349,56 @@ absl::Status ApplyAction(const Policy& p, const Rule& rule, const RequestFeature
 
 }  // namespace
 
-std::optional<FieldKind> KindOfField(const std::string& field) {
-  static const char* kNumbers[] = {
-      "prompt_tokens", "prompt_bytes", "image_count", "image_tokens",   "num_messages",
-      "num_turns",     "tool_count",   "agent_steps", "max_tokens",     "system_prompt_bytes",
-      "confidence",    "code_cues",    "math_cues",   "reasoning_cues", "structured_output_cues",
-      "deadline_ms",   "session.turn"};
-  static const char* kStrings[] = {"objective", "reasoning", "class",        "hint.model",
-                                   "tenant",    "last_role", "session.model"};
-  for (const char* n : kNumbers) {
-    if (field == n) return FieldKind::kNumber;
+std::optional<FieldInfo> LookupField(std::string_view field) {
+  struct Named {
+    std::string_view name;
+    Field id;
+    FieldKind kind;
+  };
+  static constexpr Named kFields[] = {
+      {"prompt_tokens", Field::kPromptTokens, FieldKind::kNumber},
+      {"prompt_bytes", Field::kPromptBytes, FieldKind::kNumber},
+      {"image_count", Field::kImageCount, FieldKind::kNumber},
+      {"image_tokens", Field::kImageTokens, FieldKind::kNumber},
+      {"num_messages", Field::kNumMessages, FieldKind::kNumber},
+      {"num_turns", Field::kNumTurns, FieldKind::kNumber},
+      {"tool_count", Field::kToolCount, FieldKind::kNumber},
+      {"agent_steps", Field::kAgentSteps, FieldKind::kNumber},
+      {"max_tokens", Field::kMaxTokens, FieldKind::kNumber},
+      {"system_prompt_bytes", Field::kSystemPromptBytes, FieldKind::kNumber},
+      {"confidence", Field::kConfidence, FieldKind::kNumber},
+      {"code_cues", Field::kCodeCues, FieldKind::kNumber},
+      {"math_cues", Field::kMathCues, FieldKind::kNumber},
+      {"reasoning_cues", Field::kReasoningCues, FieldKind::kNumber},
+      {"structured_output_cues", Field::kStructuredOutputCues, FieldKind::kNumber},
+      {"deadline_ms", Field::kDeadlineMs, FieldKind::kNumber},
+      {"session.turn", Field::kSessionTurn, FieldKind::kNumber},
+      {"objective", Field::kObjective, FieldKind::kString},
+      {"reasoning", Field::kReasoning, FieldKind::kString},
+      {"class", Field::kClass, FieldKind::kString},
+      {"hint.model", Field::kHintModel, FieldKind::kString},
+      {"tenant", Field::kTenant, FieldKind::kString},
+      {"last_role", Field::kLastRole, FieldKind::kString},
+      {"session.model", Field::kSessionModel, FieldKind::kString},
+  };
+  for (const Named& n : kFields) {
+    if (field == n.name) return FieldInfo{n.id, n.kind, ""};
   }
-  for (const char* s : kStrings) {
-    if (field == s) return FieldKind::kString;
+  static constexpr Named kKeyed[] = {{"label.", Field::kLabel, FieldKind::kString},
+                                     {"signal.", Field::kSignal, FieldKind::kNumber},
+                                     {"trigger.", Field::kTrigger, FieldKind::kString}};
+  for (const Named& n : kKeyed) {
+    if (field.starts_with(n.name) && field.size() > n.name.size()) {
+      return FieldInfo{n.id, n.kind, std::string(field.substr(n.name.size()))};
+    }
   }
-  if (absl::StartsWith(field, "label.") && field.size() > 6) return FieldKind::kString;
-  if (absl::StartsWith(field, "signal.") && field.size() > 7) return FieldKind::kNumber;
-  if (absl::StartsWith(field, "trigger.") && field.size() > 8) return FieldKind::kString;
   return std::nullopt;
+}
+
+std::optional<FieldKind> KindOfField(const std::string& field) {
+  std::optional<FieldInfo> info = LookupField(field);
+  if (!info) return std::nullopt;
+  return info->kind;
 }
 
 PolicyRouter::PolicyRouter(std::shared_ptr<const Policy> policy) : policy_(std::move(policy)) {

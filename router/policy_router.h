@@ -3,6 +3,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "router/policy.h"
 #include "router/router.h"
@@ -21,6 +22,14 @@ inline constexpr char kShedModel[] = "none";
 // class, hint.model, tenant (the authenticated one), last_role, session.model, label.KEY,
 // trigger.NAME (on or off) (strings).
 std::optional<FieldKind> KindOfField(const std::string& field);
+
+// The same with the field's id and, for label., signal. and trigger. fields, its key.
+struct FieldInfo {
+  Field id = Field::kUnknown;
+  FieldKind kind = FieldKind::kNumber;
+  std::string key;
+};
+std::optional<FieldInfo> LookupField(std::string_view field);
 
 // Decides with a policy: classify (first matching class rule, else the default class), then the
 // first matching rule's action. Pure: the policy is immutable and shared; safe on any thread.
