@@ -178,6 +178,27 @@ TEST_F(UpstreamEngineTest, ACancelledCallClosesTheEngineStream) {
                   .ok());
 }
 
+TEST_F(UpstreamEngineTest, ACallPastItsDeadlineEndsThereAndTheEngineStops) {
+  Server llama = Must(StartLlamaServer("qwen"));
+  Server worker = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
+  StartGatewayFor({worker.grpc_address});
+  ASSERT_TRUE(WaitUntil([&] { return Usable(worker.grpc_address); }));
+
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(3));  // far less than 3500 tokens take on this engine
+  auto reader = stub_->GenerateStream(&ctx, NoThinking("Go on and on.", 3500));
+  tandem::v1::GenerateStreamChunk c;
+  while (reader->Read(&c)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The deadline went with the call: the worker ended its engine stream, the engine stopped.
+  EXPECT_TRUE(WaitUntil([&] { return EngineMetric(llama, "llamacpp:requests_processing") == 0; },
+                        absl::Seconds(10)));
+  EXPECT_TRUE(WaitForMetric(worker.metrics_address, "tandem_worker_requests_total",
+                            {{"finish_reason", "deadline_exceeded"}}, 1)
+                  .ok());
+}
+
 TEST_F(UpstreamEngineTest, HealthFollowsTheEngineThroughARestart) {
   Server llama = Must(StartLlamaServer("qwen"));
   Server worker =
@@ -228,6 +249,31 @@ TEST_F(UpstreamEngineTest, AKilledEngineMidStreamIsContinuedOnAnotherWorker) {
     EXPECT_TRUE(WaitUntil([&] { return Usable(sim.grpc_address); }));
     llama.process->Signal(SIGKILL);
   });
+  ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, sim.grpc_address, 3000));
+  EXPECT_EQ(s.last.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
+}
+
+// The engine hangs mid-answer (stopped, never killed): the gateway's stall detection continues
+// the answer on the other replica.
+TEST_F(UpstreamEngineTest, AHungEngineMidStreamIsContinuedOnAnotherWorker) {
+  Server llama = Must(StartLlamaServer("qwen"));
+  Server upstream = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
+  ASSERT_TRUE(WaitForHealth(upstream.grpc_address, "", /*serving=*/true).ok());
+  // Started once the engine is ready, and ready itself 4 s later: the first attempt is the
+  // engine's. A stall is declared 8 s after the last token, by when this replica is ready.
+  Server sim = Must(StartWorker("qwen", {"--synthetic_load_time=4s", "--synthetic_time_scale=0",
+                                         "--synthetic_output_tokens=5000"}));
+  StartGatewayFor({upstream.grpc_address, sim.grpc_address},
+                  {"--stall_timeout_min=8s", "--stall_timeout_multiple=3"});
+  ASSERT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
+  ASSERT_FALSE(Usable(sim.grpc_address));
+
+  const Streamed s = StreamWith(stub_.get(), NoThinking("Tell a long story.", 3000), [&](auto& c) {
+    EXPECT_EQ(c.route().worker(), upstream.grpc_address);
+    llama.process->Signal(SIGSTOP);
+    EXPECT_TRUE(WaitUntil([&] { return Usable(sim.grpc_address); }));
+  });
+  llama.process->Signal(SIGCONT);  // so that it stops cleanly with the test
   ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, sim.grpc_address, 3000));
   EXPECT_EQ(s.last.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
 }
