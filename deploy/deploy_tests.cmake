@@ -26,7 +26,9 @@ tandem_add_test_needing(TANDEM_PROMETHEUS grafana_dashboard_queries_live
   ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/grafana/dashboard_queries_test.py
     --worker=$<TARGET_FILE:tandem-worker> --gateway=$<TARGET_FILE:tandem-gateway>
     --ctl=$<TARGET_FILE:tandemctl> --prometheus=${TANDEM_PROMETHEUS})
-set_tests_properties(grafana_dashboard_queries_live PROPERTIES LABELS integration TIMEOUT 120)
+# COST: started early in a fresh build tree (tandem_test in tests/CMakeLists.txt says why).
+set_tests_properties(grafana_dashboard_queries_live PROPERTIES LABELS integration TIMEOUT 120
+  COST 15)
 
 # systemd: install.sh refuses to install workers without a chosen engine (--checkpoint-dir or
 # --engine=synthetic; the binary's default is the load simulator) and writes nothing then; runs
