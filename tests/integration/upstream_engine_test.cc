@@ -52,6 +52,7 @@ class UpstreamEngineTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : Server{};
   }
+  void EndALongAnswerEarly(bool by_deadline);
   void StartGatewayFor(const std::vector<std::string>& workers,
                        std::vector<std::string> extra = {}) {
     extra.push_back("--policy=" + WriteTempFile("qwen_only.yaml", kQwenOnlyPolicy));
@@ -154,49 +155,45 @@ TEST_F(UpstreamEngineTest, ThinkingOnAndOffReachTheEngineAndComeBackAsReasoning)
   EXPECT_FALSE(m_off.value("content", "").empty()) << off.dump();
 }
 
-TEST_F(UpstreamEngineTest, ACancelledCallClosesTheEngineStream) {
+// A long answer through the gateway ends early, cancelled by the caller or past its deadline:
+// the caller gets the matching status, the worker closes its engine stream (llama-server stops
+// generating) and counts the request under that finish reason.
+void UpstreamEngineTest::EndALongAnswerEarly(bool by_deadline) {
   Server llama = Must(StartLlamaServer("qwen"));
   Server worker = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
   StartGatewayFor({worker.grpc_address});
   ASSERT_TRUE(WaitUntil([&] { return Usable(worker.grpc_address); }));
 
   grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(60));
+  Deadline(&ctx, std::chrono::seconds(by_deadline ? 3 : 60));
   auto reader = stub_->GenerateStream(&ctx, NoThinking("Go on and on.", 3500));
   tandem::v1::GenerateStreamChunk c;
   ASSERT_TRUE(reader->Read(&c));
   EXPECT_TRUE(WaitUntil([&] { return EngineMetric(llama, "llamacpp:requests_processing") == 1; }));
-  ctx.TryCancel();
+  if (by_deadline) {
+    // Frozen, so the answer cannot end before the deadline however fast the engine runs.
+    llama.process->Signal(SIGSTOP);
+  } else {
+    ctx.TryCancel();
+  }
   while (reader->Read(&c)) {
   }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  // The worker closed its engine connection, and llama-server stopped generating.
+  EXPECT_EQ(reader->Finish().error_code(),
+            by_deadline ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::CANCELLED);
+  if (by_deadline) llama.process->Signal(SIGCONT);
   EXPECT_TRUE(WaitUntil([&] { return EngineMetric(llama, "llamacpp:requests_processing") == 0; },
                         absl::Seconds(10)));
   EXPECT_TRUE(WaitForMetric(worker.metrics_address, "tandem_worker_requests_total",
-                            {{"finish_reason", "cancelled"}}, 1)
+                            {{"finish_reason", by_deadline ? "deadline_exceeded" : "cancelled"}}, 1)
                   .ok());
 }
 
-TEST_F(UpstreamEngineTest, ACallPastItsDeadlineEndsThereAndTheEngineStops) {
-  Server llama = Must(StartLlamaServer("qwen"));
-  Server worker = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
-  StartGatewayFor({worker.grpc_address});
-  ASSERT_TRUE(WaitUntil([&] { return Usable(worker.grpc_address); }));
+TEST_F(UpstreamEngineTest, ACancelledCallClosesTheEngineStream) {
+  ASSERT_NO_FATAL_FAILURE(EndALongAnswerEarly(/*by_deadline=*/false));
+}
 
-  grpc::ClientContext ctx;
-  Deadline(&ctx, std::chrono::seconds(3));  // far less than 3500 tokens take on this engine
-  auto reader = stub_->GenerateStream(&ctx, NoThinking("Go on and on.", 3500));
-  tandem::v1::GenerateStreamChunk c;
-  while (reader->Read(&c)) {
-  }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  // The deadline went with the call: the worker ended its engine stream, the engine stopped.
-  EXPECT_TRUE(WaitUntil([&] { return EngineMetric(llama, "llamacpp:requests_processing") == 0; },
-                        absl::Seconds(10)));
-  EXPECT_TRUE(WaitForMetric(worker.metrics_address, "tandem_worker_requests_total",
-                            {{"finish_reason", "deadline_exceeded"}}, 1)
-                  .ok());
+TEST_F(UpstreamEngineTest, ACallPastItsDeadlineEndsThereAndTheEngineStops) {
+  ASSERT_NO_FATAL_FAILURE(EndALongAnswerEarly(/*by_deadline=*/true));
 }
 
 TEST_F(UpstreamEngineTest, HealthFollowsTheEngineThroughARestart) {
