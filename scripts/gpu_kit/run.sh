@@ -530,8 +530,7 @@ day_one_model() {
 step_day_one() {
   local rc=0 nemotron_tok="$OUT/work/day1-nemotron-tokenizer.json"
   if [[ ! -x $KIT/bin/tandem-bench ]]; then
-    NOTE="tandem-bench is not in the kit: add it to BINARIES in scripts/gpu_kit.sh (about 13 MB,"
-    NOTE+=" past the kit's 60 MiB limit as it stands)"
+    NOTE="tandem-bench is not in the kit (BINARIES in scripts/gpu_kit.sh)"
     return 77
   fi
   python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import tiny_tokenizer as t

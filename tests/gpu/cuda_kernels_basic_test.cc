@@ -14,11 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/gpu/device_buffer.h"
 #include "workers/cpu/cpu_kernels.h"
 #include "workers/cuda/cuda_kernels.h"
 
 namespace tandem::workers::cuda {
 namespace {
+
+using testing::DeviceBuffer;
 
 #define SKIP_WITHOUT_CUDA()                                \
   do {                                                     \
@@ -33,33 +36,6 @@ namespace {
     const cudaError_t status_ = (expr);                             \
     ASSERT_EQ(status_, cudaSuccess) << cudaGetErrorString(status_); \
   } while (0)
-
-// Device copy of a host vector; freed on destruction.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(const std::vector<T>& host) : size_(host.size()) {
-    EXPECT_EQ(cudaMalloc(&ptr_, Bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), Bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  explicit DeviceBuffer(size_t size) : DeviceBuffer(std::vector<T>(size)) {}
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return ptr_; }
-  std::vector<T> Download() const {
-    std::vector<T> host(size_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, Bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-
- private:
-  size_t Bytes() const { return std::max<size_t>(1, size_) * sizeof(T); }
-  T* ptr_ = nullptr;
-  size_t size_;
-};
 
 // Host BF16 helpers (round to nearest even; no NaNs in these tests).
 bf16 ToBf16(float f) {
