@@ -11,10 +11,13 @@
 namespace tandem::router {
 namespace {
 
-constexpr char kMagic[] = "TNDMCLS1";
+constexpr char kMagic1[] = "TNDMCLS1";
+constexpr char kMagic2[] = "TNDMCLS2";
 constexpr uint64_t kFnvOffset = 1469598103934665603ull;
 constexpr uint64_t kFnvPrime = 1099511628211ull;
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+// Format 2: the n-grams of this many words at each end of the text (Features).
+constexpr size_t kFrameWords = 24;
 
 uint64_t Fnv(uint64_t h, std::string_view s) {
   for (unsigned char c : s) {
@@ -45,6 +48,63 @@ bool GetU32(std::string_view* in, uint32_t* v) {
   return true;
 }
 
+// 0, 1, 2, 3-4, 5-8, 9-16, ...: a count's order of magnitude.
+int Log2Bucket(size_t n) {
+  int b = 0;
+  while (n > 0 && b < 12) {
+    n >>= 1;
+    ++b;
+  }
+  return b;
+}
+
+// Tokens for the text's shape, hashed like words: how many words (by powers of two), the first
+// word and the first two, whether it ends in a question mark, how many lines, digits and code
+// punctuation characters. A source's vocabulary rarely carries to another source; its form
+// (a terse command, a one-line question, a multi-line task with code) mostly does. Each token
+// counts twice, so a long text's n-grams do not drown them.
+void StructureFeatures(std::string_view text, uint64_t mask, std::vector<uint32_t>* out) {
+  size_t words = 0, lines = 1, digits = 0, code = 0;
+  uint64_t first = 0, first_two = 0;
+  bool in_word = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') ++lines;
+    if (c >= '0' && c <= '9') ++digits;
+    if (c == '{' || c == '}' || c == ';' || c == '=' || c == '(' || c == '_' || c == '[') ++code;
+    if (WordByte(c)) {
+      if (!in_word) ++words;
+      if (words <= 2) {
+        const uint64_t h = ((words == 1 ? first : first_two) ^ Lower(c)) * kFnvPrime;
+        if (words == 1) first = h;
+        first_two = h;
+      }
+      in_word = true;
+    } else {
+      if (in_word && words == 1) first_two = (first_two ^ ' ') * kFnvPrime;
+      in_word = false;
+    }
+  }
+  size_t end = text.size();
+  while (end > 0 && (text[end - 1] == ' ' || text[end - 1] == '\n' || text[end - 1] == '"')) --end;
+  const bool question = end > 0 && text[end - 1] == '?';
+  const uint64_t tokens[] = {
+      0x5100 + static_cast<uint64_t>(Log2Bucket(words)),
+      0x5200 + static_cast<uint64_t>(Log2Bucket(lines - 1)),
+      0x5300 + static_cast<uint64_t>(Log2Bucket(digits)),
+      0x5400 + static_cast<uint64_t>(Log2Bucket(code)),
+      0x5500 + static_cast<uint64_t>(question),
+      (first ^ 0x5600) * kGolden,
+      (first_two ^ 0x5700) * kGolden,
+  };
+  for (uint64_t t : tokens) {
+    const uint32_t b = static_cast<uint32_t>(
+        (Fnv(kFnvOffset ^ 0x5e, std::string_view(reinterpret_cast<const char*>(&t), sizeof t))) &
+        mask);
+    out->insert(out->end(), 2, b);
+  }
+}
+
 }  // namespace
 
 void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* out) const {
@@ -54,6 +114,17 @@ void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* ou
   char word[48];
   uint64_t prev = 0;
   size_t i = 0;
+  // Format 2 reads the n-grams of the frame only, the first and last kFrameWords words: what is
+  // asked sits there, while the middle of a long prompt is material (a document, a review, code)
+  // whose topic says little about the work asked for. (The shape tokens see the whole text.)
+  size_t words = 0, index = 0;
+  if (structure_) {
+    bool in_word = false;
+    for (unsigned char c : text) {
+      if (WordByte(c) && !in_word) ++words;
+      in_word = WordByte(c);
+    }
+  }
   while (i < text.size()) {
     while (i < text.size() && !WordByte(static_cast<unsigned char>(text[i]))) ++i;
     size_t n = 0;
@@ -64,8 +135,14 @@ void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* ou
       }
       ++i;
     }
-    if (n == 1) break;
+    if (n == 1) break;  // the rest is separators
     word[n++] = '>';
+    if (structure_ && index >= kFrameWords && index + kFrameWords < words) {
+      ++index;
+      prev = 0;
+      continue;
+    }
+    ++index;
     const std::string_view w(word, n);
     const uint64_t unigram = Fnv(kFnvOffset ^ 0x77, w);
     out->push_back(static_cast<uint32_t>(unigram & mask));
@@ -84,6 +161,7 @@ void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* ou
       }
     }
   }
+  if (structure_) StructureFeatures(text, mask, out);
 }
 
 void HashedClassifier::Scores(const std::vector<uint32_t>& features,
@@ -124,6 +202,7 @@ HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
                                          const TrainOptions& options) {
   HashedClassifier m;
   m.buckets_ = options.buckets;
+  m.structure_ = options.structure;
   m.classes_ = std::move(classes);
   const size_t c = m.classes_.size();
   m.weights_.assign(static_cast<size_t>(m.buckets_) * c, 0.0f);
@@ -156,7 +235,7 @@ HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
 }
 
 std::string HashedClassifier::ToBytes() const {
-  std::string out(kMagic, 8);
+  std::string out(structure_ ? kMagic2 : kMagic1, 8);
   PutU32(&out, buckets_);
   PutU32(&out, static_cast<uint32_t>(classes_.size()));
   for (const auto& name : classes_) {
@@ -175,11 +254,13 @@ absl::StatusOr<HashedClassifier> HashedClassifier::FromBytes(std::string_view in
   auto bad = [](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("classifier model: ", why));
   };
-  if (in.size() < 8 || in.substr(0, 8) != std::string_view(kMagic, 8)) {
+  const std::string_view magic = in.substr(0, 8);
+  if (magic != std::string_view(kMagic1, 8) && magic != std::string_view(kMagic2, 8)) {
     return bad("not a Tandem classifier (bad magic)");
   }
   in.remove_prefix(8);
   HashedClassifier m;
+  m.structure_ = magic == std::string_view(kMagic2, 8);
   uint32_t num_classes = 0;
   if (!GetU32(&in, &m.buckets_) || !GetU32(&in, &num_classes)) return bad("truncated header");
   if (m.buckets_ == 0 || m.buckets_ > (1u << 24) || (m.buckets_ & (m.buckets_ - 1)) != 0 ||

@@ -11,7 +11,11 @@
 namespace tandem::router {
 
 // The learned tier of classification: a linear softmax model over hashed word unigrams, word
-// bigrams and character 3- and 4-grams (fastText-style features, without the embedding layer).
+// bigrams and character 3- and 4-grams (fastText-style features, without the embedding layer),
+// and, from format 2 on, a few tokens for the text's shape (StructureFeatures in the .cc: length,
+// the opening words, a question mark, lines, digits, code punctuation), which carry across
+// sources where the vocabulary does not; format 2 also reads the n-grams of the text's frame
+// only, its first and last 24 words, where the instruction is, not the material in between.
 // Pure: built from bytes, no I/O. Prediction allocates nothing beyond the feature buffer.
 class HashedClassifier {
  public:
@@ -25,6 +29,7 @@ class HashedClassifier {
     int epochs = 10;
     double learning_rate = 2.0;
     uint64_t seed = 1;
+    bool structure = true;  // shape tokens and frame (format 2); false trains format 1
   };
 
   // Trains on (text, class index) pairs.
@@ -32,7 +37,8 @@ class HashedClassifier {
                                 const std::vector<std::pair<std::string, int>>& examples,
                                 const TrainOptions& options);
 
-  // The model file format: "TNDMCLS1", buckets, class names, weights (little-endian float32).
+  // The model file format: "TNDMCLS1" (n-grams) or "TNDMCLS2" (n-grams and shape tokens),
+  // buckets, class names, weights (little-endian float32).
   static absl::StatusOr<HashedClassifier> FromBytes(std::string_view bytes);
   std::string ToBytes() const;
 
@@ -50,6 +56,7 @@ class HashedClassifier {
   void Scores(const std::vector<uint32_t>& features, std::vector<double>* probs) const;
 
   uint32_t buckets_ = 0;
+  bool structure_ = false;  // format 2
   std::vector<std::string> classes_;
   std::vector<float> weights_;  // buckets_ x classes, row-major by bucket
   std::vector<float> bias_;

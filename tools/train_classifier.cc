@@ -7,7 +7,7 @@
 //                                    leave-one-source-out evaluation (one model per source)
 //   tandem-train-classifier --model=model.tcls --heldout=heldout.jsonl
 //       [--heldout_sources=heldout_sources.jsonl] [--min_accuracy=0.9]
-//       [--min_class_accuracy=0.97]
+//       [--min_class_accuracy=0.97] [--min_unseen_class_accuracy=0.8]
 //                                    evaluate a saved model (exit 1 below either bound, on
 //                                    either file)
 //
@@ -43,14 +43,19 @@ ABSL_FLAG(std::string, train, "", "Training examples (JSON lines).");
 ABSL_FLAG(std::string, heldout, "", "Held-out examples (JSON lines) for the evaluation.");
 ABSL_FLAG(std::string, heldout_sources, "",
           "Examples (JSON lines) of whole sources never trained on: evaluated on their own, and "
-          "held to --min_accuracy and --min_class_accuracy too.");
+          "held to --min_accuracy and --min_unseen_class_accuracy.");
 ABSL_FLAG(std::string, out, "", "Where to write the trained model.");
 ABSL_FLAG(std::string, model, "", "Evaluate this saved model instead of training.");
 ABSL_FLAG(std::string, report, "", "Write the evaluation as Markdown here (else stdout).");
 ABSL_FLAG(int32_t, buckets_log2, 17, "Hash buckets: 2^N.");
 ABSL_FLAG(int32_t, epochs, 10, "Training epochs.");
 ABSL_FLAG(double, learning_rate, 2.0, "Initial learning rate (decays linearly to 0).");
+ABSL_FLAG(bool, structure, true,
+          "Train with the shape tokens and the frame (model format 2); false trains format 1, "
+          "every n-gram of the text and nothing else (to compare the two).");
 ABSL_FLAG(double, min_accuracy, 0, "Exit 1 when held-out accuracy is below this.");
+ABSL_FLAG(double, min_unseen_class_accuracy, 0,
+          "Exit 1 when the accuracy (recall) of any class on --heldout_sources is below this.");
 ABSL_FLAG(double, min_class_accuracy, 0,
           "Exit 1 when the held-out accuracy (recall) of any class is below this.");
 ABSL_FLAG(bool, cross_validate, false,
@@ -123,6 +128,7 @@ HashedClassifier TrainOn(const std::vector<std::string>& classes,
     if (e.source() != skip_source) examples.emplace_back(e.text(), index[e.label()]);
   }
   HashedClassifier::TrainOptions o;
+  o.structure = absl::GetFlag(FLAGS_structure);
   o.buckets = 1u << absl::GetFlag(FLAGS_buckets_log2);
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.learning_rate = absl::GetFlag(FLAGS_learning_rate);
@@ -402,9 +408,10 @@ std::string Evaluate(const HashedClassifier& model, const std::vector<LabelledEx
         Describe(Score(model, heldout_sources), model.classes(), &summaries->back()), "\n");
   }
   report +=
-      "## Held-out evaluation of the shipped model\n\n"
-      "Everything held out, none of it trained on: the held-out sources (if any, above), "
-      "whole templates of every templated family and whole MBPP tasks.\n\n" +
+      "## Held-out phrasings of the trained sources\n\n"
+      "Held out, never trained on, from sources that are trained on: whole templates of every "
+      "templated family and whole MBPP tasks. This is the estimate for traffic like the "
+      "training data.\n\n" +
       Describe(Score(model, heldout), model.classes(), &summaries->front());
   if (absl::GetFlag(FLAGS_cross_validate) && !train.empty()) {
     report += CrossValidate(model.classes(), train, heldout);
@@ -412,7 +419,8 @@ std::string Evaluate(const HashedClassifier& model, const std::vector<LabelledEx
   return report;
 }
 
-// Whether every evaluation meets --min_accuracy and --min_class_accuracy; says which do not.
+// Whether every evaluation meets --min_accuracy and the class bounds (--min_class_accuracy on
+// --heldout, --min_unseen_class_accuracy on --heldout_sources); says which do not.
 bool WithinBounds(const std::vector<Summary>& summaries, const std::vector<std::string>& classes) {
   bool ok = true;
   for (size_t i = 0; i < summaries.size(); ++i) {
@@ -423,11 +431,12 @@ bool WithinBounds(const std::vector<Summary>& summaries, const std::vector<std::
                                    100 * summary.accuracy, 100 * absl::GetFlag(FLAGS_min_accuracy));
       ok = false;
     }
+    const double min_class = i == 0 ? absl::GetFlag(FLAGS_min_class_accuracy)
+                                    : absl::GetFlag(FLAGS_min_unseen_class_accuracy);
     for (size_t k = 0; k < summary.class_accuracy.size(); ++k) {
-      if (summary.class_accuracy[k] < absl::GetFlag(FLAGS_min_class_accuracy)) {
+      if (summary.class_accuracy[k] < min_class) {
         std::cerr << absl::StrFormat("class %s: %s accuracy %.2f%% is below %.2f%%\n", classes[k],
-                                     what, 100 * summary.class_accuracy[k],
-                                     100 * absl::GetFlag(FLAGS_min_class_accuracy));
+                                     what, 100 * summary.class_accuracy[k], 100 * min_class);
         ok = false;
       }
     }

@@ -2,17 +2,23 @@
 """Builds the routing classifier's labelled data: train.jsonl, heldout.jsonl and
 heldout_sources.jsonl.
 
-Sources (data/sources/, licences and attribution beside them). Each kind of traffic that comes
-from public data has one source (or more) trained on and another held out whole:
-  - math word problems -> accuracy_critical: GSM8K train questions (MIT, OpenAI) trained on;
-    SVAMP (MIT, Patel et al. 2021) held out whole
-  - short requests to a task-oriented assistant -> latency_critical: CLINC150 train+val
-    utterances (CC BY 3.0, Larson et al. 2019) and NLU++ banking and hotels utterances
-    (CC BY 4.0, Casanueva et al. 2022) trained on; Banking77 train utterances (a hashed 2,000;
-    CC BY 4.0, Casanueva et al. 2020) held out whole
-  - MBPP tasks 1-10 and 511-974 (CC BY 4.0, Austin et al. 2021): the task descriptions
-    ("mbpp/text") and bare function stubs made from the reference solutions ("mbpp/stub")
-    -> accuracy_critical
+Sources (data/sources/, licences and attribution in its README). Each kind of traffic has
+sources trained on whole and one held out whole, never trained on (TRAINED and HELD_OUT below):
+  - math word problems -> accuracy_critical: GSM8K train trained on; SVAMP held out
+  - factoid questions -> accuracy_critical: EntityQuestions trained on; WebQuestions held out
+  - questions and claims that need knowledge and several steps -> accuracy_critical: HotpotQA
+    and FOLIO trained on; CREAK's claims (as true-or-false questions) held out
+  - multi-step tasks for an agent with tools -> accuracy_critical: TaskBench trained on;
+    MetaTool's multi-tool queries held out
+  - code -> accuracy_critical: MBPP (tasks and stubs), StaQC's SQL titles and GPTeacher's
+    code instructions trained on (MBPP's held-out tasks below)
+  - short requests to a task-oriented assistant -> latency_critical: CLINC150 (less the
+    intents that ask for general knowledge) and NLU++ trained on; Banking77 held out; terse
+    smart-home and media commands (Home Assistant's test sentences) held out
+  - dialogue turns and chit-chat -> latency_critical: Taskmaster's user turns and the
+    personality chit-chat trained on; the chatterbot corpus held out
+  - labelling prompts -> latency_critical: T0's amazon_polarity, dbpedia_14 and PAWS prompts
+    trained on (one source each); self-instruct's classification seed tasks held out
   - Examples written for Tandem here, from templates (source "tandem/<family>"): code, code
     how-to questions, code stubs, knowledge and reasoning questions, short arithmetic word
     problems and agentic planning (accuracy_critical); extraction, summarization,
@@ -22,15 +28,16 @@ from public data has one source (or more) trained on and another held out whole:
 Every example carries its source, so the trainer can hold out whole sources in turn
 (tandem-train-classifier --cross_validate). The fixed held-out files, used for the shipped
 model's evaluation and by ctest:
-  - heldout_sources.jsonl: the whole sources never trained on (SVAMP, Banking77);
-  - heldout.jsonl: those, plus for every templated family whole templates (the last one or two
-    of the family), so it measures phrasings never trained on, and for MBPP whole tasks (both
+  - heldout_sources.jsonl: the whole sources never trained on (HELD_OUT and SVAMP): traffic
+    from sources the model has never seen;
+  - heldout.jsonl: phrasings never trained on from the trained sources: for every templated
+    family whole templates (the last one or two of the family), and for MBPP whole tasks (both
     kinds of example of a task): ids 1-10 and a hashed fifth.
-GSM8K, CLINC150 and NLU++ are trained on whole.
 Exact duplicates are dropped, and a held-out text that also occurs in train is dropped.
 Deterministic: the same inputs always give the same files. Standard library only.
 Usage: make_dataset.py [OUT_DIR]   (default: data/ beside this script)
 """
+import gzip
 import hashlib
 import json
 import os
@@ -45,6 +52,55 @@ import templates  # noqa: E402  (beside this script)
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "data", "sources")
 PER_TEMPLATE = 150
+A, L = "accuracy_critical", "latency_critical"
+# (file under data/sources without .jsonl.gz, class, field holding the text): trained on whole.
+TRAINED = (
+    ("gsm8k_questions", A, "text"),  # math word problems
+    ("entityquestions", A, "text"),  # factoid questions about entities
+    ("hotpotqa", A, "text"),  # multi-hop and comparison questions
+    ("fever", A, "text"),  # claims to verify
+    ("folio", A, "text"),  # premises and a conclusion to judge
+    ("taskbench", A, "text"),  # multi-step tasks for an agent with tools
+    ("staqc_sql", A, "text"),  # SQL how-to question titles
+    ("gpteacher_code", A, "text"),  # code-writing instructions
+    ("clinc150", L, "text"),  # short requests to a task-oriented assistant
+    ("nlupp", L, "text"),
+    ("taskmaster", L, "text"),  # user turns of ordering and booking dialogues
+    ("personality_chat", L, "text"),  # chit-chat to an assistant
+    ("personachat", L, "text"),  # open chit-chat turns
+    ("ovos_skills", L, "text"),  # voice-assistant commands and questions (weather, time, ...)
+    ("ovos_mycroft", L, "text"),
+    ("ovos_media", L, "text"),  # media playback commands
+)
+# Held out whole, never trained on: one per kind of traffic (and SVAMP, below).
+HELD_OUT = (
+    ("webquestions", A),  # factoid questions, as entityquestions
+    ("creak", A),  # true-or-false claims that need knowledge and reasoning, as fever and hotpotqa
+    ("boolq", A),  # yes/no questions that need knowledge, as hotpotqa's comparisons
+    ("metatool", A),  # requests that need several tools, as taskbench
+    ("banking77", L),  # short requests to an assistant, as clinc150 and nlupp
+    ("homeassistant", L),  # terse smart-home and media commands
+    ("chatterbot", L),  # chit-chat, as personality_chat
+    ("selfinstruct_classify", L),  # labelling instructions, as t0/*
+)
+SOURCE_NAMES = {"gsm8k_questions": "gsm8k"}
+# CLINC150 intents whose answer is general knowledge rather than the assistant's own state or a
+# quick action ("what does lethargic mean", "how do i jump start my car", "tell me a fun fact
+# about koalas"): knowledge work is accuracy_critical, so they are left out rather than taught
+# as latency_critical.
+CLINC150_KNOWLEDGE = frozenset((
+    "calculator", "calories", "carry_on", "cook_time", "definition", "fun_fact",
+    "improve_credit_score", "ingredient_substitution", "ingredients_list", "international_visa",
+    "jump_start", "meaning_of_life", "measurement_conversion", "nutrition_info", "oil_change_how",
+    "plug_type", "recipe", "spelling", "tire_change", "translate", "travel_suggestion",
+    "timezone", "vaccines"))
+T0_DATASET = re.compile(r"^(amazon_polarity|dbpedia_14|paws_labeled_final)")
+
+
+def read_source(name):
+    """The rows of data/sources/NAME.jsonl.gz."""
+    with gzip.open(os.path.join(SRC, name + ".jsonl.gz"), "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def bucket(key, n):
@@ -80,23 +136,23 @@ def main():
     def add(rows, text, label, source):
         rows.append({"text": text, "label": label, "source": source})
 
-    # Trained on whole: GSM8K, CLINC150 and NLU++ (another source of their kind is held out whole).
-    for line in open(os.path.join(SRC, "gsm8k_questions.jsonl")):
-        add(train, json.loads(line)["text"], "accuracy_critical", "gsm8k")
-    for line in open(os.path.join(SRC, "clinc150.jsonl")):
-        add(train, json.loads(line)["text"], "latency_critical", "clinc150")
-    for line in open(os.path.join(SRC, "nlupp.jsonl")):
-        add(train, json.loads(line)["text"], "latency_critical", "nlupp")
-    # Held out whole, never trained on: SVAMP (math word problems, as GSM8K) and Banking77
-    # (short requests to a task-oriented assistant, as CLINC150).
-    for line in open(os.path.join(SRC, "svamp.jsonl")):
-        r = json.loads(line)
+    # Public sources (data/sources/README.md), by kind of traffic: each kind has sources trained
+    # on whole and one held out whole, never trained on.
+    for name, label, field in TRAINED:
+        for r in read_source(name):
+            if name == "clinc150" and r["intent"] in CLINC150_KNOWLEDGE:
+                continue
+            add(train, r[field], label, SOURCE_NAMES.get(name, name))
+    for r in read_source("t0_classify"):
+        # One source per underlying dataset: sentiment, topic and paraphrase labelling.
+        add(train, r["text"], "latency_critical", "t0/" + T0_DATASET.match(r["template"]).group(1))
+    for name, label in HELD_OUT:
+        for r in read_source(name):
+            add(heldout_sources, r["text"], label, name)
+    for r in read_source("svamp"):
         add(heldout_sources, (r["body"].strip() + " " + r["question"].strip()).strip(),
             "accuracy_critical", "svamp")
-    for line in open(os.path.join(SRC, "banking77.jsonl")):
-        add(heldout_sources, json.loads(line)["text"], "latency_critical", "banking77")
-    for line in open(os.path.join(SRC, "mbpp.jsonl")):
-        r = json.loads(line)
+    for r in read_source("mbpp"):
         # Whole tasks held out: the model never sees any form of them.
         rows = heldout if r["task_id"] <= 10 or bucket("mbpp%d" % r["task_id"], 5) == 4 else train
         add(rows, r["text"], "accuracy_critical", "mbpp/text")
@@ -128,7 +184,7 @@ def main():
         if r["text"] not in seen:
             seen.add(r["text"])
             unique_sources.append(r)
-    unique_heldout = list(unique_sources)
+    unique_heldout = []
     for r in heldout:
         if r["text"] not in seen:
             seen.add(r["text"])

@@ -149,6 +149,21 @@ THINGS = ["movie", "song", "color", "food", "season", "book", "holiday destinati
 VEHICLES = ["bus", "train", "ferry", "tram", "shuttle"]
 OBJECTS = ["marbles", "stickers", "apples", "pencils", "cookies", "seashells", "balloons", "cards",
            "books", "oranges"]
+THEOREMS = ["the square root of 3 is irrational", "there are infinitely many primes",
+            "the angles of a triangle sum to 180 degrees", "a tree with n nodes has n - 1 edges",
+            "the harmonic series diverges", "every group of prime order is cyclic",
+            "the product of two odd numbers is odd", "n^3 - n is divisible by 6",
+            "a bounded monotone sequence converges", "there is no largest even number",
+            "log 2 is irrational", "the set of real numbers is uncountable"]
+FORMULAS = ["the quadratic formula", "the volume of a sphere", "Bayes' theorem",
+            "the derivative of sin(x) from first principles", "the sum of a geometric series",
+            "the period of a simple pendulum", "the escape velocity of a planet",
+            "the formula for compound interest", "the variance of a binomial distribution",
+            "the Euler-Lagrange equation", "the ideal gas law from kinetic theory"]
+HISTORY = ["the Roman Republic", "the Ottoman Empire", "the printing press", "the Cold War",
+           "the Meiji Restoration", "the Silk Road", "the Industrial Revolution",
+           "the Hanseatic League", "the Inca Empire", "the Byzantine Empire", "the Reformation",
+           "the Mughal Empire", "the Space Race", "the Weimar Republic", "the Tang dynasty"]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 
@@ -171,7 +186,8 @@ def fill(template, rng):
         day=rng.choice(DAYS), event=rng.choice(EVENTS), item=rng.choice(ITEMS), ing_a=ing_a,
         ing_b=ing_b, dish=rng.choice(DISHES), thing=rng.choice(THINGS),
         vehicle=rng.choice(VEHICLES), obj=rng.choice(OBJECTS), wd=rng.choice(WEEKDAYS),
-        p=rng.randint(10, 99), q=rng.randint(3, 40))
+        p=rng.randint(10, 99), q=rng.randint(3, 40), theorem=rng.choice(THEOREMS),
+        formula=rng.choice(FORMULAS), history=rng.choice(HISTORY))
 
 
 ACCURACY = {
@@ -278,6 +294,22 @@ ACCURACY = {
                   "Is it possible that {a} outperforms {b}? Reason carefully before answering.",
                   "A bag has {m} red and {n} blue balls. What is the probability of drawing two red ones?",
                   "Analyze the trade-offs between {a} and {b} for a system serving {n} users."],
+    # Terse requests for knowledge or reasoning: as short as a command to an assistant, but
+    # asking for work that needs the accuracy model.
+    "short_task": ["Prove that {theorem}.",
+                   "Derive {formula}.",
+                   "Solve for x: {m}x + {q} = {p}",
+                   "Summarize the history of {history}",
+                   "Outline the main causes of the decline of {history}.",
+                   "Explain {concept}",
+                   "Compare {a} and {b}.",
+                   "Why is it true that {theorem}?",
+                   "solve {m}x^2 - {q}x + {k} = 0",
+                   "What were the long-term consequences of {history}?",
+                   "How do I {op} in place?",
+                   "derive {formula} step by step",
+                   "Walk me through a proof that {theorem}.",
+                   "Briefly explain what led to the rise of {history}."],
     "agentic_plan": ["You are an autonomous agent with tools: search, browser, python, file_write. "
                      "Plan and carry out a multi-step task: build a report on {concept} with "
                      "citations and a chart.",

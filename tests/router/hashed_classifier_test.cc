@@ -13,7 +13,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-HashedClassifier Toy() {
+HashedClassifier Toy(bool structure = true) {
   std::vector<std::pair<std::string, int>> examples;
   for (int i = 0; i < 200; ++i) {
     examples.push_back({"please write a python function that sorts item " + std::to_string(i), 0});
@@ -21,7 +21,15 @@ HashedClassifier Toy() {
   }
   HashedClassifier::TrainOptions o;
   o.buckets = 1 << 12;
+  o.structure = structure;
   return HashedClassifier::Train({"code", "chat"}, examples, o);
+}
+
+// `words` words of filler.
+std::string Filler(const std::string& word, int words) {
+  std::string s;
+  for (int i = 0; i < words; ++i) s += word + " ";
+  return s;
 }
 
 TEST(HashedClassifierTest, LearnsAndGeneralisesOnAToyProblem) {
@@ -40,6 +48,37 @@ TEST(HashedClassifierTest, RoundTripsThroughBytesExactly) {
   EXPECT_EQ(back->ToBytes(), m.ToBytes());
   EXPECT_EQ(back->Predict("sort a list in python").confidence,
             m.Predict("sort a list in python").confidence);
+}
+
+TEST(HashedClassifierTest, BothFormatsRoundTripAndKeepTheirFeatures) {
+  for (bool structure : {false, true}) {
+    const HashedClassifier m = Toy(structure);
+    const std::string bytes = m.ToBytes();
+    EXPECT_EQ(bytes.substr(0, 8), structure ? "TNDMCLS2" : "TNDMCLS1");
+    auto back = HashedClassifier::FromBytes(bytes);
+    ASSERT_TRUE(back.ok()) << back.status();
+    const std::string text = "please sort this for me?\n" + Filler("item", 100) + "thanks";
+    EXPECT_EQ(back->Predict(text).confidence, m.Predict(text).confidence) << structure;
+  }
+}
+
+// Format 2 reads the n-grams of the first and last 24 words only: the middle of a long prompt is
+// material, and changing it (not its length or shape) changes nothing; the ends change the answer.
+TEST(HashedClassifierTest, FormatTwoReadsTheFrameOfALongText) {
+  const HashedClassifier m = Toy();
+  const std::string head = "please write a python function that sorts ";
+  const std::string tail = " thanks";
+  auto text = [&](const std::string& middle) {
+    return head + Filler("apple", 30) + Filler(middle, 10) + Filler("apple", 30) + tail;
+  };
+  const double a = m.Predict(text("pear")).confidence;
+  const double b = m.Predict(text("time")).confidence;
+  EXPECT_EQ(a, b);
+  const double c = m.Predict("what time is it in " + Filler("apple", 60) + tail).confidence;
+  EXPECT_NE(a, c);
+  // Format 1 reads every word.
+  const HashedClassifier old = Toy(false);
+  EXPECT_NE(old.Predict(text("pear")).confidence, old.Predict(text("time")).confidence);
 }
 
 TEST(HashedClassifierTest, RejectsCorruptModels) {
