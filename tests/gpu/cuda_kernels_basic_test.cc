@@ -23,6 +23,8 @@ namespace {
 
 using testing::DeviceBuffer;
 
+float ScaleOf(int64_t head_dim) { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
+
 #define SKIP_WITHOUT_CUDA()                                \
   do {                                                     \
     int n = 0;                                             \
@@ -560,14 +562,17 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.start);
     });
 
+// Every sequence of a batch against the reference, in one block per KV head (no workspace) and
+// split over many blocks (flash-decoding with a workspace): short contexts that leave most splits
+// empty, contexts that end inside a tile, and a long one spread over every split.
 TEST(CudaKernelsBasicTest, AttentionDecodeBatch) {
   SKIP_WITHOUT_CUDA();
   struct Case {
     int64_t head_dim, heads, kv_heads;
   };
   for (const Case& c : {Case{128, 8, 2}, Case{256, 16, 2}, Case{64, 4, 4}, Case{128, 32, 2}}) {
-    const std::vector<int32_t> lens = {1, 16, 17, 75, 33};
-    const int64_t batch = static_cast<int64_t>(lens.size()), max_blocks = 6, pool = 40;
+    const std::vector<int32_t> lens = {1, 16, 17, 75, 33, 1000};
+    const int64_t batch = static_cast<int64_t>(lens.size()), max_blocks = 63, pool = 120;
     // Block tables: disjoint shuffled ids per sequence, padded with -1 past each sequence's end.
     const std::vector<int32_t> ids = ShuffledTable(pool, pool, 60);
     std::vector<int32_t> tables(batch * max_blocks, -1);
@@ -583,22 +588,32 @@ TEST(CudaKernelsBasicTest, AttentionDecodeBatch) {
     const std::vector<float> cache =
         RandomFloats(pool * BlockFloats(c.kv_heads, c.head_dim), 61, 0.7f);
     const std::vector<float> q = RandomFloats(batch * c.heads * c.head_dim, 62, 2.0f);
-    DeviceBuffer<float> d_cache(cache), d_q(q), d_out(batch * c.heads * c.head_dim);
-    DeviceBuffer<int32_t> d_lens(lens), d_tables(tables);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    CUDA_OK(AttentionDecode(d_q.get(), batch, c.heads, c.kv_heads, c.head_dim, scale, d_lens.get(),
-                            d_tables.get(), max_blocks, d_cache.get(), d_out.get(), nullptr));
     std::vector<float> want(batch * c.heads * c.head_dim);
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t h = 0; h < c.heads; ++h) {
         const int64_t off = (b * c.heads + h) * c.head_dim;
         RefAttentionRow(&q[off], cache, per_seq[b], lens[b], c.kv_heads, c.head_dim,
-                        h / (c.heads / c.kv_heads), scale, &want[off]);
+                        h / (c.heads / c.kv_heads), ScaleOf(c.head_dim), &want[off]);
       }
     }
-    ExpectClose(
-        d_out.Download(), want, 1e-4f, 1e-5f,
-        "decode head_dim " + std::to_string(c.head_dim) + " heads " + std::to_string(c.heads));
+    const int64_t workspace_floats =
+        AttentionDecodeWorkspaceFloats(batch, c.heads, c.kv_heads, c.head_dim);
+    const int64_t splits = AttentionDecodeSplits(batch, c.heads, c.kv_heads);
+    EXPECT_GE(splits, 1);
+    EXPECT_LE(splits, 64);
+    EXPECT_EQ(workspace_floats > 0, AttentionDecodeSplits(1, c.heads, c.kv_heads) > 1);
+    DeviceBuffer<float> d_cache(cache), d_q(q), d_workspace(workspace_floats);
+    DeviceBuffer<int32_t> d_lens(lens), d_tables(tables);
+    for (bool split : {false, true}) {
+      DeviceBuffer<float> d_out(batch * c.heads * c.head_dim);
+      CUDA_OK(AttentionDecode(d_q.get(), batch, c.heads, c.kv_heads, c.head_dim,
+                              ScaleOf(c.head_dim), d_lens.get(), d_tables.get(), max_blocks,
+                              d_cache.get(), d_out.get(), split ? d_workspace.get() : nullptr,
+                              nullptr));
+      ExpectClose(d_out.Download(), want, 1e-4f, 1e-5f,
+                  "decode head_dim " + std::to_string(c.head_dim) + " heads " +
+                      std::to_string(c.heads) + (split ? " split " + std::to_string(splits) : ""));
+    }
   }
 }
 
@@ -620,12 +635,17 @@ TEST(CudaKernelsBasicTest, AttentionDecodeMatchesPrefillLastRow) {
   const float scale = 0.0625f;
   CUDA_OK(AttentionPrefill(d_q.get(), tokens, 0, heads, kv_heads, head_dim, scale, d_table.get(),
                            d_cache.get(), d_out.get(), nullptr));
-  CUDA_OK(AttentionDecode(d_q.get() + (tokens - 1) * heads * head_dim, 1, heads, kv_heads, head_dim,
-                          scale, d_len.get(), d_table.get(), blocks, d_cache.get(), d_dec.get(),
-                          nullptr));
   const std::vector<float> pre = d_out.Download();
-  ExpectClose(d_dec.Download(), std::vector<float>(pre.end() - heads * head_dim, pre.end()), 1e-5f,
-              1e-6f, "decode vs prefill");
+  const std::vector<float> last(pre.end() - heads * head_dim, pre.end());
+  DeviceBuffer<float> d_workspace(AttentionDecodeWorkspaceFloats(1, heads, kv_heads, head_dim));
+  for (float* workspace : {static_cast<float*>(nullptr), d_workspace.get()}) {
+    CUDA_OK(AttentionDecode(d_q.get() + (tokens - 1) * heads * head_dim, 1, heads, kv_heads,
+                            head_dim, scale, d_len.get(), d_table.get(), blocks, d_cache.get(),
+                            d_dec.get(), workspace, nullptr));
+    // Split, the keys are summed in another order: float noise, not the one-pass bits.
+    ExpectClose(d_dec.Download(), last, workspace == nullptr ? 1e-5f : 1e-4f, 1e-6f,
+                workspace == nullptr ? "decode vs prefill" : "split decode vs prefill");
+  }
 }
 
 TEST(CudaKernelsBasicTest, AttentionRejectsUnsupportedShapes) {
@@ -637,7 +657,7 @@ TEST(CudaKernelsBasicTest, AttentionRejectsUnsupportedShapes) {
       AttentionPrefill(d.get(), 1, 0, 2, 1, 257, 1.0f, table.get(), d.get(), d.get(), nullptr),
       cudaErrorInvalidValue);
   EXPECT_EQ(AttentionDecode(d.get(), 1, 3, 2, 64, 1.0f, table.get(), table.get(), 1, d.get(),
-                            d.get(), nullptr),
+                            d.get(), d.get(), nullptr),
             cudaErrorInvalidValue);
   // Nothing to do is not an error.
   EXPECT_EQ(AttentionPrefill(d.get(), 0, 0, 2, 1, 64, 1.0f, table.get(), d.get(), d.get(), nullptr),
@@ -852,9 +872,11 @@ TEST(CudaKernelsBasicTest, LaunchersWorkInsideGraphCapture) {
   DeviceBuffer<int64_t> d_steps(in.steps);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  // Split decode attention (a workspace) inside the graph: two kernels, a fixed split count.
+  DeviceBuffer<float> d_workspace(AttentionDecodeWorkspaceFloats(batch, heads, kv_heads, head_dim));
   auto run = [&](float* attn, float* normed, int32_t* tokens) {
     EXPECT_EQ(AttentionDecode(d_q.get(), batch, heads, kv_heads, head_dim, 0.088f, d_lens.get(),
-                              d_tables.get(), 2, d_cache.get(), attn, stream),
+                              d_tables.get(), 2, d_cache.get(), attn, d_workspace.get(), stream),
               cudaSuccess);
     EXPECT_EQ(RmsNorm(attn, batch * heads, head_dim, d_w.get(), 1e-6f, true, normed, stream),
               cudaSuccess);

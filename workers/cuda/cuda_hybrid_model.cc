@@ -55,6 +55,11 @@ absl::Status CudaHybridModel::AllocateScratch() {
   scratch_.Allocate(&conv_ptrs_, pointer_rows, "decode conv pointers");
   scratch_.Allocate(&ssm_ptrs_, pointer_rows, "decode state pointers");
   scratch_.Allocate(&context_lens_, kMaxDecodeBatch, "decode context lengths");
+  if (layout_.attention_layers > 0) {
+    const int64_t floats = AttentionDecodeWorkspaceFloats(kMaxDecodeBatch, layout_.attention_heads,
+                                                          layout_.kv_heads, layout_.head_dim);
+    if (floats > 0) scratch_.Allocate(&attention_workspace_, floats, "split decode attention");
+  }
   AllocateLayerScratch(scratch_);
   return scratch_.status();
 }
@@ -271,7 +276,7 @@ absl::Status CudaHybridModel::CachedAttention(const Pass& p, int64_t index, cons
     TANDEM_CUDA_RETURN(
         KvCacheWriteBatch(k, v, n, p.positions, nkv, D, p.block_tables, p.max_blocks, kv, s));
     TANDEM_CUDA_RETURN(AttentionDecode(q, n, heads, nkv, D, scale, context_lens_, p.block_tables,
-                                       p.max_blocks, kv, o, s));
+                                       p.max_blocks, kv, o, attention_workspace_, s));
   } else {
     TANDEM_CUDA_RETURN(KvCacheWrite(k, v, n, p.start, nkv, D, p.block_table, kv, s));
     TANDEM_CUDA_RETURN(

@@ -47,6 +47,7 @@ struct HybridLayout {
   int64_t state_floats = 0;
   // Attention layers: paged K and V of kv_heads x head_dim per token.
   int64_t attention_layers = 0;
+  int64_t attention_heads = 0;  // query heads
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
   // The final RMSNorm: its eps, and whether it scales by (1 + w) (Qwen) or by w.
@@ -194,6 +195,7 @@ class CudaHybridModel : public CudaModel {
   float** conv_ptrs_ = nullptr;
   float** ssm_ptrs_ = nullptr;
   int32_t* context_lens_ = nullptr;
+  float* attention_workspace_ = nullptr;  // split decode attention (AttentionDecode)
 };
 
 // The skeleton with a model's configuration (Config: the model's parsed config.json), kept as c_:

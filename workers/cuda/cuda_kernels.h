@@ -87,11 +87,23 @@ cudaError_t AttentionPrefill(const float* q, int64_t tokens, int64_t start, int6
                              cudaStream_t stream);
 // Decode attention for a batch, one query token per sequence: q [batch][heads][head_dim];
 // context_lens[b] tokens (the new one included, already written); block_tables
-// [batch][max_blocks]. out [batch][heads][head_dim].
+// [batch][max_blocks]. out [batch][heads][head_dim]. With a `workspace` of at least
+// AttentionDecodeWorkspaceFloats(batch, ...) floats, each sequence's keys are split over
+// AttentionDecodeSplits(batch, ...) blocks and merged by a second kernel (flash-decoding), so a
+// small batch with a long context fills the device; null reads each sequence in one block per
+// KV head. The split count depends only on the batch and the shapes, so a captured graph stays
+// valid for any context lengths.
 cudaError_t AttentionDecode(const float* q, int64_t batch, int64_t heads, int64_t kv_heads,
                             int64_t head_dim, float scale, const int32_t* context_lens,
                             const int32_t* block_tables, int64_t max_blocks, const float* kv_blocks,
-                            float* out, cudaStream_t stream);
+                            float* out, float* workspace, cudaStream_t stream);
+// How many blocks share one sequence's keys in a decode of `batch` sequences: enough for about
+// two blocks per multiprocessor of the current device, 1 to 64.
+int64_t AttentionDecodeSplits(int64_t batch, int64_t heads, int64_t kv_heads);
+// The workspace, in floats, that AttentionDecode needs for any batch up to `max_batch` (0 when no
+// batch is split).
+int64_t AttentionDecodeWorkspaceFloats(int64_t max_batch, int64_t heads, int64_t kv_heads,
+                                       int64_t head_dim);
 
 // Sampling on the device, one row of `vocab` logits per sequence: greedy when temperature[b]
 // is 0, else temperature, top_k[b] (0 = all) and top_p[b]; seeds[b] and steps[b] make the draw

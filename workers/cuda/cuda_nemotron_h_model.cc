@@ -38,6 +38,7 @@ HybridLayout ConfiguredHybridModel<Config>::LayoutOf(const Config& c) {
   layout.conv_kernel = c.conv_kernel;
   layout.state_floats = c.m_heads * c.m_head_dim * c.state;
   layout.attention_layers = c.Count(LayerKind::kAttention);
+  layout.attention_heads = c.heads;
   layout.kv_heads = c.kv_heads;
   layout.head_dim = c.head_dim;
   layout.norm_eps = c.eps;

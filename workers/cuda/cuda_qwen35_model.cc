@@ -36,6 +36,7 @@ HybridLayout ConfiguredHybridModel<TextConfig>::LayoutOf(const TextConfig& c) {
   layout.conv_kernel = c.conv_kernel;
   layout.state_floats = c.linear_value_heads * c.linear_key_dim * c.linear_value_dim;
   layout.attention_layers = full;
+  layout.attention_heads = c.num_heads;
   layout.kv_heads = c.num_kv_heads;
   layout.head_dim = c.head_dim;
   layout.norm_eps = c.rms_norm_eps;

@@ -287,12 +287,15 @@ constexpr int64_t kMaxHeadDim = 256;
 // kChunks = ceil(head_dim / 32) rounded up to the instantiation (2, 4 or 8).
 // Decode expects context_lens[b] >= 1; a sequence with 0 leaves its output rows unwritten.
 // Decode: context_lens != null, sequence b = blockIdx.z, tokens = 1 and start = len - 1.
+// Split decode (splits > 1, `partial` set): blockIdx.x = row block * splits + split, and the
+// block reads only its split's share of the keys, writing its unnormalised output and its
+// softmax max and sum to `partial` for AttentionCombineKernel (layout there) instead of `out`.
 template <int kChunks>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     AttentionKernel(const float* q, int64_t tokens, int64_t start, int64_t heads, int64_t kv_heads,
                     int64_t head_dim, float scale, const int32_t* context_lens,
                     const int32_t* block_tables, int64_t max_blocks, const float* kv_blocks,
-                    float* out) {
+                    float* out, int splits, float* partial) {
   extern __shared__ float smem[];
   float* q_s = smem;                         // [kAttnRows][head_dim]
   float* k_s = smem + kAttnRows * head_dim;  // [kAttnTile][head_dim]
@@ -309,11 +312,20 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     out += seq * heads * head_dim;
   }
   const int64_t total_rows = tokens * group;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kAttnRows;
+  const int split = static_cast<int>(blockIdx.x % static_cast<unsigned>(splits));
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(splits)) * kAttnRows;
   const int64_t rows_here = total_rows - row0 < kAttnRows ? total_rows - row0 : kAttnRows;
-  // Keys the block needs: up to the causal limit of its last row.
+  // Keys the block needs: up to the causal limit of its last row; a split reads its share, in
+  // whole tiles (the last splits of a short context read none).
   const int64_t last_token = (row0 + rows_here - 1) / group;
   const int64_t block_len = start + last_token + 1;
+  int64_t key_begin = 0, key_end = block_len;
+  if (splits > 1) {
+    const int64_t share =
+        ((block_len + splits - 1) / splits + kAttnTile - 1) / kAttnTile * kAttnTile;
+    key_begin = split * share < block_len ? split * share : block_len;
+    key_end = key_begin + share < block_len ? key_begin + share : block_len;
+  }
 
   // Load the block's q rows.
   const int hd = static_cast<int>(head_dim);  // <= kMaxHeadDim: 32-bit index math below
@@ -342,14 +354,13 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
   const int64_t v_off = kKvBlockTokens * kv_heads * head_dim;
 
-  for (int64_t tile0 = 0; tile0 < block_len; tile0 += kAttnTile) {
+  for (int64_t tile0 = key_begin; tile0 < key_end; tile0 += kAttnTile) {
     __syncthreads();  // previous tile fully consumed (and q_s written on the first pass)
     for (int idx = threadIdx.x; idx < kAttnTile * hd; idx += blockDim.x) {
       const int j = idx / hd, d = idx % hd;
       const int64_t key = tile0 + j;
-      k_s[idx] = key < block_len
-                     ? kv_blocks[KvOffset(block_table, key, kv_heads, head_dim, kvh) + d]
-                     : 0.0f;
+      k_s[idx] =
+          key < key_end ? kv_blocks[KvOffset(block_table, key, kv_heads, head_dim, kvh) + d] : 0.0f;
     }
     __syncthreads();
 
@@ -373,22 +384,23 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     float p[kAttnRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kAttnRowsPerWarp; ++r) {
-      if (len[r] == 0 || tile0 >= len[r]) {  // warp-uniform: no visible key in this tile
+      const int64_t visible = len[r] < key_end ? len[r] : key_end;  // keys [.., visible) count
+      if (tile0 >= visible) {  // warp-uniform: no visible key in this tile (or no row)
         p[r] = 0.0f;
         continue;
       }
-      const float sc = key < len[r] ? s[r] * scale : -INFINITY;
+      const float sc = key < visible ? s[r] * scale : -INFINITY;
       const float tile_max = WarpMax(sc);  // finite: key tile0 is visible
       const float m_new = fmaxf(m[r], tile_max);
       const float alpha = expf(m[r] - m_new);  // m[r] = -inf on the first tile: 0
-      p[r] = key < len[r] ? expf(sc - m_new) : 0.0f;
+      p[r] = key < visible ? expf(sc - m_new) : 0.0f;
       l[r] = l[r] * alpha + WarpSum(p[r]);
       m[r] = m_new;
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) acc[r][c] *= alpha;
     }
     // P V: lane accumulates dims lane + 32 c.
-    const int64_t tile_keys = block_len - tile0 < kAttnTile ? block_len - tile0 : kAttnTile;
+    const int64_t tile_keys = key_end - tile0 < kAttnTile ? key_end - tile0 : kAttnTile;
     for (int j = 0; j < tile_keys; ++j) {
       const float* vr =
           kv_blocks + KvOffset(block_table, tile0 + j, kv_heads, head_dim, kvh) + v_off;
@@ -407,11 +419,26 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     }
   }
 
+  // Partials: [batch][heads][splits][head_dim] outputs, then [batch][heads][splits][2] (max, sum).
+  const int64_t ml_base = static_cast<int64_t>(gridDim.z) * heads * splits * head_dim;
 #pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     if (len[r] == 0) continue;
     const int64_t row = row0 + warp * kAttnRowsPerWarp + r;
     const int64_t t = row / group, h = kvh * group + row % group;
+    if (partial != nullptr) {
+      const int64_t slot = (seq * heads + h) * splits + split;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const int64_t d = lane + 32 * c;
+        if (d < head_dim) partial[slot * head_dim + d] = acc[r][c];
+      }
+      if (lane == 0) {
+        partial[ml_base + 2 * slot] = m[r];  // -inf and 0 when the split read no key
+        partial[ml_base + 2 * slot + 1] = l[r];
+      }
+      continue;
+    }
     float* o = out + (t * heads + h) * head_dim;
     const float inv = 1.0f / l[r];
 #pragma unroll
@@ -422,11 +449,80 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
 }
 
+// Split decode's second pass: one block per (head, sequence) merges the splits' partials (the
+// log-sum-exp of their maxima and sums) into out [batch][heads][head_dim].
+__global__ void AttentionCombineKernel(const float* partial, int64_t heads, int64_t head_dim,
+                                       int splits, const int32_t* context_lens, float* out) {
+  const int64_t h = blockIdx.x, seq = blockIdx.y;
+  if (context_lens[seq] < 1) return;  // as the one-pass kernel: rows left unwritten
+  const int64_t slot0 = (seq * heads + h) * splits;
+  const float* ml =
+      partial + static_cast<int64_t>(gridDim.y) * heads * splits * head_dim + 2 * slot0;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) {
+    if (ml[2 * s + 1] > 0.0f) mx = fmaxf(mx, ml[2 * s]);
+  }
+  float sum = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    if (ml[2 * s + 1] > 0.0f) sum += ml[2 * s + 1] * expf(ml[2 * s] - mx);
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      if (ml[2 * s + 1] > 0.0f) o += partial[(slot0 + s) * head_dim + d] * expf(ml[2 * s] - mx);
+    }
+    out[(seq * heads + h) * head_dim + d] = o * inv;
+  }
+}
+
+constexpr int64_t kMaxAttentionSplits = 64;
+
+// The device's multiprocessors (1 when it cannot be read), read once: a worker owns one device.
+int64_t DeviceMultiprocessors() {
+  static const int64_t count = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        n <= 0) {
+      cudaGetLastError();  // not sticky, but the next launch check would read it
+      n = 1;
+    }
+    return static_cast<int64_t>(n);
+  }();
+  return count;
+}
+
+}  // namespace
+
+int64_t AttentionDecodeSplits(int64_t batch, int64_t heads, int64_t kv_heads) {
+  if (batch <= 0 || kv_heads <= 0 || heads <= 0 || heads % kv_heads != 0) return 1;
+  const int64_t row_blocks = (heads / kv_heads + kAttnRows - 1) / kAttnRows;
+  const int64_t blocks = batch * kv_heads * row_blocks;
+  const int64_t wanted = 2 * DeviceMultiprocessors();
+  const int64_t splits = (wanted + blocks - 1) / blocks;
+  return splits < 1 ? 1 : (splits > kMaxAttentionSplits ? kMaxAttentionSplits : splits);
+}
+
+int64_t AttentionDecodeWorkspaceFloats(int64_t max_batch, int64_t heads, int64_t kv_heads,
+                                       int64_t head_dim) {
+  int64_t most = 0;
+  for (int64_t b = 1; b <= max_batch; ++b) {
+    const int64_t splits = AttentionDecodeSplits(b, heads, kv_heads);
+    if (splits > 1 && b * heads * splits * (head_dim + 2) > most) {
+      most = b * heads * splits * (head_dim + 2);
+    }
+  }
+  return most;
+}
+
+namespace {
+
 cudaError_t LaunchAttention(const float* q, int64_t batch, int64_t tokens, int64_t start,
                             int64_t heads, int64_t kv_heads, int64_t head_dim, float scale,
                             const int32_t* context_lens, const int32_t* block_tables,
                             int64_t max_blocks, const float* kv_blocks, float* out,
-                            cudaStream_t stream) {
+                            float* workspace, cudaStream_t stream) {
   if (batch == 0 || tokens == 0) return cudaSuccess;
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || head_dim <= 0 ||
       head_dim > kMaxHeadDim || batch > 65535 || kv_heads > 65535) {
@@ -434,8 +530,14 @@ cudaError_t LaunchAttention(const float* q, int64_t batch, int64_t tokens, int64
   }
   const int64_t rows = tokens * (heads / kv_heads);
   const int64_t row_blocks = (rows + kAttnRows - 1) / kAttnRows;
-  if (row_blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(kv_heads),
+  // Decode with a workspace splits each sequence's keys over enough blocks to fill the device:
+  // one block per KV head otherwise walks a 16K context alone.
+  const int splits = static_cast<int>(context_lens != nullptr && workspace != nullptr
+                                          ? AttentionDecodeSplits(batch, heads, kv_heads)
+                                          : 1);
+  float* partial = splits > 1 ? workspace : nullptr;
+  if (row_blocks * splits > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(row_blocks * splits), static_cast<unsigned>(kv_heads),
                   static_cast<unsigned>(batch));
   const size_t smem = sizeof(float) * (kAttnRows + kAttnTile) * head_dim;
   const dim3 block(kAttnWarps * 32);
@@ -444,19 +546,25 @@ cudaError_t LaunchAttention(const float* q, int64_t batch, int64_t tokens, int64
     name = "AttentionKernel<2>";
     AttentionKernel<2><<<grid, block, smem, stream>>>(q, tokens, start, heads, kv_heads, head_dim,
                                                       scale, context_lens, block_tables, max_blocks,
-                                                      kv_blocks, out);
+                                                      kv_blocks, out, splits, partial);
   } else if (head_dim <= 128) {
     name = "AttentionKernel<4>";
     AttentionKernel<4><<<grid, block, smem, stream>>>(q, tokens, start, heads, kv_heads, head_dim,
                                                       scale, context_lens, block_tables, max_blocks,
-                                                      kv_blocks, out);
+                                                      kv_blocks, out, splits, partial);
   } else {
     name = "AttentionKernel<8>";
     AttentionKernel<8><<<grid, block, smem, stream>>>(q, tokens, start, heads, kv_heads, head_dim,
                                                       scale, context_lens, block_tables, max_blocks,
-                                                      kv_blocks, out);
+                                                      kv_blocks, out, splits, partial);
   }
-  return CheckLaunch(name, grid, block, smem);
+  if (const cudaError_t e = CheckLaunch(name, grid, block, smem); e != cudaSuccess || splits == 1) {
+    return e;
+  }
+  const dim3 combine_grid(static_cast<unsigned>(heads), static_cast<unsigned>(batch));
+  AttentionCombineKernel<<<combine_grid, 128, 0, stream>>>(partial, heads, head_dim, splits,
+                                                           context_lens, out);
+  return CheckLaunch("AttentionCombineKernel", combine_grid, dim3(128), 0);
 }
 
 // ---- Sampling ----
@@ -732,15 +840,15 @@ cudaError_t AttentionPrefill(const float* q, int64_t tokens, int64_t start, int6
                              const int32_t* block_table, const float* kv_blocks, float* out,
                              cudaStream_t stream) {
   return LaunchAttention(q, 1, tokens, start, heads, kv_heads, head_dim, scale, nullptr,
-                         block_table, 0, kv_blocks, out, stream);
+                         block_table, 0, kv_blocks, out, nullptr, stream);
 }
 
 cudaError_t AttentionDecode(const float* q, int64_t batch, int64_t heads, int64_t kv_heads,
                             int64_t head_dim, float scale, const int32_t* context_lens,
                             const int32_t* block_tables, int64_t max_blocks, const float* kv_blocks,
-                            float* out, cudaStream_t stream) {
+                            float* out, float* workspace, cudaStream_t stream) {
   return LaunchAttention(q, batch, 1, 0, heads, kv_heads, head_dim, scale, context_lens,
-                         block_tables, max_blocks, kv_blocks, out, stream);
+                         block_tables, max_blocks, kv_blocks, out, workspace, stream);
 }
 
 cudaError_t Sample(const float* logits, int64_t batch, int64_t vocab, const float* temperature,
