@@ -132,9 +132,11 @@ class Parser : public YamlReader {
     }
   }
 
-  // classifier: {model: PATH, min_confidence: 0..1}; PATH is relative to the policy file.
+  // classifier: {model: PATH, min_confidence: 0..1, second_opinion: {model: M, timeout: D}}; PATH
+  // is relative to the policy file.
   void ParseClassifier(const YAML::Node& node, Policy* p) {
-    if (!Map(node, "classifier", {"model", "min_confidence"})) return;
+    if (!Map(node, "classifier", {"model", "min_confidence", "second_opinion"})) return;
+    if (node["second_opinion"]) ParseSecondOpinion(node["second_opinion"], p);
     if (!node["model"]) {
       Error(node, "classifier.model", "required key is missing");
       return;
@@ -172,6 +174,25 @@ class Parser : public YamlReader {
     p->classifier_path = path;
     // The policy's identity covers the model too: retraining it is a policy change.
     p->sha256 = Sha256Hex(p->sha256 + Sha256Hex(*bytes));
+  }
+
+  // second_opinion: {model: a model of `models`, timeout: (0, 5s], 300ms when absent}.
+  void ParseSecondOpinion(const YAML::Node& node, Policy* p) {
+    const std::string path = "classifier.second_opinion";
+    if (!Map(node, path, {"model", "timeout"})) return;
+    if (!node["model"]) {
+      Error(node, path + ".model", "required key is missing");
+    } else if (String(node["model"], path + ".model", &p->second_opinion_model) &&
+               !p->models.contains(p->second_opinion_model)) {
+      Error(node["model"], path + ".model",
+            absl::StrCat("unknown model '", p->second_opinion_model, "'"));
+    }
+    p->second_opinion_timeout_seconds = 0.3;
+    if (node["timeout"] &&
+        Duration(node["timeout"], path + ".timeout", &p->second_opinion_timeout_seconds) &&
+        (p->second_opinion_timeout_seconds <= 0 || p->second_opinion_timeout_seconds > 5)) {
+      Error(node["timeout"], path + ".timeout", "must be in (0, 5s]");
+    }
   }
 
   // signals: NAME: NUMBER (static) or NAME: {scrape: {...} | promql: EXPR | gateway: {...} |

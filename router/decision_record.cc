@@ -37,6 +37,8 @@ tandem::v1::DecisionRecord ToRecord(const RequestFeatures& f, const RouteDecisio
   r.set_policy_version(d.policy_version);
   r.set_learned_class(d.learned_class);
   r.set_learned_confidence(d.learned_confidence);
+  r.set_second_opinion_asked(f.second_opinion_asked);
+  r.set_second_opinion_class(f.second_opinion_class);
   r.set_decided_reasoning(ReasoningModeName(d.reasoning));
   r.set_thinking_budget_tokens(d.thinking_budget);
   r.set_reasoning_source(d.reasoning_source);
@@ -80,6 +82,8 @@ RequestFeatures FeaturesFromRecord(const tandem::v1::DecisionRecord& r) {
   f.classifier_text = r.prompt_text().substr(0, 8192);
   f.recorded_learned_class = r.learned_class();
   f.recorded_learned_confidence = r.learned_confidence();
+  f.second_opinion_asked = r.second_opinion_asked();
+  f.second_opinion_class = r.second_opinion_class();
   return f;
 }
 

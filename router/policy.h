@@ -229,6 +229,11 @@ struct Policy {
   std::shared_ptr<const HashedClassifier> classifier;
   std::string classifier_path;
   double classifier_min_confidence = 0;
+  // The second opinion (classifier.second_opinion): when the learned tier is below
+  // min_confidence, the gateway asks this model (empty: never) to classify the request itself,
+  // within this many seconds; without an answer the default class stands.
+  std::string second_opinion_model;
+  double second_opinion_timeout_seconds = 0;
   std::string default_class;
   std::vector<Rule> rules;
   std::map<std::string, SignalSpec> signals;

@@ -289,6 +289,27 @@ void ClassifyLearned(const Policy& p, const RequestFeatures& f, bool trace, Rout
   if (confident) {
     cls->request_class = d->learned_class;
     cls->by = "learned classifier";
+    return;
+  }
+  if (p.second_opinion_model.empty()) return;
+  if (!f.second_opinion_asked) {
+    d->second_opinion =
+        RouteDecision::SecondOpinion{p.second_opinion_model, p.second_opinion_timeout_seconds,
+                                     p.classifier != nullptr ? p.classifier->classes() : p.classes};
+    return;
+  }
+  const bool answered = !f.second_opinion_class.empty();
+  if (trace) {
+    d->trace.push_back(
+        {"classify/second_opinion", answered,
+         answered ? absl::StrCat(p.second_opinion_model, " answered ", f.second_opinion_class,
+                                 " -> class ", f.second_opinion_class)
+                  : absl::StrCat(p.second_opinion_model, " gave no answer in time -> class ",
+                                 p.default_class)});
+  }
+  if (answered) {
+    cls->request_class = f.second_opinion_class;
+    cls->by = "second opinion";
   }
 }
 

@@ -73,6 +73,10 @@ struct RequestFeatures {
   // classifier_text is empty.
   std::string recorded_learned_class;
   double recorded_learned_confidence = 0;
+  // The policy's second-opinion model was asked (the gateway routes the request again with its
+  // answer): the class it answered, empty when it gave none in time.
+  bool second_opinion_asked = false;
+  std::string second_opinion_class;
 };
 
 // Tokens an image takes in the prompt besides its grid: <|vision_start|> and <|vision_end|>.

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,16 @@ struct RouteDecision {
   // The learned tier's answer when it was consulted (empty otherwise).
   std::string learned_class;
   double learned_confidence = 0;
+  // Set when the learned tier was unsure and the policy has a second opinion: the gateway asks
+  // `model` (router/second_opinion.h's question over `classes`) within `timeout_seconds`, then
+  // routes the request again with RequestFeatures::second_opinion_asked set. The decision as it
+  // stands is what holds without an answer.
+  struct SecondOpinion {
+    std::string model;
+    double timeout_seconds = 0;
+    std::vector<std::string> classes;
+  };
+  std::optional<SecondOpinion> second_opinion;
 };
 
 }  // namespace tandem::router

@@ -255,6 +255,13 @@ def routing():
         f"sum by (model_name, code) (rate(tandem_gateway_shadow_requests_total{{{NSM}}}[{RI}]))"
         f" or sum by (model_name) (rate(tandem_gateway_requests_total{{{NSM}}}[{RI}])) * 0",
         "{{model_name}} {{code}}")], unit="reqps")
+    d.panel("Second opinions", [(
+        f"sum by (model_name, result) (rate(tandem_gateway_second_opinions_total{{{NSM}}}[{RI}]))"
+        f" or sum by (model_name) (rate(tandem_gateway_requests_total{{{NSM}}}[{RI}])) * 0",
+        "{{model_name}} {{result}}")], unit="reqps",
+        description="Unsure requests whose class the policy asked a model (classifier.second_opinion), "
+                    "by result: answered, no_answer, timeout, error, unavailable, cancelled "
+                    "(docs/policies.md, The learned classifier).")
     d.row("Sessions, thinking and prompt counts")
     d.panel("Session sticky hit ratio", [(
         f"sum(rate(tandem_gateway_session_turns_total{{{NS}, source=~\"token|table\"}}[{RI}]))"

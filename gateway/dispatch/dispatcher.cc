@@ -55,6 +55,13 @@ void Dispatcher::RecordDecision(const Admission& a) {
   options_.decision_log->Record(std::move(record));
 }
 
+std::shared_ptr<Endpoint> Dispatcher::PickEndpoint(const std::string& model) const {
+  ModelPool* pool = pools_->Find(model);
+  if (pool == nullptr) return nullptr;
+  absl::StatusOr<std::shared_ptr<Endpoint>> endpoint = pool->Pick(pools_->pick());
+  return endpoint.ok() ? *endpoint : nullptr;
+}
+
 void Dispatcher::StartShadow(const Admission& a, const std::string& model) {
   ModelPool* pool = pools_->Find(model);
   const char* refused = nullptr;

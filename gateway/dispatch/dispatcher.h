@@ -132,6 +132,8 @@ class Dispatcher {
   void StartShadow(const Admission& admission, const std::string& model)
       ABSL_LOCKS_EXCLUDED(shadow_mu_);
   void ShadowEnded(ShadowCall* call) ABSL_LOCKS_EXCLUDED(shadow_mu_);
+  // A usable endpoint of `model` for a side call (a second opinion); null when it has none.
+  std::shared_ptr<Endpoint> PickEndpoint(const std::string& model) const;
 
  private:
   const Intake* const intake_;

@@ -56,135 +56,6 @@ GenerationCall::~GenerationCall() {
   if (counted_) dispatcher_->CallEnded();
 }
 
-// ---- Intake ----
-
-absl::Status GenerationCall::Begin(const absl::Status& parsed) {
-  // Named before anything can refuse the request, so every end line carries it (Admit
-  // validates it, and replaces it when invalid).
-  admission_.request_id = LoggableRequestId(request_, context_->RequestIdHeader());
-  if (dispatcher_->draining()) {
-    dispatcher_->RefusedWhileDraining();
-    return absl::UnavailableError("gateway is draining; retry on another replica");
-  }
-  absl::StatusOr<TenantRegistry::Caller> caller =
-      dispatcher_->access().Authenticate(context_->ApiKey());
-  if (!caller.ok()) return caller.status();
-  caller_ = std::move(*caller);
-  disclosure_ = dispatcher_->access().DisclosureFor(caller_);
-  if (!parsed.ok()) return parsed;
-  if (request_.session_id().empty()) request_.set_session_id(context_->SessionIdHeader());
-  if (request_.session_token().empty()) {
-    request_.set_session_token(context_->SessionTokenHeader());
-  }
-  if (absl::Status s = Admit(); !s.ok()) return s;
-  CountAdmitted();
-  if (absl::Status s = ReserveTenantTokens(); !s.ok()) return s;
-  dispatcher_->intake().RecordSession(&admission_);
-  // Counted from here so a drain waits for queued requests too.
-  dispatcher_->CallStarted();
-  counted_ = true;
-  return Enqueue();
-}
-
-absl::Status GenerationCall::Admit() {
-  const auto admit_start = SteadyClock::now();
-  absl::Status s = dispatcher_->intake().Admit(request_, context_->RequestIdHeader(),
-                                               context_->deadline(), &admission_, caller_.spec);
-  dispatcher_->metrics().decision_duration().Observe(Seconds(SteadyClock::now() - admit_start));
-  if (s.ok()) return s;
-  if (admission_.retry_after_seconds > 0) {
-    SetRetryAfter(admission_.retry_after_seconds);
-    dispatcher_->metrics().CountShed(admission_.decision.request_class);
-    dispatcher_->metrics().CountDecision(
-        admission_.decision.model, admission_.decision.request_class, admission_.decision.rule,
-        admission_.decision.policy_version);
-  }
-  if (s.code() == absl::StatusCode::kPermissionDenied) {
-    dispatcher_->metrics().CountAuthFailure("model_denied");
-  }
-  return ForCaller(s);
-}
-
-void GenerationCall::CountAdmitted() {
-  model_metrics_ = dispatcher_->metrics().ForModel(admission_.decision.model);
-  dispatcher_->RecordDecision(admission_);
-}
-
-absl::Status GenerationCall::ReserveTenantTokens() {
-  if (caller_.tenant == nullptr) return absl::OkStatus();
-  // The reservation: the prompt (estimated) and every token the request may generate.
-  reserved_tokens_ =
-      admission_.features.prompt_tokens + admission_.worker_request.sampling().max_tokens();
-  if (auto refusal = caller_.tenant->TryAdmit(reserved_tokens_, SteadyClock::now())) {
-    dispatcher_->metrics().CountThrottled(caller_.tenant->metrics().label, refusal->reason);
-    SetRetryAfter(refusal->retry_after_seconds, "tenant:" + caller_.tenant->name());
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("%s; retry after %.3fs", refusal->message, refusal->retry_after_seconds));
-  }
-  tenant_admitted_ = true;
-  return absl::OkStatus();
-}
-
-absl::Status GenerationCall::Enqueue() {
-  // The decided model's slots: fairness between tenants holds where that model's workers are
-  // full, not only at the gateway's own limit.
-  FairQueue* queue = dispatcher_->QueueFor(admission_.pool->name());
-  if (queue == nullptr) {
-    Dispatch(false);
-    return absl::OkStatus();
-  }
-  const std::string tenant = caller_.tenant != nullptr ? caller_.tenant->name() : "anonymous";
-  const int priority = caller_.spec != nullptr ? caller_.spec->priority : 1;
-  GatewayMetrics::Model* model = dispatcher_->metrics().ForModel(admission_.pool->name());
-  const QueueWait::Meters meters{
-      .tenant_queued = caller_.tenant != nullptr ? caller_.tenant->metrics().queued : nullptr,
-      .model_queued = model != nullptr ? model->queued : nullptr,
-      .wait = &dispatcher_->metrics().queue_wait()};
-  switch (
-      queue_wait_.Join(queue, tenant, priority, dispatcher_->options().max_queue_wait, meters)) {
-    case FairQueue::Result::kRun:
-      Dispatch(false);
-      break;
-    case FairQueue::Result::kFull:
-      return RefuseQueueFull(tenant);
-    case FairQueue::Result::kQueued:
-      break;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status GenerationCall::RefuseQueueFull(const std::string& tenant) {
-  if (caller_.tenant != nullptr) {
-    dispatcher_->metrics().CountThrottled(caller_.tenant->metrics().label, "queue_full");
-  }
-  const double wait = absl::ToDoubleSeconds(dispatcher_->options().max_queue_wait) / 10;
-  SetRetryAfter(wait, caller_.tenant != nullptr ? "tenant:" + caller_.tenant->name() : "");
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "the gateway is at --max_inflight and tenant '%s' already has --max_queued requests "
-      "waiting; retry after %.3fs",
-      tenant, wait));
-}
-
-void GenerationCall::SetRetryAfter(double seconds, std::string quota_subject) {
-  retry_advice_.Set(seconds, std::move(quota_subject), *context_);
-}
-
-// ---- The dispatch queue ----
-
-void GenerationCall::OnSlotGranted() { Dispatch(true); }
-
-void GenerationCall::OnQueueTimeout() {
-  if (caller_.tenant != nullptr) {
-    dispatcher_->metrics().CountThrottled(caller_.tenant->metrics().label, "queue_timeout");
-  }
-  SetRetryAfter(1);
-  Complete(grpc::Status(
-      grpc::StatusCode::RESOURCE_EXHAUSTED,
-      absl::StrCat("waited ", absl::FormatDuration(dispatcher_->options().max_queue_wait),
-                   " for a dispatch slot (--max_queue_wait); the gateway is at "
-                   "--max_inflight; retry after 1s")));
-}
-
 // ---- Dispatch ----
 
 void GenerationCall::Dispatch(bool waited) {
@@ -311,6 +182,16 @@ void GenerationCall::Resume() {
 }
 
 void GenerationCall::CancelAll() {
+  SecondOpinionCall* asking = nullptr;
+  {
+    absl::MutexLock l(&mu_);
+    asking = second_opinion_;
+    if (asking != nullptr) asking->Ref();
+  }
+  if (asking != nullptr) {
+    asking->CancelAndUnref();  // OnSecondOpinion completes the call
+    return;
+  }
   if (queue_wait_.Leave()) {
     Complete(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued"));
     return;

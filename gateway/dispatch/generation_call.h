@@ -20,6 +20,7 @@
 #include "gateway/dispatch/generation_attempts.h"
 #include "gateway/dispatch/queue_wait.h"
 #include "gateway/dispatch/retry_advice.h"
+#include "gateway/dispatch/second_opinion_call.h"
 #include "gateway/dispatch/worker_attempt.h"
 #include "gateway/intake/intake.h"
 #include "gateway/intake/tenants.h"
@@ -103,6 +104,15 @@ class GenerationCall : private GenerationAttempts::Environment,
 
   // Begin's steps.
   absl::Status Admit();
+  // Asks the policy's second-opinion model about an unsure request (the decision's
+  // second_opinion); false, with the decision standing, when that model has no usable worker.
+  bool AskSecondOpinion() ABSL_LOCKS_EXCLUDED(mu_);
+  // Its answer (on a gRPC thread): admits the request again with it, then goes on as Begin.
+  void OnSecondOpinion(const std::string& request_class, const grpc::Status& status,
+                       SteadyClock::time_point asked) ABSL_LOCKS_EXCLUDED(mu_);
+  // Begin's steps after the routing decision: metrics, the tenant's tokens, the session, the
+  // queue.
+  absl::Status Proceed();
   void CountAdmitted();
   absl::Status ReserveTenantTokens();
   absl::Status Enqueue();
@@ -205,6 +215,9 @@ class GenerationCall : private GenerationAttempts::Environment,
   std::atomic<int> refs_{1};
 
   mutable absl::Mutex mu_;
+  // The second opinion in flight (CancelAll cancels it), and whether it has answered.
+  SecondOpinionCall* second_opinion_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool second_opinion_answered_ ABSL_GUARDED_BY(mu_) = false;
   GenerationAttempts attempts_ ABSL_GUARDED_BY(mu_);
   // The reactors of attempts_'s live attempts.
   std::vector<Attempt*> live_ ABSL_GUARDED_BY(mu_);

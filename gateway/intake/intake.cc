@@ -222,6 +222,8 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
   if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
   // Images count by the sizes their headers declare (the router reads no images).
   out->features = router::ExtractFeatures(request, ImageTokenCounts(request));
+  out->features.second_opinion_asked = out->second_opinion_asked;
+  out->features.second_opinion_class = out->second_opinion_class;
   // An authenticated caller's tenant is who it is, whatever its `tenant` label says: policies
   // that route by tenant must not be steerable by a label.
   if (out->tenant != nullptr) out->features.tenant = out->tenant->name;

@@ -44,6 +44,10 @@ struct Admission {
   double retry_after_seconds = 0;
   // The decided model when admission fell back to another (empty otherwise).
   std::string fell_back_from;
+  // The policy's second-opinion model was asked (GenerationCall), and the class it answered
+  // (empty: none in time): Admit again routes with them.
+  bool second_opinion_asked = false;
+  std::string second_opinion_class;
   // The caller's tenant (null without tenants): its `models` bound every attempt.
   std::shared_ptr<const policies::TenantSpec> tenant;
   // The named session's state before this turn, and after it (RecordSession records the turn and

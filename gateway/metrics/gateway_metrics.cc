@@ -38,6 +38,16 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
       shadows_(CounterFamily(r, "tandem_gateway_shadow_requests_total",
                              "Shadow copies of requests (answer discarded), by shadow model, the "
                              "request's class and gRPC status code.")),
+      second_opinions_(CounterFamily(
+          r, "tandem_gateway_second_opinions_total",
+          "Requests the learned classifier was unsure of whose class the policy asked a model "
+          "(classifier.second_opinion), by that model, the class the request then got, and "
+          "result: answered, no_answer, timeout, error, unavailable or cancelled.")),
+      second_opinion_duration_(
+          HistogramFamily(r, "tandem_gateway_second_opinion_duration_seconds",
+                          "Time a second opinion took, from asking to the answer or giving up.")
+              .Add({}, Histogram::BucketBoundaries{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+                                                   5})),
       policy_info_(GaugeFamily(r, "tandem_policy_info",
                                "1 for the live routing policy; labels identify it.")),
       endpoint_ready_(GaugeFamily(r, "tandem_gateway_endpoint_ready",
@@ -278,6 +288,13 @@ void GatewayMetrics::CountRequest(const std::string& model, const std::string& r
 void GatewayMetrics::CountShadow(const std::string& model, const std::string& request_class,
                                  const char* code) {
   Child(shadows_, &GatewayMetrics::shadow_children_, "code", model, request_class, code)
+      .Increment();
+}
+
+void GatewayMetrics::CountSecondOpinion(const std::string& model, const std::string& request_class,
+                                        const char* result) {
+  Child(second_opinions_, &GatewayMetrics::second_opinion_children_, "result", model, request_class,
+        result)
       .Increment();
 }
 

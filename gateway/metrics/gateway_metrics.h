@@ -48,6 +48,12 @@ class GatewayMetrics {
   // A shadow copy finished (or could not start) with `code`.
   void CountShadow(const std::string& model, const std::string& request_class, const char* code)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A second opinion (classifier.second_opinion) asked of `model` ended with `result`
+  // (answered, no_answer, timeout, error, unavailable, cancelled), the request then of
+  // `request_class`.
+  void CountSecondOpinion(const std::string& model, const std::string& request_class,
+                          const char* result) ABSL_LOCKS_EXCLUDED(mu_);
+  prometheus::Histogram& second_opinion_duration() { return second_opinion_duration_; }
   // `reasoning`: the decided thinking mode, "on", "off" or "default" (the model's own).
   void CountDecision(const std::string& model, const std::string& request_class,
                      const std::string& rule, const std::string& policy_version,
@@ -164,6 +170,8 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Counter>& decisions_;
   prometheus::Family<prometheus::Counter>& shadows_;
+  prometheus::Family<prometheus::Counter>& second_opinions_;
+  prometheus::Histogram& second_opinion_duration_;
   prometheus::Family<prometheus::Gauge>& policy_info_;
   prometheus::Family<prometheus::Gauge>& endpoint_ready_;
   prometheus::Family<prometheus::Gauge>& endpoint_breaker_;
@@ -218,6 +226,7 @@ class GatewayMetrics {
   absl::Mutex mu_;
   ChildCache request_children_ ABSL_GUARDED_BY(mu_);
   ChildCache shadow_children_ ABSL_GUARDED_BY(mu_);
+  ChildCache second_opinion_children_ ABSL_GUARDED_BY(mu_);
   struct EndpointSeries {
     prometheus::Gauge* ready;
     prometheus::Gauge* breaker;

@@ -3,6 +3,8 @@
 // tandem-worker --engine=native processes behind a real gateway, streamed to the client.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -18,6 +20,7 @@
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 #include "tests/support/streams.h"
+#include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
 
 namespace tandem::testing {
@@ -249,6 +252,89 @@ TEST_F(NativeServingTest, ToolRequestsAndResultsRunOnBothNativeModels) {
     result->add_content()->set_text("-3C, snow");
     EXPECT_GT(prompt_tokens(results), with) << model;
   }
+}
+
+// classifier.second_opinion on the native engine (random weights: the mechanics, not the
+// answer's quality). The shipped classifier is never sure enough here (min_confidence 1), so every
+// request asks nemotron one token; with an answer or without, the request is served, and the
+// question is counted and timed. A nemotron that cannot answer (stopped) leaves the default class.
+std::string SecondOpinionPolicy(const std::string& timeout) {
+  return WriteTempFile("second_opinion_" + timeout + ".yaml",
+                       absl::StrCat(R"(schema: 1
+version: second-opinion-test
+models:
+  qwen: {vision: true}
+  nemotron: {}
+classes: [accuracy_critical, latency_critical]
+default_class: accuracy_critical
+classifier:
+  model: )",
+                                    SourcePath("/router/classifier/model.tcls"), R"(
+  min_confidence: 1
+  second_opinion: {model: nemotron, timeout: )",
+                                    timeout, R"(}
+rules:
+  - {name: latency, when: {class: latency_critical}, action: {route: nemotron}}
+  - {name: rest, action: {route: qwen}}
+)"));
+}
+
+double SecondOpinions(const std::string& metrics, const std::vector<std::string>& results) {
+  double n = 0;
+  for (const std::string& r : results) {
+    n += std::max(0.0, ScrapeMetric(metrics, "tandem_gateway_second_opinions_total",
+                                    {{"model_name", "nemotron"}, {"result", r}}));
+  }
+  return n;
+}
+
+TEST_F(NativeServingTest, AnUnsureClassifierAsksNemotronAndServesEitherWay) {
+  // A stopped worker stays usable to these gateways (its probes time out 100 times first), so
+  // the question goes out to it below rather than finding no usable worker.
+  const std::string patient = "--worker_probe_timeouts=100";
+  auto g = StartServingGateway(entries_, {"--policy=" + SecondOpinionPolicy("5s"), patient});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto stub = tandem::v1::Gateway::NewStub(
+      grpc::CreateChannel(g->grpc_address, grpc::InsecureChannelCredentials()));
+  const tandem::v1::GenerateRequest req = Prompt("hey, what's up?", 4);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(60));
+  tandem::v1::GenerateResponse resp;
+  const grpc::Status s = stub->Generate(&ctx, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GT(resp.usage().completion_tokens(), 0);
+  EXPECT_EQ(SecondOpinions(g->metrics_address, {"answered", "no_answer"}), 1);
+  EXPECT_EQ(
+      ScrapeMetric(g->metrics_address, "tandem_gateway_second_opinion_duration_seconds_count"), 1);
+
+  // Nemotron stopped: the question times out, the default class stands and qwen answers.
+  auto fallback =
+      StartServingGateway(entries_, {"--policy=" + SecondOpinionPolicy("300ms"), patient});
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  workers_[1].process->Signal(SIGSTOP);
+  auto stub2 = tandem::v1::Gateway::NewStub(
+      grpc::CreateChannel(fallback->grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx2;
+  Deadline(&ctx2, std::chrono::seconds(60));
+  tandem::v1::GenerateResponse resp2;
+  const grpc::Status s2 = stub2->Generate(&ctx2, req, &resp2);
+  ASSERT_TRUE(s2.ok()) << s2.error_message();
+  EXPECT_EQ(resp2.route().model(), "qwen");
+  EXPECT_EQ(resp2.route().request_class(), "accuracy_critical");
+  EXPECT_EQ(SecondOpinions(fallback->metrics_address, {"timeout"}), 1);
+
+  // The caller gives up while the question is out (its deadline before the policy's timeout):
+  // the question is cancelled with it, and nothing is dispatched.
+  grpc::ClientContext ctx3;
+  Deadline(&ctx3, std::chrono::milliseconds(200));
+  tandem::v1::GenerateResponse resp3;
+  const grpc::Status s3 = stub->Generate(&ctx3, req, &resp3);
+  EXPECT_EQ(s3.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s3.error_message();
+  auto cancelled = WaitForMetric(g->metrics_address, "tandem_gateway_second_opinions_total",
+                                 {{"model_name", "nemotron"}, {"result", "cancelled"}}, 1);
+  workers_[1].process->Signal(SIGCONT);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(*cancelled, 1);
 }
 
 // --random_weights: the worker builds the model from config.json alone, with the weights

@@ -9,6 +9,7 @@
 #include "router/decision_record.h"
 #include "router/hashed_classifier.h"
 #include "router/policy_router.h"
+#include "router/second_opinion.h"
 #include "tests/support/policies.h"
 #include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
@@ -16,8 +17,10 @@
 namespace tandem::policies {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::shared_ptr<const router::Policy> MustParse(const std::string& yaml) {
   std::vector<PolicyError> errors;
@@ -474,6 +477,91 @@ TEST(PolicyLoaderTest, TheClassifierModelIsPartOfThePolicyIdentity) {
   EXPECT_THAT(Errors(std::string(kHeader) + "classifier: {model: /nonexistent.tcls}\nrules:\n"
                                             "  - {name: r, action: {route: qwen}}\n"),
               ::testing::Contains(HasSubstr("classifier.model: cannot read /nonexistent.tcls")));
+}
+
+// classifier.second_opinion: below min_confidence the decision asks the named model and keeps
+// the default class meanwhile; routed again with an answer, the answer's class decides; without
+// one, the default class. Mistakes in the block are reported.
+TEST(PolicyRouterTest, AnUnsureClassifierAsksForASecondOpinion) {
+  router::HashedClassifier::TrainOptions o;
+  o.buckets = 1 << 10;
+  const std::string model = tandem::testing::TempPath("second_opinion.tcls");
+  std::ofstream(model) << router::HashedClassifier::Train({"accuracy_critical", "latency_critical"},
+                                                          {{"write code", 0}, {"hi there", 1}}, o)
+                              .ToBytes();
+  // min_confidence 1: the model is never sure enough.
+  auto p =
+      MustParse(std::string(kHeader) + "classifier: {model: " + model +
+                ", min_confidence: 1, second_opinion: {model: nemotron, timeout: 150ms}}\n"
+                "rules:\n"
+                "  - {name: latency, when: {class: latency_critical}, action: {route: nemotron}}\n"
+                "  - {name: rest, action: {route: qwen}}\n");
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->second_opinion_model, "nemotron");
+  EXPECT_DOUBLE_EQ(p->second_opinion_timeout_seconds, 0.15);
+  router::PolicyRouter r(p);
+  router::RequestFeatures f;
+  f.classifier_text = "hi there";
+  auto asks = r.Route(f, {}, true);
+  ASSERT_TRUE(asks.ok());
+  ASSERT_TRUE(asks->second_opinion.has_value());
+  EXPECT_EQ(asks->second_opinion->model, "nemotron");
+  EXPECT_DOUBLE_EQ(asks->second_opinion->timeout_seconds, 0.15);
+  EXPECT_THAT(asks->second_opinion->classes, ElementsAre("accuracy_critical", "latency_critical"));
+  EXPECT_EQ(asks->request_class, "accuracy_critical");  // what stands without an answer
+
+  f.second_opinion_asked = true;
+  f.second_opinion_class = "latency_critical";
+  auto answered = r.Route(f, {}, true);
+  ASSERT_TRUE(answered.ok());
+  EXPECT_FALSE(answered->second_opinion.has_value());
+  EXPECT_EQ(answered->request_class, "latency_critical");
+  EXPECT_EQ(answered->model, "nemotron");
+  EXPECT_THAT(answered->reason, HasSubstr("second opinion"));
+
+  f.second_opinion_class.clear();
+  auto unanswered = r.Route(f, {}, true);
+  ASSERT_TRUE(unanswered.ok());
+  EXPECT_FALSE(unanswered->second_opinion.has_value());
+  EXPECT_EQ(unanswered->request_class, "accuracy_critical");
+  EXPECT_EQ(unanswered->model, "qwen");
+
+  // Survives the decision log: replay routes as the gateway did.
+  f.second_opinion_class = "latency_critical";
+  const router::RequestFeatures replayed =
+      router::FeaturesFromRecord(router::ToRecord(f, *answered));
+  EXPECT_TRUE(replayed.second_opinion_asked);
+  EXPECT_EQ(replayed.second_opinion_class, "latency_critical");
+
+  const std::string rules = "rules:\n  - {name: r, action: {route: qwen}}\n";
+  EXPECT_THAT(Errors(std::string(kHeader) + "classifier: {model: " + model +
+                     ", second_opinion: {model: gpt}}\n" + rules),
+              Contains(HasSubstr("classifier.second_opinion.model: unknown model 'gpt'")));
+  EXPECT_THAT(Errors(std::string(kHeader) + "classifier: {model: " + model +
+                     ", second_opinion: {model: nemotron, timeout: 10s}}\n" + rules),
+              Contains(HasSubstr("classifier.second_opinion.timeout: must be in (0, 5s]")));
+  EXPECT_THAT(Errors(std::string(kHeader) + "classifier: {model: " + model +
+                     ", second_opinion: {timeout: 1s}}\n" + rules),
+              Contains(HasSubstr("classifier.second_opinion.model: required key is missing")));
+}
+
+// The question lists the classes by letter and carries the request's text, cut at a character
+// boundary; the answer's letter or class name picks the class.
+TEST(SecondOpinionTest, AsksByLetterAndReadsTheAnswer) {
+  const std::vector<std::string> classes = {"accuracy_critical", "latency_critical"};
+  const router::SecondOpinionQuestion q = router::SecondOpinionPrompt(classes, "hello there");
+  EXPECT_THAT(q.system, HasSubstr("A: accuracy_critical"));
+  EXPECT_THAT(q.system, HasSubstr("B: latency_critical"));
+  EXPECT_THAT(q.user, HasSubstr("hello there"));
+  const std::string long_text = std::string(router::kSecondOpinionTextBytes - 1, 'x') + "\xc3\xa9";
+  EXPECT_THAT(router::SecondOpinionPrompt(classes, long_text).user,
+              Not(HasSubstr("\xc3")));  // the cut character is left out whole
+  EXPECT_EQ(router::SecondOpinionClass(classes, "A"), "accuracy_critical");
+  EXPECT_EQ(router::SecondOpinionClass(classes, " b."), "latency_critical");
+  EXPECT_EQ(router::SecondOpinionClass(classes, "Latency_critical"), "latency_critical");
+  EXPECT_EQ(router::SecondOpinionClass(classes, "C"), "");
+  EXPECT_EQ(router::SecondOpinionClass(classes, "Because"), "");
+  EXPECT_EQ(router::SecondOpinionClass(classes, ""), "");
 }
 
 // A "billion laughs" policy, valid once expanded: an `in` list of `width` values, an alternative
