@@ -85,6 +85,11 @@ def gpu_ids(name, s, errors):
     return ids
 
 
+def distinct_gpus(what, gpus, errors):
+    if len(set(gpus)) != len(gpus) or len(gpus) < 2:
+        errors.append(f"{what} must own different GPUs: {gpus}")
+
+
 def flag_checks(services, known, errors):
     """Every tandem binary's flag exists; every gRPC port is TLS."""
     for name, s in services.items():
@@ -165,8 +170,7 @@ def vllm_checks(compose, known, errors):
             errors.append(f"{name}: --upstream_model={flag(cmd, 'upstream_model')}, but "
                           f"{m.group(1)} serves {engines[m.group(1)][1]}")
         worker_ports[name] = worker_ports_of(name, s, errors)
-    if len(set(gpus)) != len(gpus) or len(gpus) < 2:
-        errors.append(f"docker-compose.vllm.yml: engines must own different GPUs: {gpus}")
+    distinct_gpus("docker-compose.vllm.yml: engines", gpus, errors)
     ports_checks(services, worker_ports, errors)
 
 
@@ -230,8 +234,7 @@ def main():
             errors.append(f"{name}: the container sees its one GPU as device 0, not "
                           f"{flag(s['command'], 'device')}")
         worker_ports[name] = worker_ports_of(name, s, errors)
-    if len(set(gpus)) != len(gpus) or len(gpus) < 2:
-        errors.append(f"workers must own different GPUs: {gpus}")
+    distinct_gpus("workers", gpus, errors)
     ports_checks(services, worker_ports, errors)
     vllm_checks(compose, known, errors)
     prom_text = open(os.path.join(HERE, "prometheus.yml")).read()
