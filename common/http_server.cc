@@ -68,8 +68,7 @@ bool HttpServer::Impl::EvictIdle() {
     }
     if (oldest == nullptr) return false;
     if (!oldest->idle_since.compare_exchange_strong(since, SessionBase::kClaimed)) continue;
-    oldest->slot_released.store(true);
-    connections.fetch_sub(1, std::memory_order_relaxed);
+    if (!oldest->slot_released.exchange(true)) connections.fetch_sub(1, std::memory_order_relaxed);
     net::post(oldest->executor(), [oldest] { oldest->Close(); });
     return true;
   }

@@ -32,7 +32,15 @@ template <class Holder>
 Session<Holder>::~Session() {
   if (refusal_) {
     server_->refusing.fetch_sub(1, std::memory_order_relaxed);
-  } else if (!slot_released.load()) {
+  } else {
+    ReleaseSlot();
+  }
+}
+
+template <class Holder>
+void Session<Holder>::ReleaseSlot() {
+  // Once, whoever comes first: this, or the acceptor evicting the connection.
+  if (!refusal_ && !slot_released.exchange(true)) {
     server_->connections.fetch_sub(1, std::memory_order_relaxed);
   }
 }
@@ -60,6 +68,10 @@ void Session<Holder>::Close() {
   read_timer_.cancel();
   write_timer_.cancel();
   idle_since.store(0);  // not to be chosen for eviction
+  // A closing connection serves no one: its slot goes to the next now, not when its last write
+  // and handlers are done (an idle timeout would otherwise refuse a new client meanwhile, with
+  // nothing left to evict).
+  ReleaseSlot();
   if (current_ != nullptr) std::exchange(current_, nullptr)->Gone();
   // The write in flight keeps its entry (its bytes) until it completes (OnWritten).
   const size_t keep = writing_ ? 1 : 0;

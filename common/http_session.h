@@ -54,6 +54,8 @@ class Session final : public SessionBase {
 
   void Start();
   void Close() override;
+  // Gives its slot in HttpServer::Impl::connections back, once (not for a refusal).
+  void ReleaseSlot();
   void Submit(Pending p) override;
 
  private:
