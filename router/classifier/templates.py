@@ -187,7 +187,8 @@ def fill(template, rng):
         ing_b=ing_b, dish=rng.choice(DISHES), thing=rng.choice(THINGS),
         vehicle=rng.choice(VEHICLES), obj=rng.choice(OBJECTS), wd=rng.choice(WEEKDAYS),
         p=rng.randint(10, 99), q=rng.randint(3, 40), theorem=rng.choice(THEOREMS),
-        formula=rng.choice(FORMULAS), history=rng.choice(HISTORY))
+        formula=rng.choice(FORMULAS), history=rng.choice(HISTORY),
+        passage=" ".join(rng.sample(DOCS, rng.randint(2, 4))), doc2=rng.choice(DOCS))
 
 
 ACCURACY = {
@@ -357,6 +358,22 @@ LATENCY = {
                        "Tag this message with a topic: '{ticket}'",
                        "Label the intent of: '{ticket}'. Answer with one word.",
                        "Triage: how urgent is this, low, medium or high? '{ticket}'"],
+    # Labelling a passage of some length: the instruction before or after the material, as labelling
+    # prompts over reviews, articles and sentence pairs come.
+    "label_passage": ["Read the text below and say whether its tone is positive or negative.\n{passage}",
+                      "{passage}\nWhich category fits this text best: business, health, politics "
+                      "or technology?",
+                      "Sentence 1: {doc}\nSentence 2: {doc2}\nDo the two sentences say the same "
+                      "thing? Yes or no.",
+                      "{passage}\nDoes the text above mention a deadline? Answer yes or no.",
+                      "Pick one label for this paragraph - news, opinion or announcement:\n{passage}",
+                      "Text: {passage}\nQuestion: is the writer satisfied? Options: yes, no.",
+                      "{passage}\n\nRate the urgency of this note from 1 to 5. Reply with the number "
+                      "only.",
+                      "Is the following passage about work or about private life?\n\n{passage}",
+                      "Classify the passage as complaint, praise or neutral: {passage}",
+                      "{doc} -- {doc2}\nAre these two statements consistent? Answer consistent or "
+                      "inconsistent."],
     "agent_step": ["Observation: {tool} returned {n} results.\nThought: which tool next? Answer with "
                    "the tool name only.",
                    "Tool output: {{\"status\": \"ok\", \"rows\": {n}}}\nNext action?",

@@ -815,7 +815,7 @@ TEST(PolicyFallbackTest, ShippedDefaultPolicyFallsBackWhenAModelIsDown) {
   EXPECT_EQ(resp.route().model(), "qwen");
   EXPECT_EQ(resp.route().rule(), "latency");
   EXPECT_EQ(resp.route().request_class(), "latency_critical");
-  EXPECT_EQ(resp.route().policy_version(), "default-5");
+  EXPECT_EQ(resp.route().policy_version(), "default-6");
   EXPECT_THAT(resp.route().reason(), HasSubstr("fell back from 'nemotron'"));
   // The rule's reasoning holds on the fallback model too, and says who decided it.
   EXPECT_EQ(resp.route().reasoning(), "off");
@@ -858,7 +858,7 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   std::ifstream logged(log);
   std::string first;
   std::getline(logged, first);
-  EXPECT_THAT(first, HasSubstr("\"policy_version\":\"default-5\""));
+  EXPECT_THAT(first, HasSubstr("\"policy_version\":\"default-6\""));
   EXPECT_THAT(first, ::testing::Not(HasSubstr("Write a parser")));  // no prompt text by default
 
   // cost-saver sends the two accuracy requests to nemotron; the "hello" stays on nemotron: its
@@ -869,7 +869,7 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
                    " --new=" + tandem::testing::SourcePath("/policies/cost-saver.yaml")));
   EXPECT_EQ(replay.exit_code, 0) << replay.out;
   EXPECT_THAT(replay.out, HasSubstr("4 recorded decisions replayed: 2 change (50.0%) from "
-                                    "default-5 to cost-saver-1"));
+                                    "default-6 to cost-saver-1"));
   EXPECT_THAT(replay.out, HasSubstr("qwen -> nemotron: 2"));
   EXPECT_THAT(replay.out, Not(HasSubstr("nemotron -> qwen")));
   EXPECT_THAT(replay.out, HasSubstr("accuracy_critical -> latency_critical: 2"));

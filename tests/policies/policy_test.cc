@@ -55,7 +55,7 @@ TEST(PolicyLoaderTest, TheShippedDefaultPolicyIsValid) {
   std::vector<PolicyError> errors;
   auto p = LoadPolicyFile(tandem::testing::SourcePath("/policies/default.yaml"), &errors);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ((*p)->version, "default-5");
+  EXPECT_EQ((*p)->version, "default-6");
   EXPECT_EQ((*p)->sha256.size(), 64u);
   EXPECT_TRUE((*p)->rules.back().when.MatchesEverything());
   EXPECT_EQ((*p)->triggers.size(), 2u);
@@ -151,7 +151,7 @@ TEST(PolicyRouterTest, DefaultPolicyMatchesTheSeedsRouting) {
   EXPECT_EQ(d->model, "qwen");
   EXPECT_EQ(d->rule, "accuracy");
   EXPECT_EQ(d->request_class, "accuracy_critical");
-  EXPECT_EQ(d->policy_version, "default-5");
+  EXPECT_EQ(d->policy_version, "default-6");
   EXPECT_THAT(d->fallback, ElementsAre("nemotron"));
 
   auto f = Features();
