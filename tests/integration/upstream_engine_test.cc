@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +54,8 @@ class UpstreamEngineTest : public ::testing::Test {
     return s.ok() ? std::move(*s) : Server{};
   }
   void EndALongAnswerEarly(bool by_deadline);
+  void ExpectContinuedWhenFrozen(Server* llama, const Server& upstream, const Server& sim,
+                                 const std::function<void()>& then);
   void StartGatewayFor(const std::vector<std::string>& workers,
                        std::vector<std::string> extra = {}) {
     extra.push_back("--policy=" + WriteTempFile("qwen_only.yaml", kQwenOnlyPolicy));
@@ -228,6 +231,25 @@ void ExpectWholeAfterOneFailover(const Streamed& s, const std::string& worker, i
   EXPECT_EQ(s.last.usage().completion_tokens(), tokens) << "the answer is whole";
 }
 
+// A long answer starts on `upstream`, the only usable replica (the gateway is started); at its
+// first chunk its engine `llama` is frozen (SIGSTOP: then the answer cannot end first however
+// fast the engine runs), and once `sim` is usable `then` runs. The answer must end well,
+// continued once on `sim`, whole.
+void UpstreamEngineTest::ExpectContinuedWhenFrozen(Server* llama, const Server& upstream,
+                                                   const Server& sim,
+                                                   const std::function<void()>& then) {
+  ASSERT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
+  ASSERT_FALSE(Usable(sim.grpc_address));
+  const Streamed s = StreamWith(stub_.get(), NoThinking("Tell a long story.", 3000), [&](auto& c) {
+    EXPECT_EQ(c.route().worker(), upstream.grpc_address);
+    llama->process->Signal(SIGSTOP);
+    EXPECT_TRUE(WaitUntil([&] { return Usable(sim.grpc_address); }));
+    then();
+  });
+  ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, sim.grpc_address, 3000));
+  EXPECT_EQ(s.last.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
+}
+
 // The engine dies mid-answer: the gateway continues it on the other replica (the simulator,
 // which turns ready only after the answer started, so the first attempt is the upstream one).
 TEST_F(UpstreamEngineTest, AKilledEngineMidStreamIsContinuedOnAnotherWorker) {
@@ -236,18 +258,7 @@ TEST_F(UpstreamEngineTest, AKilledEngineMidStreamIsContinuedOnAnotherWorker) {
   Server sim = Must(StartWorker("qwen", {"--synthetic_load_time=2s", "--synthetic_time_scale=0",
                                          "--synthetic_output_tokens=5000"}));
   StartGatewayFor({upstream.grpc_address, sim.grpc_address});
-  ASSERT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
-  ASSERT_FALSE(Usable(sim.grpc_address));
-
-  const Streamed s = StreamWith(stub_.get(), NoThinking("Tell a long story.", 3000), [&](auto& c) {
-    EXPECT_EQ(c.route().worker(), upstream.grpc_address);
-    // Frozen first, so the answer cannot end before the kill however fast the engine runs.
-    llama.process->Signal(SIGSTOP);
-    EXPECT_TRUE(WaitUntil([&] { return Usable(sim.grpc_address); }));
-    llama.process->Signal(SIGKILL);
-  });
-  ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, sim.grpc_address, 3000));
-  EXPECT_EQ(s.last.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
+  ExpectContinuedWhenFrozen(&llama, upstream, sim, [&] { llama.process->Signal(SIGKILL); });
 }
 
 // The engine hangs mid-answer (stopped, never killed): the gateway's stall detection continues
@@ -262,17 +273,8 @@ TEST_F(UpstreamEngineTest, AHungEngineMidStreamIsContinuedOnAnotherWorker) {
                                          "--synthetic_output_tokens=5000"}));
   StartGatewayFor({upstream.grpc_address, sim.grpc_address},
                   {"--stall_timeout_min=8s", "--stall_timeout_multiple=3"});
-  ASSERT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
-  ASSERT_FALSE(Usable(sim.grpc_address));
-
-  const Streamed s = StreamWith(stub_.get(), NoThinking("Tell a long story.", 3000), [&](auto& c) {
-    EXPECT_EQ(c.route().worker(), upstream.grpc_address);
-    llama.process->Signal(SIGSTOP);
-    EXPECT_TRUE(WaitUntil([&] { return Usable(sim.grpc_address); }));
-  });
+  ExpectContinuedWhenFrozen(&llama, upstream, sim, [] {});
   llama.process->Signal(SIGCONT);  // so that it stops cleanly with the test
-  ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, sim.grpc_address, 3000));
-  EXPECT_EQ(s.last.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
 }
 
 // The other way: a native-protocol worker dies mid-answer and llama-server continues the partial
