@@ -58,44 +58,56 @@ int Log2Bucket(size_t n) {
   return b;
 }
 
-// Tokens for the text's shape, hashed like words: how many words (by powers of two), the first
-// word and the first two, whether it ends in a question mark, how many lines, digits and code
-// punctuation characters. A source's vocabulary rarely carries to another source; its form
-// (a terse command, a one-line question, a multi-line task with code) mostly does. Each token
-// counts twice, so a long text's n-grams do not drown them.
-void StructureFeatures(std::string_view text, uint64_t mask, std::vector<uint32_t>* out) {
+// The text's shape, for format 2's shape tokens and frame: words, lines, digits and code
+// punctuation characters, whether it ends in a question mark, and hashes of its first word and
+// first two words. One pass.
+struct Shape {
   size_t words = 0, lines = 1, digits = 0, code = 0;
+  bool question = false;
   uint64_t first = 0, first_two = 0;
+};
+
+Shape ShapeOf(std::string_view text) {
+  Shape sh;
   bool in_word = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c == '\n') ++lines;
-    if (c >= '0' && c <= '9') ++digits;
-    if (c == '{' || c == '}' || c == ';' || c == '=' || c == '(' || c == '_' || c == '[') ++code;
+    if (c == '\n') ++sh.lines;
+    if (c >= '0' && c <= '9') ++sh.digits;
+    if (c == '{' || c == '}' || c == ';' || c == '=' || c == '(' || c == '_' || c == '[') ++sh.code;
     if (WordByte(c)) {
-      if (!in_word) ++words;
-      if (words <= 2) {
-        const uint64_t h = ((words == 1 ? first : first_two) ^ Lower(c)) * kFnvPrime;
-        if (words == 1) first = h;
-        first_two = h;
+      if (!in_word) ++sh.words;
+      if (sh.words <= 2) {
+        const uint64_t h = ((sh.words == 1 ? sh.first : sh.first_two) ^ Lower(c)) * kFnvPrime;
+        if (sh.words == 1) sh.first = h;
+        sh.first_two = h;
       }
       in_word = true;
     } else {
-      if (in_word && words == 1) first_two = (first_two ^ ' ') * kFnvPrime;
+      if (in_word && sh.words == 1) sh.first_two = (sh.first_two ^ ' ') * kFnvPrime;
       in_word = false;
     }
   }
   size_t end = text.size();
   while (end > 0 && (text[end - 1] == ' ' || text[end - 1] == '\n' || text[end - 1] == '"')) --end;
-  const bool question = end > 0 && text[end - 1] == '?';
+  sh.question = end > 0 && text[end - 1] == '?';
+  return sh;
+}
+
+// Tokens for the text's shape, hashed like words: how many words (by powers of two), the first
+// word and the first two, whether it ends in a question mark, how many lines, digits and code
+// punctuation characters. A source's vocabulary rarely carries to another source; its form
+// (a terse command, a one-line question, a multi-line task with code) mostly does. Each token
+// counts twice, so a long text's n-grams do not drown them.
+void ShapeFeatures(const Shape& sh, uint64_t mask, std::vector<uint32_t>* out) {
   const uint64_t tokens[] = {
-      0x5100 + static_cast<uint64_t>(Log2Bucket(words)),
-      0x5200 + static_cast<uint64_t>(Log2Bucket(lines - 1)),
-      0x5300 + static_cast<uint64_t>(Log2Bucket(digits)),
-      0x5400 + static_cast<uint64_t>(Log2Bucket(code)),
-      0x5500 + static_cast<uint64_t>(question),
-      (first ^ 0x5600) * kGolden,
-      (first_two ^ 0x5700) * kGolden,
+      0x5100 + static_cast<uint64_t>(Log2Bucket(sh.words)),
+      0x5200 + static_cast<uint64_t>(Log2Bucket(sh.lines - 1)),
+      0x5300 + static_cast<uint64_t>(Log2Bucket(sh.digits)),
+      0x5400 + static_cast<uint64_t>(Log2Bucket(sh.code)),
+      0x5500 + static_cast<uint64_t>(sh.question),
+      (sh.first ^ 0x5600) * kGolden,
+      (sh.first_two ^ 0x5700) * kGolden,
   };
   for (uint64_t t : tokens) {
     const uint32_t b = static_cast<uint32_t>(
@@ -117,14 +129,9 @@ void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* ou
   // Format 2 reads the n-grams of the frame only, the first and last kFrameWords words: what is
   // asked sits there, while the middle of a long prompt is material (a document, a review, code)
   // whose topic says little about the work asked for. (The shape tokens see the whole text.)
-  size_t words = 0, index = 0;
-  if (structure_) {
-    bool in_word = false;
-    for (unsigned char c : text) {
-      if (WordByte(c) && !in_word) ++words;
-      in_word = WordByte(c);
-    }
-  }
+  const Shape shape = structure_ ? ShapeOf(text) : Shape{};
+  const size_t words = shape.words;
+  size_t index = 0;
   while (i < text.size()) {
     while (i < text.size() && !WordByte(static_cast<unsigned char>(text[i]))) ++i;
     size_t n = 0;
@@ -161,7 +168,7 @@ void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* ou
       }
     }
   }
-  if (structure_) StructureFeatures(text, mask, out);
+  if (structure_) ShapeFeatures(shape, mask, out);
 }
 
 void HashedClassifier::Scores(const std::vector<uint32_t>& features,
