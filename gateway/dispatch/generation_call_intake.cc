@@ -108,7 +108,10 @@ absl::Status GenerationCall::Admit() {
   const auto admit_start = SteadyClock::now();
   absl::Status s = dispatcher_->intake().Admit(request_, context_->RequestIdHeader(),
                                                context_->deadline(), &admission_, caller_.spec);
-  dispatcher_->metrics().decision_duration().Observe(Seconds(SteadyClock::now() - admit_start));
+  // Once per request: admitted again with a second opinion, it was timed the first time.
+  if (!admission_.second_opinion_asked) {
+    dispatcher_->metrics().decision_duration().Observe(Seconds(SteadyClock::now() - admit_start));
+  }
   if (s.ok()) return s;
   if (admission_.retry_after_seconds > 0) {
     SetRetryAfter(admission_.retry_after_seconds);

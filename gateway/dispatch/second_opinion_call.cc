@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/request_validation.h"
 #include "router/second_opinion.h"
 
 namespace tandem::gateway {
@@ -20,8 +21,8 @@ SecondOpinionCall* SecondOpinionCall::Start(std::shared_ptr<Endpoint> endpoint,
   auto* call = new SecondOpinionCall(std::move(endpoint), ask.classes, std::move(done));
   const router::SecondOpinionQuestion q = router::SecondOpinionPrompt(ask.classes, text);
   auto& r = call->request_;
-  // The request id is at most kMaxRequestIdBytes (64); the suffix keeps it within that.
-  r.set_request_id(request_id.substr(0, 64 - (sizeof(kSuffix) - 1)) + kSuffix);
+  // Cut so that the suffixed id still passes the worker's check (as ShadowCall's).
+  r.set_request_id(request_id.substr(0, kMaxRequestIdBytes - (sizeof(kSuffix) - 1)) + kSuffix);
   auto* system = r.add_messages();
   system->set_role("system");
   system->add_content()->set_text(q.system);

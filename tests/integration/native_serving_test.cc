@@ -306,6 +306,9 @@ TEST_F(NativeServingTest, AnUnsureClassifierAsksNemotronAndServesEitherWay) {
   EXPECT_EQ(SecondOpinions(g->metrics_address, {"answered", "no_answer"}), 1);
   EXPECT_EQ(
       ScrapeMetric(g->metrics_address, "tandem_gateway_second_opinion_duration_seconds_count"), 1);
+  // Admitted twice (before and after the question), decided once.
+  EXPECT_EQ(
+      ScrapeMetric(g->metrics_address, "tandem_gateway_route_decision_duration_seconds_count"), 1);
 
   // Nemotron stopped: the question times out, the default class stands and qwen answers.
   auto fallback =
