@@ -1,9 +1,9 @@
 // tandem-worker --engine=upstream in front of a real llama-server (llama.cpp v0.4.0, built by
 // scripts/build_llama_server.sh, serving a tiny random-weight model written at test time), with a
 // real gateway in front: answers whole and streamed, thinking on and off through the OpenAI
-// front, cancellation reaching the engine, health through an engine restart, mid-stream failover
-// both ways between the upstream worker and another worker, and a wrong served model refused at
-// start-up.
+// front, tool calls, cancellation reaching the engine, health through an engine restart, mid-stream
+// failover both ways between the upstream worker and another worker, and a wrong served model
+// refused at start-up.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -156,6 +156,80 @@ TEST_F(UpstreamEngineTest, ThinkingOnAndOffReachTheEngineAndComeBackAsReasoning)
   const auto& m_off = off["choices"][0]["message"];
   EXPECT_TRUE(m_off.value("reasoning_content", "").empty()) << off.dump();
   EXPECT_FALSE(m_off.value("content", "").empty()) << off.dump();
+}
+
+// Tool calls written by llama-server's own tool-call grammar and parser (its tiny "qwen-tools"
+// model always starts a call) come back as Tandem's structured calls: whole, streamed, through
+// the OpenAI front, and the next turn with the call's result is accepted by the engine.
+TEST_F(UpstreamEngineTest, ToolCallsFromTheEngineComeBackStructured) {
+  Server llama = Must(StartLlamaServer("qwen-tools"));
+  Server worker = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
+  StartGatewayFor({worker.grpc_address}, {"--http_listen=127.0.0.1:0"});
+  ASSERT_TRUE(WaitUntil([&] { return Usable(worker.grpc_address); }));
+  const std::string params =
+      R"({"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"]})";
+  GenerateRequest ask = NoThinking("Lights on, please.", 200);
+  tandem::v1::Tool* tool = ask.add_tools();
+  tool->set_name("set_lights");
+  tool->set_description("Switch the lights on or off.");
+  tool->set_parameters_json(params);
+  auto expect_call = [](const tandem::v1::ToolCall& call) {
+    EXPECT_EQ(call.name(), "set_lights");
+    EXPECT_FALSE(call.id().empty());
+    const nlohmann::json args = nlohmann::json::parse(call.arguments_json(), nullptr, false);
+    EXPECT_TRUE(args.is_object() && args.contains("on") && args["on"].is_boolean())
+        << call.arguments_json() << ": typed by the tool's schema";
+  };
+
+  tandem::v1::GenerateResponse whole;
+  grpc::Status s = UnaryGenerate(stub_.get(), ask, &whole, std::chrono::seconds(30));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(whole.finish_reason(), tandem::v1::FINISH_REASON_TOOL_CALLS) << whole.text();
+  ASSERT_EQ(whole.tool_calls_size(), 1) << whole.text();
+  expect_call(whole.tool_calls(0));
+
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(30));
+  std::vector<tandem::v1::ToolCall> streamed_calls;
+  const Streamed streamed = ReadToEnd<tandem::v1::GenerateStreamChunk>(
+      stub_->GenerateStream(&ctx, ask).get(), [&](const tandem::v1::GenerateStreamChunk& c) {
+        streamed_calls.insert(streamed_calls.end(), c.tool_calls().begin(), c.tool_calls().end());
+      });
+  ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
+  EXPECT_EQ(streamed.last.finish_reason(), tandem::v1::FINISH_REASON_TOOL_CALLS);
+  ASSERT_EQ(streamed_calls.size(), 1u);
+  expect_call(streamed_calls[0]);
+  EXPECT_EQ(streamed_calls[0].arguments_json(), whole.tool_calls(0).arguments_json()) << "greedy";
+
+  // The next turn: the assistant's call and its result, rendered by the engine's template.
+  GenerateRequest next = ask;
+  tandem::v1::ChatMessage* call = next.add_messages();
+  call->set_role("assistant");
+  *call->add_tool_calls() = whole.tool_calls(0);
+  tandem::v1::ChatMessage* result = next.add_messages();
+  result->set_role("tool");
+  result->set_tool_call_id(whole.tool_calls(0).id());
+  result->add_content()->set_text(R"({"lights":"on"})");
+  tandem::v1::GenerateResponse after;
+  s = UnaryGenerate(stub_.get(), next, &after, std::chrono::seconds(30));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GT(after.usage().prompt_tokens(), whole.usage().prompt_tokens());
+
+  nlohmann::json body = {
+      {"model", "qwen"},
+      {"max_tokens", 200},
+      {"reasoning_effort", "none"},
+      {"messages", {{{"role", "user"}, {"content", "Lights off, please."}}}},
+      {"tools",
+       {{{"type", "function"},
+         {"function", {{"name", "set_lights"}, {"parameters", nlohmann::json::parse(params)}}}}}}};
+  auto a = HttpPost(gateway_.http_address, "/v1/chat/completions", body.dump());
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->status, 200) << a->body;
+  const nlohmann::json j = nlohmann::json::parse(a->body, nullptr, false);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << a->body;
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "set_lights")
+      << a->body;
 }
 
 // A long answer through the gateway ends early, cancelled by the caller or past its deadline:
