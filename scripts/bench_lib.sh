@@ -79,3 +79,31 @@ bench_start_stack() {
   GATEWAY_ADDR=$BENCH_ADDR
   GATEWAY_PID=$BENCH_PID
 }
+
+# bench_start_llama NAME LOGDIR [LLAMA_SERVER_FLAGS...]: llama.cpp's llama-server
+# (scripts/build_llama_server.sh) on 127.0.0.1, port 0, serving the tiny test model
+# (tests/support/make_tiny_gguf.py, written once into LOGDIR) as "tiny-qwen", with --metrics.
+# Sets LLAMA_ADDR (HOST:PORT) and LLAMA_PID once it listens (10 s at most; it may still be
+# loading). Stopped with the others by bench_cleanup.
+bench_start_llama() {
+  local name=$1 logdir=$2 ls gguf
+  shift 2
+  ls=$(bash scripts/build_llama_server.sh) || return 1
+  gguf=$logdir/tiny-qwen.gguf
+  [[ -f $gguf ]] || PYTHONPATH=$ls/gguf-py /usr/bin/python3 tests/support/make_tiny_gguf.py \
+    "$ls" "$gguf" qwen || return 1
+  rm -f "$logdir/$name.log"
+  "$ls/bin/llama-server" -m "$gguf" --host 127.0.0.1 --port 0 --jinja --metrics -c 16384 -t 1 \
+    --alias tiny-qwen "$@" >"$logdir/$name.log" 2>&1 &
+  LLAMA_PID=$!
+  BENCH_PIDS+=("$LLAMA_PID")
+  for _ in $(seq 200); do
+    LLAMA_ADDR=$(sed -n 's/.*listening on http:\/\/\([^ ]*\).*/\1/p' "$logdir/$name.log" | head -1)
+    [[ -n $LLAMA_ADDR ]] && return 0
+    kill -0 "$LLAMA_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "$name did not listen; its log:" >&2
+  cat "$logdir/$name.log" >&2
+  return 1
+}

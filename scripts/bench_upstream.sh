@@ -20,20 +20,12 @@ MAX_TOKENS=${MAX_TOKENS:-64}
 STREAMS=${STREAMS:-8}
 mkdir -p "$OUT_DIR"
 source scripts/bench_lib.sh
-LLAMA_PID=
-trap 'bench_cleanup; [[ -n $LLAMA_PID ]] && kill "$LLAMA_PID" 2>/dev/null; true' EXIT
+trap bench_cleanup EXIT
 for bin in gateway/tandem-gateway workers/tandem-worker tools/tandem-bench; do
   [[ -x $BUILD_DIR/$bin ]] || { echo "missing $BUILD_DIR/$bin: build it first" >&2; exit 1; }
 done
-LS=$(bash scripts/build_llama_server.sh)
-GGUF=$OUT_DIR/tiny-qwen.gguf
-[[ -f $GGUF ]] || PYTHONPATH=$LS/gguf-py /usr/bin/python3 tests/support/make_tiny_gguf.py "$LS" "$GGUF" qwen
-
-"$LS/bin/llama-server" -m "$GGUF" --host 127.0.0.1 --port 0 --jinja --metrics -c 16384 \
-  -np "$STREAMS" -t 1 --alias tiny-qwen >"$OUT_DIR/llama.log" 2>&1 &
-LLAMA_PID=$!
-for _ in $(seq 200); do grep -q 'listening on http://' "$OUT_DIR/llama.log" && break; sleep 0.05; done
-LLAMA=$(sed -n 's/.*listening on http:\/\/\([^ ]*\).*/\1/p' "$OUT_DIR/llama.log" | head -1)
+bench_start_llama llama "$OUT_DIR" -np "$STREAMS"
+LLAMA=$LLAMA_ADDR
 bench_start worker "$OUT_DIR" "$BUILD_DIR/workers/tandem-worker" --model=qwen --device=cpu \
   --engine=upstream --upstream_profile=llamacpp --upstream_url="http://$LLAMA" --plaintext \
   --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --log_level=warning

@@ -22,6 +22,14 @@
 #     (one prompt each) must all equal its answers that had no retry or failover
 #     (tandem-bench --check_text); a mid-stream failover's answer included.
 #
+# With SOAK_UPSTREAM=1 (the default) a third model, "tiny", is served by two upstream workers
+# (tandem-worker --engine=upstream), each in front of its own llama-server (built by
+# scripts/build_llama_server.sh, serving the tiny test model of tests/support/make_tiny_gguf.py),
+# and a fifth generator streams to it at SOAK_UPSTREAM_RATE req/s. Its replicas take their turn
+# in the kills (the worker is killed and restarted; its engine keeps running) and the hangs (the
+# engine, not the worker, is stopped: the worker stays connected while its engine is silent), and
+# every check above covers its requests too. SOAK_UPSTREAM=0 leaves it out.
+#
 #   bash scripts/soak.sh                     # 300 s at 200 req/s
 #   SOAK_SECONDS=600 bash scripts/soak.sh    # what docs/development.md reports (CI runs 120 s, the shortest that is not a smoke run)
 #
@@ -57,18 +65,21 @@ SOAK_MAX_TOKENS=${SOAK_MAX_TOKENS:-32}
 SOAK_TIME_SCALE=${SOAK_TIME_SCALE:-1}       # synthetic step times (1: the models' on an H200)
 SOAK_CHECK_TIMEOUT=${SOAK_CHECK_TIMEOUT:-10}
 SOAK_POLICY=${SOAK_POLICY:-policies/default.yaml}
+SOAK_UPSTREAM=${SOAK_UPSTREAM:-1}
+SOAK_UPSTREAM_RATE=${SOAK_UPSTREAM_RATE:-8}  # requests per second to the upstream workers
 
 for v in SOAK_SECONDS SOAK_RATE SOAK_KILL_EVERY SOAK_RELOAD_EVERY SOAK_HANG_EVERY SOAK_HANG_SECONDS SOAK_WARMUP_SECONDS \
-  SOAK_RSS_BOUND_MIB SOAK_MAX_TOKENS SOAK_CHECK_TIMEOUT; do
+  SOAK_RSS_BOUND_MIB SOAK_MAX_TOKENS SOAK_CHECK_TIMEOUT SOAK_UPSTREAM_RATE; do
   [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || { echo "soak: $v=${!v}: a positive integer" >&2; exit 2; }
 done
+[[ $SOAK_UPSTREAM == [01] ]] || { echo "soak: SOAK_UPSTREAM=$SOAK_UPSTREAM: 0 or 1" >&2; exit 2; }
 for bin in workers/tandem-worker gateway/tandem-gateway tools/tandem-bench; do
   [[ -x $BUILD_DIR/$bin ]] || { echo "soak: missing $BUILD_DIR/$bin: build it first" >&2; exit 1; }
 done
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 rm -rf "${OUT_DIR:?}/bin"
-rm -f "$OUT_DIR"/{summary.txt,rss.tsv,restarts.log,policy.yaml,gateway.*,worker-*,load-*}
+rm -f "$OUT_DIR"/{summary.txt,rss.tsv,restarts.log,policy.yaml,gateway.*,worker-*,load-*,llama-*}
 # The run uses a copy of the binaries (removed on exit): a rebuild of $BUILD_DIR during the run
 # (a worker restart execs the binary again) must not swap in another version halfway.
 mkdir -p "$OUT_DIR/bin"
@@ -130,20 +141,34 @@ rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 WORKER_COMMON=(--engine=synthetic --device=cpu --synthetic_time_scale="$SOAK_TIME_SCALE"
   --synthetic_output_tokens=$((SOAK_MAX_TOKENS * 4)) --log_level=warning
   "${SECURITY_WORKER_FLAGS[@]}")
-declare -A WPID WADDR WMODEL WSTARTS
+# The upstream replicas ("tiny-*") front their own llama-server (LLAMA_ADDRS), started once.
+UPSTREAM_COMMON=(--engine=upstream --upstream_profile=llamacpp --device=cpu
+  --max_context_tokens=4096 --max_output_tokens=1024 --upstream_health_interval=100ms --upstream_metrics_interval=100ms --log_level=warning
+  "${SECURITY_WORKER_FLAGS[@]}")
+declare -A WPID WADDR WMODEL WSTARTS LLAMA_PIDS LLAMA_ADDRS
+# The order is the kills' and hangs' turn: in 120 s both reach an upstream replica.
 REPLICAS=(qwen-a nemotron-a qwen-b nemotron-b)
+((SOAK_UPSTREAM)) && REPLICAS=(qwen-a tiny-a nemotron-a qwen-b nemotron-b tiny-b)
 start_worker() {  # NAME LISTEN
-  local name=$1 listen=$2 n=$((${WSTARTS[$1]:-0} + 1))
+  local name=$1 listen=$2 n=$((${WSTARTS[$1]:-0} + 1)) flags=("${WORKER_COMMON[@]}")
   WSTARTS[$name]=$n
+  [[ $name == tiny-* ]] && flags=("${UPSTREAM_COMMON[@]}" --upstream_url="http://${LLAMA_ADDRS[$name]}")
   : >"$OUT_DIR/worker-$name.$n.out"  # bench_start may read it before the child opens it
   bench_start "worker-$name.$n" "$OUT_DIR" "$WORKER_BIN" --model="${name%-*}" \
-    --listen="$listen" --metrics_listen=127.0.0.1:0 "${WORKER_COMMON[@]}" || return 1
+    --listen="$listen" --metrics_listen=127.0.0.1:0 "${flags[@]}" || return 1
   WPID[$name]=$BENCH_PID
   WADDR[$name]=$BENCH_ADDR
   WMODEL[$name]=${name%-*}
 }
+# What a hang stops: the worker, or for an upstream replica its engine.
+hang_pid() { [[ $1 == tiny-* ]] && echo "${LLAMA_PIDS[$1]}" || echo "${WPID[$1]}"; }
 ENTRIES=()
 for name in "${REPLICAS[@]}"; do
+  if [[ $name == tiny-* ]]; then
+    bench_start_llama "llama-$name" "$OUT_DIR" -np 4
+    LLAMA_PIDS[$name]=$LLAMA_PID
+    LLAMA_ADDRS[$name]=$LLAMA_ADDR
+  fi
   start_worker "$name" 127.0.0.1:0
   ENTRIES+=("${name%-*}=${WADDR[$name]}")
 done
@@ -155,7 +180,9 @@ BASE_VERSION=$(sed -n 's/^version: *//p' "$SOAK_POLICY")
 # write_policy VERSION: the policy with another version (and the classifier path made absolute,
 # since relative paths are from the policy file's folder), replaced atomically.
 write_policy() {
-  sed -e "s|^version: .*|version: $1|" \
+  local tiny=()
+  ((SOAK_UPSTREAM)) && tiny=(-e '/^models:/a\  tiny: {}')
+  sed -e "s|^version: .*|version: $1|" "${tiny[@]}" \
     -e "s|^\( *model: *\)\(\.\./[^ ]*\)|\1$POLICY_SRC_DIR/\2|" "$SOAK_POLICY" >"$POLICY_FILE.tmp"
   mv -f "$POLICY_FILE.tmp" "$POLICY_FILE"
 }
@@ -204,14 +231,15 @@ echo "soak: ${SOAK_SECONDS}s at ${SOAK_RATE} req/s, kill a worker every ${SOAK_K
 
 # --- Load: four open-loop generators, one quarter of the rate each. ---
 declare -A GEN_PID
-LOADS=("unary-routed:unary:" "stream-routed:stream:" "stream-qwen:stream:qwen"
-  "unary-nemotron:unary:nemotron")
 RATE_EACH=$(awk -v r="$SOAK_RATE" 'BEGIN{printf "%g", r / 4}')
+LOADS=("unary-routed:unary::$RATE_EACH" "stream-routed:stream::$RATE_EACH"
+  "stream-qwen:stream:qwen:$RATE_EACH" "unary-nemotron:unary:nemotron:$RATE_EACH")
+((SOAK_UPSTREAM)) && LOADS+=("stream-tiny:stream:tiny:$SOAK_UPSTREAM_RATE")
 seed=1
 for spec in "${LOADS[@]}"; do
-  IFS=: read -r gname api model <<<"$spec"
+  IFS=: read -r gname api model rate <<<"$spec"
   "$BENCH_BIN" "${SECURITY_BENCH_FLAGS[@]}" --target=gateway --address="$GATEWAY_ADDR" --api="$api" --model="$model" \
-    --rate="$RATE_EACH" --arrival=poisson --seed=$seed --duration="${SOAK_SECONDS}s" \
+    --rate="$rate" --arrival=poisson --seed=$seed --duration="${SOAK_SECONDS}s" \
     --warmup_requests=0 --prompt=short --max_tokens="$SOAK_MAX_TOKENS" --timeout=30s --check_text \
     --json="$OUT_DIR/load-$gname.json" >"$OUT_DIR/load-$gname.out" 2>"$OUT_DIR/load-$gname.log" &
   GEN_PID[$gname]=$!
@@ -243,6 +271,8 @@ while (($(now_ms) < END_MS)); do
   RSS_END=$rss
   for name in "${REPLICAS[@]}"; do
     kill -0 "${WPID[$name]}" 2>/dev/null || fail "worker $name (pid ${WPID[$name]}) died unasked"
+    [[ -z ${LLAMA_PIDS[$name]:-} ]] || kill -0 "${LLAMA_PIDS[$name]}" 2>/dev/null ||
+      fail "llama-server of $name (pid ${LLAMA_PIDS[$name]}) died"
   done
   for gname in "${!GEN_PID[@]}"; do
     if ! kill -0 "${GEN_PID[$gname]}" 2>/dev/null && [[ $GEN_DEAD != *" $gname"* ]]; then
@@ -255,7 +285,7 @@ while (($(now_ms) < END_MS)); do
   # must fail its streams over (stall detection) and eject it; every answer must still be whole
   # and equal to its fault-free text.
   if [[ -n $HUNG ]] && ((t >= HANG_END)); then
-    kill -CONT "${WPID[$HUNG]}"
+    kill -CONT "$(hang_pid "$HUNG")"
     log "resumed $HUNG (${WADDR[$HUNG]}) with SIGCONT after ${SOAK_HANG_SECONDS}s stopped"
     HUNG=""
   elif [[ -z $HUNG ]] && ((t >= NEXT_HANG)); then
@@ -268,9 +298,11 @@ while (($(now_ms) < END_MS)); do
         ! endpoint_usable "${WADDR[$other]}"; then sibling_ready=0; fi
     done
     if ((sibling_ready)); then
-      kill -STOP "${WPID[$name]}"
+      kill -STOP "$(hang_pid "$name")"
       HUNG=$name HANG_END=$((t + SOAK_HANG_SECONDS * 1000)) HANGS=$((HANGS + 1))
-      log "stopped $name (${WADDR[$name]}) with SIGSTOP for ${SOAK_HANG_SECONDS}s"
+      what=worker
+      [[ $name == tiny-* ]] && what="its llama-server"
+      log "stopped $name (${WADDR[$name]}): $what with SIGSTOP for ${SOAK_HANG_SECONDS}s"
     fi
   fi
   if ((t >= NEXT_KILL)) && [[ -z $HUNG ]]; then
@@ -323,7 +355,7 @@ while (($(now_ms) < END_MS)); do
   left=$((next - $(now_ms)))
   ((left > 0)) && sleep "$(awk -v l="$left" 'BEGIN{print l / 1000}')"
 done
-[[ -n $HUNG ]] && kill -CONT "${WPID[$HUNG]}" 2>/dev/null
+[[ -n $HUNG ]] && kill -CONT "$(hang_pid "$HUNG")" 2>/dev/null
 RSS_WARM=${RSS_WARM:-$RSS_END}
 ABORTED=$((${#FAILURES[@]} > 0))
 
@@ -466,6 +498,7 @@ mib() { awk -v k="$1" 'BEGIN{printf "%.1f", k / 1024}'; }
       "$(json_ms "$json" e2e_ms p50)" "$(json_ms "$json" e2e_ms p99)" "$(json_ms "$json" e2e_ms max)"
   done
   echo "  recovery        ${RECOVERY:-none on /metrics}"
+  ((SOAK_UPSTREAM)) && echo "  upstream        model tiny: ${#LLAMA_PIDS[@]} tandem-worker --engine=upstream, each in front of its own llama-server, at $SOAK_UPSTREAM_RATE req/s"
   echo "  hangs           $HANGS worker SIGSTOPs of ${SOAK_HANG_SECONDS} s, then SIGCONT (every ${SOAK_HANG_EVERY} s)"
   echo "  restarts        $RESTARTS worker SIGKILLs + restarts on the same port (every ${SOAK_KILL_EVERY} s), slowest back in the gateway ${RESTART_MS_MAX} ms"
   echo "  reloads         $RELOADS policy rewrites (every ${SOAK_RELOAD_EVERY} s), slowest live ${RELOAD_MS_MAX} ms"

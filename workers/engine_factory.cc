@@ -106,11 +106,17 @@ absl::StatusOr<LoadedEngine> MakeSyntheticEngine(const WorkerConfig& config) {
 }
 
 // What the gateway is told about an engine server's model: the model's own limits (those of
-// the simulator's profile, which carries both models' real ones) unless capped by flags.
+// the simulator's profile, which carries both models' real ones) unless capped by flags; another
+// model's come from the flags alone (WorkerConfig::Validate requires them), without reasoning.
 absl::StatusOr<LoadedEngine> MakeUpstreamEngine(const WorkerConfig& config) {
   absl::StatusOr<SyntheticProfile> profile = SyntheticProfileFor(config.model);
-  if (!profile.ok()) return profile.status();
-  EngineInfo info = profile->info;
+  EngineInfo info;
+  if (profile.ok()) {
+    info = profile->info;
+  } else {
+    info.model_name = config.model;
+    info.model_id = config.model;
+  }
   info.engine = absl::StrCat("upstream:", config.upstream.profile.name);
   info.model_id = !config.upstream.served_model.empty() ? config.upstream.served_model
                   : !config.model_id.empty()            ? config.model_id

@@ -40,6 +40,14 @@ absl::Status ValidateWeights(const WorkerConfig& c) {
 absl::Status ValidateServing(const WorkerConfig& c) {
   if (c.engine == EngineKind::kUpstream) {
     if (absl::Status s = upstream::ValidateUpstreamOptions(c.upstream); !s.ok()) return s;
+    // Another model than the two Tandem knows: nothing else says its limits.
+    if (c.model != "qwen" && c.model != "nemotron" &&
+        (c.max_context_tokens <= 0 || c.max_output_tokens <= 0)) {
+      return Invalid(
+          absl::StrCat("--model=", c.model,
+                       " is neither qwen nor nemotron: an upstream worker serving it "
+                       "needs its limits, --max_context_tokens and --max_output_tokens"));
+    }
   }
   if (c.scheduler.max_batch_size < 1) return Invalid("--max_batch_size must be >= 1");
   if (c.scheduler.max_queue < 0) return Invalid("--max_queue must be >= 0");

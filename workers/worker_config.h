@@ -27,7 +27,7 @@ enum class EngineKind { kNative, kSynthetic, kUpstream };
 // and checked by Validate() before a device is opened or a checkpoint read, so that bad flags
 // fail in milliseconds, not after minutes of weight loading.
 struct WorkerConfig {
-  std::string model;   // "qwen" or "nemotron": the name the gateway routes to
+  std::string model;   // "qwen" or "nemotron" (any for upstream): the name the gateway routes to
   std::string device;  // a CUDA ordinal ("0") or "cpu"
   EngineKind engine = EngineKind::kNative;
 

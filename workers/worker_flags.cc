@@ -15,7 +15,9 @@
 #include "common/status_macros.h"
 #include "workers/upstream/engine_profile.h"
 
-ABSL_FLAG(std::string, model, "", "Model to serve: qwen or nemotron.");
+ABSL_FLAG(std::string, model, "",
+          "Model to serve: qwen or nemotron (an upstream worker may serve another name, given "
+          "--max_context_tokens and --max_output_tokens).");
 ABSL_FLAG(std::string, checkpoint, "",
           "Native engine: model directory (config.json, *.safetensors, tokenizer.json).");
 ABSL_FLAG(std::string, model_id, "", "Upstream model id reported in WorkerInfo (native engine).");

@@ -52,6 +52,21 @@ TEST(WorkerConfigTest, WeightsComeFromExactlyOnePlace) {
   EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("--model_config is for"));
 }
 
+TEST(WorkerConfigTest, AnUpstreamWorkerMayServeAnotherModelGivenItsLimits) {
+  WorkerConfig c = ValidConfig();
+  c.engine = EngineKind::kUpstream;
+  c.weights.checkpoint.clear();
+  c.upstream.url = "http://127.0.0.1:8000";
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  c.model = "llama";
+  EXPECT_THAT(std::string(c.Validate().message()),
+              HasSubstr("--max_context_tokens and --max_output_tokens"));
+  c.max_context_tokens = 8192;
+  EXPECT_FALSE(c.Validate().ok());
+  c.max_output_tokens = 1024;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+}
+
 TEST(WorkerConfigTest, EachOutOfRangeValueNamesItsFlag) {
   struct Case {
     std::string flag;
