@@ -2,8 +2,8 @@
 // scripts/build_llama_server.sh, serving a tiny random-weight model written at test time), with a
 // real gateway in front: answers whole and streamed, thinking on and off through the OpenAI
 // front, tool calls, cancellation reaching the engine, health through an engine restart, mid-stream
-// failover both ways between the upstream worker and another worker, and a wrong served model
-// refused at start-up.
+// failover both ways between the upstream worker and another worker (the simulator, and the
+// native CPU engine), and a wrong served model refused at start-up.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -401,6 +401,48 @@ std::vector<pid_t> EnginePids(const Server& worker) {
     pids.push_back(std::atoi(log.c_str() + at + needle.size()));
   }
   return pids;
+}
+
+// Tandem's own engine (the CPU engine on a random-weight checkpoint) and an upstream worker
+// continue each other's answers, both ways; each answer is whole. A replica is kept out of the
+// first attempt by being stopped (native) or by its engine not listening yet (upstream).
+TEST_F(UpstreamEngineTest, NativeAndUpstreamWorkersContinueEachOthersAnswers) {
+  constexpr int32_t kTokens = 300;
+  Server placeholder = Must(StartLlamaServer("qwen"));
+  const int port =
+      std::stoi(placeholder.http_address.substr(placeholder.http_address.rfind(':') + 1));
+  Server upstream = Must(StartWorker("qwen", UpstreamWorkerFlags(placeholder)));
+  Server native = Must(
+      StartWorker("qwen", {"--engine=native", "--checkpoint=" + NativeCheckpoint("qwen3_5_moe"),
+                           "--memory_budget=268435456", "--native_threads=1"}));
+  ASSERT_TRUE(WaitForHealth(native.grpc_address, "", /*serving=*/true).ok());
+  ASSERT_TRUE(WaitForHealth(upstream.grpc_address, "", /*serving=*/true).ok());
+
+  // Upstream -> native: the native worker is stopped until the engine's answer has begun.
+  native.process->Signal(SIGSTOP);
+  StartGatewayFor({upstream.grpc_address, native.grpc_address});
+  ASSERT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
+  Streamed s = StreamWith(stub_.get(), NoThinking("Tell a long story.", kTokens), [&](auto& c) {
+    EXPECT_EQ(c.route().worker(), upstream.grpc_address);
+    placeholder.process->Signal(SIGSTOP);  // its answer cannot end while the native one wakes
+    native.process->Signal(SIGCONT);
+    EXPECT_TRUE(WaitUntil([&] { return Usable(native.grpc_address); }));
+    placeholder.process->Signal(SIGKILL);
+  });
+  ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, native.grpc_address, kTokens));
+  placeholder.process->Wait(absl::Seconds(10));
+  ASSERT_TRUE(WaitUntil([&] { return !Usable(upstream.grpc_address); }));
+
+  // Native -> upstream: its engine comes back on the same port once the native answer began.
+  Server llama;
+  s = StreamWith(stub_.get(), NoThinking("Tell a long story.", kTokens), [&](auto& c) {
+    EXPECT_EQ(c.route().worker(), native.grpc_address);
+    native.process->Signal(SIGSTOP);  // its answer cannot end while the engine starts
+    llama = Must(StartLlamaServer("qwen", port));
+    EXPECT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
+    native.process->Signal(SIGKILL);
+  });
+  ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, upstream.grpc_address, kTokens));
 }
 
 TEST_F(UpstreamEngineTest, TheWorkerRunsTheEngineAsItsChildRestartsItAndStopsIt) {
