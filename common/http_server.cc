@@ -75,6 +75,11 @@ bool HttpServer::Impl::EvictIdle() {
   return false;
 }
 
+void HttpServer::Impl::ReportConnections() {
+  absl::MutexLock l(&report_mu);
+  if (on_connections_changed) on_connections_changed(connections.load());
+}
+
 void HttpServer::Impl::CountRefused() {
   const int64_t n = refused.fetch_add(1) + 1;
   if (options.on_connection_refused) options.on_connection_refused();
@@ -104,6 +109,7 @@ void HttpServer::Impl::Opened(const std::shared_ptr<tcp::socket>& socket,
       return;
     }
   }
+  ReportConnections();
   beast::error_code ignored;
   socket->set_option(tcp::no_delay(true), ignored);
   std::shared_ptr<SessionBase> session;
@@ -168,6 +174,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   auto impl = std::make_shared<Impl>();
   impl->options = std::move(options);
   impl->handler = std::move(handler);
+  {
+    absl::MutexLock l(&impl->report_mu);
+    impl->on_connections_changed = impl->options.on_connections_changed;
+  }
   if (!impl->options.tls.cert.empty()) {
     auto tls = TlsServerContext::Create(impl->options.tls, "--tls_cert/--tls_key");
     if (!tls.ok()) return tls.status();
@@ -203,6 +213,9 @@ HttpServer::~HttpServer() {
   net::post(impl_->acceptor.get_executor(), [impl = impl_.get()] { impl->Stop(); });
   // run() returns once the closed connections' handlers have run and nothing is left to do.
   for (std::thread& t : impl_->threads) t.join();
+  // A connection still referenced by an exchange closes later: its hook's owner may be gone.
+  absl::MutexLock l(&impl_->report_mu);
+  impl_->on_connections_changed = nullptr;
 }
 
 const char* HttpServer::Scheme() const { return impl_->tls != nullptr ? "https" : "http"; }

@@ -69,6 +69,9 @@ struct HttpServerOptions {
   // Runs on an I/O thread for each connection refused because max_connections were open and
   // none was idle (the 503 above, or a close when even refusals are too many): a metric's hook.
   std::function<void()> on_connection_refused;
+  // Runs with the number of open connections (those counted against max_connections) after it
+  // changed; calls are serialised, and the last one has the current number: a gauge's hook.
+  std::function<void(int open)> on_connections_changed;
 };
 
 // One request and its answer. Thread-safe: the answer may be given from any thread, after the
@@ -121,8 +124,9 @@ class HttpServer {
   const std::string& Address() const { return address_; }
   // "https" or "http".
   const char* Scheme() const;
-  // Connections kept alive and waiting for their next request: the ones a full server evicts,
-  // the longest idle first.
+  // Connections serving no one: lingering after their last answer, or kept alive and waiting
+  // for their next request. The ones a full server evicts: lingering first, then the longest
+  // idle.
   int IdleConnections() const;
 
   struct Impl;

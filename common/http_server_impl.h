@@ -3,6 +3,7 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <thread>
@@ -29,6 +30,9 @@ struct HttpServer::Impl {
   std::atomic<int> refusing{0};               // sessions writing a 503
   std::atomic<int64_t> refused{0};            // connections refused, ever
   std::atomic<int64_t> refused_logged_at{0};  // steady ns of the last log line about them
+  absl::Mutex report_mu;
+  // options.on_connections_changed until the server is destroyed; its calls serialised.
+  std::function<void(int)> on_connections_changed ABSL_GUARDED_BY(report_mu);
   absl::Mutex sessions_mu;
   std::list<std::weak_ptr<http_internal::SessionBase>> sessions ABSL_GUARDED_BY(sessions_mu);
   bool stopping ABSL_GUARDED_BY(sessions_mu) = false;
@@ -39,6 +43,9 @@ struct HttpServer::Impl {
   // Takes the slot of the connection idle the longest; false when none is idle.
   bool EvictIdle() ABSL_LOCKS_EXCLUDED(sessions_mu);
   void CountRefused();
+  // on_connections_changed with the count read under report_mu, so the last call made has the
+  // last count.
+  void ReportConnections() ABSL_LOCKS_EXCLUDED(report_mu);
   // On the io_context: closes the acceptor and every connection.
   void Stop() ABSL_LOCKS_EXCLUDED(sessions_mu);
 };

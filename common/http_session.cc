@@ -42,6 +42,7 @@ void Session<Holder>::ReleaseSlot() {
   // Once, whoever comes first: this, or the acceptor evicting the connection.
   if (!refusal_ && !slot_released.exchange(true)) {
     server_->connections.fetch_sub(1, std::memory_order_relaxed);
+    server_->ReportConnections();
   }
 }
 
@@ -132,7 +133,8 @@ void Session<Holder>::OnRead(beast::error_code ec, size_t n) {
   reading_ = false;
   if (closed_) return;
   buffer_.commit(n);
-  if (!Wake()) return Close();  // evicted while idle
+  // Evicted while idle. A lingering connection stays evictable whatever it reads.
+  if (phase_ != Phase::kLinger && !Wake()) return Close();
   // Aborted: by Close, or by a read timeout that answers 408 (kStopped).
   if (ec == net::error::operation_aborted) return;
   if (ec) read_end_ = ec;  // what is buffered is parsed first; Read() then ends the reading
@@ -496,6 +498,9 @@ void Session<Holder>::Linger() {
   drained_ = 0;
   buffer_.consume(buffer_.size());
   ArmRead(std::min(kLingerTimeout, options().read_timeout));
+  // It serves no one now (the answer is out, our side shut): a full server takes its slot
+  // before any idle connection's, as the oldest idle time there is.
+  idle_since.store(1);
   beast::error_code ignored;
   Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
   Read();

@@ -47,7 +47,8 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   virtual void Submit(Pending p) = 0;
   virtual void Close() = 0;
 
-  // > 0: idle since then (steady clock, ns); 0: busy; kClaimed: taken for eviction.
+  // > 0: idle since then (steady clock, ns; 1 while lingering, to go first); 0: busy;
+  // kClaimed: taken for eviction.
   static constexpr int64_t kClaimed = -1;
   std::atomic<int64_t> idle_since{0};
   // Its slot in HttpServer::Impl::connections was given back already (at its eviction).

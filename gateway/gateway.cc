@@ -212,6 +212,9 @@ absl::Status Gateway::StartServing() {
     http.on_connection_refused = [m = metrics_.get()] {
       m->http_connections_refused().Increment();
     };
+    http.on_connections_changed = [m = metrics_.get()](int open) {
+      m->http_connections().Set(open);
+    };
     OpenAiFrontOptions front{.max_json_depth = config_.intake.limits.max_json_depth,
                              .cors_origins = config_.http_cors_origins};
     ASSIGN_OR_RETURN(openai_, OpenAiFront::Start(config_.http_listen, http, std::move(front),

@@ -172,7 +172,11 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
           CounterFamily(r, "tandem_gateway_http_connections_refused_total",
                         "HTTP front connections refused (503 and closed) because "
                         "--http_max_connections were open and none was idle to close instead.")
-              .Add({})) {
+              .Add({})),
+      http_connections_(GaugeFamily(r, "tandem_gateway_http_connections",
+                                    "HTTP front connections open, counted against "
+                                    "--http_max_connections.")
+                            .Add({})) {
   GaugeFamily(r, "tandem_gateway_info", "Constant 1; labels describe the gateway build.")
       .Add({{"version", version}})
       .Set(1);

@@ -140,6 +140,9 @@ class GatewayMetrics {
   // HTTP front connections refused: --http_max_connections open and none idle to evict
   // (HttpServerOptions::on_connection_refused feeds it).
   prometheus::Counter& http_connections_refused() { return http_connections_refused_; }
+  // HTTP front connections open, counted against --http_max_connections
+  // (HttpServerOptions::on_connections_changed feeds it).
+  prometheus::Gauge& http_connections() { return http_connections_; }
 
  private:
   // Orders tuples of strings and of string_views alike, so that a hit (every request) is looked
@@ -220,6 +223,7 @@ class GatewayMetrics {
   prometheus::Counter& decision_log_written_;
   prometheus::Counter& decision_log_dropped_;
   prometheus::Counter& http_connections_refused_;
+  prometheus::Gauge& http_connections_;
   prometheus::Gauge* live_policy_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::map<std::string, Model> models_;
   // Family::Add hashes every label and locks; this cache keeps the hot path to one lookup.
