@@ -187,8 +187,9 @@ ABSL_FLAG(std::vector<std::string>, http_cors_origins, {},
           "Access-Control-Allow-Origin for them. Empty: CORS off.");
 ABSL_FLAG(int32_t, http_threads, 2, "Threads running the HTTP front's connections (1-64).");
 ABSL_FLAG(int32_t, http_max_connections, 1024,
-          "HTTP connections open at once; one beyond it closes the connection idle the longest "
-          "(kept alive between requests), or with none idle is answered 503 and closed "
+          "HTTP connections open at once (tandem_gateway_http_connections); one beyond it closes "
+          "a connection lingering after its last answer, else the one idle the longest (kept "
+          "alive between requests), or with none idle is answered 503 and closed "
           "(tandem_gateway_http_connections_refused_total).");
 ABSL_FLAG(int32_t, http_max_header_bytes, 16 << 10,
           "Bytes of one HTTP request's line and headers (431 beyond); its body is bounded by "
