@@ -16,6 +16,7 @@
 //   tandem-make-checkpoint --model_config=/tmp/qwen-small/config.json --seed=2 --out=/tmp/q2
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "workers/model/fp8_checkpoint.h"
 #include "workers/model/model_config.h"
 #include "workers/model/random_checkpoint.h"
 
@@ -51,6 +53,10 @@ ABSL_FLAG(int32_t, eos, -1, "End-of-sequence token id for config.json; -1 for no
 ABSL_FLAG(uint64_t, seed, 1, "Random seed.");
 ABSL_FLAG(std::string, dtype, "bf16", "bf16 or f32.");
 ABSL_FLAG(uint64_t, shard_bytes, 0, "Shard the weights into files of about this size (0: one).");
+ABSL_FLAG(std::string, quant, "",
+          "Write it quantized, in a release's layout: fp8-block (qwen3_5_moe, the layout of "
+          "Qwen's FP8 release). Empty: unquantized (--dtype).");
+ABSL_FLAG(int32_t, fp8_block, 128, "--quant=fp8-block: rows and columns per scale.");
 ABSL_FLAG(bool, vision, true,
           "qwen3_5_moe: include the vision encoder (vision_config, model.visual.* weights, "
           "preprocessor_config.json), as the released model has; false: a text-only checkpoint. "
@@ -110,6 +116,21 @@ std::optional<Tokenizer> ReadTokenizer(const std::string& path) {
   t.vocab_size = static_cast<int32_t>(max_id + 1);
   t.json = std::move(j);
   return t;
+}
+
+// Writes the checkpoint in `from` into `to` as block FP8 and removes `from`; prints why not.
+bool Quantize(const std::string& from, const std::string& to, int32_t block) {
+  auto source = tandem::workers::model::Checkpoint::Open(from);
+  absl::Status s = source.ok()
+                       ? tandem::workers::model::WriteFp8BlockCheckpoint(**source, to, block)
+                       : source.status();
+  std::error_code ec;
+  std::filesystem::remove_all(from, ec);
+  if (!s.ok()) {
+    std::fprintf(stderr, "quantizing: %s\n", std::string(s.message()).c_str());
+    return false;
+  }
+  return true;
 }
 
 // The vision flags (sizes and token ids).
@@ -273,12 +294,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--dtype must be bf16 or f32\n");
     return 2;
   }
+  const std::string quant = absl::GetFlag(FLAGS_quant);
+  if (!quant.empty() && quant != "fp8-block") {
+    std::fprintf(stderr, "--quant=%s: only fp8-block is written so far\n", quant.c_str());
+    return 2;
+  }
+  // Quantized: the unquantized model is written first, then converted from it.
+  const std::string dir = quant.empty() ? out : out + ".unquantized.tmp";
   const std::optional<std::string> what =
-      config_path.empty() ? WriteForSizes(o, out) : WriteForConfig(config_path, o, tokenizer, out);
+      config_path.empty() ? WriteForSizes(o, dir) : WriteForConfig(config_path, o, tokenizer, dir);
   if (!what) return 1;
   if (tokenizer.has_value()) {
-    std::ofstream(out + "/tokenizer.json", std::ios::binary) << tokenizer->text;
+    std::ofstream(dir + "/tokenizer.json", std::ios::binary) << tokenizer->text;
   }
+  if (!quant.empty() && !Quantize(dir, out, absl::GetFlag(FLAGS_fp8_block))) return 1;
   std::printf(
       "wrote random weights (seed %llu) of %s to %s; router weights random: expert load is "
       "about uniform\n",

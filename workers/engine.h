@@ -23,6 +23,9 @@ struct EngineInfo {
   bool reasoning = false;
   int32_t max_context_tokens = 0;
   int32_t max_output_tokens = 0;
+  // The weights' format (QuantScheme::Name): "none" (BF16/F32), "fp8-block"; "unknown" for an
+  // engine server's.
+  std::string quantization = "none";
 };
 
 struct SamplingConfig {

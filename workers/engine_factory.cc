@@ -88,10 +88,12 @@ absl::StatusOr<LoadedEngine> MakeCpuEngine(const WorkerConfig& config) {
   auto engine = LoadCpuEngine(config.weights, options, &random_weights);
   if (!engine.ok()) return engine.status();
   const model::ModelShape& shape = (*engine)->model().shape();
-  spdlog::info("loaded {} from {} in {:.2f}s (KV {} bytes/token, state {} bytes/sequence)",
-               std::string(model::ArchitectureName(shape.architecture)),
-               WeightsPath(config.weights), SecondsSince(start), shape.kv_bytes_per_token,
-               shape.state_bytes);
+  spdlog::info(
+      "loaded {} from {} in {:.2f}s (weights quantization {}, KV {} bytes/token, state {} "
+      "bytes/sequence)",
+      std::string(model::ArchitectureName(shape.architecture)), WeightsPath(config.weights),
+      SecondsSince(start), (*engine)->Info().quantization, shape.kv_bytes_per_token,
+      shape.state_bytes);
   if (random_weights) WarnRandomWeights(config.weights, (*engine)->Info().model_id);
   return LoadedEngine{std::move(*engine), random_weights ? "random" : "checkpoint", nullptr};
 }
@@ -122,6 +124,7 @@ absl::StatusOr<LoadedEngine> MakeUpstreamEngine(const WorkerConfig& config) {
                   : !config.model_id.empty()            ? config.model_id
                                                         : info.model_id;
   info.vision = config.upstream.vision;
+  info.quantization = "unknown";
   if (config.max_output_tokens > 0) info.max_output_tokens = config.max_output_tokens;
   if (config.max_context_tokens > 0) info.max_context_tokens = config.max_context_tokens;
 #ifdef TANDEM_HAVE_UPSTREAM_ENGINE

@@ -53,7 +53,7 @@ Worker::Worker(WorkerConfig config, DeviceDescription device, LoadedEngine engin
   registry_ = std::make_shared<prometheus::Registry>();
   metrics_ = std::make_unique<WorkerMetrics>(
       *registry_, WorkerMetrics::Labels{info.model_name, info.model_id, info.engine, device_.id,
-                                        device_.name, engine_.weights});
+                                        device_.name, engine_.weights, info.quantization});
   if (engine_.upstream != nullptr) {
     service_ = std::make_unique<WorkerService>(engine_.upstream.get(), metrics_.get(), device_,
                                                config_.limits);

@@ -141,7 +141,8 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const Labels& l)
                      {"engine", l.engine},
                      {"device", l.device},
                      {"device_name", l.device_name},
-                     {"weights", l.weights}})) {
+                     {"weights", l.weights},
+                     {"quantization", l.quantization}})) {
   info.Set(1);
 }
 

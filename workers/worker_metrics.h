@@ -22,6 +22,8 @@ struct WorkerMetrics {
     // Where the weights come from: "checkpoint", "random" (generated or written by
     // tandem-make-checkpoint: a measuring tool, meaningless answers) or "none" (synthetic).
     std::string weights = "none";
+    // The weights' format (EngineInfo::quantization).
+    std::string quantization = "none";
   };
   WorkerMetrics(prometheus::Registry& registry, const Labels& labels);
 

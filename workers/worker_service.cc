@@ -51,6 +51,7 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* co
   response->set_model_name(info.model_name);
   response->set_model_id(info.model_id);
   response->set_engine(info.engine);
+  response->set_quantization(info.quantization);
   response->set_vision(info.vision);
   response->set_reasoning(info.reasoning);
   response->set_max_context_tokens(info.max_context_tokens);

@@ -17,6 +17,7 @@
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/support/golden_files.h"
+#include "tests/support/policies.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 #include "tests/support/streams.h"
@@ -394,6 +395,35 @@ TEST(RandomWeightsServingTest, GeneratedWeightsAnswerAsTheWrittenCheckpointAndSa
   }
 }
 
+// A checkpoint in the layout of Qwen's block-FP8 release (tandem-make-checkpoint --quant) is
+// served by the native CPU engine behind a gateway, and the worker says its weights' format.
+TEST(QuantizedServingTest, ABlockFp8CheckpointIsServedThroughTheGatewayAndSaysSo) {
+  auto worker =
+      StartWorker("qwen", {"--engine=native", "--checkpoint=" + NativeCheckpoint("qwen3_5_moe_fp8"),
+                           "--memory_budget=268435456", "--native_threads=1"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto gateway = StartGateway({"qwen=" + worker->grpc_address},
+                              {"--policy=" + WriteTempFile("qwen_only.yaml", kQwenOnlyPolicy)});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
+  auto stub = tandem::v1::Gateway::NewStub(
+      grpc::CreateChannel(gateway->grpc_address, grpc::InsecureChannelCredentials()));
+  tandem::v1::GenerateRequest req = Prompt("Write a haiku about queues.", 12);
+  req.mutable_sampling()->set_temperature(0);
+  const Streamed s = StreamWith(stub.get(), req);
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_GT(s.last.usage().completion_tokens(), 0);
+  EXPECT_EQ(s.first.route().model(), "qwen");
+
+  tandem::v1::WorkerInfo info;
+  ASSERT_TRUE(GetWorkerInfo(worker->grpc_address, &info).ok());
+  EXPECT_EQ(info.quantization(), "fp8-block");
+  auto metrics = HttpGet(worker->metrics_address, "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(
+      MetricValue(*metrics, "tandem_worker_info", {{"quantization", "fp8-block"}}).value_or(0), 1);
+}
+
 TEST(RandomWeightsServingTest, FlagsAreCheckedBeforeLoading) {
   const std::string config =
       tandem::testing::SourcePath("/workers/model/configs/qwen3_5_moe/config.json");
@@ -414,6 +444,14 @@ TEST(RandomWeightsServingTest, FlagsAreCheckedBeforeLoading) {
     EXPECT_EQ(code, 2) << log;
     EXPECT_THAT(log, HasSubstr(message));
   }
+  // Generated weights are BF16: a quantized config would claim a format they do not have.
+  const std::string fp8 = NativeCheckpoint("qwen3_5_moe_fp8");
+  auto [code, log] = RunToExit(tandem::testing::WorkerBin(),
+                               {"--model=qwen", "--device=cpu", "--plaintext", "--engine=native",
+                                "--random_weights", "--model_config=" + fp8 + "/config.json",
+                                "--tokenizer=" + fp8 + "/tokenizer.json", "--listen=127.0.0.1:0"});
+  EXPECT_NE(code, 0) << log;
+  EXPECT_THAT(log, HasSubstr("--random_weights generates BF16 weights"));
 }
 
 }  // namespace

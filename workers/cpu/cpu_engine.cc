@@ -24,6 +24,7 @@ CpuEngine::CpuEngine(std::unique_ptr<cpu::CpuModel> model, std::unique_ptr<Token
   info_ = NativeEngineInfo(model_->shape(), options_.model_name, options_.model_id,
                            options_.max_context_tokens, options_.max_output_tokens,
                            vision_.encoder != nullptr);
+  info_.quantization = options_.quantization;
 }
 
 int64_t CpuEngine::SequenceBytes(int64_t prompt_tokens, int32_t max_tokens) const {
@@ -159,6 +160,7 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> LoadCpuEngine(const WeightsSource& so
   }
   auto model = cpu::LoadCpuModel(checkpoint, config);
   if (!model.ok()) return model.status();
+  options.quantization = checkpoint.quantization().Name();
   auto tokenizer =
       CheckNameAndLoadTokenizer(*weights, options.model_name, &options.model_id, random_weights);
   if (!tokenizer.ok()) return tokenizer.status();

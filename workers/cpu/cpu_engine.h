@@ -28,6 +28,8 @@ struct CpuEngineOptions {
   // Caps; 0 keeps the model's (context: max_position_embeddings).
   int32_t max_output_tokens = 0;
   int32_t max_context_tokens = 0;
+  // Set by LoadCpuEngine from the checkpoint (QuantScheme::Name).
+  std::string quantization = "none";
 };
 
 // The vision encoder of a multimodal checkpoint and the processor its images go through.

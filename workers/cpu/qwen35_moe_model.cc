@@ -60,6 +60,33 @@ class TensorLoader {
     }
     *out = std::move(*t);
   }
+  // A layer's routed experts (prefix `p`): fused ([E, 2I, H] with the gate rows first, and
+  // [E, H, I]) as the BF16 release stores them, or one tensor per expert and projection
+  // (mlp.experts.N.{gate,up,down}_proj.weight) as the FP8 release does.
+  void LoadExperts(const std::string& p, int64_t E, int64_t I, int64_t H,
+                   std::vector<float>* gate_up, std::vector<float>* down) {
+    if (checkpoint_.Has(p + "mlp.experts.gate_up_proj") ||
+        !checkpoint_.Has(p + "mlp.experts.0.gate_proj.weight")) {
+      Load(p + "mlp.experts.gate_up_proj", {E, 2 * I, H}, gate_up);
+      Load(p + "mlp.experts.down_proj", {E, H, I}, down);
+      return;
+    }
+    gate_up->resize(static_cast<size_t>(E * 2 * I * H));
+    down->resize(static_cast<size_t>(E * H * I));
+    std::vector<float> part;
+    for (int64_t e = 0; e < E && status_.ok(); ++e) {
+      const std::string q = absl::StrCat(p, "mlp.experts.", e, ".");
+      const std::pair<const char*, float*> rows[] = {
+          {"gate_proj.weight", gate_up->data() + e * 2 * I * H},
+          {"up_proj.weight", gate_up->data() + (e * 2 + 1) * I * H}};
+      for (const auto& [name, to] : rows) {
+        Load(q + name, {I, H}, &part);
+        if (status_.ok()) std::copy(part.begin(), part.end(), to);
+      }
+      Load(q + "down_proj.weight", {H, I}, &part);
+      if (status_.ok()) std::copy(part.begin(), part.end(), down->data() + e * H * I);
+    }
+  }
   const absl::Status& status() const { return status_; }
 
  private:
@@ -194,8 +221,7 @@ absl::Status Qwen35MoeModel::LoadWeights(const model::Checkpoint& checkpoint) {
     }
     MoeWeights& m = layer.moe;
     l.Load(p + "mlp.gate.weight", {E, H}, &m.router);
-    l.Load(p + "mlp.experts.gate_up_proj", {E, 2 * I, H}, &m.gate_up);
-    l.Load(p + "mlp.experts.down_proj", {E, H, I}, &m.down);
+    l.LoadExperts(p, E, I, H, &m.gate_up, &m.down);
     l.Load(p + "mlp.shared_expert.gate_proj.weight", {Is, H}, &m.shared_gate);
     l.Load(p + "mlp.shared_expert.up_proj.weight", {Is, H}, &m.shared_up);
     l.Load(p + "mlp.shared_expert.down_proj.weight", {H, Is}, &m.shared_down);

@@ -22,6 +22,7 @@ namespace {
 
 // Elements of a tensor to write: its values, or its shape's when generated.
 uint64_t Count(const TensorData& t) {
+  if (!t.raw.empty()) return t.raw.size();
   if (!t.random.has_value()) return t.values.size();
   uint64_t n = 1;
   for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
@@ -34,8 +35,8 @@ absl::Status WriteFile(const std::string& path, const std::vector<const TensorDa
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (const TensorData* t : tensors) {
-    const uint64_t bytes = Count(*t) * DTypeBytes(dtype);
-    header[t->name] = {{"dtype", DTypeName(dtype)},
+    const uint64_t bytes = Count(*t) * DTypeBytes(t->dtype.value_or(dtype));
+    header[t->name] = {{"dtype", DTypeName(t->dtype.value_or(dtype))},
                        {"shape", t->shape},
                        {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -50,7 +51,11 @@ absl::Status WriteFile(const std::string& path, const std::vector<const TensorDa
   std::vector<uint16_t> half;
   std::vector<float> chunk;
   for (const TensorData* t : tensors) {
-    if (t->random.has_value()) {
+    const DType as = t->dtype.value_or(dtype);
+    if (!t->raw.empty()) {
+      out.write(reinterpret_cast<const char*>(t->raw.data()),
+                static_cast<std::streamsize>(t->raw.size()));
+    } else if (t->random.has_value()) {
       // Generated in chunks of 1M elements (4 MiB).
       const uint64_t n = Count(*t);
       for (uint64_t at = 0; at < n; at += chunk.size()) {
@@ -58,7 +63,7 @@ absl::Status WriteFile(const std::string& path, const std::vector<const TensorDa
         for (size_t i = 0; i < chunk.size(); ++i) {
           chunk[i] = RandomWeight(*t->random, static_cast<int64_t>(at + i));
         }
-        if (dtype == DType::kF32) {
+        if (as == DType::kF32) {
           out.write(reinterpret_cast<const char*>(chunk.data()),
                     static_cast<std::streamsize>(chunk.size() * 4));
         } else {
@@ -68,7 +73,7 @@ absl::Status WriteFile(const std::string& path, const std::vector<const TensorDa
                     static_cast<std::streamsize>(half.size() * 2));
         }
       }
-    } else if (dtype == DType::kF32) {
+    } else if (as == DType::kF32) {
       out.write(reinterpret_cast<const char*>(t->values.data()),
                 static_cast<std::streamsize>(t->values.size() * 4));
     } else {
@@ -92,7 +97,11 @@ absl::Status WriteSafetensors(const std::string& dir, std::vector<TensorData> te
   std::vector<std::vector<const TensorData*>> shards(1);
   uint64_t in_shard = 0;
   for (const TensorData& t : tensors) {
-    const uint64_t bytes = Count(t) * DTypeBytes(dtype);
+    if (t.dtype == DType::kF16 || (t.dtype == DType::kF8E4M3) != !t.raw.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.name, ": F8_E4M3 is written from raw codes, F32 and BF16 from values"));
+    }
+    const uint64_t bytes = Count(t) * DTypeBytes(t.dtype.value_or(dtype));
     if (shard_bytes > 0 && in_shard > 0 && in_shard + bytes > shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
@@ -109,7 +118,7 @@ absl::Status WriteSafetensors(const std::string& dir, std::vector<TensorData> te
     if (absl::Status s = WriteFile(dir + "/" + name, shards[i], dtype); !s.ok()) return s;
     for (const TensorData* t : shards[i]) {
       index["weight_map"][t->name] = name;
-      total += Count(*t) * DTypeBytes(dtype);
+      total += Count(*t) * DTypeBytes(t->dtype.value_or(dtype));
     }
   }
   index["metadata"] = {{"total_size", total}};

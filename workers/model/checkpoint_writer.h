@@ -19,6 +19,10 @@ struct TensorData {
   // Instead of `values`: element i is RandomWeight(*random, i), generated while it is written,
   // so a random checkpoint of any size is written in bounded memory.
   std::optional<RandomFill> random = std::nullopt;
+  // Stored as this instead of the file's dtype (F32 or BF16, from `values`; F8_E4M3 from `raw`).
+  std::optional<DType> dtype = std::nullopt;
+  // Instead of `values`: the stored bytes themselves (F8_E4M3 codes), one per element.
+  std::vector<uint8_t> raw = {};
 };
 
 // Writes tensors in the safetensors format (8-byte header length, JSON header padded to 8

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "workers/model/quantization.h"
 
 namespace tandem::workers::model {
 namespace {
@@ -11,11 +12,8 @@ namespace {
 using Json = nlohmann::json;
 
 absl::StatusOr<Architecture> ArchitectureOf(const Json& config, const std::string& where) {
-  if (config.contains("quantization_config")) {
-    return absl::UnimplementedError(
-        absl::StrCat(where,
-                     ": quantized checkpoints (quantization_config in config.json) are not "
-                     "supported yet; use the BF16 release"));
+  if (absl::StatusOr<QuantScheme> q = ParseQuantization(config); !q.ok()) {
+    return absl::Status(q.status().code(), absl::StrCat(where, ": ", q.status().message()));
   }
   auto it = config.find("model_type");
   const std::string type =

@@ -489,7 +489,8 @@ absl::Status WriteRandomWeights(const Json& config, uint64_t seed, DType dtype,
   std::vector<TensorData> tensors;
   tensors.reserve(specs.size());
   for (RandomTensorSpec& s : specs) {
-    tensors.push_back(TensorData{std::move(s.name), std::move(s.shape), {}, s.fill});
+    tensors.push_back(
+        TensorData{std::move(s.name), std::move(s.shape), {}, s.fill, std::nullopt, {}});
   }
   return WriteSafetensors(dir, std::move(tensors), dtype, shard_bytes);
 }
@@ -506,6 +507,14 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> RandomWeightsCheckpoint(const std::s
   const Json config = Json::parse(config_json, nullptr, /*allow_exceptions=*/false);
   absl::StatusOr<ModelConfig> parsed = ParseModelConfig(config, label);
   if (!parsed.ok()) return parsed.status();
+  if (config.contains("quantization_config")) {
+    // The generated weights are BF16: a quantized config would claim a format they do not have.
+    return absl::UnimplementedError(
+        absl::StrCat(label,
+                     ": --random_weights generates BF16 weights, and this config.json has a "
+                     "quantization_config; drop it, or write a quantized checkpoint with "
+                     "tandem-make-checkpoint --quant"));
+  }
   std::vector<RandomTensorSpec> specs = SpecsOf(*parsed, seed);
   std::vector<TensorView> views;
   views.reserve(specs.size());

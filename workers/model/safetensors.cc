@@ -11,8 +11,10 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace tandem::workers::model {
 namespace {
@@ -84,10 +86,12 @@ absl::StatusOr<TensorView> ParseTensorEntry(const std::string& path, const std::
     t.dtype = DType::kBF16;
   } else if (dtype == "F16") {
     t.dtype = DType::kF16;
+  } else if (dtype == "F8_E4M3") {
+    t.dtype = DType::kF8E4M3;
   } else {
     return absl::UnimplementedError(absl::StrCat(
         path, ": tensor ", name, " has dtype ", dtype,
-        "; supported are F32, F16 and BF16 (quantized checkpoints are not supported yet)"));
+        "; supported are F32, F16, BF16 and F8_E4M3 (block FP8 weights with their scales)"));
   }
   for (const auto& d : entry["shape"]) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) {
@@ -125,11 +129,24 @@ const char* DTypeName(DType d) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
 
-size_t DTypeBytes(DType d) { return d == DType::kF32 ? 4 : 2; }
+size_t DTypeBytes(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kF8E4M3:
+      return 1;
+  }
+  return 0;
+}
 
 int64_t TensorView::elements() const {
   int64_t n = 1;
@@ -148,6 +165,7 @@ float TensorView::Element(int64_t index) const {
     std::memcpy(&f, data + 4 * index, 4);
     return f;
   }
+  if (dtype == DType::kF8E4M3) return F8E4M3ToFloat(data[index]);
   uint16_t v;
   std::memcpy(&v, data + 2 * index, 2);
   return dtype == DType::kBF16 ? Bf16ToFloat(v) : F16ToFloat(v);
@@ -160,6 +178,8 @@ std::vector<float> TensorView::ToFloat() const {
     for (int64_t i = 0; i < n; ++i) out[i] = RandomWeight(*random, i);
   } else if (dtype == DType::kF32) {
     std::memcpy(out.data(), data, static_cast<size_t>(n) * 4);
+  } else if (dtype == DType::kF8E4M3) {
+    for (int64_t i = 0; i < n; ++i) out[i] = F8E4M3ToFloat(data[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) {
       uint16_t v;
@@ -262,7 +282,19 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     }
     c->files_.push_back(std::move(*f));
   }
+  RETURN_IF_ERROR(c->ReadQuantization());
   return c;
+}
+
+absl::Status Checkpoint::ReadQuantization() {
+  const nlohmann::json config = nlohmann::json::parse(config_json_, nullptr, false);
+  if (config.is_discarded()) return absl::OkStatus();  // the model's config parser says why
+  absl::StatusOr<QuantScheme> q = ParseQuantization(config);
+  if (!q.ok()) {
+    return absl::Status(q.status().code(), absl::StrCat(dir_, ": ", q.status().message()));
+  }
+  quant_ = *q;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromTensors(
@@ -280,11 +312,23 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromTensors(
       return absl::InvalidArgumentError(absl::StrCat(c->dir_, ": tensor ", t.name, " twice"));
     }
   }
+  RETURN_IF_ERROR(c->ReadQuantization());
   return c;
 }
 
 absl::StatusOr<const TensorView*> Checkpoint::Get(const std::string& name,
                                                   absl::Span<const int64_t> shape) const {
+  absl::StatusOr<const TensorView*> t = Find(name, shape);
+  if (t.ok() && (*t)->dtype == DType::kF8E4M3) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir_, ": tensor ", name, " is quantized (F8_E4M3, ", quant_.Describe(),
+                     "); this engine does not read quantized weights (the CPU engine does)"));
+  }
+  return t;
+}
+
+absl::StatusOr<const TensorView*> Checkpoint::Find(const std::string& name,
+                                                   absl::Span<const int64_t> shape) const {
   auto it = index_.find(name);
   if (it == index_.end()) {
     return absl::NotFoundError(absl::StrCat(dir_, ": missing tensor ", name, " (expected shape [",
@@ -301,9 +345,46 @@ absl::StatusOr<const TensorView*> Checkpoint::Get(const std::string& name,
 
 absl::StatusOr<std::vector<float>> Checkpoint::GetFloat(const std::string& name,
                                                         absl::Span<const int64_t> shape) const {
-  auto t = Get(name, shape);
+  auto t = Find(name, shape);
   if (!t.ok()) return t.status();
+  if ((*t)->dtype == DType::kF8E4M3) return DequantizeFp8Block(**t);
   return (*t)->ToFloat();
+}
+
+absl::StatusOr<std::vector<float>> Checkpoint::DequantizeFp8Block(const TensorView& w) const {
+  if (quant_.method != QuantScheme::Method::kFp8Block) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir_, ": tensor ", w.name,
+        " is F8_E4M3 but config.json has no block FP8 "
+        "quantization_config to say how it is scaled: refusing to read raw FP8 codes"));
+  }
+  if (w.shape.size() != 2 || !absl::EndsWith(w.name, ".weight") || w.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(dir_, ": tensor ", w.name, " ", w.ShapeString(),
+                                                   " is F8_E4M3 but not a 2-D .weight"));
+  }
+  const int64_t rows = w.shape[0], cols = w.shape[1];
+  const int64_t br = quant_.block_rows, bc = quant_.block_cols;
+  const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
+  const std::string scale_name = absl::StrCat(w.name, "_scale_inv");
+  if (!Has(scale_name)) {
+    return absl::InvalidArgumentError(absl::StrCat(dir_, ": tensor ", w.name,
+                                                   " is F8_E4M3 and has no ", scale_name,
+                                                   ": refusing to read raw FP8 codes"));
+  }
+  ASSIGN_OR_RETURN(const TensorView* s, Find(scale_name, {srows, scols}));
+  if (s->dtype == DType::kF8E4M3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir_, ": ", scale_name, " is F8_E4M3; scales are BF16, F16 or F32"));
+  }
+  const std::vector<float> scale = s->ToFloat();
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* scale_row = scale.data() + (r / br) * scols;
+    for (int64_t c = 0; c < cols; ++c) {
+      out[r * cols + c] = F8E4M3ToFloat(w.data[r * cols + c]) * scale_row[c / bc];
+    }
+  }
+  return out;
 }
 
 uint64_t Checkpoint::stored_bytes() const {

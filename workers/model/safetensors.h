@@ -9,12 +9,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "workers/model/quantization.h"
 #include "workers/model/random_weights.h"
 
 namespace tandem::workers::model {
 
-// Element types a checkpoint may hold. Quantized formats are refused at load.
-enum class DType { kF32, kF16, kBF16 };
+// Element types a checkpoint may hold. kF8E4M3 is a quantized weight's codes: read only through
+// its scales (Checkpoint::GetFloat); other quantized element types are refused at load.
+enum class DType { kF32, kF16, kBF16, kF8E4M3 };
 const char* DTypeName(DType d);
 size_t DTypeBytes(DType d);
 
@@ -29,7 +31,7 @@ struct TensorView {
   size_t bytes = 0;               // as stored (a generated tensor: as it would be stored)
   std::optional<RandomFill> random = std::nullopt;
   int64_t elements() const;
-  // Converts to fp32 (BF16 and F16 widened exactly).
+  // Converts to fp32 (BF16, F16 and F8 codes widened exactly; an F8 code without its scale).
   std::vector<float> ToFloat() const;
   // One element, widened to fp32 the same way.
   float Element(int64_t index) const;
@@ -71,12 +73,16 @@ class Checkpoint {
   // The text of config.json.
   const std::string& config_json() const { return config_json_; }
   // The tensor `name` with exactly `shape`; NOT_FOUND or INVALID_ARGUMENT naming the tensor,
-  // its shape and the expected one.
+  // its shape and the expected one. A quantized tensor is FAILED_PRECONDITION: its codes mean
+  // nothing without their scales, which only GetFloat applies.
   absl::StatusOr<const TensorView*> Get(const std::string& name,
                                         absl::Span<const int64_t> shape) const;
-  // Loads `name` (checked against `shape`) as fp32.
+  // Loads `name` (checked against `shape`) as fp32; a block-FP8 weight dequantized with its
+  // `weight_scale_inv` (one scale per block of quantization().block_rows x block_cols).
   absl::StatusOr<std::vector<float>> GetFloat(const std::string& name,
                                               absl::Span<const int64_t> shape) const;
+  // config.json's quantization_config, checked when the checkpoint was opened.
+  const QuantScheme& quantization() const { return quant_; }
   bool Has(const std::string& name) const { return index_.contains(name); }
   // Every tensor, by name.
   const std::map<std::string, const TensorView*>& tensors() const { return index_; }
@@ -85,8 +91,16 @@ class Checkpoint {
   uint64_t stored_bytes() const;
 
  private:
+  // Get without the refusal of quantized tensors.
+  absl::StatusOr<const TensorView*> Find(const std::string& name,
+                                         absl::Span<const int64_t> shape) const;
+  absl::StatusOr<std::vector<float>> DequantizeFp8Block(const TensorView& weight) const;
+  // Parses config_json_'s quantization_config into quant_; an error names dir_.
+  absl::Status ReadQuantization();
+
   std::string dir_;
   std::string config_json_;
+  QuantScheme quant_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::vector<TensorView> owned_;  // FromTensors' tensors (never resized after it)
   std::map<std::string, const TensorView*> index_;

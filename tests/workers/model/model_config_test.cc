@@ -90,8 +90,15 @@ TEST(ModelConfigTest, ErrorsNameTheDirectoryAndTheProblem) {
   EXPECT_EQ(llama.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(llama.status().message()), HasSubstr("model_type 'llama'"));
   Json quantized = SmallConfig("qwen3_5_moe");
+  quantized["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
+  auto gptq = ParseModelConfig(quantized, "/ckpt");
+  EXPECT_EQ(gptq.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(gptq.status().message()), HasSubstr("quant_method 'gptq'"));
   quantized["quantization_config"] = {{"quant_method", "fp8"}};
-  EXPECT_EQ(ParseModelConfig(quantized, "/ckpt").status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(ParseModelConfig(quantized, "/ckpt").status().message()),
+              HasSubstr("quantization_config.weight_block_size: missing"));
+  quantized["quantization_config"]["weight_block_size"] = {128, 128};
+  EXPECT_TRUE(ParseModelConfig(quantized, "/ckpt").ok());
   Json bad = SmallConfig("qwen3_5_moe");
   bad["text_config"].erase("hidden_size");
   EXPECT_THAT(std::string(ParseModelConfig(bad, "/ckpt").status().message()),

@@ -1,0 +1,112 @@
+// Block FP8 (Qwen3.5's FP8 release layout) read through its scales, against vectors written by an
+// independent numpy implementation of the format (fp8_block/make_fp8_vectors.py, from the
+// specifications, not from this code): every E4M3 code, partial last blocks, BF16, F16 and F32
+// scales, bit for bit. And the refusals: a quantized weight is never read as raw codes.
+#include "workers/model/quantization.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_paths.h"
+#include "workers/model/safetensors.h"
+
+namespace tandem::workers::model {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Vectors() { return tandem::testing::SourcePath("/tests/workers/model/fp8_block"); }
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+TEST(QuantizationTest, BlockFp8DequantizesBitForBitAsTheIndependentVectorsSay) {
+  auto c = Checkpoint::Open(Vectors());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->quantization().method, QuantScheme::Method::kFp8Block);
+  EXPECT_EQ((*c)->quantization().Describe(), "fp8 (e4m3, 128x128 blocks)");
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"codes", {2, 128}}, {"w", {129, 130}}, {"v", {2, 129}}, {"u", {129, 2}}}) {
+    auto got = (*c)->GetFloat(name + ".weight", shape);
+    ASSERT_TRUE(got.ok()) << got.status();
+    auto want = (*c)->GetFloat(name + ".expected", shape);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(got->size(), want->size());
+    int nan = 0;
+    for (size_t i = 0; i < got->size(); ++i) {
+      if (std::isnan((*want)[i])) {
+        EXPECT_TRUE(std::isnan((*got)[i])) << name << " " << i;
+        ++nan;
+        continue;
+      }
+      ASSERT_EQ(Bits((*got)[i]), Bits((*want)[i])) << name << " element " << i;
+    }
+    EXPECT_EQ(nan, name == "codes" ? 2 : 0) << "S.1111.111 is NaN, nothing else";
+  }
+  EXPECT_EQ(F8E4M3ToFloat(0x7e), 448.0f);
+  EXPECT_EQ(F8E4M3ToFloat(0x01), std::ldexp(1.0f, -9));
+}
+
+TEST(QuantizationTest, AQuantizedWeightIsNeverReadAsRawCodes) {
+  auto c = Checkpoint::Open(Vectors());
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto orphan = (*c)->GetFloat("orphan.weight", {4, 4});
+  EXPECT_EQ(orphan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(orphan.status().message()),
+              HasSubstr("orphan.weight is F8_E4M3 and has no orphan.weight_scale_inv"));
+  // Engines that read tensors as stored (the CUDA upload) are refused them, naming the format.
+  auto raw = (*c)->Get("w.weight", {129, 130});
+  EXPECT_EQ(raw.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(raw.status().message()), HasSubstr("quantized (F8_E4M3, fp8"));
+  EXPECT_TRUE((*c)->Get("w.expected", {129, 130}).ok());
+  // A scale whose shape is not one per block.
+  std::vector<TensorView> tensors;
+  for (const char* name : {"w.weight", "v.weight_scale_inv"}) {
+    TensorView t = *(*c)->tensors().at(name);
+    t.name = name == std::string("w.weight") ? "x.weight" : "x.weight_scale_inv";
+    tensors.push_back(t);
+  }
+  auto mixed = Checkpoint::FromTensors("mixed", (*c)->config_json(), tensors);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  auto wrong = (*mixed)->GetFloat("x.weight", {129, 130});
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("x.weight_scale_inv has shape"));
+  // F8 codes without a block FP8 config to say how they are scaled.
+  auto unscaled = Checkpoint::FromTensors("unscaled", R"({"model_type": "qwen3_5_moe"})", tensors);
+  ASSERT_TRUE(unscaled.ok());
+  EXPECT_THAT(std::string((*unscaled)->GetFloat("x.weight", {129, 130}).status().message()),
+              HasSubstr("no block FP8 quantization_config"));
+}
+
+TEST(QuantizationTest, ConfigsAreReadOrRefusedNamingTheField) {
+  using Json = nlohmann::json;
+  EXPECT_EQ(ParseQuantization(Json::object())->method, QuantScheme::Method::kNone);
+  Json c = {{"quantization_config",
+             {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 64}}}}};
+  auto ok = ParseQuantization(c);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->block_rows, 128);
+  EXPECT_EQ(ok->block_cols, 64);
+  const std::vector<std::pair<Json, std::string>> bad = {
+      {{{"quant_method", "fp8"}, {"fmt", "e5m2"}, {"weight_block_size", {128, 128}}}, "fmt"},
+      {{{"quant_method", "fp8"}, {"activation_scheme", "static"}, {"weight_block_size", {1, 1}}},
+       "activation_scheme"},
+      {{{"quant_method", "fp8"}, {"weight_block_size", {128}}}, "weight_block_size"},
+      {{{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}}, "weight_block_size"},
+      {{{"quant_method", "awq"}}, "quant_method 'awq'"},
+      {{{"bits", 4}}, "quant_method missing"},
+      {Json("fp8"), "must be an object"}};
+  for (const auto& [q, field] : bad) {
+    auto s = ParseQuantization(Json{{"quantization_config", q}});
+    EXPECT_FALSE(s.ok()) << q.dump();
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr(field)) << q.dump();
+  }
+}
+
+}  // namespace
+}  // namespace tandem::workers::model

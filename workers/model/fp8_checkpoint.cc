@@ -1,0 +1,196 @@
+#include "workers/model/fp8_checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "workers/model/checkpoint_writer.h"
+#include "workers/model/quantization.h"
+
+namespace tandem::workers::model {
+namespace {
+
+using Json = nlohmann::json;
+
+// The 2-D weights the release stores in FP8 (the routed experts are handled apart).
+bool QuantizedInRelease(const std::string& name, const TensorView& t) {
+  static constexpr const char* kParts[] = {
+      "self_attn.q_proj.",          "self_attn.k_proj.",
+      "self_attn.v_proj.",          "self_attn.o_proj.",
+      "linear_attn.in_proj_qkv.",   "linear_attn.in_proj_z.",
+      "linear_attn.out_proj.",      "mlp.shared_expert.gate_proj.",
+      "mlp.shared_expert.up_proj.", "mlp.shared_expert.down_proj."};
+  if (t.shape.size() != 2 || !absl::EndsWith(name, ".weight") ||
+      absl::StrContains(name, "visual.")) {
+    return false;
+  }
+  return std::any_of(std::begin(kParts), std::end(kParts),
+                     [&](const char* p) { return absl::StrContains(name, p); });
+}
+
+TensorData Tensor(std::string name, std::vector<int64_t> shape, DType dtype,
+                  std::vector<float> values = {}) {
+  TensorData t;
+  t.name = std::move(name);
+  t.shape = std::move(shape);
+  t.dtype = dtype;
+  t.values = std::move(values);
+  return t;
+}
+
+float RoundToBf16(float f) {
+  const uint32_t bits = static_cast<uint32_t>(FloatToBf16(f)) << 16;
+  float r;
+  std::memcpy(&r, &bits, 4);
+  return r;
+}
+
+// One weight [rows, cols] quantized, and its dequantized values.
+struct Quantized {
+  TensorData codes, scales;
+  std::vector<float> dequantized;
+};
+
+Quantized QuantizeBlocks(const std::string& name, const float* w, int64_t rows, int64_t cols,
+                         int64_t block) {
+  const int64_t srows = (rows + block - 1) / block, scols = (cols + block - 1) / block;
+  Quantized q;
+  q.codes = Tensor(name, {rows, cols}, DType::kF8E4M3);
+  q.codes.raw.resize(static_cast<size_t>(rows * cols));
+  q.scales = Tensor(name + "_scale_inv", {srows, scols}, DType::kBF16);
+  q.scales.values.resize(static_cast<size_t>(srows * scols));
+  q.dequantized.resize(static_cast<size_t>(rows * cols));
+  for (int64_t br = 0; br < srows; ++br) {
+    for (int64_t bc = 0; bc < scols; ++bc) {
+      const int64_t r_end = std::min(rows, (br + 1) * block);
+      const int64_t c_end = std::min(cols, (bc + 1) * block);
+      float amax = 0;
+      for (int64_t r = br * block; r < r_end; ++r) {
+        for (int64_t c = bc * block; c < c_end; ++c)
+          amax = std::max(amax, std::fabs(w[r * cols + c]));
+      }
+      // Stored as BF16, so the codes are made against the rounded scale.
+      const float scale = RoundToBf16(amax > 0 ? amax / 448.0f : 1.0f);
+      q.scales.values[br * scols + bc] = scale;
+      for (int64_t r = br * block; r < r_end; ++r) {
+        for (int64_t c = bc * block; c < c_end; ++c) {
+          const uint8_t code = FloatToF8E4M3(w[r * cols + c] / scale);
+          q.codes.raw[r * cols + c] = code;
+          q.dequantized[r * cols + c] = F8E4M3ToFloat(code) * scale;
+        }
+      }
+    }
+  }
+  return q;
+}
+
+// The release's fused-expert tensors, split and quantized per expert: `experts.E.gate_proj` and
+// `up_proj` from gate_up_proj [E, 2I, H] (gate rows first), `down_proj` from down_proj [E, H, I].
+void SplitExperts(const std::string& name, const TensorView& t, const std::vector<float>& values,
+                  int64_t block, std::vector<TensorData>* fp8, std::vector<float>* dequantized) {
+  const std::string prefix = name.substr(0, name.rfind('.') + 1);  // "...mlp.experts."
+  const bool gate_up = absl::EndsWith(name, "gate_up_proj");
+  const int64_t experts = t.shape[0], rows = t.shape[1], cols = t.shape[2];
+  dequantized->resize(values.size());
+  for (int64_t e = 0; e < experts; ++e) {
+    const std::string p = absl::StrCat(prefix, e, ".");
+    const std::vector<std::pair<std::string, int64_t>> parts =
+        gate_up
+            ? std::vector<std::pair<std::string, int64_t>>{{"gate_proj", 0}, {"up_proj", rows / 2}}
+            : std::vector<std::pair<std::string, int64_t>>{{"down_proj", 0}};
+    const int64_t part_rows = gate_up ? rows / 2 : rows;
+    for (const auto& [part, first_row] : parts) {
+      const int64_t at = (e * rows + first_row) * cols;
+      Quantized q =
+          QuantizeBlocks(p + part + ".weight", values.data() + at, part_rows, cols, block);
+      std::copy(q.dequantized.begin(), q.dequantized.end(), dequantized->begin() + at);
+      fp8->push_back(std::move(q.codes));
+      fp8->push_back(std::move(q.scales));
+    }
+  }
+}
+
+absl::StatusOr<Json> QwenConfig(const Checkpoint& source) {
+  const Json config = Json::parse(source.config_json(), nullptr, false);
+  if (!config.is_object()) return absl::InvalidArgumentError("config.json is not an object");
+  const std::string type = config.value("model_type", "");
+  if (type != "qwen3_5_moe" && type != "qwen3_5_moe_text") {
+    return absl::UnimplementedError(
+        absl::StrCat("block FP8 is Qwen3.5's release format; model_type '", type,
+                     "' is not qwen3_5_moe (Nemotron's FP8 release is ModelOpt per-tensor FP8)"));
+  }
+  if (config.contains("quantization_config")) {
+    return absl::InvalidArgumentError("the source checkpoint is quantized already");
+  }
+  return config;
+}
+
+absl::Status WriteDir(const std::string& from, const std::string& dir, const Json& config,
+                      std::vector<TensorData> tensors) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  for (const auto& entry : std::filesystem::directory_iterator(from, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (!entry.is_regular_file() || file == "config.json" || absl::EndsWith(file, ".safetensors") ||
+        file == "model.safetensors.index.json") {
+      continue;
+    }
+    std::filesystem::copy_file(entry.path(), dir + "/" + file,
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot copy ", file, ": ", ec.message()));
+  }
+  std::ofstream(dir + "/config.json") << config.dump(2) << "\n";
+  return WriteSafetensors(dir, std::move(tensors), DType::kBF16);
+}
+
+}  // namespace
+
+absl::Status WriteFp8BlockCheckpoint(const Checkpoint& source, const std::string& dir,
+                                     int64_t block, const std::string& dequantized_dir) {
+  if (block < 1) return absl::InvalidArgumentError("the FP8 block size must be >= 1");
+  ASSIGN_OR_RETURN(Json config, QwenConfig(source));
+  std::vector<TensorData> fp8, reference;
+  for (const auto& [name, t] : source.tensors()) {
+    if (t->dtype == DType::kF8E4M3) return absl::InvalidArgumentError(name + " is quantized");
+    std::vector<float> values = t->ToFloat();
+    const bool experts =
+        t->shape.size() == 3 && (absl::EndsWith(name, "mlp.experts.gate_up_proj") ||
+                                 absl::EndsWith(name, "mlp.experts.down_proj"));
+    if (experts) {
+      std::vector<float> dequantized;
+      SplitExperts(name, *t, values, block, &fp8, &dequantized);
+      reference.push_back(Tensor(name, t->shape, DType::kF32, std::move(dequantized)));
+    } else if (QuantizedInRelease(name, *t)) {
+      Quantized q = QuantizeBlocks(name, values.data(), t->shape[0], t->shape[1], block);
+      fp8.push_back(std::move(q.codes));
+      fp8.push_back(std::move(q.scales));
+      reference.push_back(Tensor(name, t->shape, DType::kF32, std::move(q.dequantized)));
+    } else {
+      fp8.push_back(Tensor(name, t->shape, DType::kBF16, values));
+      reference.push_back(Tensor(name, t->shape, DType::kBF16, std::move(values)));
+    }
+  }
+  Json quantized = config;
+  quantized["quantization_config"] = {
+      {"quant_method", "fp8"},
+      {"fmt", "e4m3"},
+      {"activation_scheme", "dynamic"},
+      {"weight_block_size", {block, block}},
+      {"modules_to_not_convert",
+       {"lm_head", "model.visual", "mlp.gate", "mlp.shared_expert_gate", "linear_attn.in_proj_a",
+        "linear_attn.in_proj_b", "linear_attn.conv1d"}}};
+  RETURN_IF_ERROR(WriteDir(source.dir(), dir, quantized, std::move(fp8)));
+  if (dequantized_dir.empty()) return absl::OkStatus();
+  return WriteDir(source.dir(), dequantized_dir, config, std::move(reference));
+}
+
+}  // namespace tandem::workers::model

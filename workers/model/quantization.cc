@@ -1,0 +1,116 @@
+#include "workers/model/quantization.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::workers::model {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string Shown(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+absl::Status Invalid(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("quantization_config.", field, ": ", why,
+                   " (block FP8 is read as quant_method "
+                   "fp8, fmt e4m3, weight_block_size [rows, cols], activation_scheme dynamic)"));
+}
+
+absl::StatusOr<QuantScheme> ParseFp8(const Json& q) {
+  QuantScheme s;
+  s.method = QuantScheme::Method::kFp8Block;
+  if (auto fmt = q.find("fmt"); fmt != q.end() && !(fmt->is_string() && *fmt == "e4m3")) {
+    return Invalid("fmt", absl::StrCat(Shown(*fmt), " is not e4m3"));
+  }
+  auto scheme = q.find("activation_scheme");
+  if (scheme != q.end() && !(scheme->is_string() && *scheme == "dynamic")) {
+    return Invalid("activation_scheme",
+                   absl::StrCat(Shown(*scheme), ": only dynamic (no input scales) is read"));
+  }
+  auto block = q.find("weight_block_size");
+  if (block == q.end() || block->is_null()) {
+    return Invalid("weight_block_size",
+                   "missing: per-tensor FP8 without blocks is not read (block FP8 only)");
+  }
+  if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
+      !(*block)[1].is_number_integer() || (*block)[0].get<int64_t>() < 1 ||
+      (*block)[1].get<int64_t>() < 1 || (*block)[0].get<int64_t>() > 65536 ||
+      (*block)[1].get<int64_t>() > 65536) {
+    return Invalid("weight_block_size",
+                   absl::StrCat(Shown(*block), " is not two block sizes in [1, 65536]"));
+  }
+  s.block_rows = (*block)[0].get<int64_t>();
+  s.block_cols = (*block)[1].get<int64_t>();
+  return s;
+}
+
+}  // namespace
+
+std::string QuantScheme::Describe() const {
+  switch (method) {
+    case Method::kNone:
+      return "none";
+    case Method::kFp8Block:
+      return absl::StrCat("fp8 (e4m3, ", block_rows, "x", block_cols, " blocks)");
+  }
+  return "?";
+}
+
+std::string QuantScheme::Name() const { return method == Method::kFp8Block ? "fp8-block" : "none"; }
+
+absl::StatusOr<QuantScheme> ParseQuantization(const Json& config) {
+  auto q = config.find("quantization_config");
+  if (q == config.end() || q->is_null()) return QuantScheme{};
+  if (!q->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantization_config must be an object, got ", Shown(*q)));
+  }
+  auto method = q->find("quant_method");
+  const std::string name =
+      method != q->end() && method->is_string() ? method->get<std::string>() : "";
+  if (name == "fp8") return ParseFp8(*q);
+  return absl::UnimplementedError(absl::StrCat(
+      "quantization_config.quant_method ",
+      method == q->end() ? "missing"
+      : name.empty()     ? Shown(*method)
+                         : absl::StrCat("'", name, "'"),
+      ": the native engine reads block FP8 (quant_method fp8 with weight_block_size, the "
+      "Qwen3.5 FP8 release); other quantized formats (modelopt, gptq, awq, "
+      "compressed-tensors) are not read yet: use the BF16 release"));
+}
+
+uint8_t FloatToF8E4M3(float f) {
+  if (std::isnan(f)) return 0x7F;
+  // The positive codes 0x00..0x7E are increasing in value: the nearest is found by bisection.
+  static const std::array<float, 0x7F> kPositive = [] {
+    std::array<float, 0x7F> v;
+    for (int c = 0; c < 0x7F; ++c) v[c] = F8E4M3ToFloat(static_cast<uint8_t>(c));
+    return v;
+  }();
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float a = std::fabs(f);
+  const auto above = std::lower_bound(kPositive.begin(), kPositive.end(), a);
+  if (above == kPositive.end()) return sign | 0x7E;  // saturate
+  int code = static_cast<int>(above - kPositive.begin());
+  if (code > 0 && *above != a) {
+    const float up = *above - a, down = a - kPositive[code - 1];
+    if (down < up || (down == up && ((code - 1) & 1) == 0)) --code;
+  }
+  return static_cast<uint8_t>(sign | code);
+}
+
+float F8E4M3ToFloat(uint8_t code) {
+  const float sign = (code & 0x80) != 0 ? -1.0f : 1.0f;
+  const int exponent = (code >> 3) & 0xf;
+  const int mantissa = code & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);  // m/8 * 2^-6
+  return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);      // 1.m * 2^(e-7)
+}
+
+}  // namespace tandem::workers::model

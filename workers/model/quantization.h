@@ -1,0 +1,44 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::workers::model {
+
+// How a checkpoint's weights are quantized: config.json's `quantization_config`, checked here
+// once for every engine. Each tensor's own dtype says whether it is quantized (what a release
+// keeps in BF16 stays BF16); a quantized tensor is only ever read through its scales
+// (Checkpoint::GetFloat), never as raw codes.
+struct QuantScheme {
+  enum class Method {
+    kNone,      // no quantization_config
+    kFp8Block,  // quant_method fp8, fmt e4m3, weight_block_size [rows, cols] (Qwen3.5's FP8)
+  };
+  Method method = Method::kNone;
+  // kFp8Block: each `weight_scale_inv` element multiplies a block of this many rows and columns
+  // of its weight (the last block of a dimension may be partial).
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
+
+  // "none", or e.g. "fp8 (e4m3, 128x128 blocks)": for logs and messages.
+  std::string Describe() const;
+  // "none" or "fp8-block" (as tandem-make-checkpoint --quant says it): for WorkerInfo and the
+  // worker's info metric.
+  std::string Name() const;
+};
+
+// The scheme of a parsed config.json. A quant_method this project does not read yet, or a block
+// FP8 config missing or contradicting one of its fields, is UNIMPLEMENTED or INVALID_ARGUMENT
+// naming the field and saying what is read: loading on regardless would run garbage weights.
+absl::StatusOr<QuantScheme> ParseQuantization(const nlohmann::json& config);
+
+// The value of an OCP FP8 E4M3 ("e4m3fn") code: 1 sign, 4 exponent (bias 7) and 3 mantissa
+// bits, no infinities, S.1111.111 is NaN, largest finite 448.
+float F8E4M3ToFloat(uint8_t code);
+// The E4M3 code nearest `f` (ties to the even code), saturating at +-448; NaN gives 0x7F.
+uint8_t FloatToF8E4M3(float f);
+
+}  // namespace tandem::workers::model
