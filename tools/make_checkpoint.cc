@@ -234,7 +234,7 @@ std::optional<std::string> WriteForConfig(const std::string& path, const RandomM
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
-  const auto config = nlohmann::json::parse(text.str(), nullptr, false);
+  const auto config = tandem::workers::model::ParseConfigJson(text.str());
   if (!in || config.is_discarded()) {
     std::fprintf(stderr, "%s: not a readable config.json\n", path.c_str());
     return std::nullopt;

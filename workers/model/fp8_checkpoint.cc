@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "workers/model/checkpoint_writer.h"
+#include "workers/model/model_config.h"
 #include "workers/model/quantization.h"
 
 namespace tandem::workers::model {
@@ -119,7 +120,7 @@ void SplitExperts(const std::string& name, const TensorView& t, const std::vecto
 }
 
 absl::StatusOr<Json> QwenConfig(const Checkpoint& source) {
-  const Json config = Json::parse(source.config_json(), nullptr, false);
+  const Json config = ParseConfigJson(source.config_json());
   if (!config.is_object()) return absl::InvalidArgumentError("config.json is not an object");
   const std::string type = config.value("model_type", "");
   if (type != "qwen3_5_moe" && type != "qwen3_5_moe_text") {

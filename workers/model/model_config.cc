@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "workers/model/quantization.h"
@@ -77,10 +78,42 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const Json& config, const std::stri
   return out;
 }
 
+Json ParseConfigJson(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out.push_back(c);
+      if (c == '\\' && i + 1 < text.size()) {
+        out.push_back(text[++i]);
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    const absl::string_view rest = text.substr(i);
+    if (absl::StartsWith(rest, "-Infinity")) {
+      out.append("-1e308");
+      i += 8;
+    } else if (absl::StartsWith(rest, "Infinity")) {
+      out.append("1e308");
+      i += 7;
+    } else if (absl::StartsWith(rest, "NaN")) {
+      out.append("null");
+      i += 2;
+    } else {
+      in_string = c == '"';
+      out.push_back(c);
+    }
+  }
+  return Json::parse(out, nullptr, /*allow_exceptions=*/false);
+}
+
 absl::StatusOr<ModelConfig> ParseModelConfigText(absl::string_view config_json,
                                                  const std::string& where) {
-  const Json config =
-      Json::parse(config_json.begin(), config_json.end(), nullptr, /*allow_exceptions=*/false);
+  const Json config = ParseConfigJson(config_json);
   if (config.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": config.json is not a JSON object"));
   }

@@ -32,9 +32,16 @@ struct ModelConfig {
   Architecture architecture() const { return shape.architecture; }
 };
 
+// Parses a config.json as the releases write it: Python's json module writes non-finite floats
+// as bare Infinity, -Infinity and NaN (Nemotron-3-Nano's "time_step_limit": [0.0, Infinity]),
+// which JSON has not; outside strings they are read as 1e308, -1e308 and null. A discarded
+// value when the text is not JSON even so.
+nlohmann::json ParseConfigJson(absl::string_view text);
+
 // Validates `config` (a config.json) by its model_type: qwen3_5_moe (with its nested
 // text_config), qwen3_5_moe_text or nemotron_h. Errors start with `where` (the checkpoint
-// directory) and name the field; another model_type or a quantized config is UNIMPLEMENTED.
+// directory) and name the field; another model_type or a quantization it does not read
+// (quantization.h) is UNIMPLEMENTED.
 absl::StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& config,
                                              const std::string& where);
 // The same from config.json's text.

@@ -504,7 +504,7 @@ absl::Status WriteRandomCheckpoint(const RandomModelOptions& o, const std::strin
 absl::StatusOr<std::unique_ptr<Checkpoint>> RandomWeightsCheckpoint(const std::string& config_json,
                                                                     uint64_t seed,
                                                                     const std::string& label) {
-  const Json config = Json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+  const Json config = ParseConfigJson(config_json);
   absl::StatusOr<ModelConfig> parsed = ParseModelConfig(config, label);
   if (!parsed.ok()) return parsed.status();
   if (config.contains("quantization_config")) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "workers/model/model_config.h"
 
 namespace tandem::workers::model {
 namespace {
@@ -287,7 +288,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
 }
 
 absl::Status Checkpoint::ReadQuantization() {
-  const nlohmann::json config = nlohmann::json::parse(config_json_, nullptr, false);
+  const nlohmann::json config = ParseConfigJson(config_json_);
   if (config.is_discarded()) return absl::OkStatus();  // the model's config parser says why
   absl::StatusOr<QuantScheme> q = ParseQuantization(config);
   if (!q.ok()) {

@@ -61,6 +61,23 @@ TEST(ModelConfigTest, BothArchitecturesParseToTheirShape) {
   EXPECT_FALSE(std::get<qwen35::TextConfig>(config->hyperparameters).composite);
 }
 
+TEST(ModelConfigTest, ConfigsAsPythonWritesThemParse) {
+  // Nemotron-3-Nano's released config.json has "time_step_limit": [0.0, Infinity]: Python's
+  // json writes non-finite floats that way, and JSON parsers refuse them.
+  Json config = SmallConfig("nemotron_h");
+  std::string text = config.dump();
+  text.insert(text.size() - 1, R"(,"time_step_limit":[0.0,Infinity],"low":-Infinity,"x":NaN,)"
+                               R"("note":"Infinity \"NaN\" stays")");
+  EXPECT_TRUE(Json::parse(text, nullptr, false).is_discarded()) << "not JSON as written";
+  const Json parsed = ParseConfigJson(text);
+  ASSERT_FALSE(parsed.is_discarded());
+  EXPECT_EQ(parsed["time_step_limit"][1], 1e308);
+  EXPECT_EQ(parsed["low"], -1e308);
+  EXPECT_TRUE(parsed["x"].is_null());
+  EXPECT_EQ(parsed["note"], "Infinity \"NaN\" stays");
+  EXPECT_TRUE(ParseModelConfigText(text, "dir").ok());
+}
+
 TEST(ModelConfigTest, RandomWeightsMarkIsReadFromTheJson) {
   Json config = SmallConfig("nemotron_h");
   config["tandem_random_weights"] = true;
