@@ -55,7 +55,8 @@ ABSL_FLAG(std::string, dtype, "bf16", "bf16 or f32.");
 ABSL_FLAG(uint64_t, shard_bytes, 0, "Shard the weights into files of about this size (0: one).");
 ABSL_FLAG(std::string, quant, "",
           "Write it quantized, in a release's layout: fp8-block (qwen3_5_moe, the layout of "
-          "Qwen's FP8 release). Empty: unquantized (--dtype).");
+          "Qwen's FP8 release) or modelopt-fp8 (nemotron_h, NVIDIA's FP8 release). Empty: "
+          "unquantized (--dtype).");
 ABSL_FLAG(int32_t, fp8_block, 128, "--quant=fp8-block: rows and columns per scale.");
 ABSL_FLAG(bool, vision, true,
           "qwen3_5_moe: include the vision encoder (vision_config, model.visual.* weights, "
@@ -118,12 +119,15 @@ std::optional<Tokenizer> ReadTokenizer(const std::string& path) {
   return t;
 }
 
-// Writes the checkpoint in `from` into `to` as block FP8 and removes `from`; prints why not.
-bool Quantize(const std::string& from, const std::string& to, int32_t block) {
-  auto source = tandem::workers::model::Checkpoint::Open(from);
-  absl::Status s = source.ok()
-                       ? tandem::workers::model::WriteFp8BlockCheckpoint(**source, to, block)
-                       : source.status();
+// Writes the checkpoint in `from` into `to` quantized as `quant` says, and removes `from`;
+// prints why not.
+bool Quantize(const std::string& quant, const std::string& from, const std::string& to,
+              int32_t block) {
+  namespace model = tandem::workers::model;
+  auto source = model::Checkpoint::Open(from);
+  absl::Status s = !source.ok()              ? source.status()
+                   : quant == "modelopt-fp8" ? model::WriteModelOptFp8Checkpoint(**source, to)
+                                             : model::WriteFp8BlockCheckpoint(**source, to, block);
   std::error_code ec;
   std::filesystem::remove_all(from, ec);
   if (!s.ok()) {
@@ -295,8 +299,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string quant = absl::GetFlag(FLAGS_quant);
-  if (!quant.empty() && quant != "fp8-block") {
-    std::fprintf(stderr, "--quant=%s: only fp8-block is written so far\n", quant.c_str());
+  if (!quant.empty() && quant != "fp8-block" && quant != "modelopt-fp8") {
+    std::fprintf(stderr, "--quant=%s: fp8-block and modelopt-fp8 are written so far\n",
+                 quant.c_str());
     return 2;
   }
   // Quantized: the unquantized model is written first, then converted from it.
@@ -307,7 +312,7 @@ int main(int argc, char** argv) {
   if (tokenizer.has_value()) {
     std::ofstream(dir + "/tokenizer.json", std::ios::binary) << tokenizer->text;
   }
-  if (!quant.empty() && !Quantize(dir, out, absl::GetFlag(FLAGS_fp8_block))) return 1;
+  if (!quant.empty() && !Quantize(quant, dir, out, absl::GetFlag(FLAGS_fp8_block))) return 1;
   std::printf(
       "wrote random weights (seed %llu) of %s to %s; router weights random: expert load is "
       "about uniform\n",

@@ -17,7 +17,6 @@
 #include "tandem/v1/gateway.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/support/golden_files.h"
-#include "tests/support/policies.h"
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 #include "tests/support/streams.h"
@@ -395,33 +394,45 @@ TEST(RandomWeightsServingTest, GeneratedWeightsAnswerAsTheWrittenCheckpointAndSa
   }
 }
 
-// A checkpoint in the layout of Qwen's block-FP8 release (tandem-make-checkpoint --quant) is
-// served by the native CPU engine behind a gateway, and the worker says its weights' format.
-TEST(QuantizedServingTest, ABlockFp8CheckpointIsServedThroughTheGatewayAndSaysSo) {
-  auto worker =
-      StartWorker("qwen", {"--engine=native", "--checkpoint=" + NativeCheckpoint("qwen3_5_moe_fp8"),
-                           "--memory_budget=268435456", "--native_threads=1"});
-  ASSERT_TRUE(worker.ok()) << worker.status();
-  auto gateway = StartGateway({"qwen=" + worker->grpc_address},
-                              {"--policy=" + WriteTempFile("qwen_only.yaml", kQwenOnlyPolicy)});
+// Checkpoints in the layouts of the FP8 releases (tandem-make-checkpoint --quant: Qwen's block
+// FP8, NVIDIA's ModelOpt FP8 of Nemotron) are served by the native CPU engine behind a gateway,
+// and each worker says its weights' format.
+TEST(QuantizedServingTest, BothFp8ReleaseLayoutsAreServedThroughTheGatewayAndSaySo) {
+  const std::vector<std::pair<std::string, std::string>> models = {
+      {"qwen", "qwen3_5_moe_fp8"}, {"nemotron", "nemotron_h_modelopt_fp8"}};
+  std::vector<Server> workers;
+  std::vector<std::string> entries;
+  for (const auto& [model, dir] : models) {
+    auto w = StartWorker(model, {"--engine=native", "--checkpoint=" + NativeCheckpoint(dir),
+                                 "--memory_budget=268435456", "--native_threads=1"});
+    ASSERT_TRUE(w.ok()) << w.status();
+    entries.push_back(model + "=" + w->grpc_address);
+    workers.push_back(std::move(*w));
+  }
+  auto gateway = StartGateway(entries);
   ASSERT_TRUE(gateway.ok()) << gateway.status();
-  ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/qwen", true).ok());
   auto stub = tandem::v1::Gateway::NewStub(
       grpc::CreateChannel(gateway->grpc_address, grpc::InsecureChannelCredentials()));
-  tandem::v1::GenerateRequest req = Prompt("Write a haiku about queues.", 12);
-  req.mutable_sampling()->set_temperature(0);
-  const Streamed s = StreamWith(stub.get(), req);
-  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
-  EXPECT_GT(s.last.usage().completion_tokens(), 0);
-  EXPECT_EQ(s.first.route().model(), "qwen");
+  for (size_t i = 0; i < models.size(); ++i) {
+    const std::string& model = models[i].first;
+    ASSERT_TRUE(WaitForHealth(gateway->grpc_address, "model/" + model, true).ok());
+    tandem::v1::GenerateRequest req = Prompt("Write a haiku about queues.", 12);
+    req.mutable_sampling()->set_temperature(0);
+    req.mutable_hints()->set_model(model);
+    const Streamed s = StreamWith(stub.get(), req);
+    ASSERT_TRUE(s.status.ok()) << model << ": " << s.status.error_message();
+    EXPECT_GT(s.last.usage().completion_tokens(), 0) << model;
+    EXPECT_EQ(s.first.route().model(), model);
 
-  tandem::v1::WorkerInfo info;
-  ASSERT_TRUE(GetWorkerInfo(worker->grpc_address, &info).ok());
-  EXPECT_EQ(info.quantization(), "fp8-block");
-  auto metrics = HttpGet(worker->metrics_address, "/metrics");
-  ASSERT_TRUE(metrics.ok()) << metrics.status();
-  EXPECT_EQ(
-      MetricValue(*metrics, "tandem_worker_info", {{"quantization", "fp8-block"}}).value_or(0), 1);
+    const std::string format = i == 0 ? "fp8-block" : "modelopt-fp8";
+    tandem::v1::WorkerInfo info;
+    ASSERT_TRUE(GetWorkerInfo(workers[i].grpc_address, &info).ok());
+    EXPECT_EQ(info.quantization(), format);
+    auto metrics = HttpGet(workers[i].metrics_address, "/metrics");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    EXPECT_EQ(MetricValue(*metrics, "tandem_worker_info", {{"quantization", format}}).value_or(0),
+              1);
+  }
 }
 
 TEST(RandomWeightsServingTest, FlagsAreCheckedBeforeLoading) {

@@ -161,6 +161,12 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> LoadCpuEngine(const WeightsSource& so
   auto model = cpu::LoadCpuModel(checkpoint, config);
   if (!model.ok()) return model.status();
   options.quantization = checkpoint.quantization().Name();
+  if (checkpoint.quantization().kv_cache_fp8) {
+    spdlog::warn(
+        "{}: the release quantizes the KV cache to FP8 (k_scale/v_scale); this engine "
+        "keeps it unquantized, and runs FP8 weights with unquantized activations",
+        checkpoint.dir());
+  }
   auto tokenizer =
       CheckNameAndLoadTokenizer(*weights, options.model_name, &options.model_id, random_weights);
   if (!tokenizer.ok()) return tokenizer.status();

@@ -194,4 +194,99 @@ absl::Status WriteFp8BlockCheckpoint(const Checkpoint& source, const std::string
   return WriteDir(source.dir(), dequantized_dir, config, std::move(reference));
 }
 
+namespace {
+
+// A ModelOpt FP8 weight: codes of W / s with s = amax / 448 in F32, its scalar scales.
+void QuantizePerTensor(const std::string& name, const TensorView& t, std::vector<float>* values,
+                       std::vector<TensorData>* out) {
+  float amax = 0;
+  for (float v : *values) amax = std::max(amax, std::fabs(v));
+  const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+  TensorData codes = Tensor(name, t.shape, DType::kF8E4M3);
+  codes.raw.resize(values->size());
+  for (size_t i = 0; i < values->size(); ++i) {
+    codes.raw[i] = FloatToF8E4M3((*values)[i] / scale);
+    (*values)[i] = F8E4M3ToFloat(codes.raw[i]) * scale;  // what a load must reproduce
+  }
+  const std::string stem = name.substr(0, name.size() - std::string("weight").size());
+  out->push_back(std::move(codes));
+  out->push_back(Tensor(stem + "weight_scale", {}, DType::kF32, {scale}));
+  out->push_back(Tensor(stem + "input_scale", {}, DType::kF32, {1.0f}));
+}
+
+// The release's ignore list for a layer pattern (M Mamba, E MoE, * attention): the attention
+// layers, the Mamba layers that feed them, every conv1d.
+std::vector<std::string> ModelOptIgnored(const std::string& pattern) {
+  std::vector<std::string> ignored = {"lm_head"};
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const std::string p = absl::StrCat("backbone.layers.", i, ".mixer.");
+    if (pattern[i] == '*') {
+      for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) ignored.push_back(p + proj);
+    } else if (pattern[i] == 'M') {
+      ignored.push_back(p + "conv1d");
+      if (i + 1 < pattern.size() && pattern[i + 1] == '*') {
+        ignored.push_back(p + "in_proj");
+        ignored.push_back(p + "out_proj");
+      }
+    }
+  }
+  return ignored;
+}
+
+bool QuantizedInModelOpt(const std::string& name, const TensorView& t,
+                         const std::vector<std::string>& ignored) {
+  if (t.shape.size() != 2 || !absl::EndsWith(name, "_proj.weight")) return false;
+  const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+  if (std::find(ignored.begin(), ignored.end(), module) != ignored.end()) return false;
+  return absl::EndsWith(module, "mixer.in_proj") || absl::EndsWith(module, "mixer.out_proj") ||
+         absl::StrContains(module, "mixer.experts.") ||
+         absl::StrContains(module, "mixer.shared_experts.");
+}
+
+}  // namespace
+
+absl::Status WriteModelOptFp8Checkpoint(const Checkpoint& source, const std::string& dir,
+                                        const std::string& dequantized_dir) {
+  Json config = ParseConfigJson(source.config_json());
+  if (!config.is_object() || config.value("model_type", "") != "nemotron_h") {
+    return absl::UnimplementedError(
+        "ModelOpt FP8 is Nemotron-3-Nano's release format: the source is not nemotron_h");
+  }
+  if (config.contains("quantization_config")) {
+    return absl::InvalidArgumentError("the source checkpoint is quantized already");
+  }
+  const std::vector<std::string> ignored =
+      ModelOptIgnored(config.value("hybrid_override_pattern", ""));
+  std::vector<TensorData> fp8, reference;
+  for (const auto& [name, t] : source.tensors()) {
+    if (t->dtype == DType::kF8E4M3) return absl::InvalidArgumentError(name + " is quantized");
+    std::vector<float> values = t->ToFloat();
+    if (QuantizedInModelOpt(name, *t, ignored)) {
+      QuantizePerTensor(name, *t, &values, &fp8);
+      reference.push_back(Tensor(name, t->shape, DType::kF32, std::move(values)));
+      continue;
+    }
+    if (absl::EndsWith(name, "mixer.k_proj.weight") ||
+        absl::EndsWith(name, "mixer.v_proj.weight")) {
+      const std::string kv = absl::EndsWith(name, "k_proj.weight") ? "k" : "v";
+      const std::string stem = name.substr(0, name.size() - std::string("weight").size());
+      fp8.push_back(Tensor(stem + kv + "_scale", {}, DType::kF32, {1.0f}));
+    }
+    fp8.push_back(
+        Tensor(name, t->shape, t->dtype == DType::kF32 ? DType::kF32 : DType::kBF16, values));
+    reference.push_back(Tensor(name, t->shape, t->dtype == DType::kF32 ? DType::kF32 : DType::kBF16,
+                               std::move(values)));
+  }
+  Json quantized = config;
+  quantized["quantization_config"] = {
+      {"quant_method", "modelopt"},
+      {"quant_algo", "FP8"},
+      {"kv_cache_scheme", {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}},
+      {"ignore", ignored},
+      {"producer", {{"name", "modelopt"}}}};
+  RETURN_IF_ERROR(WriteDir(source.dir(), dir, quantized, std::move(fp8)));
+  if (dequantized_dir.empty()) return absl::OkStatus();
+  return WriteDir(source.dir(), dequantized_dir, config, std::move(reference));
+}
+
 }  // namespace tandem::workers::model

@@ -25,4 +25,15 @@ namespace tandem::workers::model {
 absl::Status WriteFp8BlockCheckpoint(const Checkpoint& source, const std::string& dir,
                                      int64_t block, const std::string& dequantized_dir = "");
 
+// Writes `source`, a BF16 or F32 Nemotron-H (nemotron_h) checkpoint, in the layout of NVIDIA's
+// ModelOpt FP8 release of Nemotron-3-Nano (tandem-make-checkpoint --quant=modelopt-fp8): the
+// Mamba in_proj/out_proj and the routed and shared experts' up/down_proj become F8_E4M3 with a
+// scalar F32 `weight_scale` (amax / 448) and `input_scale` (1: there is no calibration data);
+// the attention layers, the Mamba layers that feed them and every conv1d stay BF16, as the
+// release keeps them; the attention layers carry `k_proj.k_scale` / `v_proj.v_scale` (1) as the
+// release's FP8 KV cache does. config.json gains a quantization_config (quant_method modelopt,
+// quant_algo FP8, its ignore list). `dequantized_dir` as above.
+absl::Status WriteModelOptFp8Checkpoint(const Checkpoint& source, const std::string& dir,
+                                        const std::string& dequantized_dir = "");
+
 }  // namespace tandem::workers::model

@@ -49,6 +49,19 @@ absl::StatusOr<QuantScheme> ParseFp8(const Json& q) {
   return s;
 }
 
+// quant_algo "FP8" (per-tensor) is read; NVFP4, W4A16_AWQ, ... are not.
+absl::StatusOr<QuantScheme> ModelOpt(const Json& algo, bool kv_cache_fp8) {
+  if (!(algo.is_string() && algo == "FP8")) {
+    return absl::UnimplementedError(
+        absl::StrCat("ModelOpt quant_algo ", Shown(algo),
+                     ": the native engine reads ModelOpt's per-tensor FP8 (quant_algo FP8) only"));
+  }
+  QuantScheme s;
+  s.method = QuantScheme::Method::kModelOptFp8;
+  s.kv_cache_fp8 = kv_cache_fp8;
+  return s;
+}
+
 }  // namespace
 
 std::string QuantScheme::Describe() const {
@@ -57,11 +70,23 @@ std::string QuantScheme::Describe() const {
       return "none";
     case Method::kFp8Block:
       return absl::StrCat("fp8 (e4m3, ", block_rows, "x", block_cols, " blocks)");
+    case Method::kModelOptFp8:
+      return "modelopt fp8 (e4m3, per-tensor scales)";
   }
   return "?";
 }
 
-std::string QuantScheme::Name() const { return method == Method::kFp8Block ? "fp8-block" : "none"; }
+std::string QuantScheme::Name() const {
+  switch (method) {
+    case Method::kNone:
+      return "none";
+    case Method::kFp8Block:
+      return "fp8-block";
+    case Method::kModelOptFp8:
+      return "modelopt-fp8";
+  }
+  return "?";
+}
 
 absl::StatusOr<QuantScheme> ParseQuantization(const Json& config) {
   auto q = config.find("quantization_config");
@@ -74,14 +99,19 @@ absl::StatusOr<QuantScheme> ParseQuantization(const Json& config) {
   const std::string name =
       method != q->end() && method->is_string() ? method->get<std::string>() : "";
   if (name == "fp8") return ParseFp8(*q);
+  if (name == "modelopt") {
+    return ModelOpt(q->value("quant_algo", Json()),
+                    q->contains("kv_cache_scheme") && !(*q)["kv_cache_scheme"].is_null());
+  }
   return absl::UnimplementedError(absl::StrCat(
       "quantization_config.quant_method ",
       method == q->end() ? "missing"
       : name.empty()     ? Shown(*method)
                          : absl::StrCat("'", name, "'"),
       ": the native engine reads block FP8 (quant_method fp8 with weight_block_size, the "
-      "Qwen3.5 FP8 release); other quantized formats (modelopt, gptq, awq, "
-      "compressed-tensors) are not read yet: use the BF16 release"));
+      "Qwen3.5 FP8 release) and ModelOpt per-tensor FP8 (quant_method modelopt, quant_algo "
+      "FP8, the Nemotron-3-Nano FP8 release); int4 formats (gptq, awq, compressed-tensors) are "
+      "not read yet: use the BF16 release"));
 }
 
 uint8_t FloatToF8E4M3(float f) {
@@ -111,6 +141,19 @@ float F8E4M3ToFloat(uint8_t code) {
   if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
   if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);  // m/8 * 2^-6
   return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);      // 1.m * 2^(e-7)
+}
+
+absl::StatusOr<QuantScheme> ParseHfQuantConfig(const Json& hf) {
+  const Json* producer = hf.contains("producer") ? &hf["producer"] : nullptr;
+  if (producer == nullptr || !producer->is_object() || producer->value("name", "") != "modelopt" ||
+      !hf.contains("quantization") || !hf["quantization"].is_object()) {
+    return absl::InvalidArgumentError(
+        "hf_quant_config.json: not ModelOpt's (needs producer.name modelopt and a quantization "
+        "object)");
+  }
+  const Json& q = hf["quantization"];
+  const Json kv = q.value("kv_cache_quant_algo", Json());
+  return ModelOpt(q.value("quant_algo", Json()), kv.is_string() && kv == "FP8");
 }
 
 }  // namespace tandem::workers::model

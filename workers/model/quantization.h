@@ -16,12 +16,19 @@ struct QuantScheme {
   enum class Method {
     kNone,      // no quantization_config
     kFp8Block,  // quant_method fp8, fmt e4m3, weight_block_size [rows, cols] (Qwen3.5's FP8)
+    // NVIDIA ModelOpt's per-tensor FP8 (Nemotron-3-Nano's FP8): each F8_E4M3 `weight` has one
+    // `weight_scale` (and a static `input_scale`, which the CPU reference does not apply: it
+    // runs FP8 weights with unquantized activations).
+    kModelOptFp8,
   };
   Method method = Method::kNone;
   // kFp8Block: each `weight_scale_inv` element multiplies a block of this many rows and columns
   // of its weight (the last block of a dimension may be partial).
   int64_t block_rows = 0;
   int64_t block_cols = 0;
+  // kModelOptFp8: the KV cache is FP8 in the release (k_scale / v_scale tensors); the engines
+  // keep it unquantized, and say so at load.
+  bool kv_cache_fp8 = false;
 
   // "none", or e.g. "fp8 (e4m3, 128x128 blocks)": for logs and messages.
   std::string Describe() const;
@@ -34,6 +41,10 @@ struct QuantScheme {
 // FP8 config missing or contradicting one of its fields, is UNIMPLEMENTED or INVALID_ARGUMENT
 // naming the field and saying what is read: loading on regardless would run garbage weights.
 absl::StatusOr<QuantScheme> ParseQuantization(const nlohmann::json& config);
+// The same from ModelOpt's own hf_quant_config.json ({"producer": {"name": "modelopt"},
+// "quantization": {"quant_algo": "FP8", ...}}), which releases made with ModelOpt 0.29 and
+// before carry instead of a quantization_config in config.json.
+absl::StatusOr<QuantScheme> ParseHfQuantConfig(const nlohmann::json& hf_quant_config);
 
 // The value of an OCP FP8 E4M3 ("e4m3fn") code: 1 sign, 4 exponent (bias 7) and 3 mantissa
 // bits, no infinities, S.1111.111 is NaN, largest finite 448.

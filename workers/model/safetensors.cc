@@ -283,14 +283,22 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     }
     c->files_.push_back(std::move(*f));
   }
-  RETURN_IF_ERROR(c->ReadQuantization());
+  RETURN_IF_ERROR(c->ReadQuantization(/*from_dir=*/true));
   return c;
 }
 
-absl::Status Checkpoint::ReadQuantization() {
+absl::Status Checkpoint::ReadQuantization(bool from_dir) {
   const nlohmann::json config = ParseConfigJson(config_json_);
   if (config.is_discarded()) return absl::OkStatus();  // the model's config parser says why
   absl::StatusOr<QuantScheme> q = ParseQuantization(config);
+  if (q.ok() && q->method == QuantScheme::Method::kNone && from_dir) {
+    // ModelOpt 0.29 and before wrote their own file instead of a quantization_config.
+    if (absl::StatusOr<std::string> hf = ReadFile(dir_ + "/hf_quant_config.json"); hf.ok()) {
+      const nlohmann::json j = ParseConfigJson(*hf);
+      q = j.is_discarded() ? absl::InvalidArgumentError("hf_quant_config.json is not JSON")
+                           : ParseHfQuantConfig(j);
+    }
+  }
   if (!q.ok()) {
     return absl::Status(q.status().code(), absl::StrCat(dir_, ": ", q.status().message()));
   }
@@ -313,7 +321,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromTensors(
       return absl::InvalidArgumentError(absl::StrCat(c->dir_, ": tensor ", t.name, " twice"));
     }
   }
-  RETURN_IF_ERROR(c->ReadQuantization());
+  RETURN_IF_ERROR(c->ReadQuantization(/*from_dir=*/false));
   return c;
 }
 
@@ -348,8 +356,28 @@ absl::StatusOr<std::vector<float>> Checkpoint::GetFloat(const std::string& name,
                                                         absl::Span<const int64_t> shape) const {
   auto t = Find(name, shape);
   if (!t.ok()) return t.status();
-  if ((*t)->dtype == DType::kF8E4M3) return DequantizeFp8Block(**t);
-  return (*t)->ToFloat();
+  if ((*t)->dtype != DType::kF8E4M3) return (*t)->ToFloat();
+  if (quant_.method == QuantScheme::Method::kModelOptFp8) return DequantizeModelOpt(**t);
+  return DequantizeFp8Block(**t);
+}
+
+absl::StatusOr<std::vector<float>> Checkpoint::DequantizeModelOpt(const TensorView& w) const {
+  const std::string scale_name = absl::StrCat(w.name, "_scale");
+  if (!absl::EndsWith(w.name, ".weight") || !Has(scale_name) || w.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(dir_, ": tensor ", w.name,
+                                                   " is F8_E4M3 and has no ", scale_name,
+                                                   ": refusing to read raw FP8 codes"));
+  }
+  const TensorView& s = *index_.at(scale_name);
+  if (s.elements() != 1 || s.dtype == DType::kF8E4M3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir_, ": ", scale_name, " is ", DTypeName(s.dtype), " ", s.ShapeString(),
+                     "; ModelOpt FP8 has one F32 (or BF16/F16) scale per tensor, shape [] or [1]"));
+  }
+  const float scale = s.Element(0);
+  std::vector<float> out(static_cast<size_t>(w.elements()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = F8E4M3ToFloat(w.data[i]) * scale;
+  return out;
 }
 
 absl::StatusOr<std::vector<float>> Checkpoint::DequantizeFp8Block(const TensorView& w) const {

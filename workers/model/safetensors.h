@@ -77,8 +77,9 @@ class Checkpoint {
   // nothing without their scales, which only GetFloat applies.
   absl::StatusOr<const TensorView*> Get(const std::string& name,
                                         absl::Span<const int64_t> shape) const;
-  // Loads `name` (checked against `shape`) as fp32; a block-FP8 weight dequantized with its
-  // `weight_scale_inv` (one scale per block of quantization().block_rows x block_cols).
+  // Loads `name` (checked against `shape`) as fp32; an F8_E4M3 weight dequantized: block FP8
+  // with its `weight_scale_inv` (one scale per block of quantization().block_rows x
+  // block_cols), ModelOpt FP8 with its `weight_scale` (one per tensor).
   absl::StatusOr<std::vector<float>> GetFloat(const std::string& name,
                                               absl::Span<const int64_t> shape) const;
   // config.json's quantization_config, checked when the checkpoint was opened.
@@ -95,8 +96,10 @@ class Checkpoint {
   absl::StatusOr<const TensorView*> Find(const std::string& name,
                                          absl::Span<const int64_t> shape) const;
   absl::StatusOr<std::vector<float>> DequantizeFp8Block(const TensorView& weight) const;
-  // Parses config_json_'s quantization_config into quant_; an error names dir_.
-  absl::Status ReadQuantization();
+  absl::StatusOr<std::vector<float>> DequantizeModelOpt(const TensorView& weight) const;
+  // Parses config_json_'s quantization_config (or, `from_dir`, ModelOpt's hf_quant_config.json
+  // beside it) into quant_; an error names dir_.
+  absl::Status ReadQuantization(bool from_dir);
 
   std::string dir_;
   std::string config_json_;

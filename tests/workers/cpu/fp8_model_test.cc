@@ -1,7 +1,8 @@
 // A tiny random Qwen3.5 written in the layout of Qwen's block-FP8 release (per-expert tensors,
-// F8_E4M3 weights with BF16 block scales) runs in the CPU engine exactly as the same model with
-// those weights dequantized into F32 in the BF16 release's layout: the same logits bit for bit,
-// prefill and decode. The dequantization itself is checked against independent vectors
+// F8_E4M3 weights with BF16 block scales), and a tiny Nemotron-H in the layout of NVIDIA's
+// ModelOpt FP8 release (per-tensor scales), each run in the CPU engine exactly as the same model
+// with those weights dequantized into F32 in the BF16 release's layout: the same logits bit for
+// bit, prefill and decode. The dequantization itself is checked against independent vectors
 // (quantization_test); this checks which tensors are quantized and how the loader puts them
 // together.
 #include <cstring>
@@ -20,6 +21,33 @@ std::string FreshDir(const std::string& name) {
   const std::string d = tandem::testing::TempPath(name);
   std::filesystem::remove_all(d);
   return d;
+}
+
+// The models in `quantized_dir` and `reference_dir` give the same logits, bit for bit, over a
+// prefill and 32 greedy steps.
+void ExpectSameModel(const std::string& quantized_dir, const std::string& reference_dir) {
+  auto fp8 = Checkpoint::Open(quantized_dir);
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  auto reference = Checkpoint::Open(reference_dir);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto a = cpu::LoadCpuModel(**fp8);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = cpu::LoadCpuModel(**reference);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto sa = (*a)->NewState(), sb = (*b)->NewState();
+  std::vector<int32_t> tokens = {1, 17, 300, 42, 5, 99, 256, 7, 64, 3, 11, 400};
+  for (int step = 0; step < 33; ++step) {
+    std::vector<float> la, lb;
+    ASSERT_TRUE((*a)->Forward(sa.get(), tokens, /*all_logits=*/step == 0, &la).ok());
+    ASSERT_TRUE((*b)->Forward(sb.get(), tokens, /*all_logits=*/step == 0, &lb).ok());
+    ASSERT_EQ(la.size(), lb.size());
+    ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0)
+        << (step == 0 ? "prefill" : "decode step ") << step;
+    // Greedy: the next input is the argmax.
+    const size_t vocab = la.size() / (step == 0 ? tokens.size() : 1);
+    const float* last = la.data() + la.size() - vocab;
+    tokens = {static_cast<int32_t>(std::max_element(last, last + vocab) - last)};
+  }
 }
 
 TEST(Fp8BlockModelTest, TheFp8LayoutRunsAsItsDequantizedModel) {
@@ -53,26 +81,37 @@ TEST(Fp8BlockModelTest, TheFp8LayoutRunsAsItsDequantizedModel) {
   EXPECT_EQ(t.at(layer + "mlp.gate.weight")->dtype, DType::kBF16) << "the router stays";
   EXPECT_EQ(t.at("lm_head.weight")->dtype, DType::kBF16);
 
-  auto reference = Checkpoint::Open(reference_dir);
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  auto a = cpu::LoadCpuModel(**fp8);
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto b = cpu::LoadCpuModel(**reference);
-  ASSERT_TRUE(b.ok()) << b.status();
-  auto sa = (*a)->NewState(), sb = (*b)->NewState();
-  std::vector<int32_t> tokens = {1, 17, 300, 42, 5, 99, 256, 7, 64, 3, 11, 400};
-  for (int step = 0; step < 33; ++step) {
-    std::vector<float> la, lb;
-    ASSERT_TRUE((*a)->Forward(sa.get(), tokens, /*all_logits=*/step == 0, &la).ok());
-    ASSERT_TRUE((*b)->Forward(sb.get(), tokens, /*all_logits=*/step == 0, &lb).ok());
-    ASSERT_EQ(la.size(), lb.size());
-    ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0)
-        << (step == 0 ? "prefill" : "decode step ") << step;
-    // Greedy: the next input is the argmax.
-    const size_t vocab = la.size() / (step == 0 ? tokens.size() : 1);
-    const float* last = la.data() + la.size() - vocab;
-    tokens = {static_cast<int32_t>(std::max_element(last, last + vocab) - last)};
-  }
+  ExpectSameModel(fp8_dir, reference_dir);
+}
+
+TEST(Fp8BlockModelTest, TheModelOptFp8LayoutRunsAsItsDequantizedModel) {
+  RandomModelOptions o;
+  o.architecture = "nemotron_h";
+  o.hidden_size = 64;
+  o.num_layers = 4;  // MEM*: the Mamba layer before the attention one stays BF16
+  o.num_experts = 4;
+  o.moe_intermediate_size = 48;
+  o.head_dim = 32;
+  o.mamba_head_dim = 8;
+  o.ssm_state_size = 16;
+  const std::string source_dir = FreshDir("modelopt_source");
+  std::filesystem::create_directories(source_dir);
+  ASSERT_TRUE(WriteRandomCheckpoint(o, source_dir).ok());
+  auto source = Checkpoint::Open(source_dir);
+  ASSERT_TRUE(source.ok()) << source.status();
+  const std::string fp8_dir = FreshDir("modelopt"), reference_dir = FreshDir("modelopt_ref");
+  ASSERT_TRUE(WriteModelOptFp8Checkpoint(**source, fp8_dir, reference_dir).ok());
+  auto fp8 = Checkpoint::Open(fp8_dir);
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  EXPECT_EQ((*fp8)->quantization().Name(), "modelopt-fp8");
+  const auto& t = (*fp8)->tensors();
+  EXPECT_EQ(t.at("backbone.layers.0.mixer.in_proj.weight")->dtype, DType::kF8E4M3);
+  EXPECT_EQ(t.at("backbone.layers.1.mixer.experts.2.down_proj.weight")->dtype, DType::kF8E4M3);
+  EXPECT_EQ(t.at("backbone.layers.2.mixer.in_proj.weight")->dtype, DType::kBF16)
+      << "the Mamba layer feeding attention stays";
+  EXPECT_EQ(t.at("backbone.layers.3.mixer.q_proj.weight")->dtype, DType::kBF16);
+  EXPECT_TRUE((*fp8)->Has("backbone.layers.3.mixer.k_proj.k_scale"));
+  ExpectSameModel(fp8_dir, reference_dir);
 }
 
 }  // namespace

@@ -6,10 +6,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
 #include "workers/model/safetensors.h"
 
@@ -19,6 +22,9 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string Vectors() { return tandem::testing::SourcePath("/tests/workers/model/fp8_block"); }
+std::string ModelOptVectors() {
+  return tandem::testing::SourcePath("/tests/workers/model/modelopt_fp8");
+}
 
 uint32_t Bits(float f) {
   uint32_t b;
@@ -83,6 +89,43 @@ TEST(QuantizationTest, AQuantizedWeightIsNeverReadAsRawCodes) {
               HasSubstr("no block FP8 quantization_config"));
 }
 
+TEST(QuantizationTest, ModelOptFp8DequantizesBitForBitWithEitherScaleShape) {
+  auto c = Checkpoint::Open(ModelOptVectors());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->quantization().Name(), "modelopt-fp8");
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"m", {3, 130}}, {"n", {130, 3}}}) {
+    auto got = (*c)->GetFloat(name + ".weight", shape);
+    ASSERT_TRUE(got.ok()) << got.status();
+    auto want = (*c)->GetFloat(name + ".expected", shape);
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (size_t i = 0; i < got->size(); ++i) {
+      ASSERT_EQ(Bits((*got)[i]), Bits((*want)[i])) << name << " element " << i;
+    }
+  }
+  EXPECT_THAT(std::string((*c)->GetFloat("orphan.weight", {4, 4}).status().message()),
+              HasSubstr("has no orphan.weight_scale"));
+  EXPECT_EQ((*c)->Get("m.weight", {3, 130}).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Releases made with ModelOpt 0.29 and before say it in hf_quant_config.json instead.
+  const std::string dir = tandem::testing::TempPath("hf_quant_config");
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(ModelOptVectors() + "/model.safetensors", dir + "/model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir + "/config.json") << R"({"model_type": "nemotron_h"})";
+  std::ofstream(dir + "/hf_quant_config.json")
+      << R"({"producer": {"name": "modelopt", "version": "0.29.0"}, "quantization": )"
+      << R"({"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}})";
+  auto hf = Checkpoint::Open(dir);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ((*hf)->quantization().method, QuantScheme::Method::kModelOptFp8);
+  EXPECT_TRUE((*hf)->quantization().kv_cache_fp8);
+  EXPECT_TRUE((*hf)->GetFloat("m.weight", {3, 130}).ok());
+  std::ofstream(dir + "/hf_quant_config.json")
+      << R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}})";
+  EXPECT_THAT(std::string(Checkpoint::Open(dir).status().message()),
+              HasSubstr("ModelOpt quant_algo \"NVFP4\""));
+}
+
 TEST(QuantizationTest, ConfigsAreReadOrRefusedNamingTheField) {
   using Json = nlohmann::json;
   EXPECT_EQ(ParseQuantization(Json::object())->method, QuantScheme::Method::kNone);
@@ -99,6 +142,7 @@ TEST(QuantizationTest, ConfigsAreReadOrRefusedNamingTheField) {
       {{{"quant_method", "fp8"}, {"weight_block_size", {128}}}, "weight_block_size"},
       {{{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}}, "weight_block_size"},
       {{{"quant_method", "awq"}}, "quant_method 'awq'"},
+      {{{"quant_method", "modelopt"}, {"quant_algo", "W4A16_AWQ"}}, "quant_algo"},
       {{{"bits", 4}}, "quant_method missing"},
       {Json("fp8"), "must be an object"}};
   for (const auto& [q, field] : bad) {

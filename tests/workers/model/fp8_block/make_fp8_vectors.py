@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the block-FP8 test vectors in this folder: a checkpoint (config.json with a block FP8
-quantization_config, model.safetensors) whose F8_E4M3 weights and scales, and the dequantized
-values they must give, come from this script alone. It is written from the formats'
+"""Writes the FP8 test vectors: in this folder a checkpoint (config.json with a block FP8
+quantization_config, model.safetensors), and in ../modelopt_fp8 one in ModelOpt's per-tensor
+FP8 (W = e4m3(q) * weight_scale, one F32 scale per tensor, shape [] or [1]); their F8_E4M3
+weights and scales, and the dequantized values they must give, come from this script alone. It is written from the formats'
 specifications (OCP 8-bit floating point, E4M3: bias 7, no infinities, S.1111.111 NaN; block
 FP8 as in Qwen3.5's FP8 release: W = e4m3(q) * weight_scale_inv[r // 128][c // 128]), not from
 the C++ under test, which must reproduce every expected value bit for bit.
@@ -75,6 +76,29 @@ def main():
     # A quantized weight whose scale is missing: must be refused, never read raw.
     add("orphan.weight", "F8_E4M3", np.zeros((4, 4), np.uint8))
 
+    config = {"model_type": "qwen3_5_moe", "quantization_config": {
+        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+        "weight_block_size": [BLOCK, BLOCK], "modules_to_not_convert": ["lm_head"]}}
+    write(HERE, tensors, config)
+
+    # ModelOpt per-tensor FP8: one scale per tensor, in both shapes the exporters write.
+    tensors = {}
+    for name, shape, scale_shape in (("m", (3, 130), ()), ("n", (130, 3), (1,))):
+        q = rng.choice(finite, size=shape).astype(np.uint8)
+        scale = np.float32(rng.uniform(1e-4, 2e-2))
+        add(f"{name}.weight", "F8_E4M3", q)
+        add(f"{name}.weight_scale", "F32", np.full(scale_shape, scale, np.float32))
+        add(f"{name}.input_scale", "F32", np.full(scale_shape, 1.0, np.float32))
+        add(f"{name}.expected", "F32", DECODE[q] * scale)
+    add("orphan.weight", "F8_E4M3", np.zeros((4, 4), np.uint8))
+    config = {"model_type": "nemotron_h", "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "FP8", "ignore": ["lm_head"],
+        "producer": {"name": "modelopt"}}}
+    write(os.path.join(HERE, "..", "modelopt_fp8"), tensors, config)
+
+
+def write(folder, tensors, config):
+    os.makedirs(folder, exist_ok=True)
     header, offset, blobs = {}, 0, []
     for name in sorted(tensors):
         dtype, shape, data = tensors[name]
@@ -83,12 +107,9 @@ def main():
         blobs.append(data)
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
-    with open(os.path.join(HERE, "model.safetensors"), "wb") as f:
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(head)) + head + b"".join(blobs))
-    config = {"model_type": "qwen3_5_moe", "quantization_config": {
-        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-        "weight_block_size": [BLOCK, BLOCK], "modules_to_not_convert": ["lm_head"]}}
-    with open(os.path.join(HERE, "config.json"), "w") as f:
+    with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
 
