@@ -27,8 +27,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "workers/model/fp8_checkpoint.h"
 #include "workers/model/model_config.h"
+#include "workers/model/quantized_checkpoint.h"
 #include "workers/model/random_checkpoint.h"
 
 ABSL_FLAG(std::string, arch, "qwen3_5_moe", "qwen3_5_moe or nemotron_h.");
@@ -55,9 +55,10 @@ ABSL_FLAG(std::string, dtype, "bf16", "bf16 or f32.");
 ABSL_FLAG(uint64_t, shard_bytes, 0, "Shard the weights into files of about this size (0: one).");
 ABSL_FLAG(std::string, quant, "",
           "Write it quantized, in a release's layout: fp8-block (qwen3_5_moe, the layout of "
-          "Qwen's FP8 release) or modelopt-fp8 (nemotron_h, NVIDIA's FP8 release). Empty: "
-          "unquantized (--dtype).");
+          "Qwen's FP8 release), modelopt-fp8 (nemotron_h, NVIDIA's FP8 release) or gptq "
+          "(qwen3_5_moe, GPTQ int4). Empty: unquantized (--dtype).");
 ABSL_FLAG(int32_t, fp8_block, 128, "--quant=fp8-block: rows and columns per scale.");
+ABSL_FLAG(int32_t, gptq_group, 128, "--quant=gptq: inputs per scale (a multiple of 8).");
 ABSL_FLAG(bool, vision, true,
           "qwen3_5_moe: include the vision encoder (vision_config, model.visual.* weights, "
           "preprocessor_config.json), as the released model has; false: a text-only checkpoint. "
@@ -121,13 +122,18 @@ std::optional<Tokenizer> ReadTokenizer(const std::string& path) {
 
 // Writes the checkpoint in `from` into `to` quantized as `quant` says, and removes `from`;
 // prints why not.
-bool Quantize(const std::string& quant, const std::string& from, const std::string& to,
-              int32_t block) {
+bool Quantize(const std::string& quant, const std::string& from, const std::string& to) {
   namespace model = tandem::workers::model;
   auto source = model::Checkpoint::Open(from);
-  absl::Status s = !source.ok()              ? source.status()
-                   : quant == "modelopt-fp8" ? model::WriteModelOptFp8Checkpoint(**source, to)
-                                             : model::WriteFp8BlockCheckpoint(**source, to, block);
+  absl::Status s = source.status();
+  if (!source.ok()) {
+  } else if (quant == "modelopt-fp8") {
+    s = model::WriteModelOptFp8Checkpoint(**source, to);
+  } else if (quant == "gptq") {
+    s = model::WriteGptqCheckpoint(**source, to, absl::GetFlag(FLAGS_gptq_group));
+  } else {
+    s = model::WriteFp8BlockCheckpoint(**source, to, absl::GetFlag(FLAGS_fp8_block));
+  }
   std::error_code ec;
   std::filesystem::remove_all(from, ec);
   if (!s.ok()) {
@@ -299,8 +305,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string quant = absl::GetFlag(FLAGS_quant);
-  if (!quant.empty() && quant != "fp8-block" && quant != "modelopt-fp8") {
-    std::fprintf(stderr, "--quant=%s: fp8-block and modelopt-fp8 are written so far\n",
+  if (!quant.empty() && quant != "fp8-block" && quant != "modelopt-fp8" && quant != "gptq") {
+    std::fprintf(stderr, "--quant=%s: fp8-block, modelopt-fp8 and gptq are written so far\n",
                  quant.c_str());
     return 2;
   }
@@ -312,7 +318,7 @@ int main(int argc, char** argv) {
   if (tokenizer.has_value()) {
     std::ofstream(dir + "/tokenizer.json", std::ios::binary) << tokenizer->text;
   }
-  if (!quant.empty() && !Quantize(quant, dir, out, absl::GetFlag(FLAGS_fp8_block))) return 1;
+  if (!quant.empty() && !Quantize(quant, dir, out)) return 1;
   std::printf(
       "wrote random weights (seed %llu) of %s to %s; router weights random: expert load is "
       "about uniform\n",

@@ -66,7 +66,7 @@ class TensorLoader {
   void LoadExperts(const std::string& p, int64_t E, int64_t I, int64_t H,
                    std::vector<float>* gate_up, std::vector<float>* down) {
     if (checkpoint_.Has(p + "mlp.experts.gate_up_proj") ||
-        !checkpoint_.Has(p + "mlp.experts.0.gate_proj.weight")) {
+        !checkpoint_.HasWeight(p + "mlp.experts.0.gate_proj.weight")) {
       Load(p + "mlp.experts.gate_up_proj", {E, 2 * I, H}, gate_up);
       Load(p + "mlp.experts.down_proj", {E, H, I}, down);
       return;

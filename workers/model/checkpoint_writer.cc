@@ -18,11 +18,20 @@ uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
+uint16_t FloatToF16(float f) {
+  const _Float16 h = static_cast<_Float16>(f);  // the conversion rounds to nearest even
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
 namespace {
+
+bool Raw(DType d) { return d == DType::kF8E4M3 || d == DType::kI32; }
 
 // Elements of a tensor to write: its values, or its shape's when generated.
 uint64_t Count(const TensorData& t) {
-  if (!t.raw.empty()) return t.raw.size();
+  if (!t.raw.empty()) return t.raw.size() / DTypeBytes(*t.dtype);
   if (!t.random.has_value()) return t.values.size();
   uint64_t n = 1;
   for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
@@ -78,7 +87,9 @@ absl::Status WriteFile(const std::string& path, const std::vector<const TensorDa
                 static_cast<std::streamsize>(t->values.size() * 4));
     } else {
       half.resize(t->values.size());
-      for (size_t i = 0; i < half.size(); ++i) half[i] = FloatToBf16(t->values[i]);
+      for (size_t i = 0; i < half.size(); ++i) {
+        half[i] = as == DType::kF16 ? FloatToF16(t->values[i]) : FloatToBf16(t->values[i]);
+      }
       out.write(reinterpret_cast<const char*>(half.data()),
                 static_cast<std::streamsize>(half.size() * 2));
     }
@@ -97,9 +108,10 @@ absl::Status WriteSafetensors(const std::string& dir, std::vector<TensorData> te
   std::vector<std::vector<const TensorData*>> shards(1);
   uint64_t in_shard = 0;
   for (const TensorData& t : tensors) {
-    if (t.dtype == DType::kF16 || (t.dtype == DType::kF8E4M3) != !t.raw.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(t.name, ": F8_E4M3 is written from raw codes, F32 and BF16 from values"));
+    if ((t.dtype.has_value() && Raw(*t.dtype)) != !t.raw.empty() ||
+        (t.dtype == DType::kF16 && t.random.has_value())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          t.name, ": F8_E4M3 and I32 are written from raw bytes, F32, BF16 and F16 from values"));
     }
     const uint64_t bytes = Count(t) * DTypeBytes(t.dtype.value_or(dtype));
     if (shard_bytes > 0 && in_shard > 0 && in_shard + bytes > shard_bytes) {

@@ -19,9 +19,10 @@ struct TensorData {
   // Instead of `values`: element i is RandomWeight(*random, i), generated while it is written,
   // so a random checkpoint of any size is written in bounded memory.
   std::optional<RandomFill> random = std::nullopt;
-  // Stored as this instead of the file's dtype (F32 or BF16, from `values`; F8_E4M3 from `raw`).
+  // Stored as this instead of the file's dtype (F32, BF16 or F16 from `values`; F8_E4M3 or I32
+  // from `raw`).
   std::optional<DType> dtype = std::nullopt;
-  // Instead of `values`: the stored bytes themselves (F8_E4M3 codes), one per element.
+  // Instead of `values`: the stored bytes themselves (F8_E4M3 codes, packed I32), as stored.
   std::vector<uint8_t> raw = {};
 };
 
@@ -34,5 +35,7 @@ absl::Status WriteSafetensors(const std::string& dir, std::vector<TensorData> te
 
 // fp32 -> bf16 with round-to-nearest-even (NaN kept NaN).
 uint16_t FloatToBf16(float f);
+// fp32 -> IEEE half with round-to-nearest-even.
+uint16_t FloatToF16(float f);
 
 }  // namespace tandem::workers::model

@@ -62,6 +62,37 @@ absl::StatusOr<QuantScheme> ModelOpt(const Json& algo, bool kv_cache_fp8) {
   return s;
 }
 
+absl::StatusOr<QuantScheme> ParseGptq(const Json& q) {
+  auto bad = [](const std::string& field, const Json& v, const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantization_config.", field, ": ", Shown(v), " ", what));
+  };
+  QuantScheme s;
+  s.method = QuantScheme::Method::kGptq;
+  const Json bits = q.value("bits", Json(4));
+  if (!bits.is_number_integer() || bits.get<int64_t>() != 4) {
+    return absl::UnimplementedError(absl::StrCat("quantization_config.bits ", Shown(bits),
+                                                 ": GPTQ is read with 4-bit weights only"));
+  }
+  const Json group = q.value("group_size", Json(128));
+  if (!group.is_number_integer() || (group.get<int64_t>() < 1 && group.get<int64_t>() != -1)) {
+    return bad("group_size", group, "is not -1 or a positive size");
+  }
+  s.group_size = std::max<int64_t>(0, group.get<int64_t>());
+  for (auto [field, out] : {std::pair{"desc_act", &s.desc_act}, std::pair{"sym", &s.sym}}) {
+    const Json v = q.value(field, Json(*out));
+    if (!v.is_boolean()) return bad(field, v, "is not true or false");
+    *out = v.get<bool>();
+  }
+  const Json format = q.value("checkpoint_format", Json("gptq"));
+  if (!(format.is_string() && (format == "gptq" || format == "gptq_v2"))) {
+    return absl::UnimplementedError(absl::StrCat("quantization_config.checkpoint_format ",
+                                                 Shown(format), ": gptq or gptq_v2 are read"));
+  }
+  s.gptq_v2 = format == "gptq_v2";
+  return s;
+}
+
 }  // namespace
 
 std::string QuantScheme::Describe() const {
@@ -72,6 +103,11 @@ std::string QuantScheme::Describe() const {
       return absl::StrCat("fp8 (e4m3, ", block_rows, "x", block_cols, " blocks)");
     case Method::kModelOptFp8:
       return "modelopt fp8 (e4m3, per-tensor scales)";
+    case Method::kGptq:
+      return absl::StrCat(
+          "gptq int4 (",
+          group_size > 0 ? absl::StrCat("groups of ", group_size) : std::string("one group"),
+          gptq_v2 ? ", v2" : ", v1", sym ? ", sym" : ", asym", desc_act ? ", desc_act" : "", ")");
   }
   return "?";
 }
@@ -84,6 +120,8 @@ std::string QuantScheme::Name() const {
       return "fp8-block";
     case Method::kModelOptFp8:
       return "modelopt-fp8";
+    case Method::kGptq:
+      return "gptq-int4";
   }
   return "?";
 }
@@ -99,6 +137,7 @@ absl::StatusOr<QuantScheme> ParseQuantization(const Json& config) {
   const std::string name =
       method != q->end() && method->is_string() ? method->get<std::string>() : "";
   if (name == "fp8") return ParseFp8(*q);
+  if (name == "gptq") return ParseGptq(*q);
   if (name == "modelopt") {
     return ModelOpt(q->value("quant_algo", Json()),
                     q->contains("kv_cache_scheme") && !(*q)["kv_cache_scheme"].is_null());
@@ -110,8 +149,8 @@ absl::StatusOr<QuantScheme> ParseQuantization(const Json& config) {
                          : absl::StrCat("'", name, "'"),
       ": the native engine reads block FP8 (quant_method fp8 with weight_block_size, the "
       "Qwen3.5 FP8 release) and ModelOpt per-tensor FP8 (quant_method modelopt, quant_algo "
-      "FP8, the Nemotron-3-Nano FP8 release); int4 formats (gptq, awq, compressed-tensors) are "
-      "not read yet: use the BF16 release"));
+      "FP8, the Nemotron-3-Nano FP8 release) and GPTQ int4 (quant_method gptq); other int4 "
+      "formats (awq, compressed-tensors) are not read yet: use the BF16 release"));
 }
 
 uint8_t FloatToF8E4M3(float f) {

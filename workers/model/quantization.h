@@ -20,6 +20,9 @@ struct QuantScheme {
     // `weight_scale` (and a static `input_scale`, which the CPU reference does not apply: it
     // runs FP8 weights with unquantized activations).
     kModelOptFp8,
+    // GPTQ int4 (quant_method gptq, bits 4): X.weight stored as X.qweight (I32 [in/8, out]),
+    // X.qzeros (I32 [groups, out/8]), X.scales [groups, out] and, with desc_act, X.g_idx [in].
+    kGptq,
   };
   Method method = Method::kNone;
   // kFp8Block: each `weight_scale_inv` element multiplies a block of this many rows and columns
@@ -29,6 +32,13 @@ struct QuantScheme {
   // kModelOptFp8: the KV cache is FP8 in the release (k_scale / v_scale tensors); the engines
   // keep it unquantized, and say so at load.
   bool kv_cache_fp8 = false;
+  // kGptq: input rows per group (0: one group, the config's -1); whether groups follow g_idx
+  // (desc_act); whether zero points are stored minus one (checkpoint_format gptq, "v1") or as
+  // they are (gptq_v2); sym is informational (the zero points say it).
+  int64_t group_size = 0;
+  bool desc_act = false;
+  bool gptq_v2 = false;
+  bool sym = true;
 
   // "none", or e.g. "fp8 (e4m3, 128x128 blocks)": for logs and messages.
   std::string Describe() const;

@@ -89,10 +89,12 @@ absl::StatusOr<TensorView> ParseTensorEntry(const std::string& path, const std::
     t.dtype = DType::kF16;
   } else if (dtype == "F8_E4M3") {
     t.dtype = DType::kF8E4M3;
+  } else if (dtype == "I32") {
+    t.dtype = DType::kI32;
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        path, ": tensor ", name, " has dtype ", dtype,
-        "; supported are F32, F16, BF16 and F8_E4M3 (block FP8 weights with their scales)"));
+    return absl::UnimplementedError(absl::StrCat(path, ": tensor ", name, " has dtype ", dtype,
+                                                 "; supported are F32, F16, BF16, and F8_E4M3 and "
+                                                 "I32 (quantized weights with their scales)"));
   }
   for (const auto& d : entry["shape"]) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) {
@@ -132,6 +134,8 @@ const char* DTypeName(DType d) {
       return "BF16";
     case DType::kF8E4M3:
       return "F8_E4M3";
+    case DType::kI32:
+      return "I32";
   }
   return "?";
 }
@@ -139,6 +143,7 @@ const char* DTypeName(DType d) {
 size_t DTypeBytes(DType d) {
   switch (d) {
     case DType::kF32:
+    case DType::kI32:
       return 4;
     case DType::kF16:
     case DType::kBF16:
@@ -167,6 +172,11 @@ float TensorView::Element(int64_t index) const {
     return f;
   }
   if (dtype == DType::kF8E4M3) return F8E4M3ToFloat(data[index]);
+  if (dtype == DType::kI32) {
+    int32_t v;
+    std::memcpy(&v, data + 4 * index, 4);
+    return static_cast<float>(v);
+  }
   uint16_t v;
   std::memcpy(&v, data + 2 * index, 2);
   return dtype == DType::kBF16 ? Bf16ToFloat(v) : F16ToFloat(v);
@@ -179,8 +189,8 @@ std::vector<float> TensorView::ToFloat() const {
     for (int64_t i = 0; i < n; ++i) out[i] = RandomWeight(*random, i);
   } else if (dtype == DType::kF32) {
     std::memcpy(out.data(), data, static_cast<size_t>(n) * 4);
-  } else if (dtype == DType::kF8E4M3) {
-    for (int64_t i = 0; i < n; ++i) out[i] = F8E4M3ToFloat(data[i]);
+  } else if (dtype == DType::kF8E4M3 || dtype == DType::kI32) {
+    for (int64_t i = 0; i < n; ++i) out[i] = Element(i);
   } else {
     for (int64_t i = 0; i < n; ++i) {
       uint16_t v;
@@ -327,6 +337,11 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromTensors(
 
 absl::StatusOr<const TensorView*> Checkpoint::Get(const std::string& name,
                                                   absl::Span<const int64_t> shape) const {
+  if (!GptqStem(name).empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir_, ": tensor ", name, " is quantized (", quant_.Describe(),
+                     "); this engine does not read quantized weights (the CPU engine does)"));
+  }
   absl::StatusOr<const TensorView*> t = Find(name, shape);
   if (t.ok() && (*t)->dtype == DType::kF8E4M3) {
     return absl::FailedPreconditionError(
@@ -350,70 +365,6 @@ absl::StatusOr<const TensorView*> Checkpoint::Find(const std::string& name,
                                                    absl::StrJoin(shape, ", "), "]"));
   }
   return t;
-}
-
-absl::StatusOr<std::vector<float>> Checkpoint::GetFloat(const std::string& name,
-                                                        absl::Span<const int64_t> shape) const {
-  auto t = Find(name, shape);
-  if (!t.ok()) return t.status();
-  if ((*t)->dtype != DType::kF8E4M3) return (*t)->ToFloat();
-  if (quant_.method == QuantScheme::Method::kModelOptFp8) return DequantizeModelOpt(**t);
-  return DequantizeFp8Block(**t);
-}
-
-absl::StatusOr<std::vector<float>> Checkpoint::DequantizeModelOpt(const TensorView& w) const {
-  const std::string scale_name = absl::StrCat(w.name, "_scale");
-  if (!absl::EndsWith(w.name, ".weight") || !Has(scale_name) || w.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(dir_, ": tensor ", w.name,
-                                                   " is F8_E4M3 and has no ", scale_name,
-                                                   ": refusing to read raw FP8 codes"));
-  }
-  const TensorView& s = *index_.at(scale_name);
-  if (s.elements() != 1 || s.dtype == DType::kF8E4M3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir_, ": ", scale_name, " is ", DTypeName(s.dtype), " ", s.ShapeString(),
-                     "; ModelOpt FP8 has one F32 (or BF16/F16) scale per tensor, shape [] or [1]"));
-  }
-  const float scale = s.Element(0);
-  std::vector<float> out(static_cast<size_t>(w.elements()));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = F8E4M3ToFloat(w.data[i]) * scale;
-  return out;
-}
-
-absl::StatusOr<std::vector<float>> Checkpoint::DequantizeFp8Block(const TensorView& w) const {
-  if (quant_.method != QuantScheme::Method::kFp8Block) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir_, ": tensor ", w.name,
-        " is F8_E4M3 but config.json has no block FP8 "
-        "quantization_config to say how it is scaled: refusing to read raw FP8 codes"));
-  }
-  if (w.shape.size() != 2 || !absl::EndsWith(w.name, ".weight") || w.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(dir_, ": tensor ", w.name, " ", w.ShapeString(),
-                                                   " is F8_E4M3 but not a 2-D .weight"));
-  }
-  const int64_t rows = w.shape[0], cols = w.shape[1];
-  const int64_t br = quant_.block_rows, bc = quant_.block_cols;
-  const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
-  const std::string scale_name = absl::StrCat(w.name, "_scale_inv");
-  if (!Has(scale_name)) {
-    return absl::InvalidArgumentError(absl::StrCat(dir_, ": tensor ", w.name,
-                                                   " is F8_E4M3 and has no ", scale_name,
-                                                   ": refusing to read raw FP8 codes"));
-  }
-  ASSIGN_OR_RETURN(const TensorView* s, Find(scale_name, {srows, scols}));
-  if (s->dtype == DType::kF8E4M3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir_, ": ", scale_name, " is F8_E4M3; scales are BF16, F16 or F32"));
-  }
-  const std::vector<float> scale = s->ToFloat();
-  std::vector<float> out(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* scale_row = scale.data() + (r / br) * scols;
-    for (int64_t c = 0; c < cols; ++c) {
-      out[r * cols + c] = F8E4M3ToFloat(w.data[r * cols + c]) * scale_row[c / bc];
-    }
-  }
-  return out;
 }
 
 uint64_t Checkpoint::stored_bytes() const {

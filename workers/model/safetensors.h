@@ -14,9 +14,9 @@
 
 namespace tandem::workers::model {
 
-// Element types a checkpoint may hold. kF8E4M3 is a quantized weight's codes: read only through
-// its scales (Checkpoint::GetFloat); other quantized element types are refused at load.
-enum class DType { kF32, kF16, kBF16, kF8E4M3 };
+// Element types a checkpoint may hold. kF8E4M3 is a quantized weight's codes, kI32 packed int4
+// codes (or a permutation): read only through their scales (Checkpoint::GetFloat).
+enum class DType { kF32, kF16, kBF16, kF8E4M3, kI32 };
 const char* DTypeName(DType d);
 size_t DTypeBytes(DType d);
 
@@ -77,14 +77,17 @@ class Checkpoint {
   // nothing without their scales, which only GetFloat applies.
   absl::StatusOr<const TensorView*> Get(const std::string& name,
                                         absl::Span<const int64_t> shape) const;
-  // Loads `name` (checked against `shape`) as fp32; an F8_E4M3 weight dequantized: block FP8
-  // with its `weight_scale_inv` (one scale per block of quantization().block_rows x
-  // block_cols), ModelOpt FP8 with its `weight_scale` (one per tensor).
+  // Loads `name` (checked against `shape`) as fp32; a quantized weight dequantized (block FP8
+  // with its `weight_scale_inv`, one scale per block of quantization().block_rows x block_cols;
+  // ModelOpt FP8 with its `weight_scale`, one per tensor; GPTQ int4 from X.qweight, X.qzeros,
+  // X.scales and X.g_idx for X.weight). Defined in dequantize.cc.
   absl::StatusOr<std::vector<float>> GetFloat(const std::string& name,
                                               absl::Span<const int64_t> shape) const;
   // config.json's quantization_config, checked when the checkpoint was opened.
   const QuantScheme& quantization() const { return quant_; }
   bool Has(const std::string& name) const { return index_.contains(name); }
+  // Whether GetFloat can read the weight `name`: stored as itself, or GPTQ's X.qweight for it.
+  bool HasWeight(const std::string& name) const { return Has(name) || !GptqStem(name).empty(); }
   // Every tensor, by name.
   const std::map<std::string, const TensorView*>& tensors() const { return index_; }
   size_t tensor_count() const { return index_.size(); }
@@ -97,6 +100,10 @@ class Checkpoint {
                                          absl::Span<const int64_t> shape) const;
   absl::StatusOr<std::vector<float>> DequantizeFp8Block(const TensorView& weight) const;
   absl::StatusOr<std::vector<float>> DequantizeModelOpt(const TensorView& weight) const;
+  absl::StatusOr<std::vector<float>> DequantizeGptq(const std::string& stem,
+                                                    absl::Span<const int64_t> shape) const;
+  // For a GPTQ checkpoint, `name` (X.weight) stored as X.qweight and the rest: "X"; else "".
+  std::string GptqStem(const std::string& name) const;
   // Parses config_json_'s quantization_config (or, `from_dir`, ModelOpt's hf_quant_config.json
   // beside it) into quant_; an error names dir_.
   absl::Status ReadQuantization(bool from_dir);

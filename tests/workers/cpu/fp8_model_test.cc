@@ -1,8 +1,8 @@
 // A tiny random Qwen3.5 written in the layout of Qwen's block-FP8 release (per-expert tensors,
-// F8_E4M3 weights with BF16 block scales), and a tiny Nemotron-H in the layout of NVIDIA's
-// ModelOpt FP8 release (per-tensor scales), each run in the CPU engine exactly as the same model
-// with those weights dequantized into F32 in the BF16 release's layout: the same logits bit for
-// bit, prefill and decode. The dequantization itself is checked against independent vectors
+// F8_E4M3 weights with BF16 block scales) and as GPTQ int4, and a tiny Nemotron-H in the layout of
+// NVIDIA's ModelOpt FP8 release (per-tensor scales), each run in the CPU engine exactly as the same
+// model with those weights dequantized into F32 in the BF16 release's layout: the same logits bit
+// for bit, prefill and decode. The dequantization itself is checked against independent vectors
 // (quantization_test); this checks which tensors are quantized and how the loader puts them
 // together.
 #include <cstring>
@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/temp_path.h"
 #include "workers/cpu/cpu_model.h"
-#include "workers/model/fp8_checkpoint.h"
+#include "workers/model/quantized_checkpoint.h"
 #include "workers/model/random_checkpoint.h"
 
 namespace tandem::workers::model {
@@ -82,6 +82,33 @@ TEST(Fp8BlockModelTest, TheFp8LayoutRunsAsItsDequantizedModel) {
   EXPECT_EQ(t.at("lm_head.weight")->dtype, DType::kBF16);
 
   ExpectSameModel(fp8_dir, reference_dir);
+}
+
+TEST(Fp8BlockModelTest, TheGptqLayoutRunsAsItsDequantizedModel) {
+  RandomModelOptions o;
+  o.hidden_size = 64;
+  o.num_layers = 4;
+  o.num_experts = 4;
+  o.moe_intermediate_size = 48;  // groups of 32: the down projections' last group is partial
+  o.shared_intermediate_size = 32;
+  o.head_dim = 32;
+  o.linear_head_dim = 16;
+  o.vision = false;
+  const std::string source_dir = FreshDir("gptq_source");
+  std::filesystem::create_directories(source_dir);
+  ASSERT_TRUE(WriteRandomCheckpoint(o, source_dir).ok());
+  auto source = Checkpoint::Open(source_dir);
+  ASSERT_TRUE(source.ok()) << source.status();
+  const std::string gptq_dir = FreshDir("gptq"), reference_dir = FreshDir("gptq_ref");
+  ASSERT_TRUE(WriteGptqCheckpoint(**source, gptq_dir, /*group=*/32, reference_dir).ok());
+  auto gptq = Checkpoint::Open(gptq_dir);
+  ASSERT_TRUE(gptq.ok()) << gptq.status();
+  EXPECT_EQ((*gptq)->quantization().Name(), "gptq-int4");
+  const std::string layer = "model.language_model.layers.1.";
+  EXPECT_TRUE((*gptq)->Has(layer + "mlp.experts.3.down_proj.qweight"));
+  EXPECT_TRUE((*gptq)->Has(layer + "mlp.shared_expert.up_proj.qzeros"));
+  EXPECT_TRUE((*gptq)->Has(layer + "linear_attn.in_proj_qkv.weight")) << "attention stays";
+  ExpectSameModel(gptq_dir, reference_dir);
 }
 
 TEST(Fp8BlockModelTest, TheModelOptFp8LayoutRunsAsItsDequantizedModel) {

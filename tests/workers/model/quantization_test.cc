@@ -1,5 +1,5 @@
 // Block FP8 (Qwen3.5's FP8 release layout) read through its scales, against vectors written by an
-// independent numpy implementation of the format (fp8_block/make_fp8_vectors.py, from the
+// independent numpy implementation of the format (quant_vectors/make_vectors.py, from the
 // specifications, not from this code): every E4M3 code, partial last blocks, BF16, F16 and F32
 // scales, bit for bit. And the refusals: a quantized weight is never read as raw codes.
 #include "workers/model/quantization.h"
@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -21,9 +22,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Vectors() { return tandem::testing::SourcePath("/tests/workers/model/fp8_block"); }
+std::string Vectors() {
+  return tandem::testing::SourcePath("/tests/workers/model/quant_vectors/fp8_block");
+}
 std::string ModelOptVectors() {
-  return tandem::testing::SourcePath("/tests/workers/model/modelopt_fp8");
+  return tandem::testing::SourcePath("/tests/workers/model/quant_vectors/modelopt_fp8");
 }
 
 uint32_t Bits(float f) {
@@ -126,6 +129,33 @@ TEST(QuantizationTest, ModelOptFp8DequantizesBitForBitWithEitherScaleShape) {
               HasSubstr("ModelOpt quant_algo \"NVFP4\""));
 }
 
+TEST(QuantizationTest, GptqInt4DequantizesBitForBitInBothCheckpointFormats) {
+  // v1: asymmetric, zero points stored minus one, groups through a desc_act g_idx permutation.
+  // v2: symmetric, zero points as they are, groups in order with a partial last one.
+  for (const auto& [folder, out, in, describe] :
+       std::vector<std::tuple<std::string, int64_t, int64_t, std::string>>{
+           {"gptq_v1", 16, 64, "gptq int4 (groups of 32, v1, asym, desc_act)"},
+           {"gptq_v2", 24, 72, "gptq int4 (groups of 32, v2, sym)"}}) {
+    auto c = Checkpoint::Open(
+        tandem::testing::SourcePath("/tests/workers/model/quant_vectors/" + folder));
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->quantization().Describe(), describe);
+    auto got = (*c)->GetFloat("x.weight", {out, in});
+    ASSERT_TRUE(got.ok()) << got.status();
+    auto want = (*c)->GetFloat("x.expected", {out, in});
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (size_t i = 0; i < got->size(); ++i) {
+      ASSERT_EQ(Bits((*got)[i]), Bits((*want)[i])) << folder << " element " << i;
+    }
+    // Read as stored (the CUDA upload) it is refused, as every quantized tensor is.
+    EXPECT_EQ((*c)->Get("x.weight", {out, in}).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    // A shape the config does not imply is named.
+    EXPECT_THAT(std::string((*c)->GetFloat("x.weight", {out, in + 8}).status().message()),
+                HasSubstr("x.qweight has shape"));
+  }
+}
+
 TEST(QuantizationTest, ConfigsAreReadOrRefusedNamingTheField) {
   using Json = nlohmann::json;
   EXPECT_EQ(ParseQuantization(Json::object())->method, QuantScheme::Method::kNone);
@@ -143,6 +173,9 @@ TEST(QuantizationTest, ConfigsAreReadOrRefusedNamingTheField) {
       {{{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}}, "weight_block_size"},
       {{{"quant_method", "awq"}}, "quant_method 'awq'"},
       {{{"quant_method", "modelopt"}, {"quant_algo", "W4A16_AWQ"}}, "quant_algo"},
+      {{{"quant_method", "gptq"}, {"bits", 8}}, "bits 8"},
+      {{{"quant_method", "gptq"}, {"group_size", 0}}, "group_size"},
+      {{{"quant_method", "gptq"}, {"checkpoint_format", "marlin"}}, "checkpoint_format"},
       {{{"bits", 4}}, "quant_method missing"},
       {Json("fp8"), "must be an object"}};
   for (const auto& [q, field] : bad) {

@@ -25,6 +25,15 @@ namespace tandem::workers::model {
 absl::Status WriteFp8BlockCheckpoint(const Checkpoint& source, const std::string& dir,
                                      int64_t block, const std::string& dequantized_dir = "");
 
+// Writes `source`, a BF16 or F32 Qwen3.5 checkpoint, as GPTQ int4 (tandem-make-checkpoint
+// --quant=gptq): the MLPs (routed experts, split per expert, and the shared expert) as
+// X.qweight / X.qzeros / X.scales, symmetric (zero point 8), one F16 scale per `group` inputs
+// and output, checkpoint_format gptq, no desc_act; every attention module BF16, as the
+// `dynamic` rule of Qwen's GPTQ releases says ("-:.*attn.*": seen on the 27B sibling; the 35B
+// release's own config could not be read here). `dequantized_dir` as above.
+absl::Status WriteGptqCheckpoint(const Checkpoint& source, const std::string& dir, int64_t group,
+                                 const std::string& dequantized_dir = "");
+
 // Writes `source`, a BF16 or F32 Nemotron-H (nemotron_h) checkpoint, in the layout of NVIDIA's
 // ModelOpt FP8 release of Nemotron-3-Nano (tandem-make-checkpoint --quant=modelopt-fp8): the
 // Mamba in_proj/out_proj and the routed and shared experts' up/down_proj become F8_E4M3 with a

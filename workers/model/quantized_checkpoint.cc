@@ -1,10 +1,12 @@
-#include "workers/model/fp8_checkpoint.h"
+#include "workers/model/quantized_checkpoint.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
@@ -56,18 +58,21 @@ float RoundToBf16(float f) {
 
 // One weight [rows, cols] quantized, and its dequantized values.
 struct Quantized {
-  TensorData codes, scales;
+  std::vector<TensorData> stored;  // what the release stores for the weight
   std::vector<float> dequantized;
 };
+// Quantizes the weight `name` [rows, cols] (row-major `w`) in one format.
+using Quantizer =
+    std::function<Quantized(const std::string& name, const float* w, int64_t rows, int64_t cols)>;
 
 Quantized QuantizeBlocks(const std::string& name, const float* w, int64_t rows, int64_t cols,
                          int64_t block) {
   const int64_t srows = (rows + block - 1) / block, scols = (cols + block - 1) / block;
   Quantized q;
-  q.codes = Tensor(name, {rows, cols}, DType::kF8E4M3);
-  q.codes.raw.resize(static_cast<size_t>(rows * cols));
-  q.scales = Tensor(name + "_scale_inv", {srows, scols}, DType::kBF16);
-  q.scales.values.resize(static_cast<size_t>(srows * scols));
+  TensorData codes = Tensor(name, {rows, cols}, DType::kF8E4M3);
+  codes.raw.resize(static_cast<size_t>(rows * cols));
+  TensorData scales = Tensor(name + "_scale_inv", {srows, scols}, DType::kBF16);
+  scales.values.resize(static_cast<size_t>(srows * scols));
   q.dequantized.resize(static_cast<size_t>(rows * cols));
   for (int64_t br = 0; br < srows; ++br) {
     for (int64_t bc = 0; bc < scols; ++bc) {
@@ -80,23 +85,26 @@ Quantized QuantizeBlocks(const std::string& name, const float* w, int64_t rows, 
       }
       // Stored as BF16, so the codes are made against the rounded scale.
       const float scale = RoundToBf16(amax > 0 ? amax / 448.0f : 1.0f);
-      q.scales.values[br * scols + bc] = scale;
+      scales.values[br * scols + bc] = scale;
       for (int64_t r = br * block; r < r_end; ++r) {
         for (int64_t c = bc * block; c < c_end; ++c) {
           const uint8_t code = FloatToF8E4M3(w[r * cols + c] / scale);
-          q.codes.raw[r * cols + c] = code;
+          codes.raw[r * cols + c] = code;
           q.dequantized[r * cols + c] = F8E4M3ToFloat(code) * scale;
         }
       }
     }
   }
+  q.stored.push_back(std::move(codes));
+  q.stored.push_back(std::move(scales));
   return q;
 }
 
 // The release's fused-expert tensors, split and quantized per expert: `experts.E.gate_proj` and
 // `up_proj` from gate_up_proj [E, 2I, H] (gate rows first), `down_proj` from down_proj [E, H, I].
 void SplitExperts(const std::string& name, const TensorView& t, const std::vector<float>& values,
-                  int64_t block, std::vector<TensorData>* fp8, std::vector<float>* dequantized) {
+                  const Quantizer& quantize, std::vector<TensorData>* stored,
+                  std::vector<float>* dequantized) {
   const std::string prefix = name.substr(0, name.rfind('.') + 1);  // "...mlp.experts."
   const bool gate_up = absl::EndsWith(name, "gate_up_proj");
   const int64_t experts = t.shape[0], rows = t.shape[1], cols = t.shape[2];
@@ -110,23 +118,21 @@ void SplitExperts(const std::string& name, const TensorView& t, const std::vecto
     const int64_t part_rows = gate_up ? rows / 2 : rows;
     for (const auto& [part, first_row] : parts) {
       const int64_t at = (e * rows + first_row) * cols;
-      Quantized q =
-          QuantizeBlocks(p + part + ".weight", values.data() + at, part_rows, cols, block);
+      Quantized q = quantize(p + part + ".weight", values.data() + at, part_rows, cols);
       std::copy(q.dequantized.begin(), q.dequantized.end(), dequantized->begin() + at);
-      fp8->push_back(std::move(q.codes));
-      fp8->push_back(std::move(q.scales));
+      for (TensorData& d : q.stored) stored->push_back(std::move(d));
     }
   }
 }
 
-absl::StatusOr<Json> QwenConfig(const Checkpoint& source) {
+absl::StatusOr<Json> QwenConfig(const Checkpoint& source, const char* format) {
   const Json config = ParseConfigJson(source.config_json());
   if (!config.is_object()) return absl::InvalidArgumentError("config.json is not an object");
   const std::string type = config.value("model_type", "");
   if (type != "qwen3_5_moe" && type != "qwen3_5_moe_text") {
-    return absl::UnimplementedError(
-        absl::StrCat("block FP8 is Qwen3.5's release format; model_type '", type,
-                     "' is not qwen3_5_moe (Nemotron's FP8 release is ModelOpt per-tensor FP8)"));
+    return absl::UnimplementedError(absl::StrCat(
+        format, " is written for Qwen3.5; model_type '", type,
+        "' is not qwen3_5_moe (Nemotron's FP8 release is ModelOpt per-tensor FP8: modelopt-fp8)"));
   }
   if (config.contains("quantization_config")) {
     return absl::InvalidArgumentError("the source checkpoint is quantized already");
@@ -155,43 +161,130 @@ absl::Status WriteDir(const std::string& from, const std::string& dir, const Jso
 
 }  // namespace
 
-absl::Status WriteFp8BlockCheckpoint(const Checkpoint& source, const std::string& dir,
-                                     int64_t block, const std::string& dequantized_dir) {
-  if (block < 1) return absl::InvalidArgumentError("the FP8 block size must be >= 1");
-  ASSIGN_OR_RETURN(Json config, QwenConfig(source));
-  std::vector<TensorData> fp8, reference;
+namespace {
+
+// Writes the Qwen3.5 `source` with the weights `quantized` says quantized by `quantize` (the
+// routed experts, when quantized, split per expert), the rest BF16, and `quantization_config`.
+absl::Status WriteQwenQuantized(
+    const Checkpoint& source, const std::string& dir, const std::string& dequantized_dir,
+    const char* format, const std::function<bool(const std::string&, const TensorView&)>& quantized,
+    const Quantizer& quantize, const Json& quantization_config) {
+  ASSIGN_OR_RETURN(Json config, QwenConfig(source, format));
+  std::vector<TensorData> stored, reference;
   for (const auto& [name, t] : source.tensors()) {
-    if (t->dtype == DType::kF8E4M3) return absl::InvalidArgumentError(name + " is quantized");
+    if (t->dtype == DType::kF8E4M3 || t->dtype == DType::kI32) {
+      return absl::InvalidArgumentError(name + " is quantized");
+    }
     std::vector<float> values = t->ToFloat();
     const bool experts =
         t->shape.size() == 3 && (absl::EndsWith(name, "mlp.experts.gate_up_proj") ||
                                  absl::EndsWith(name, "mlp.experts.down_proj"));
     if (experts) {
       std::vector<float> dequantized;
-      SplitExperts(name, *t, values, block, &fp8, &dequantized);
+      SplitExperts(name, *t, values, quantize, &stored, &dequantized);
       reference.push_back(Tensor(name, t->shape, DType::kF32, std::move(dequantized)));
-    } else if (QuantizedInRelease(name, *t)) {
-      Quantized q = QuantizeBlocks(name, values.data(), t->shape[0], t->shape[1], block);
-      fp8.push_back(std::move(q.codes));
-      fp8.push_back(std::move(q.scales));
+    } else if (quantized(name, *t)) {
+      Quantized q = quantize(name, values.data(), t->shape[0], t->shape[1]);
+      for (TensorData& d : q.stored) stored.push_back(std::move(d));
       reference.push_back(Tensor(name, t->shape, DType::kF32, std::move(q.dequantized)));
     } else {
-      fp8.push_back(Tensor(name, t->shape, DType::kBF16, values));
+      stored.push_back(Tensor(name, t->shape, DType::kBF16, values));
       reference.push_back(Tensor(name, t->shape, DType::kBF16, std::move(values)));
     }
   }
-  Json quantized = config;
-  quantized["quantization_config"] = {
-      {"quant_method", "fp8"},
-      {"fmt", "e4m3"},
-      {"activation_scheme", "dynamic"},
-      {"weight_block_size", {block, block}},
-      {"modules_to_not_convert",
-       {"lm_head", "model.visual", "mlp.gate", "mlp.shared_expert_gate", "linear_attn.in_proj_a",
-        "linear_attn.in_proj_b", "linear_attn.conv1d"}}};
-  RETURN_IF_ERROR(WriteDir(source.dir(), dir, quantized, std::move(fp8)));
+  Json with = config;
+  with["quantization_config"] = quantization_config;
+  RETURN_IF_ERROR(WriteDir(source.dir(), dir, with, std::move(stored)));
   if (dequantized_dir.empty()) return absl::OkStatus();
   return WriteDir(source.dir(), dequantized_dir, config, std::move(reference));
+}
+
+// GPTQ int4 of one weight [out, in], symmetric (zero point 8, stored as 7: checkpoint_format
+// gptq), one F16 scale per group of `group` inputs and output: amax / 7, rounded to F16 first.
+Quantized QuantizeGptq(const std::string& name, const float* w, int64_t out, int64_t in,
+                       int64_t group) {
+  const int64_t groups = (in + group - 1) / group;
+  const std::string stem = name.substr(0, name.size() - std::string(".weight").size());
+  Quantized q;
+  q.dequantized.resize(static_cast<size_t>(out * in));
+  std::vector<uint32_t> qweight(static_cast<size_t>(in / 8 * out), 0);
+  std::vector<uint32_t> qzeros(static_cast<size_t>(groups * out / 8), 0x77777777u);
+  TensorData scales = Tensor(stem + ".scales", {groups, out}, DType::kF16);
+  scales.values.resize(static_cast<size_t>(groups * out));
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t o = 0; o < out; ++o) {
+      float amax = 0;
+      for (int64_t i = g * group; i < std::min(in, (g + 1) * group); ++i) {
+        amax = std::max(amax, std::fabs(w[o * in + i]));
+      }
+      uint16_t bits = FloatToF16(amax > 0 ? amax / 7.0f : 1.0f);
+      const float scale = static_cast<float>(std::bit_cast<_Float16>(bits));
+      scales.values[g * out + o] = scale;
+      for (int64_t i = g * group; i < std::min(in, (g + 1) * group); ++i) {
+        const float level = std::nearbyint(w[o * in + i] / scale) + 8.0f;
+        const uint32_t code = static_cast<uint32_t>(std::clamp(level, 0.0f, 15.0f));
+        qweight[(i / 8) * out + o] |= code << (4 * (i % 8));
+        q.dequantized[o * in + i] = scale * static_cast<float>(static_cast<int32_t>(code) - 8);
+      }
+    }
+  }
+  auto raw = [](const std::vector<uint32_t>& words) {
+    std::vector<uint8_t> bytes(words.size() * 4);
+    std::memcpy(bytes.data(), words.data(), bytes.size());
+    return bytes;
+  };
+  TensorData qw = Tensor(stem + ".qweight", {in / 8, out}, DType::kI32);
+  qw.raw = raw(qweight);
+  TensorData qz = Tensor(stem + ".qzeros", {groups, out / 8}, DType::kI32);
+  qz.raw = raw(qzeros);
+  q.stored = {std::move(qw), std::move(qz), std::move(scales)};
+  return q;
+}
+
+}  // namespace
+
+absl::Status WriteFp8BlockCheckpoint(const Checkpoint& source, const std::string& dir,
+                                     int64_t block, const std::string& dequantized_dir) {
+  if (block < 1) return absl::InvalidArgumentError("the FP8 block size must be >= 1");
+  const Json config = {{"quant_method", "fp8"},
+                       {"fmt", "e4m3"},
+                       {"activation_scheme", "dynamic"},
+                       {"weight_block_size", {block, block}},
+                       {"modules_to_not_convert",
+                        {"lm_head", "model.visual", "mlp.gate", "mlp.shared_expert_gate",
+                         "linear_attn.in_proj_a", "linear_attn.in_proj_b", "linear_attn.conv1d"}}};
+  return WriteQwenQuantized(
+      source, dir, dequantized_dir, "block FP8", QuantizedInRelease,
+      [block](const std::string& name, const float* w, int64_t rows, int64_t cols) {
+        return QuantizeBlocks(name, w, rows, cols, block);
+      },
+      config);
+}
+
+absl::Status WriteGptqCheckpoint(const Checkpoint& source, const std::string& dir, int64_t group,
+                                 const std::string& dequantized_dir) {
+  if (group < 8 || group % 8 != 0) {
+    return absl::InvalidArgumentError("the GPTQ group size must be a multiple of 8");
+  }
+  const Json config = {{"quant_method", "gptq"},
+                       {"bits", 4},
+                       {"group_size", group},
+                       {"desc_act", false},
+                       {"sym", true},
+                       {"checkpoint_format", "gptq"},
+                       {"dynamic", {{"-:.*attn.*", Json::object()}}}};
+  // The MLPs only: the `dynamic` rule keeps every attention module (".*attn.*", the Gated
+  // DeltaNet's linear_attn included) unquantized.
+  auto mlp = [](const std::string& name, const TensorView& t) {
+    return t.shape.size() == 2 && absl::EndsWith(name, ".weight") &&
+           absl::StrContains(name, "mlp.shared_expert.") && !absl::StrContains(name, "visual.");
+  };
+  return WriteQwenQuantized(
+      source, dir, dequantized_dir, "GPTQ", mlp,
+      [group](const std::string& name, const float* w, int64_t rows, int64_t cols) {
+        return QuantizeGptq(name, w, rows, cols, group);
+      },
+      config);
 }
 
 namespace {
