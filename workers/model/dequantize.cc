@@ -14,7 +14,10 @@ namespace tandem::workers::model {
 
 absl::StatusOr<std::vector<float>> Checkpoint::GetFloat(const std::string& name,
                                                         absl::Span<const int64_t> shape) const {
-  if (const std::string stem = GptqStem(name); !stem.empty()) return DequantizeGptq(stem, shape);
+  if (const std::string stem = GptqStem(name); !stem.empty()) {
+    return quant_.method == QuantScheme::Method::kAwq ? DequantizeAwq(stem, shape)
+                                                      : DequantizeGptq(stem, shape);
+  }
   auto t = Find(name, shape);
   if (!t.ok()) return t.status();
   if ((*t)->dtype == DType::kI32) {
@@ -26,8 +29,9 @@ absl::StatusOr<std::vector<float>> Checkpoint::GetFloat(const std::string& name,
 }
 
 std::string Checkpoint::GptqStem(const std::string& name) const {
-  if (quant_.method != QuantScheme::Method::kGptq || Has(name) ||
-      !absl::EndsWith(name, ".weight")) {
+  const bool packed =
+      quant_.method == QuantScheme::Method::kGptq || quant_.method == QuantScheme::Method::kAwq;
+  if (!packed || Has(name) || !absl::EndsWith(name, ".weight")) {
     return "";
   }
   std::string stem = name.substr(0, name.size() - std::string(".weight").size());
@@ -160,6 +164,42 @@ absl::StatusOr<std::vector<float>> Checkpoint::DequantizeGptq(
     for (int64_t o = 0; o < out; ++o) {
       const int32_t code = Nibble(q_row + o * 4, static_cast<int>(i % 8));
       const int32_t zero = Nibble(z_row + (o / 8) * 4, static_cast<int>(o % 8)) + zero_offset;
+      w[o * in + i] = scales[g * out + o] * static_cast<float>(code - zero);
+    }
+  }
+  return w;
+}
+
+absl::StatusOr<std::vector<float>> Checkpoint::DequantizeAwq(
+    const std::string& stem, absl::Span<const int64_t> shape) const {
+  if (shape.size() != 2 || shape[0] % 8 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir_, ": ", stem,
+                     ": AWQ packs 8 output columns per int32; a 2-D weight whose output "
+                     "size is a multiple of 8 is read"));
+  }
+  const int64_t out = shape[0], in = shape[1];
+  const int64_t group = quant_.group_size > 0 ? quant_.group_size : in;
+  const int64_t groups = (in + group - 1) / group;
+  ASSIGN_OR_RETURN(const TensorView* q, Find(stem + ".qweight", {in, out / 8}));
+  ASSIGN_OR_RETURN(const TensorView* z, Find(stem + ".qzeros", {groups, out / 8}));
+  ASSIGN_OR_RETURN(const TensorView* s, Find(stem + ".scales", {groups, out}));
+  if (q->dtype != DType::kI32 || z->dtype != DType::kI32 || s->dtype == DType::kI32 ||
+      s->dtype == DType::kF8E4M3 || q->data == nullptr || z->data == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir_, ": ", stem, ": qweight and qzeros are I32, scales F16, BF16 or F32"));
+  }
+  // Nibble j of a word holds column 8c + {0, 2, 4, 6, 1, 3, 5, 7}[j]: column k is nibble
+  // kNibble[k].
+  static constexpr int kNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+  const std::vector<float> scales = s->ToFloat();
+  std::vector<float> w(static_cast<size_t>(out * in));
+  for (int64_t i = 0; i < in; ++i) {
+    const int64_t g = i / group;
+    for (int64_t o = 0; o < out; ++o) {
+      const int k = kNibble[o % 8];
+      const int32_t code = Nibble(q->data + (i * (out / 8) + o / 8) * 4, k);
+      const int32_t zero = Nibble(z->data + (g * (out / 8) + o / 8) * 4, k);
       w[o * in + i] = scales[g * out + o] * static_cast<float>(code - zero);
     }
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace tandem::workers::model {
@@ -93,6 +94,29 @@ absl::StatusOr<QuantScheme> ParseGptq(const Json& q) {
   return s;
 }
 
+absl::StatusOr<QuantScheme> ParseAwq(const Json& q) {
+  QuantScheme s;
+  s.method = QuantScheme::Method::kAwq;
+  s.sym = false;
+  const Json bits = q.value("bits", q.value("w_bit", Json(4)));
+  const Json group = q.value("group_size", q.value("q_group_size", Json(128)));
+  const Json version = q.value("version", Json("gemm"));
+  const Json zero_point = q.value("zero_point", Json(true));
+  if (!bits.is_number_integer() || bits.get<int64_t>() != 4 || !version.is_string() ||
+      absl::AsciiStrToLower(version.get<std::string>()) != "gemm" || zero_point != Json(true)) {
+    return absl::UnimplementedError(
+        absl::StrCat("quantization_config: AWQ with bits ", Shown(bits), ", version ",
+                     Shown(version), ", zero_point ", Shown(zero_point),
+                     ": AWQ is read as 4-bit GEMM packing with zero points"));
+  }
+  if (!group.is_number_integer() || (group.get<int64_t>() < 1 && group.get<int64_t>() != -1)) {
+    return absl::InvalidArgumentError(absl::StrCat("quantization_config.group_size: ", Shown(group),
+                                                   " is not -1 or a positive size"));
+  }
+  s.group_size = std::max<int64_t>(0, group.get<int64_t>());
+  return s;
+}
+
 }  // namespace
 
 std::string QuantScheme::Describe() const {
@@ -103,6 +127,11 @@ std::string QuantScheme::Describe() const {
       return absl::StrCat("fp8 (e4m3, ", block_rows, "x", block_cols, " blocks)");
     case Method::kModelOptFp8:
       return "modelopt fp8 (e4m3, per-tensor scales)";
+    case Method::kAwq:
+      return absl::StrCat(
+          "awq int4 (",
+          group_size > 0 ? absl::StrCat("groups of ", group_size) : std::string("one group"),
+          ", gemm)");
     case Method::kGptq:
       return absl::StrCat(
           "gptq int4 (",
@@ -122,6 +151,8 @@ std::string QuantScheme::Name() const {
       return "modelopt-fp8";
     case Method::kGptq:
       return "gptq-int4";
+    case Method::kAwq:
+      return "awq-int4";
   }
   return "?";
 }
@@ -138,6 +169,7 @@ absl::StatusOr<QuantScheme> ParseQuantization(const Json& config) {
       method != q->end() && method->is_string() ? method->get<std::string>() : "";
   if (name == "fp8") return ParseFp8(*q);
   if (name == "gptq") return ParseGptq(*q);
+  if (name == "awq") return ParseAwq(*q);
   if (name == "modelopt") {
     return ModelOpt(q->value("quant_algo", Json()),
                     q->contains("kv_cache_scheme") && !(*q)["kv_cache_scheme"].is_null());
@@ -149,8 +181,8 @@ absl::StatusOr<QuantScheme> ParseQuantization(const Json& config) {
                          : absl::StrCat("'", name, "'"),
       ": the native engine reads block FP8 (quant_method fp8 with weight_block_size, the "
       "Qwen3.5 FP8 release) and ModelOpt per-tensor FP8 (quant_method modelopt, quant_algo "
-      "FP8, the Nemotron-3-Nano FP8 release) and GPTQ int4 (quant_method gptq); other int4 "
-      "formats (awq, compressed-tensors) are not read yet: use the BF16 release"));
+      "FP8, the Nemotron-3-Nano FP8 release), GPTQ and AWQ int4 (quant_method gptq, "
+      "awq); compressed-tensors is not read yet: use the BF16 release"));
 }
 
 uint8_t FloatToF8E4M3(float f) {

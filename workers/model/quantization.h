@@ -23,6 +23,9 @@ struct QuantScheme {
     // GPTQ int4 (quant_method gptq, bits 4): X.weight stored as X.qweight (I32 [in/8, out]),
     // X.qzeros (I32 [groups, out/8]), X.scales [groups, out] and, with desc_act, X.g_idx [in].
     kGptq,
+    // AWQ int4 (quant_method awq, version gemm): the same names, qweight I32 [in, out/8] and
+    // qzeros [groups, out/8] with AWQ's interleaved nibble order, zero points as they are.
+    kAwq,
   };
   Method method = Method::kNone;
   // kFp8Block: each `weight_scale_inv` element multiplies a block of this many rows and columns
@@ -32,7 +35,7 @@ struct QuantScheme {
   // kModelOptFp8: the KV cache is FP8 in the release (k_scale / v_scale tensors); the engines
   // keep it unquantized, and say so at load.
   bool kv_cache_fp8 = false;
-  // kGptq: input rows per group (0: one group, the config's -1); whether groups follow g_idx
+  // kGptq, kAwq: input rows per group (0: one group, the config's -1); whether groups follow g_idx
   // (desc_act); whether zero points are stored minus one (checkpoint_format gptq, "v1") or as
   // they are (gptq_v2); sym is informational (the zero points say it).
   int64_t group_size = 0;

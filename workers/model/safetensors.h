@@ -102,7 +102,10 @@ class Checkpoint {
   absl::StatusOr<std::vector<float>> DequantizeModelOpt(const TensorView& weight) const;
   absl::StatusOr<std::vector<float>> DequantizeGptq(const std::string& stem,
                                                     absl::Span<const int64_t> shape) const;
-  // For a GPTQ checkpoint, `name` (X.weight) stored as X.qweight and the rest: "X"; else "".
+  absl::StatusOr<std::vector<float>> DequantizeAwq(const std::string& stem,
+                                                   absl::Span<const int64_t> shape) const;
+  // For a GPTQ or AWQ checkpoint, `name` (X.weight) stored as X.qweight and the rest: "X";
+  // else "".
   std::string GptqStem(const std::string& name) const;
   // Parses config_json_'s quantization_config (or, `from_dir`, ModelOpt's hf_quant_config.json
   // beside it) into quant_; an error names dir_.

@@ -129,13 +129,15 @@ TEST(QuantizationTest, ModelOptFp8DequantizesBitForBitWithEitherScaleShape) {
               HasSubstr("ModelOpt quant_algo \"NVFP4\""));
 }
 
-TEST(QuantizationTest, GptqInt4DequantizesBitForBitInBothCheckpointFormats) {
-  // v1: asymmetric, zero points stored minus one, groups through a desc_act g_idx permutation.
-  // v2: symmetric, zero points as they are, groups in order with a partial last one.
+TEST(QuantizationTest, GptqAndAwqInt4DequantizeBitForBit) {
+  // GPTQ v1: asymmetric, zero points stored minus one, groups through a desc_act g_idx
+  // permutation. v2: symmetric, zero points as they are, groups in order with a partial last
+  // one. AWQ: its interleaved nibble order, zero points as they are, a partial last group.
   for (const auto& [folder, out, in, describe] :
        std::vector<std::tuple<std::string, int64_t, int64_t, std::string>>{
            {"gptq_v1", 16, 64, "gptq int4 (groups of 32, v1, asym, desc_act)"},
-           {"gptq_v2", 24, 72, "gptq int4 (groups of 32, v2, sym)"}}) {
+           {"gptq_v2", 24, 72, "gptq int4 (groups of 32, v2, sym)"},
+           {"awq", 24, 72, "awq int4 (groups of 32, gemm)"}}) {
     auto c = Checkpoint::Open(
         tandem::testing::SourcePath("/tests/workers/model/quant_vectors/" + folder));
     ASSERT_TRUE(c.ok()) << c.status();
@@ -171,11 +173,12 @@ TEST(QuantizationTest, ConfigsAreReadOrRefusedNamingTheField) {
        "activation_scheme"},
       {{{"quant_method", "fp8"}, {"weight_block_size", {128}}}, "weight_block_size"},
       {{{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}}, "weight_block_size"},
-      {{{"quant_method", "awq"}}, "quant_method 'awq'"},
+      {{{"quant_method", "compressed-tensors"}}, "quant_method 'compressed-tensors'"},
       {{{"quant_method", "modelopt"}, {"quant_algo", "W4A16_AWQ"}}, "quant_algo"},
       {{{"quant_method", "gptq"}, {"bits", 8}}, "bits 8"},
       {{{"quant_method", "gptq"}, {"group_size", 0}}, "group_size"},
       {{{"quant_method", "gptq"}, {"checkpoint_format", "marlin"}}, "checkpoint_format"},
+      {{{"quant_method", "awq"}, {"version", "gemv"}}, "GEMM packing"},
       {{{"bits", 4}}, "quant_method missing"},
       {Json("fp8"), "must be an object"}};
   for (const auto& [q, field] : bad) {

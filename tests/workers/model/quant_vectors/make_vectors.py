@@ -14,6 +14,9 @@ reproduce every expected value bit for bit:
                 the groups); W[o][i] = scale[g][o] * (q - zero), g = g_idx[i]. Asymmetric.
   gptq_v2       the same with checkpoint_format gptq_v2 (zero points as they are), symmetric
                 (zero 8), no g_idx: g = i // group_size, the last group partial.
+  awq           AWQ int4, GEMM packing: qweight I32 [in, out/8] whose nibble j holds column
+                8c + [0, 2, 4, 6, 1, 3, 5, 7][j], qzeros I32 [groups, out/8] packed the same way,
+                scales F16 [groups, out]; W[o][i] = (q - zero) * scale[i // group_size][o].
 
   /usr/bin/python3 tests/workers/model/quant_vectors/make_vectors.py   # rewrites the files
 """
@@ -156,12 +159,40 @@ def gptq(rng, folder, out, inputs, group, v2, sym, desc_act):
             "sym": sym, "checkpoint_format": "gptq_v2" if v2 else "gptq"}})
 
 
+def pack_awq(codes):
+    """[rows, out] codes -> I32 [rows, out/8] in AWQ's order."""
+    order = [0, 2, 4, 6, 1, 3, 5, 7]
+    packed = np.zeros((codes.shape[0], codes.shape[1] // 8), np.uint32)
+    for j in range(8):
+        packed |= codes[:, order[j]::8].astype(np.uint32) << np.uint32(4 * j)
+    return packed.view(np.int32)
+
+
+def awq(rng, out, inputs, group):
+    groups = -(-inputs // group)
+    q = rng.integers(0, 16, size=(inputs, out))
+    zero = rng.integers(0, 16, size=(groups, out))
+    scale = rng.uniform(1e-3, 5e-2, size=(groups, out)).astype(np.float16)
+    g = np.arange(inputs) // group
+    t = Tensors()
+    t.add("x.qweight", "I32", pack_awq(q))
+    t.add("x.qzeros", "I32", pack_awq(zero))
+    t.add("x.scales", "F16", scale)
+    w = (q - zero[g, :]).astype(np.float32) * scale.astype(np.float32)[g, :]  # [in, out]
+    t.add("x.expected", "F32", np.ascontiguousarray(w.T))
+    write(os.path.join(HERE, "awq"), t, {
+        "model_type": "qwen3_5_moe", "quantization_config": {
+            "quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True,
+            "version": "gemm"}})
+
+
 def main():
     rng = np.random.default_rng(20261206)
     fp8_block(rng)
     modelopt_fp8(rng)
     gptq(rng, "gptq_v1", out=16, inputs=64, group=32, v2=False, sym=False, desc_act=True)
     gptq(rng, "gptq_v2", out=24, inputs=72, group=32, v2=True, sym=True, desc_act=False)
+    awq(rng, out=24, inputs=72, group=32)
 
 
 if __name__ == "__main__":
