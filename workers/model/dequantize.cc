@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "workers/model/checkpoint_writer.h"
 #include "workers/model/quantization.h"
 #include "workers/model/safetensors.h"
 
@@ -15,8 +16,14 @@ namespace tandem::workers::model {
 absl::StatusOr<std::vector<float>> Checkpoint::GetFloat(const std::string& name,
                                                         absl::Span<const int64_t> shape) const {
   if (const std::string stem = GptqStem(name); !stem.empty()) {
-    return quant_.method == QuantScheme::Method::kAwq ? DequantizeAwq(stem, shape)
-                                                      : DequantizeGptq(stem, shape);
+    switch (quant_.method) {
+      case QuantScheme::Method::kAwq:
+        return DequantizeAwq(stem, shape);
+      case QuantScheme::Method::kCompressedTensors:
+        return DequantizeCompressedTensors(stem, shape);
+      default:
+        return DequantizeGptq(stem, shape);
+    }
   }
   auto t = Find(name, shape);
   if (!t.ok()) return t.status();
@@ -29,13 +36,21 @@ absl::StatusOr<std::vector<float>> Checkpoint::GetFloat(const std::string& name,
 }
 
 std::string Checkpoint::GptqStem(const std::string& name) const {
-  const bool packed =
-      quant_.method == QuantScheme::Method::kGptq || quant_.method == QuantScheme::Method::kAwq;
-  if (!packed || Has(name) || !absl::EndsWith(name, ".weight")) {
-    return "";
+  const char* packed = nullptr;  // the tensor that stands for X.weight
+  switch (quant_.method) {
+    case QuantScheme::Method::kGptq:
+    case QuantScheme::Method::kAwq:
+      packed = ".qweight";
+      break;
+    case QuantScheme::Method::kCompressedTensors:
+      packed = ".weight_packed";
+      break;
+    default:
+      return "";
   }
+  if (Has(name) || !absl::EndsWith(name, ".weight")) return "";
   std::string stem = name.substr(0, name.size() - std::string(".weight").size());
-  return Has(stem + ".qweight") ? stem : "";
+  return Has(stem + packed) ? stem : "";
 }
 
 absl::StatusOr<std::vector<float>> Checkpoint::DequantizeModelOpt(const TensorView& w) const {
@@ -201,6 +216,81 @@ absl::StatusOr<std::vector<float>> Checkpoint::DequantizeAwq(
       const int32_t code = Nibble(q->data + (i * (out / 8) + o / 8) * 4, k);
       const int32_t zero = Nibble(z->data + (g * (out / 8) + o / 8) * 4, k);
       w[o * in + i] = scales[g * out + o] * static_cast<float>(code - zero);
+    }
+  }
+  return w;
+}
+
+namespace {
+
+// `f` rounded to `dtype` (BF16 and F16 to nearest even; F32 as it is): compressed-tensors
+// dequantizes in its scale's dtype.
+float RoundTo(DType dtype, float f) {
+  if (dtype == DType::kBF16) {
+    const uint32_t bits = static_cast<uint32_t>(FloatToBf16(f)) << 16;
+    float r;
+    std::memcpy(&r, &bits, 4);
+    return r;
+  }
+  if (dtype == DType::kF16) return static_cast<float>(static_cast<_Float16>(f));
+  return f;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> Checkpoint::DequantizeCompressedTensors(
+    const std::string& stem, absl::Span<const int64_t> shape) const {
+  if (shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(dir_, ": ", stem, " is packed but not 2-D"));
+  }
+  const int64_t out = shape[0], in = shape[1];
+  const int64_t groups =
+      quant_.group_size > 0 ? (in + quant_.group_size - 1) / quant_.group_size : 1;
+  if (Has(stem + ".weight_shape")) {
+    ASSIGN_OR_RETURN(const TensorView* ws, Find(stem + ".weight_shape", {2}));
+    if (ws->Element(0) != static_cast<float>(out) || ws->Element(1) != static_cast<float>(in)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir_, ": ", stem, ".weight_shape says [", ws->Element(0), ", ",
+                       ws->Element(1), "], the config implies [", out, ", ", in, "]"));
+    }
+  }
+  ASSIGN_OR_RETURN(const TensorView* q, Find(stem + ".weight_packed", {out, (in + 7) / 8}));
+  ASSIGN_OR_RETURN(const TensorView* s, Find(stem + ".weight_scale", {out, groups}));
+  const TensorView* z = nullptr;
+  if (!quant_.sym) {
+    ASSIGN_OR_RETURN(z, Find(stem + ".weight_zero_point", {(out + 7) / 8, groups}));
+  }
+  if (q->dtype != DType::kI32 || q->data == nullptr ||
+      (s->dtype != DType::kBF16 && s->dtype != DType::kF16 && s->dtype != DType::kF32) ||
+      (z != nullptr && (z->dtype != DType::kI32 || z->data == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir_, ": ", stem,
+                     ": weight_packed and weight_zero_point are I32, weight_scale BF16, F16 "
+                     "or F32"));
+  }
+  std::vector<int64_t> group_of(static_cast<size_t>(in));
+  for (int64_t i = 0; i < in; ++i) group_of[i] = quant_.group_size > 0 ? i / quant_.group_size : 0;
+  if (quant_.desc_act) {
+    ASSIGN_OR_RETURN(const TensorView* g, Find(stem + ".weight_g_idx", {in}));
+    for (int64_t i = 0; i < in; ++i) {
+      const float v = g->Element(i);
+      if (g->dtype != DType::kI32 || v < 0 || v >= static_cast<float>(groups)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dir_, ": ", stem, ".weight_g_idx[", i, "] is not an I32 group in [0, ", groups, ")"));
+      }
+      group_of[i] = static_cast<int64_t>(v);
+    }
+  }
+  const std::vector<float> scales = s->ToFloat();
+  const int64_t words = (in + 7) / 8;
+  std::vector<float> w(static_cast<size_t>(out * in));
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      const int64_t g = group_of[i];
+      const int32_t code = Nibble(q->data + (o * words + i / 8) * 4, static_cast<int>(i % 8));
+      const int32_t zero =
+          z == nullptr ? 8 : Nibble(z->data + ((o / 8) * groups + g) * 4, static_cast<int>(o % 8));
+      w[o * in + i] = RoundTo(s->dtype, static_cast<float>(code - zero) * scales[o * groups + g]);
     }
   }
   return w;

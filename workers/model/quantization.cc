@@ -117,6 +117,38 @@ absl::StatusOr<QuantScheme> ParseAwq(const Json& q) {
   return s;
 }
 
+// compressed-tensors: one config group of 4-bit int weights, group or channel strategy, in the
+// pack-quantized format.
+absl::StatusOr<QuantScheme> ParseCompressedTensors(const Json& q) {
+  const Json format = q.value("format", Json());
+  const Json groups = q.value("config_groups", Json());
+  if (!(format.is_string() && format == "pack-quantized") || !groups.is_object() ||
+      groups.size() != 1 || !groups.begin()->is_object() || !groups.begin()->contains("weights") ||
+      !(*groups.begin())["weights"].is_object()) {
+    return absl::UnimplementedError(
+        absl::StrCat("quantization_config: compressed-tensors format ", Shown(format), " with ",
+                     groups.is_object() ? groups.size() : 0,
+                     " config groups: one group of pack-quantized int4 weights is read"));
+  }
+  const Json& w = (*groups.begin())["weights"];
+  const Json bits = w.value("num_bits", Json()), type = w.value("type", Json());
+  const Json strategy = w.value("strategy", Json()), group = w.value("group_size", Json());
+  const bool channel = strategy == Json("channel");
+  if (bits != Json(4) || type != Json("int") || !(channel || strategy == Json("group")) ||
+      (!channel && !(group.is_number_integer() && group.get<int64_t>() > 0))) {
+    return absl::UnimplementedError(
+        absl::StrCat("quantization_config.config_groups weights: num_bits ", Shown(bits), ", type ",
+                     Shown(type), ", strategy ", Shown(strategy), ", group_size ", Shown(group),
+                     ": 4-bit int weights by group (with a group_size) or by channel are read"));
+  }
+  QuantScheme s;
+  s.method = QuantScheme::Method::kCompressedTensors;
+  s.group_size = channel ? 0 : group.get<int64_t>();
+  s.sym = w.value("symmetric", Json(true)) != Json(false);
+  s.desc_act = w.value("actorder", Json()) == Json("group");
+  return s;
+}
+
 }  // namespace
 
 std::string QuantScheme::Describe() const {
@@ -127,6 +159,11 @@ std::string QuantScheme::Describe() const {
       return absl::StrCat("fp8 (e4m3, ", block_rows, "x", block_cols, " blocks)");
     case Method::kModelOptFp8:
       return "modelopt fp8 (e4m3, per-tensor scales)";
+    case Method::kCompressedTensors:
+      return absl::StrCat(
+          "compressed-tensors int4 (",
+          group_size > 0 ? absl::StrCat("groups of ", group_size) : std::string("per channel"),
+          sym ? ", sym" : ", asym", desc_act ? ", actorder" : "", ")");
     case Method::kAwq:
       return absl::StrCat(
           "awq int4 (",
@@ -153,6 +190,8 @@ std::string QuantScheme::Name() const {
       return "gptq-int4";
     case Method::kAwq:
       return "awq-int4";
+    case Method::kCompressedTensors:
+      return "ct-int4";
   }
   return "?";
 }
@@ -170,6 +209,7 @@ absl::StatusOr<QuantScheme> ParseQuantization(const Json& config) {
   if (name == "fp8") return ParseFp8(*q);
   if (name == "gptq") return ParseGptq(*q);
   if (name == "awq") return ParseAwq(*q);
+  if (name == "compressed-tensors") return ParseCompressedTensors(*q);
   if (name == "modelopt") {
     return ModelOpt(q->value("quant_algo", Json()),
                     q->contains("kv_cache_scheme") && !(*q)["kv_cache_scheme"].is_null());
@@ -181,8 +221,8 @@ absl::StatusOr<QuantScheme> ParseQuantization(const Json& config) {
                          : absl::StrCat("'", name, "'"),
       ": the native engine reads block FP8 (quant_method fp8 with weight_block_size, the "
       "Qwen3.5 FP8 release) and ModelOpt per-tensor FP8 (quant_method modelopt, quant_algo "
-      "FP8, the Nemotron-3-Nano FP8 release), GPTQ and AWQ int4 (quant_method gptq, "
-      "awq); compressed-tensors is not read yet: use the BF16 release"));
+      "FP8, the Nemotron-3-Nano FP8 release), and GPTQ, AWQ and compressed-tensors int4 "
+      "(quant_method gptq, awq, compressed-tensors)"));
 }
 
 uint8_t FloatToF8E4M3(float f) {

@@ -26,6 +26,10 @@ struct QuantScheme {
     // AWQ int4 (quant_method awq, version gemm): the same names, qweight I32 [in, out/8] and
     // qzeros [groups, out/8] with AWQ's interleaved nibble order, zero points as they are.
     kAwq,
+    // compressed-tensors pack-quantized int4 (W4A16): X.weight_packed I32 [out, ceil(in/8)]
+    // (codes + 8), X.weight_scale [out, groups], asymmetric: X.weight_zero_point I32
+    // [ceil(out/8), groups] (+ 8, packed along outputs), actorder group: X.weight_g_idx [in].
+    kCompressedTensors,
   };
   Method method = Method::kNone;
   // kFp8Block: each `weight_scale_inv` element multiplies a block of this many rows and columns

@@ -91,10 +91,12 @@ absl::StatusOr<TensorView> ParseTensorEntry(const std::string& path, const std::
     t.dtype = DType::kF8E4M3;
   } else if (dtype == "I32") {
     t.dtype = DType::kI32;
+  } else if (dtype == "I64") {
+    t.dtype = DType::kI64;
   } else {
     return absl::UnimplementedError(absl::StrCat(path, ": tensor ", name, " has dtype ", dtype,
-                                                 "; supported are F32, F16, BF16, and F8_E4M3 and "
-                                                 "I32 (quantized weights with their scales)"));
+                                                 "; supported are F32, F16, BF16, and F8_E4M3, I32 "
+                                                 "and I64 (quantized weights, scales, shapes)"));
   }
   for (const auto& d : entry["shape"]) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) {
@@ -136,6 +138,8 @@ const char* DTypeName(DType d) {
       return "F8_E4M3";
     case DType::kI32:
       return "I32";
+    case DType::kI64:
+      return "I64";
   }
   return "?";
 }
@@ -150,6 +154,8 @@ size_t DTypeBytes(DType d) {
       return 2;
     case DType::kF8E4M3:
       return 1;
+    case DType::kI64:
+      return 8;
   }
   return 0;
 }
@@ -177,6 +183,11 @@ float TensorView::Element(int64_t index) const {
     std::memcpy(&v, data + 4 * index, 4);
     return static_cast<float>(v);
   }
+  if (dtype == DType::kI64) {
+    int64_t v;
+    std::memcpy(&v, data + 8 * index, 8);
+    return static_cast<float>(v);
+  }
   uint16_t v;
   std::memcpy(&v, data + 2 * index, 2);
   return dtype == DType::kBF16 ? Bf16ToFloat(v) : F16ToFloat(v);
@@ -189,7 +200,7 @@ std::vector<float> TensorView::ToFloat() const {
     for (int64_t i = 0; i < n; ++i) out[i] = RandomWeight(*random, i);
   } else if (dtype == DType::kF32) {
     std::memcpy(out.data(), data, static_cast<size_t>(n) * 4);
-  } else if (dtype == DType::kF8E4M3 || dtype == DType::kI32) {
+  } else if (dtype == DType::kF8E4M3 || dtype == DType::kI32 || dtype == DType::kI64) {
     for (int64_t i = 0; i < n; ++i) out[i] = Element(i);
   } else {
     for (int64_t i = 0; i < n; ++i) {

@@ -15,8 +15,9 @@
 namespace tandem::workers::model {
 
 // Element types a checkpoint may hold. kF8E4M3 is a quantized weight's codes, kI32 packed int4
-// codes (or a permutation): read only through their scales (Checkpoint::GetFloat).
-enum class DType { kF32, kF16, kBF16, kF8E4M3, kI32 };
+// codes (or a permutation), kI64 a shape: read only through their scales
+// (Checkpoint::GetFloat).
+enum class DType { kF32, kF16, kBF16, kF8E4M3, kI32, kI64 };
 const char* DTypeName(DType d);
 size_t DTypeBytes(DType d);
 
@@ -86,7 +87,7 @@ class Checkpoint {
   // config.json's quantization_config, checked when the checkpoint was opened.
   const QuantScheme& quantization() const { return quant_; }
   bool Has(const std::string& name) const { return index_.contains(name); }
-  // Whether GetFloat can read the weight `name`: stored as itself, or GPTQ's X.qweight for it.
+  // Whether GetFloat can read the weight `name`: stored as itself, or packed (X.qweight, ...).
   bool HasWeight(const std::string& name) const { return Has(name) || !GptqStem(name).empty(); }
   // Every tensor, by name.
   const std::map<std::string, const TensorView*>& tensors() const { return index_; }
@@ -104,8 +105,10 @@ class Checkpoint {
                                                     absl::Span<const int64_t> shape) const;
   absl::StatusOr<std::vector<float>> DequantizeAwq(const std::string& stem,
                                                    absl::Span<const int64_t> shape) const;
-  // For a GPTQ or AWQ checkpoint, `name` (X.weight) stored as X.qweight and the rest: "X";
-  // else "".
+  absl::StatusOr<std::vector<float>> DequantizeCompressedTensors(
+      const std::string& stem, absl::Span<const int64_t> shape) const;
+  // For a GPTQ or AWQ checkpoint, `name` (X.weight) stored as X.qweight and the rest, or for a
+  // compressed-tensors one as X.weight_packed and the rest: "X"; else "".
   std::string GptqStem(const std::string& name) const;
   // Parses config_json_'s quantization_config (or, `from_dir`, ModelOpt's hf_quant_config.json
   // beside it) into quant_; an error names dir_.

@@ -107,10 +107,10 @@ TEST(ModelConfigTest, ErrorsNameTheDirectoryAndTheProblem) {
   EXPECT_EQ(llama.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(llama.status().message()), HasSubstr("model_type 'llama'"));
   Json quantized = SmallConfig("qwen3_5_moe");
-  quantized["quantization_config"] = {{"quant_method", "compressed-tensors"}};
+  quantized["quantization_config"] = {{"quant_method", "bitsandbytes"}};
   auto awq = ParseModelConfig(quantized, "/ckpt");
   EXPECT_EQ(awq.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(awq.status().message()), HasSubstr("quant_method 'compressed-tensors'"));
+  EXPECT_THAT(std::string(awq.status().message()), HasSubstr("quant_method 'bitsandbytes'"));
   quantized["quantization_config"] = {{"quant_method", "fp8"}};
   EXPECT_THAT(std::string(ParseModelConfig(quantized, "/ckpt").status().message()),
               HasSubstr("quantization_config.weight_block_size: missing"));

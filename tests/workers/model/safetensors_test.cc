@@ -132,10 +132,10 @@ TEST(LoadNativeModelTest, UnknownArchitecturesAndQuantizedCheckpointsAreRefused)
               HasSubstr("model_type 'llama' is not supported; the native engine runs "
                         "qwen3_5_moe and nemotron_h"));
   std::ofstream(dir + "/config.json")
-      << R"({"model_type": "nemotron_h", "quantization_config": {"quant_method": "compressed-tensors"}})";
+      << R"({"model_type": "nemotron_h", "quantization_config": {"quant_method": "bitsandbytes"}})";
   c = Checkpoint::Open(dir);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("quant_method 'compressed-tensors'"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("quant_method 'bitsandbytes'"));
   // Both shipped architectures load from the golden fixtures through the same entry point.
   for (const char* arch : {"qwen3_5_moe", "nemotron_h"}) {
     auto g = Checkpoint::Open(tandem::testing::SourcePath("/tests/golden/") + arch);

@@ -17,6 +17,13 @@ reproduce every expected value bit for bit:
   awq           AWQ int4, GEMM packing: qweight I32 [in, out/8] whose nibble j holds column
                 8c + [0, 2, 4, 6, 1, 3, 5, 7][j], qzeros I32 [groups, out/8] packed the same way,
                 scales F16 [groups, out]; W[o][i] = (q - zero) * scale[i // group_size][o].
+  ct_sym        compressed-tensors pack-quantized int4: weight_packed I32 [out, ceil(in/8)]
+                (signed code + 8, input k in bits 4*(k%8), zero-padded), weight_shape I64 [2],
+                weight_scale [out, groups]; symmetric, groups through an actorder
+                weight_g_idx, BF16 scales: W = bf16((q - 0) * scale), in the scale's dtype.
+  ct_asym       the same by channel (scale [out, 1]), asymmetric: weight_zero_point I32
+                [ceil(out/8), 1] (+ 8, packed along outputs), F16 scales, sizes that 8 does
+                not divide (padding).
 
   /usr/bin/python3 tests/workers/model/quant_vectors/make_vectors.py   # rewrites the files
 """
@@ -186,6 +193,70 @@ def awq(rng, out, inputs, group):
             "version": "gemm"}})
 
 
+def bf16_round(x):
+    """float32 -> nearest-even BF16, as float32."""
+    bits = x.astype(np.float32).view(np.uint32)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def pack_last(codes):
+    """[rows, n] unsigned codes -> I32 [rows, ceil(n/8)], element k in bits 4*(k%8)."""
+    n = codes.shape[1]
+    padded = np.zeros((codes.shape[0], -(-n // 8) * 8), np.uint32)
+    padded[:, :n] = codes
+    packed = np.zeros((codes.shape[0], padded.shape[1] // 8), np.uint32)
+    for k in range(8):
+        packed |= padded[:, k::8] << np.uint32(4 * k)
+    return packed.view(np.int32)
+
+
+def compressed_tensors(rng, folder, out, inputs, group, sym, actorder, bf16):
+    groups = -(-inputs // group) if group else 1
+    q = rng.integers(-8, 8, size=(out, inputs))  # signed int4
+    zp = np.zeros((out, groups), np.int64) if sym else rng.integers(-8, 8, size=(out, groups))
+    draws = rng.uniform(1e-3, 5e-2, size=(out, groups))
+    g_idx = np.arange(inputs) // group if group else np.zeros(inputs, np.int64)
+    if actorder:
+        g_idx = rng.permutation(g_idx)
+    t = Tensors()
+    t.add("x.weight_packed", "I32", pack_last((q + 8).astype(np.uint32)))
+    t.add("x.weight_shape", "I64", np.array([out, inputs], np.int64))
+    levels = (q - zp[:, g_idx]).astype(np.float32)
+    if bf16:  # computed in the scale's dtype: the product rounded to BF16
+        scale = bf16_round(draws.astype(np.float32))
+        t.add("x.weight_scale", "BF16", scale, (scale.view(np.uint32) >> 16).astype(np.uint16))
+        expected = bf16_round(levels * scale[:, g_idx])
+    else:  # F16
+        scale = draws.astype(np.float16)
+        t.add("x.weight_scale", "F16", scale)
+        expected = (levels * scale.astype(np.float32)[:, g_idx]).astype(np.float16)
+    if not sym:
+        t.add("x.weight_zero_point", "I32", pack_rows_zero((zp + 8).astype(np.uint32)))
+    if actorder:
+        t.add("x.weight_g_idx", "I32", g_idx.astype(np.int32))
+    t.add("x.expected", "F32", expected.astype(np.float32))
+    weights = {"num_bits": 4, "type": "int", "symmetric": sym,
+               "strategy": "group" if group else "channel", "group_size": group or None,
+               "actorder": "group" if actorder else None}
+    write(os.path.join(HERE, folder), t, {
+        "model_type": "qwen3_5_moe", "quantization_config": {
+            "quant_method": "compressed-tensors", "format": "pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+            "ignore": ["lm_head"]}})
+
+
+def pack_rows_zero(zero):
+    """[out, groups] unsigned codes -> I32 [ceil(out/8), groups], output o in bits 4*(o%8)."""
+    out = zero.shape[0]
+    padded = np.zeros((-(-out // 8) * 8, zero.shape[1]), np.uint32)
+    padded[:out] = zero
+    packed = np.zeros((padded.shape[0] // 8, zero.shape[1]), np.uint32)
+    for k in range(8):
+        packed |= padded[k::8] << np.uint32(4 * k)
+    return packed.view(np.int32)
+
+
 def main():
     rng = np.random.default_rng(20261206)
     fp8_block(rng)
@@ -193,6 +264,10 @@ def main():
     gptq(rng, "gptq_v1", out=16, inputs=64, group=32, v2=False, sym=False, desc_act=True)
     gptq(rng, "gptq_v2", out=24, inputs=72, group=32, v2=True, sym=True, desc_act=False)
     awq(rng, out=24, inputs=72, group=32)
+    compressed_tensors(rng, "ct_sym", out=16, inputs=64, group=32, sym=True, actorder=True,
+                       bf16=True)
+    compressed_tensors(rng, "ct_asym", out=12, inputs=20, group=0, sym=False, actorder=False,
+                       bf16=False)
 
 
 if __name__ == "__main__":
