@@ -1,6 +1,7 @@
 #include "workers/model/checkpoint_writer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,10 +20,18 @@ uint16_t FloatToBf16(float f) {
 }
 
 uint16_t FloatToF16(float f) {
-  const _Float16 h = static_cast<_Float16>(f);  // the conversion rounds to nearest even
-  uint16_t bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) return sign | (a > 0x7f800000u ? 0x7e00 : 0x7c00);  // NaN, infinity
+  if (a < 0x38800000u) {  // below 2^-14: a subnormal half, m x 2^-24
+    return sign | static_cast<uint16_t>(std::nearbyint(std::fabs(f) * 16777216.0f));
+  }
+  // Rebias the exponent (127 -> 15) and round the 23-bit mantissa to 10 bits, ties to even; a
+  // carry runs into the exponent, and past 65504 into infinity.
+  const uint32_t h = ((a + 0x0fffu + ((a >> 13) & 1u)) >> 13) - 0x1c000u;
+  return sign | static_cast<uint16_t>(std::min<uint32_t>(h, 0x7c00u));
 }
 
 namespace {

@@ -232,7 +232,7 @@ float RoundTo(DType dtype, float f) {
     std::memcpy(&r, &bits, 4);
     return r;
   }
-  if (dtype == DType::kF16) return static_cast<float>(static_cast<_Float16>(f));
+  if (dtype == DType::kF16) return F16ToFloat(FloatToF16(f));
   return f;
 }
 

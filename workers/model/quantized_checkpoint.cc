@@ -1,7 +1,6 @@
 #include "workers/model/quantized_checkpoint.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -218,7 +217,7 @@ Quantized QuantizeGptq(const std::string& name, const float* w, int64_t out, int
         amax = std::max(amax, std::fabs(w[o * in + i]));
       }
       uint16_t bits = FloatToF16(amax > 0 ? amax / 7.0f : 1.0f);
-      const float scale = static_cast<float>(std::bit_cast<_Float16>(bits));
+      const float scale = F16ToFloat(bits);
       scales.values[g * out + o] = scale;
       for (int64_t i = g * group; i < std::min(in, (g + 1) * group); ++i) {
         const float level = std::nearbyint(w[o * in + i] / scale) + 8.0f;

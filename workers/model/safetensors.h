@@ -19,6 +19,8 @@ namespace tandem::workers::model {
 // (Checkpoint::GetFloat).
 enum class DType { kF32, kF16, kBF16, kF8E4M3, kI32, kI64 };
 const char* DTypeName(DType d);
+// IEEE half -> fp32, exactly.
+float F16ToFloat(uint16_t h);
 size_t DTypeBytes(DType d);
 
 // A tensor inside a memory-mapped safetensors file: no copy until asked for. Or a generated

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
+#include "workers/model/checkpoint_writer.h"
 #include "workers/model/safetensors.h"
 
 namespace tandem::workers::model {
@@ -160,6 +161,22 @@ TEST(QuantizationTest, GptqAwqAndCompressedTensorsInt4DequantizeBitForBit) {
     EXPECT_THAT(std::string((*c)->GetFloat("x.weight", {out, in + 8}).status().message()),
                 HasSubstr("the config implies"));
   }
+}
+
+TEST(QuantizationTest, HalfConversionsRoundToNearestEven) {
+  // Every finite half converts back to itself; a value halfway between two neighbours goes to
+  // the one with the even bit pattern; past the largest half it is infinity.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00) continue;  // infinities and NaNs
+    const float f = F16ToFloat(static_cast<uint16_t>(h));
+    ASSERT_EQ(FloatToF16(f), h) << h;
+    if ((h & 0x7fff) == 0x7bff) continue;  // the largest: no next one
+    const float mid = (f + F16ToFloat(static_cast<uint16_t>(h + 1))) / 2;
+    ASSERT_EQ(FloatToF16(mid), (h & 1) == 0 ? h : h + 1) << h;
+  }
+  EXPECT_EQ(FloatToF16(65520.0f), 0x7c00);
+  EXPECT_EQ(FloatToF16(-1e9f), 0xfc00);
+  EXPECT_EQ(FloatToF16(std::nanf("")) & 0x7e00, 0x7e00);
 }
 
 TEST(QuantizationTest, ConfigsAreReadOrRefusedNamingTheField) {
