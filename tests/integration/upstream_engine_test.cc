@@ -356,19 +356,18 @@ TEST_F(UpstreamEngineTest, AHungEngineMidStreamIsContinuedOnAnotherWorker) {
 TEST_F(UpstreamEngineTest, AnAnswerCutOffElsewhereIsContinuedByTheEngine) {
   Server sim =
       Must(StartWorker("qwen", {"--synthetic_time_scale=20", "--synthetic_output_tokens=5000"}));
-  // The engine's port is taken only after the answer started: the worker is "starting" until.
-  Server placeholder = Must(StartLlamaServer("qwen"));
-  const std::string port = placeholder.http_address.substr(placeholder.http_address.rfind(':') + 1);
-  placeholder.process->Signal(SIGKILL);
-  placeholder.process->Wait(absl::Seconds(10));
-  Server upstream = Must(StartWorker("qwen", UpstreamWorkerFlags(placeholder)));
+  // The engine is stopped from before its worker starts until the answer started elsewhere: the
+  // worker is "starting" until then.
+  Server llama = Must(StartLlamaServer("qwen"));
+  llama.process->Signal(SIGSTOP);
+  Server upstream = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
   StartGatewayFor({sim.grpc_address, upstream.grpc_address});
   ASSERT_TRUE(WaitUntil([&] { return Usable(sim.grpc_address); }));
+  ASSERT_FALSE(Usable(upstream.grpc_address));
 
-  Server llama;
   const Streamed s = StreamWith(stub_.get(), NoThinking("Tell a long story.", 200), [&](auto& c) {
     EXPECT_EQ(c.route().worker(), sim.grpc_address);
-    llama = Must(StartLlamaServer("qwen", std::stoi(port)));
+    llama.process->Signal(SIGCONT);
     EXPECT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
     sim.process->Signal(SIGKILL);
   });
@@ -408,10 +407,13 @@ std::vector<pid_t> EnginePids(const Server& worker) {
 // first attempt by being stopped (native) or by its engine not listening yet (upstream).
 TEST_F(UpstreamEngineTest, NativeAndUpstreamWorkersContinueEachOthersAnswers) {
   constexpr int32_t kTokens = 300;
-  Server placeholder = Must(StartLlamaServer("qwen"));
-  const int port =
-      std::stoi(placeholder.http_address.substr(placeholder.http_address.rfind(':') + 1));
-  Server upstream = Must(StartWorker("qwen", UpstreamWorkerFlags(placeholder)));
+  Server llama = Must(StartLlamaServer("qwen"));
+  Server upstream = Must(StartWorker("qwen", UpstreamWorkerFlags(llama)));
+  // The second engine is stopped from before its worker starts until it is needed: the worker
+  // never sees it ready (its port stays its own, nothing else can take it meanwhile).
+  Server later = Must(StartLlamaServer("qwen"));
+  later.process->Signal(SIGSTOP);
+  Server upstream_later = Must(StartWorker("qwen", UpstreamWorkerFlags(later)));
   Server native = Must(
       StartWorker("qwen", {"--engine=native", "--checkpoint=" + NativeCheckpoint("qwen3_5_moe"),
                            "--memory_budget=268435456", "--native_threads=1"}));
@@ -420,29 +422,28 @@ TEST_F(UpstreamEngineTest, NativeAndUpstreamWorkersContinueEachOthersAnswers) {
 
   // Upstream -> native: the native worker is stopped until the engine's answer has begun.
   native.process->Signal(SIGSTOP);
-  StartGatewayFor({upstream.grpc_address, native.grpc_address});
+  StartGatewayFor({upstream.grpc_address, native.grpc_address, upstream_later.grpc_address});
   ASSERT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
   Streamed s = StreamWith(stub_.get(), NoThinking("Tell a long story.", kTokens), [&](auto& c) {
     EXPECT_EQ(c.route().worker(), upstream.grpc_address);
-    placeholder.process->Signal(SIGSTOP);  // its answer cannot end while the native one wakes
+    llama.process->Signal(SIGSTOP);  // its answer cannot end while the native one wakes
     native.process->Signal(SIGCONT);
     EXPECT_TRUE(WaitUntil([&] { return Usable(native.grpc_address); }));
-    placeholder.process->Signal(SIGKILL);
+    llama.process->Signal(SIGKILL);
   });
   ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, native.grpc_address, kTokens));
-  placeholder.process->Wait(absl::Seconds(10));
+  llama.process->Wait(absl::Seconds(10));
   ASSERT_TRUE(WaitUntil([&] { return !Usable(upstream.grpc_address); }));
 
-  // Native -> upstream: its engine comes back on the same port once the native answer began.
-  Server llama;
+  // Native -> upstream: the second engine resumes once the native answer began.
   s = StreamWith(stub_.get(), NoThinking("Tell a long story.", kTokens), [&](auto& c) {
     EXPECT_EQ(c.route().worker(), native.grpc_address);
-    native.process->Signal(SIGSTOP);  // its answer cannot end while the engine starts
-    llama = Must(StartLlamaServer("qwen", port));
-    EXPECT_TRUE(WaitUntil([&] { return Usable(upstream.grpc_address); }));
+    native.process->Signal(SIGSTOP);  // its answer cannot end while the engine wakes
+    later.process->Signal(SIGCONT);
+    EXPECT_TRUE(WaitUntil([&] { return Usable(upstream_later.grpc_address); }));
     native.process->Signal(SIGKILL);
   });
-  ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, upstream.grpc_address, kTokens));
+  ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterOneFailover(s, upstream_later.grpc_address, kTokens));
 }
 
 TEST_F(UpstreamEngineTest, TheWorkerRunsTheEngineAsItsChildRestartsItAndStopsIt) {
