@@ -145,10 +145,7 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> LoadCpuEngine(const WeightsSource& so
   const model::ModelConfig& config = weights->config;
   // The CPU reference widens every weight to fp32: refuse at once what this machine's memory
   // cannot hold (a full-size model needs ~140 GB) rather than be killed part way.
-  uint64_t fp32_bytes = 0;
-  for (const auto& [name, t] : checkpoint.tensors()) {
-    fp32_bytes += static_cast<uint64_t>(t->elements()) * 4;
-  }
+  const uint64_t fp32_bytes = checkpoint.float_bytes();
   const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && page_bytes > 0 &&
       fp32_bytes > static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes)) {

@@ -378,6 +378,16 @@ absl::StatusOr<const TensorView*> Checkpoint::Find(const std::string& name,
   return t;
 }
 
+uint64_t Checkpoint::float_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [name, t] : index_) {
+    const bool packed = t->dtype == DType::kI32 && (absl::EndsWith(name, ".qweight") ||
+                                                    absl::EndsWith(name, ".weight_packed"));
+    n += static_cast<uint64_t>(t->elements()) * 4 * (packed ? 8 : 1);
+  }
+  return n;
+}
+
 uint64_t Checkpoint::stored_bytes() const {
   uint64_t n = 0;
   for (const auto& [name, t] : index_) n += t->bytes;

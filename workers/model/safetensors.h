@@ -96,6 +96,9 @@ class Checkpoint {
   size_t tensor_count() const { return index_.size(); }
   // Total bytes of all tensors, as stored.
   uint64_t stored_bytes() const;
+  // Total bytes of all tensors widened to fp32, as an engine that widens them holds them: a
+  // packed int4 tensor (X.qweight, X.weight_packed) counts the 8 codes of each I32.
+  uint64_t float_bytes() const;
 
  private:
   // Get without the refusal of quantized tensors.

@@ -154,6 +154,16 @@ TEST(QuantizationTest, GptqAwqAndCompressedTensorsInt4DequantizeBitForBit) {
     for (size_t i = 0; i < got->size(); ++i) {
       ASSERT_EQ(Bits((*got)[i]), Bits((*want)[i])) << folder << " element " << i;
     }
+    // Widened, the packed weight is out x in fp32 (a row padded to 8 codes at most); the rest 1
+    // each: never counted short, so the memory check before a load does not pass a model the
+    // machine cannot hold.
+    uint64_t others = 0;
+    for (const auto& [name, t] : (*c)->tensors()) {
+      if (name != "x.qweight" && name != "x.weight_packed") others += t->elements() * 4;
+    }
+    EXPECT_GE((*c)->float_bytes(), others + static_cast<uint64_t>(out * in) * 4) << folder;
+    EXPECT_LE((*c)->float_bytes(), others + static_cast<uint64_t>(out * ((in + 7) / 8 * 8)) * 4)
+        << folder;
     // Read as stored (the CUDA upload) it is refused, as every quantized tensor is.
     EXPECT_EQ((*c)->Get("x.weight", {out, in}).status().code(),
               absl::StatusCode::kFailedPrecondition);
