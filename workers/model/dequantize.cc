@@ -15,7 +15,7 @@ namespace tandem::workers::model {
 
 absl::StatusOr<std::vector<float>> Checkpoint::GetFloat(const std::string& name,
                                                         absl::Span<const int64_t> shape) const {
-  if (const std::string stem = GptqStem(name); !stem.empty()) {
+  if (const std::string stem = PackedStem(name); !stem.empty()) {
     switch (quant_.method) {
       case QuantScheme::Method::kAwq:
         return DequantizeAwq(stem, shape);
@@ -35,7 +35,7 @@ absl::StatusOr<std::vector<float>> Checkpoint::GetFloat(const std::string& name,
   return DequantizeFp8Block(**t);
 }
 
-std::string Checkpoint::GptqStem(const std::string& name) const {
+std::string Checkpoint::PackedStem(const std::string& name) const {
   const char* packed = nullptr;  // the tensor that stands for X.weight
   switch (quant_.method) {
     case QuantScheme::Method::kGptq:
@@ -119,6 +119,25 @@ inline int32_t Nibble(const uint8_t* word, int k) {
 
 }  // namespace
 
+absl::StatusOr<std::vector<int64_t>> Checkpoint::GroupsOf(const std::string& g_idx, int64_t in,
+                                                          int64_t group, int64_t groups) const {
+  std::vector<int64_t> group_of(static_cast<size_t>(in));
+  if (g_idx.empty()) {
+    for (int64_t i = 0; i < in; ++i) group_of[i] = i / group;
+    return group_of;
+  }
+  ASSIGN_OR_RETURN(const TensorView* g, Find(g_idx, {in}));
+  for (int64_t i = 0; i < in; ++i) {
+    const float v = g->Element(i);
+    if (g->dtype != DType::kI32 || v < 0 || v >= static_cast<float>(groups)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir_, ": ", g_idx, "[", i, "] is not an I32 group in [0, ", groups, ")"));
+    }
+    group_of[i] = static_cast<int64_t>(v);
+  }
+  return group_of;
+}
+
 absl::StatusOr<std::vector<float>> Checkpoint::DequantizeGptq(
     const std::string& stem, absl::Span<const int64_t> shape) const {
   if (shape.size() != 2) {
@@ -155,20 +174,8 @@ absl::StatusOr<std::vector<float>> Checkpoint::DequantizeGptq(
     return absl::InvalidArgumentError(
         absl::StrCat(dir_, ": ", stem, ": qweight and qzeros are I32, scales F16, BF16 or F32"));
   }
-  std::vector<int64_t> group_of(static_cast<size_t>(in));
-  if (has_g_idx) {
-    ASSIGN_OR_RETURN(const TensorView* g, Find(stem + ".g_idx", {in}));
-    for (int64_t i = 0; i < in; ++i) {
-      const float v = g->Element(i);
-      if (g->dtype != DType::kI32 || v < 0 || v >= static_cast<float>(groups)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dir_, ": ", stem, ".g_idx[", i, "] is not an I32 group in [0, ", groups, ")"));
-      }
-      group_of[i] = static_cast<int64_t>(v);
-    }
-  } else {
-    for (int64_t i = 0; i < in; ++i) group_of[i] = i / group;
-  }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> group_of,
+                   GroupsOf(has_g_idx ? stem + ".g_idx" : "", in, group, groups));
   const std::vector<float> scales = s->ToFloat();
   const int32_t zero_offset = quant_.gptq_v2 ? 0 : 1;  // v1 stores each zero point minus one
   std::vector<float> w(static_cast<size_t>(out * in));
@@ -268,19 +275,9 @@ absl::StatusOr<std::vector<float>> Checkpoint::DequantizeCompressedTensors(
                      ": weight_packed and weight_zero_point are I32, weight_scale BF16, F16 "
                      "or F32"));
   }
-  std::vector<int64_t> group_of(static_cast<size_t>(in));
-  for (int64_t i = 0; i < in; ++i) group_of[i] = quant_.group_size > 0 ? i / quant_.group_size : 0;
-  if (quant_.desc_act) {
-    ASSIGN_OR_RETURN(const TensorView* g, Find(stem + ".weight_g_idx", {in}));
-    for (int64_t i = 0; i < in; ++i) {
-      const float v = g->Element(i);
-      if (g->dtype != DType::kI32 || v < 0 || v >= static_cast<float>(groups)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dir_, ": ", stem, ".weight_g_idx[", i, "] is not an I32 group in [0, ", groups, ")"));
-      }
-      group_of[i] = static_cast<int64_t>(v);
-    }
-  }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> group_of,
+                   GroupsOf(quant_.desc_act ? stem + ".weight_g_idx" : "", in,
+                            quant_.group_size > 0 ? quant_.group_size : in, groups));
   const std::vector<float> scales = s->ToFloat();
   const int64_t words = (in + 7) / 8;
   std::vector<float> w(static_cast<size_t>(out * in));

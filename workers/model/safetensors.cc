@@ -348,7 +348,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromTensors(
 
 absl::StatusOr<const TensorView*> Checkpoint::Get(const std::string& name,
                                                   absl::Span<const int64_t> shape) const {
-  if (!GptqStem(name).empty()) {
+  if (!PackedStem(name).empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat(dir_, ": tensor ", name, " is quantized (", quant_.Describe(),
                      "); this engine does not read quantized weights (the CPU engine does)"));

@@ -90,7 +90,7 @@ class Checkpoint {
   const QuantScheme& quantization() const { return quant_; }
   bool Has(const std::string& name) const { return index_.contains(name); }
   // Whether GetFloat can read the weight `name`: stored as itself, or packed (X.qweight, ...).
-  bool HasWeight(const std::string& name) const { return Has(name) || !GptqStem(name).empty(); }
+  bool HasWeight(const std::string& name) const { return Has(name) || !PackedStem(name).empty(); }
   // Every tensor, by name.
   const std::map<std::string, const TensorView*>& tensors() const { return index_; }
   size_t tensor_count() const { return index_.size(); }
@@ -112,9 +112,13 @@ class Checkpoint {
                                                    absl::Span<const int64_t> shape) const;
   absl::StatusOr<std::vector<float>> DequantizeCompressedTensors(
       const std::string& stem, absl::Span<const int64_t> shape) const;
+  // Each input's group: `g_idx` (a tensor [in] of groups below `groups`), or with "" in order,
+  // `group` inputs each.
+  absl::StatusOr<std::vector<int64_t>> GroupsOf(const std::string& g_idx, int64_t in, int64_t group,
+                                                int64_t groups) const;
   // For a GPTQ or AWQ checkpoint, `name` (X.weight) stored as X.qweight and the rest, or for a
   // compressed-tensors one as X.weight_packed and the rest: "X"; else "".
-  std::string GptqStem(const std::string& name) const;
+  std::string PackedStem(const std::string& name) const;
   // Parses config_json_'s quantization_config (or, `from_dir`, ModelOpt's hf_quant_config.json
   // beside it) into quant_; an error names dir_.
   absl::Status ReadQuantization(bool from_dir);

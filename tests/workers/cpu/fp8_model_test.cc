@@ -23,6 +23,28 @@ std::string FreshDir(const std::string& name) {
   return d;
 }
 
+// A tiny random model of `arch` (4 layers: Gated DeltaNet and attention, or MEM*; 4 experts
+// 48 wide), written into a fresh `name` folder and opened.
+absl::StatusOr<std::unique_ptr<Checkpoint>> Source(const std::string& arch,
+                                                   const std::string& name) {
+  RandomModelOptions o;
+  o.architecture = arch;
+  o.hidden_size = 64;
+  o.num_layers = 4;
+  o.num_experts = 4;
+  o.moe_intermediate_size = 48;
+  o.shared_intermediate_size = 32;
+  o.head_dim = 32;
+  o.linear_head_dim = 16;
+  o.mamba_head_dim = 8;
+  o.ssm_state_size = 16;
+  o.vision = false;
+  const std::string dir = FreshDir(name);
+  std::filesystem::create_directories(dir);
+  if (absl::Status s = WriteRandomCheckpoint(o, dir); !s.ok()) return s;
+  return Checkpoint::Open(dir);
+}
+
 // The models in `quantized_dir` and `reference_dir` give the same logits, bit for bit, over a
 // prefill and 32 greedy steps.
 void ExpectSameModel(const std::string& quantized_dir, const std::string& reference_dir) {
@@ -51,19 +73,8 @@ void ExpectSameModel(const std::string& quantized_dir, const std::string& refere
 }
 
 TEST(Fp8BlockModelTest, TheFp8LayoutRunsAsItsDequantizedModel) {
-  RandomModelOptions o;
-  o.hidden_size = 64;
-  o.num_layers = 4;  // Gated DeltaNet and full attention
-  o.num_experts = 4;
-  o.moe_intermediate_size = 48;  // not a multiple of the block: partial blocks
-  o.shared_intermediate_size = 32;
-  o.head_dim = 32;
-  o.linear_head_dim = 16;
-  o.vision = false;
-  const std::string source_dir = FreshDir("fp8_source");
-  std::filesystem::create_directories(source_dir);
-  ASSERT_TRUE(WriteRandomCheckpoint(o, source_dir).ok());
-  auto source = Checkpoint::Open(source_dir);
+  // moe_intermediate 48 is not a multiple of the 32-row blocks: partial blocks.
+  auto source = Source("qwen3_5_moe", "fp8_source");
   ASSERT_TRUE(source.ok()) << source.status();
   const std::string fp8_dir = FreshDir("fp8"), reference_dir = FreshDir("fp8_dequantized");
   ASSERT_TRUE(WriteFp8BlockCheckpoint(**source, fp8_dir, /*block=*/32, reference_dir).ok());
@@ -85,19 +96,8 @@ TEST(Fp8BlockModelTest, TheFp8LayoutRunsAsItsDequantizedModel) {
 }
 
 TEST(Fp8BlockModelTest, TheGptqLayoutRunsAsItsDequantizedModel) {
-  RandomModelOptions o;
-  o.hidden_size = 64;
-  o.num_layers = 4;
-  o.num_experts = 4;
-  o.moe_intermediate_size = 48;  // groups of 32: the down projections' last group is partial
-  o.shared_intermediate_size = 32;
-  o.head_dim = 32;
-  o.linear_head_dim = 16;
-  o.vision = false;
-  const std::string source_dir = FreshDir("gptq_source");
-  std::filesystem::create_directories(source_dir);
-  ASSERT_TRUE(WriteRandomCheckpoint(o, source_dir).ok());
-  auto source = Checkpoint::Open(source_dir);
+  // Groups of 32: the down projections' last group (of 48 inputs) is partial.
+  auto source = Source("qwen3_5_moe", "gptq_source");
   ASSERT_TRUE(source.ok()) << source.status();
   const std::string gptq_dir = FreshDir("gptq"), reference_dir = FreshDir("gptq_ref");
   ASSERT_TRUE(WriteGptqCheckpoint(**source, gptq_dir, /*group=*/32, reference_dir).ok());
@@ -112,19 +112,8 @@ TEST(Fp8BlockModelTest, TheGptqLayoutRunsAsItsDequantizedModel) {
 }
 
 TEST(Fp8BlockModelTest, TheModelOptFp8LayoutRunsAsItsDequantizedModel) {
-  RandomModelOptions o;
-  o.architecture = "nemotron_h";
-  o.hidden_size = 64;
-  o.num_layers = 4;  // MEM*: the Mamba layer before the attention one stays BF16
-  o.num_experts = 4;
-  o.moe_intermediate_size = 48;
-  o.head_dim = 32;
-  o.mamba_head_dim = 8;
-  o.ssm_state_size = 16;
-  const std::string source_dir = FreshDir("modelopt_source");
-  std::filesystem::create_directories(source_dir);
-  ASSERT_TRUE(WriteRandomCheckpoint(o, source_dir).ok());
-  auto source = Checkpoint::Open(source_dir);
+  // Its pattern MEM*: the Mamba layer before the attention one stays BF16.
+  auto source = Source("nemotron_h", "modelopt_source");
   ASSERT_TRUE(source.ok()) << source.status();
   const std::string fp8_dir = FreshDir("modelopt"), reference_dir = FreshDir("modelopt_ref");
   ASSERT_TRUE(WriteModelOptFp8Checkpoint(**source, fp8_dir, reference_dir).ok());
