@@ -9,6 +9,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/file.h"
 #include "common/limit_flags.h"
 #include "common/server_tls_flags.h"
@@ -53,6 +55,10 @@ ABSL_FLAG(int64_t, max_prompt_tokens, 1 << 20,
           "Largest prompt accepted, in estimated tokens (0: only the model's context limit).");
 ABSL_FLAG(int32_t, max_tokens_limit, 0,
           "Largest sampling.max_tokens accepted (0: only the model's limit).");
+ABSL_FLAG(bool, shared_prefix_cache, false,
+          "Workers' prefix caches match a prompt against every tenant's earlier prompts (else only "
+          "its own tenant's, so no tenant can learn from a faster answer that another's prompt is "
+          "cached). Share only among tenants that trust each other.");
 ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(10),
           "Clients' connections are closed gracefully (GOAWAY) after this age, so they reconnect "
           "and re-resolve: a round_robin client behind a headless Service reaches replicas added "
@@ -137,7 +143,21 @@ ABSL_FLAG(absl::Duration, dns_interval, absl::Seconds(5),
           "How often dns:///HOST:PORT worker endpoints are re-resolved.");
 ABSL_FLAG(std::string, endpoint_pick, "least_outstanding",
           "How a model's worker is chosen: least_outstanding (fewest calls in flight from this "
-          "gateway) or power_of_two (two at random, the less loaded by scraped queue depth).");
+          "gateway), power_of_two (two at random, the less loaded by scraped queue depth) or "
+          "prefix (the one this gateway last sent the prompt's longest prefix to, so its prefix "
+          "cache holds it, unless that one is more than --prefix_pick_max_imbalance busier than "
+          "the least loaded). Per model: MODEL=RULE entries, comma-separated, after a default "
+          "(\"least_outstanding,qwen=prefix\").");
+ABSL_FLAG(int64_t, prefix_pick_max_imbalance, 4,
+          "--endpoint_pick=prefix: a worker with more than this many requests (its scraped queue "
+          "plus this gateway's calls in flight) beyond the least loaded is passed over whatever "
+          "its cache holds.");
+ABSL_FLAG(int64_t, prefix_pick_min_tokens, 32,
+          "--endpoint_pick=prefix: a smaller expected prefix hit (estimated tokens) is no reason "
+          "to prefer a worker; the least loaded is picked.");
+ABSL_FLAG(int64_t, prefix_index_entries, 1 << 18,
+          "--endpoint_pick=prefix: (prefix, worker) pairs each model's pool remembers (about 100 "
+          "bytes each); the least recently sent go first.");
 ABSL_FLAG(int32_t, eject_after_failures, 3,
           "Consecutive failed calls (UNAVAILABLE, transport errors, worker timeouts) that eject "
           "an endpoint.");
@@ -208,6 +228,36 @@ ABSL_FLAG(absl::Duration, http_write_timeout, absl::Seconds(30),
 namespace tandem::gateway {
 namespace {
 
+absl::StatusOr<PickStrategy> ParsePickRule(absl::string_view rule) {
+  if (rule == "least_outstanding") return PickStrategy::kLeastOutstanding;
+  if (rule == "power_of_two") return PickStrategy::kPowerOfTwo;
+  if (rule == "prefix") return PickStrategy::kPrefix;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--endpoint_pick: '", rule, "' is not least_outstanding, power_of_two or prefix"));
+}
+
+// "RULE" or "RULE,MODEL=RULE,...".
+absl::Status ParseEndpointPick(absl::string_view flag, WorkerPoolsOptions* p) {
+  bool first = true;
+  for (absl::string_view entry : absl::StrSplit(flag, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    const size_t eq = entry.find('=');
+    if (first && eq == absl::string_view::npos) {
+      ASSIGN_OR_RETURN(p->pick, ParsePickRule(entry));
+    } else if (eq == absl::string_view::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--endpoint_pick: '", entry,
+                       "' is not MODEL=RULE (only the first entry may be a "
+                       "bare rule)"));
+    } else {
+      ASSIGN_OR_RETURN(p->pick_per_model[std::string(entry.substr(0, eq))],
+                       ParsePickRule(entry.substr(eq + 1)));
+    }
+    first = false;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadHttp(GatewayConfig& c) {
   c.http_listen = absl::GetFlag(FLAGS_http_listen);
   c.http_cors_origins = absl::GetFlag(FLAGS_http_cors_origins);
@@ -253,14 +303,17 @@ absl::Status ReadWorkers(GatewayConfig& c) {
   p.endpoint.stall_threshold = absl::GetFlag(FLAGS_eject_after_stalls);
   p.endpoint.base_ejection = absl::GetFlag(FLAGS_base_ejection);
   p.endpoint.max_ejection = absl::GetFlag(FLAGS_max_ejection);
-  const std::string pick = absl::GetFlag(FLAGS_endpoint_pick);
-  if (pick == "power_of_two") {
-    p.pick = PickStrategy::kPowerOfTwo;
-  } else if (pick == "least_outstanding") {
-    p.pick = PickStrategy::kLeastOutstanding;
-  } else {
+  if (absl::Status s = ParseEndpointPick(absl::GetFlag(FLAGS_endpoint_pick), &p); !s.ok()) {
+    return s;
+  }
+  p.prefix_pick.max_imbalance = absl::GetFlag(FLAGS_prefix_pick_max_imbalance);
+  p.prefix_pick.min_hit_tokens = absl::GetFlag(FLAGS_prefix_pick_min_tokens);
+  p.prefix_pick.index_entries = absl::GetFlag(FLAGS_prefix_index_entries);
+  if (p.prefix_pick.max_imbalance < 0 || p.prefix_pick.min_hit_tokens < 0 ||
+      p.prefix_pick.index_entries < 1) {
     return absl::InvalidArgumentError(
-        "--endpoint_pick must be least_outstanding or power_of_two, not '" + pick + "'");
+        "--prefix_pick_max_imbalance and --prefix_pick_min_tokens must be >= 0, "
+        "--prefix_index_entries >= 1");
   }
   c.dispatch_headroom = absl::GetFlag(FLAGS_dispatch_headroom);
   c.queue.max_inflight = absl::GetFlag(FLAGS_max_inflight);
@@ -304,6 +357,7 @@ absl::Status ReadRequests(GatewayConfig& c) {
   i.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   i.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   i.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
+  i.shared_prefix_cache = absl::GetFlag(FLAGS_shared_prefix_cache);
 
   DispatchOptions& s = c.dispatch;
   s.default_deadline = absl::GetFlag(FLAGS_default_deadline);

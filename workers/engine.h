@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "workers/prefix_cache.h"
 #include "workers/tokenizer/tokenizer.h"
 #include "workers/vision/image_preprocessor.h"
 
@@ -48,6 +49,9 @@ struct SequenceSpec {
   // The prompt's images in prompt order (only for an engine whose Info().vision is true); each
   // takes one contiguous run of its num_tokens image-pad tokens in `prompt`.
   std::vector<std::shared_ptr<const vision::PreparedImage>> images;
+  // Prompts match cached prefixes only within one partition (the gateway sends the tenant, or
+  // one shared value when the operator shares the cache).
+  std::string cache_partition;
 };
 
 struct StepOutput {
@@ -88,7 +92,17 @@ class Engine {
   virtual const vision::PreprocessorConfig* ImageProcessor() const { return nullptr; }
   // 0 when the engine has no budget.
   virtual int64_t MemoryBudgetBytes() const { return 0; }
+  // Bytes reserved by sequences; a prefix cache's snapshots are not counted here (they are
+  // evicted to make room for a sequence).
   virtual int64_t MemoryReservedBytes() const { return 0; }
+
+  // Prompt tokens of sequence `id` that came from the prefix cache (0 without one).
+  virtual int64_t CachedPromptTokens(uint64_t id) const {
+    (void)id;
+    return 0;
+  }
+  // The prefix cache's counters and size (all zero without one). Engine thread only.
+  virtual PrefixCacheStats PrefixStats() const { return {}; }
 };
 
 }  // namespace tandem::workers

@@ -80,6 +80,8 @@ absl::StatusOr<LoadedEngine> MakeCpuEngine(const WorkerConfig& config) {
   options.model_name = config.model;
   options.model_id = config.model_id;
   options.memory_budget_bytes = config.memory_budget;
+  options.prefix_cache_bytes = config.prefix_cache_bytes;
+  options.prefix_block_tokens = config.prefix_block_tokens;
   options.max_output_tokens = config.max_output_tokens;
   options.max_context_tokens = config.max_context_tokens;
   cpu::SetKernelThreads(config.native_threads);

@@ -35,9 +35,11 @@ class GenerateCall::Bridge final : public GenerationSink {
  public:
   explicit Bridge(GenerateCall* call) : call_(call) {}
 
-  void OnStarted(int32_t prompt_tokens, double queue_seconds) override ABSL_LOCKS_EXCLUDED(mu_) {
+  void OnStarted(int32_t prompt_tokens, int32_t cached_prompt_tokens, double queue_seconds) override
+      ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     pending_.set_prompt_tokens(prompt_tokens);
+    pending_.set_cached_prompt_tokens(cached_prompt_tokens);
     pending_.set_queue_seconds(queue_seconds);
     started_ = true;
     // The first chunk goes out with the first token.

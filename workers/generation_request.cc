@@ -5,10 +5,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace tandem::workers {
 namespace {
+
+// A tenant name (or the operator's shared value) fits many times over.
+constexpr size_t kMaxCachePartitionBytes = 256;
 
 // The prompt's tokens, each image taking the tokens `plan` gives it; INVALID_ARGUMENT when it
 // does not fit the context.
@@ -34,6 +38,7 @@ GenerationRequest FromSampling(const tandem::v1::WorkerGenerateRequest& request,
   GenerationRequest g;
   // Validated: empty or a plain token, so logged as it is.
   g.request_id = request.request_id();
+  g.cache_partition = request.cache_partition();
   const auto& s = request.sampling();
   g.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
   g.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
@@ -57,6 +62,11 @@ absl::Status ValidateGenerateRequest(const tandem::v1::WorkerGenerateRequest& re
   if (status.ok()) status = ValidateMessages(request.messages(), limits);
   if (status.ok()) status = ValidateSampling(request.sampling(), max_output_tokens, limits);
   if (status.ok()) status = ValidateTools(request.tools(), limits);
+  if (status.ok() && request.cache_partition().size() > kMaxCachePartitionBytes) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("cache_partition is ", request.cache_partition().size(),
+                     " bytes; at most ", kMaxCachePartitionBytes));
+  }
   return status;
 }
 

@@ -146,6 +146,7 @@ void Scheduler::Admit(std::unique_ptr<Sequence> seq) {
   spec.max_tokens = seq->request.max_tokens;
   spec.thinking_budget = seq->request.thinking_budget;
   spec.images = std::move(seq->request.images);
+  spec.cache_partition = seq->request.cache_partition;
   if (absl::Status s = engine_->AddSequence(spec); !s.ok()) {
     Finish(*seq, s, tandem::v1::FINISH_REASON_UNSPECIFIED);
     return;
@@ -156,7 +157,9 @@ void Scheduler::Admit(std::unique_ptr<Sequence> seq) {
   const double queue_seconds = Seconds(now - seq->request.arrival);
   metrics_->queue_time.Observe(queue_seconds);
   metrics_->prompt_tokens.Increment(static_cast<double>(seq->request.prompt.size()));
-  seq->sink->OnStarted(static_cast<int32_t>(seq->request.prompt.size()), queue_seconds);
+  const int64_t cached = engine_->CachedPromptTokens(seq->id);
+  seq->sink->OnStarted(static_cast<int32_t>(seq->request.prompt.size()),
+                       static_cast<int32_t>(cached), queue_seconds);
   running_.push_back(std::move(seq));
 }
 
@@ -263,8 +266,25 @@ void Scheduler::Retire() {
   const int64_t budget = engine_->MemoryBudgetBytes();
   metrics_->sequence_memory_reserved.Set(static_cast<double>(reserved));
   metrics_->kv_cache_usage.Set(budget > 0 ? static_cast<double>(reserved) / budget : 0.0);
+  PublishPrefixStats();
   running_count_.store(static_cast<int32_t>(running_.size()), std::memory_order_relaxed);
   metrics_->running.Set(static_cast<double>(running_.size()));
+}
+
+void Scheduler::PublishPrefixStats() {
+  const PrefixCacheStats now = engine_->PrefixStats();
+  PrefixCacheStats& was = published_prefix_stats_;
+  const auto add = [](prometheus::Counter& c, int64_t to, int64_t from) {
+    if (to > from) c.Increment(static_cast<double>(to - from));
+  };
+  add(metrics_->prefix_cache_hits, now.hits, was.hits);
+  add(metrics_->prefix_cache_misses, now.misses, was.misses);
+  add(metrics_->prefix_cache_tokens_saved, now.tokens_saved, was.tokens_saved);
+  add(metrics_->prefix_cache_inserts, now.inserts, was.inserts);
+  add(metrics_->prefix_cache_evictions, now.evictions, was.evictions);
+  metrics_->prefix_cache_bytes.Set(static_cast<double>(now.bytes));
+  metrics_->prefix_cache_entries.Set(static_cast<double>(now.entries));
+  was = now;
 }
 
 void Scheduler::FailAllOnShutdown() {

@@ -28,6 +28,8 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   // The prompt's images, prepared for the engine (SequenceSpec::images).
   std::vector<std::shared_ptr<const vision::PreparedImage>> images;
+  // The prefix cache's partition (SequenceSpec::cache_partition).
+  std::string cache_partition;
   Clock::TimePoint arrival;
   // Clock::TimePoint::max() when the caller set none.
   Clock::TimePoint deadline = Clock::TimePoint::max();
@@ -37,8 +39,10 @@ struct GenerationRequest {
 class GenerationSink {
  public:
   virtual ~GenerationSink() = default;
-  // The request joined the running batch.
-  virtual void OnStarted(int32_t prompt_tokens, double queue_seconds) = 0;
+  // The request joined the running batch; `cached_prompt_tokens` of its prompt came from the
+  // engine's prefix cache.
+  virtual void OnStarted(int32_t prompt_tokens, int32_t cached_prompt_tokens,
+                         double queue_seconds) = 0;
   // Newly generated text and the number of tokens it came from (text may be empty while a stop
   // sequence or a multi-byte character is still being decided).
   virtual void OnText(std::string_view text, int32_t tokens) = 0;
@@ -115,6 +119,8 @@ class Scheduler {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Drops finished sequences from the batch and publishes the batch and memory gauges.
   void Retire();
+  // The engine's prefix-cache counters into the metrics (engine thread).
+  void PublishPrefixStats();
   // Shutdown: everything still admitted ends with UNAVAILABLE so no caller waits forever.
   void FailAllOnShutdown() ABSL_LOCKS_EXCLUDED(mu_);
   void Admit(std::unique_ptr<Sequence> seq);
@@ -142,6 +148,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;
 
   std::atomic<int32_t> running_count_{0};
+  PrefixCacheStats published_prefix_stats_;  // engine thread only
   std::atomic<int32_t> waiting_count_{0};
   std::thread thread_;
 };

@@ -30,6 +30,10 @@ absl::Status ValidateWeights(const WorkerConfig& c) {
   }
   if (c.memory_budget < 1) return Invalid("--memory_budget must be >= 1 byte");
   if (c.native_threads < 0) return Invalid("--native_threads must be >= 0");
+  if (c.prefix_cache_bytes < 0) return Invalid("--prefix_cache_bytes must be >= 0");
+  if (c.prefix_block_tokens < 16 || c.prefix_block_tokens > 65536) {
+    return Invalid("--prefix_block_tokens must be in [16, 65536]");
+  }
   if (c.gpu_max_image_patches < 0) return Invalid("--gpu_max_image_patches must be >= 0");
   if (!(c.gpu_memory_fraction > 0 && c.gpu_memory_fraction <= 1)) {
     return Invalid("--gpu_memory_fraction must be in (0, 1]");

@@ -36,6 +36,8 @@ struct WorkerConfig {
   WeightsSource weights;
   std::string model_id;               // empty: the checkpoint's
   int64_t memory_budget = 4ll << 30;  // CPU: bytes of KV cache and recurrent state
+  int64_t prefix_cache_bytes = 1ll << 30;  // CPU: prefix-cache snapshots, within memory_budget
+  int32_t prefix_block_tokens = 256;       // CPU: tokens between snapshot points
   int32_t native_threads = 0;         // CPU: matrix-product threads (0: all)
   double gpu_memory_fraction = 0.9;   // GPU: share of memory after the weights
   bool cuda_graphs = true;            // GPU: replay decode steps as CUDA graphs

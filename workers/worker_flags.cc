@@ -40,6 +40,14 @@ ABSL_FLAG(std::string, tokenizer, "",
 ABSL_FLAG(int64_t, memory_budget, 4ll << 30,
           "Native engine: bytes of KV cache and recurrent state for all sequences together; "
           "admission waits when it is full.");
+ABSL_FLAG(int64_t, prefix_cache_bytes, 1ll << 30,
+          "Native engine on the CPU: most bytes of prefix-cache snapshots (a sequence's state at a "
+          "block boundary: KV so far plus the recurrent and conv states), taken from "
+          "--memory_budget only while sequences leave it free; a prompt resumes from its longest "
+          "cached prefix. 0 disables the cache.");
+ABSL_FLAG(int32_t, prefix_block_tokens, 256,
+          "Native engine on the CPU: tokens per prefix-cache block; snapshots are taken at "
+          "multiples of it (16 to 65536).");
 ABSL_FLAG(int32_t, native_threads, 0, "Native engine: CPU threads for matrix products (0: all).");
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "Native engine on a GPU: share of the memory left after the weights for KV blocks and "
@@ -215,6 +223,8 @@ void ReadEngine(WorkerConfig& c) {
   c.weights.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   c.model_id = absl::GetFlag(FLAGS_model_id);
   c.memory_budget = absl::GetFlag(FLAGS_memory_budget);
+  c.prefix_cache_bytes = absl::GetFlag(FLAGS_prefix_cache_bytes);
+  c.prefix_block_tokens = absl::GetFlag(FLAGS_prefix_block_tokens);
   c.native_threads = absl::GetFlag(FLAGS_native_threads);
   c.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   c.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);

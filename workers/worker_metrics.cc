@@ -128,6 +128,30 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const Labels& l)
                                  "KV cache in use, 0 to 1: sequence memory reserved over its "
                                  "budget, or the fronted engine's own gauge (--engine=upstream).")
                          .Add({{"model_name", l.model_name}})),
+      prefix_cache_hits(CounterFamily(r, "tandem_worker_prefix_cache_hits_total",
+                                      "Prompts that resumed from a prefix-cache snapshot.")
+                            .Add({{"model_name", l.model_name}})),
+      prefix_cache_misses(CounterFamily(r, "tandem_worker_prefix_cache_misses_total",
+                                        "Prompts looked up in the prefix cache without a match.")
+                              .Add({{"model_name", l.model_name}})),
+      prefix_cache_tokens_saved(
+          CounterFamily(r, "tandem_worker_prefix_cache_tokens_saved_total",
+                        "Prompt tokens resumed from the prefix cache instead of computed.")
+              .Add({{"model_name", l.model_name}})),
+      prefix_cache_inserts(CounterFamily(r, "tandem_worker_prefix_cache_inserts_total",
+                                         "Snapshots taken into the prefix cache.")
+                               .Add({{"model_name", l.model_name}})),
+      prefix_cache_evictions(
+          CounterFamily(r, "tandem_worker_prefix_cache_evictions_total",
+                        "Snapshots evicted (least recently used first) for room.")
+              .Add({{"model_name", l.model_name}})),
+      prefix_cache_bytes(GaugeFamily(r, "tandem_worker_prefix_cache_bytes",
+                                     "Bytes the prefix cache's snapshots hold (within "
+                                     "--memory_budget, beside the sequences' reservations).")
+                             .Add({{"model_name", l.model_name}})),
+      prefix_cache_entries(GaugeFamily(r, "tandem_worker_prefix_cache_entries",
+                                       "Snapshots in the prefix cache.")
+                               .Add({{"model_name", l.model_name}})),
       engine_metrics_stale(GaugeFamily(r, "tandem_worker_engine_metrics_stale",
                                        "1 while the fronted engine's /metrics is older than "
                                        "--upstream_metrics_stale (its gauges are then not used).")

@@ -66,6 +66,16 @@ struct WorkerMetrics {
   prometheus::Gauge& device_memory_used;
   // KV cache in use, 0..1 (the engine's own gauge for an upstream engine).
   prometheus::Gauge& kv_cache_usage;
+  // The native engine's prefix cache: lookups that resumed from a snapshot or not, prompt
+  // tokens resumed instead of computed, snapshots taken and evicted (to make room for others or
+  // for sequences), and what it holds now.
+  prometheus::Counter& prefix_cache_hits;
+  prometheus::Counter& prefix_cache_misses;
+  prometheus::Counter& prefix_cache_tokens_saved;
+  prometheus::Counter& prefix_cache_inserts;
+  prometheus::Counter& prefix_cache_evictions;
+  prometheus::Gauge& prefix_cache_bytes;
+  prometheus::Gauge& prefix_cache_entries;
   // An upstream engine's /metrics: stale (1) past --upstream_metrics_stale, and its age.
   prometheus::Gauge& engine_metrics_stale;
   prometheus::Gauge& engine_metrics_age;

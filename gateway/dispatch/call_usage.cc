@@ -6,7 +6,10 @@ namespace tandem::gateway {
 
 void CallUsage::Track(const tandem::v1::WorkerGenerateChunk& chunk) {
   const auto now = SteadyClock::now();
-  if (chunk.prompt_tokens() > 0 && prompt_tokens_ == 0) prompt_tokens_ = chunk.prompt_tokens();
+  if (chunk.prompt_tokens() > 0 && prompt_tokens_ == 0) {
+    prompt_tokens_ = chunk.prompt_tokens();
+    cached_prompt_tokens_ = chunk.cached_prompt_tokens();
+  }
   if (chunk.queue_seconds() > 0 && queue_seconds_ == 0) queue_seconds_ = chunk.queue_seconds();
   if (chunk.tokens() > 0) {
     if (completion_tokens_ == 0) first_token_ = now;
@@ -19,6 +22,7 @@ void CallUsage::Fill(tandem::v1::Usage* usage, tandem::v1::Timings* timings) con
   usage->set_prompt_tokens(prompt_tokens_);
   usage->set_completion_tokens(completion_tokens_);
   usage->set_total_tokens(prompt_tokens_ + completion_tokens_);
+  usage->set_cached_prompt_tokens(cached_prompt_tokens_);
   timings->set_queue_seconds(queue_seconds_);
   if (completion_tokens_ > 0) {
     timings->set_time_to_first_token_seconds(Seconds(first_token_ - arrival_));
@@ -34,6 +38,7 @@ void CallUsage::ObserveModel(GatewayMetrics::Model& m, SteadyClock::time_point n
                                      (completion_tokens_ - 1));
   }
   m.prompt_tokens->Increment(prompt_tokens_);
+  m.cached_prompt_tokens->Increment(cached_prompt_tokens_);
   m.completion_tokens->Increment(completion_tokens_);
 }
 

@@ -34,6 +34,7 @@ class CallUsage {
   const SteadyClock::time_point arrival_;
   // The first attempt's prompt count is the caller's prompt; a failover's includes the prefix.
   int32_t prompt_tokens_ = 0;
+  int32_t cached_prompt_tokens_ = 0;  // of prompt_tokens_, from the worker's prefix cache
   int32_t completion_tokens_ = 0;
   double queue_seconds_ = 0;  // in the worker's queue
   SteadyClock::time_point first_token_;

@@ -58,7 +58,7 @@ void Dispatcher::RecordDecision(const Admission& a) {
 std::shared_ptr<Endpoint> Dispatcher::PickEndpoint(const std::string& model) const {
   ModelPool* pool = pools_->Find(model);
   if (pool == nullptr) return nullptr;
-  absl::StatusOr<std::shared_ptr<Endpoint>> endpoint = pool->Pick(pools_->pick());
+  absl::StatusOr<std::shared_ptr<Endpoint>> endpoint = pool->Pick(pools_->pick(model));
   return endpoint.ok() ? *endpoint : nullptr;
 }
 
@@ -70,7 +70,7 @@ void Dispatcher::StartShadow(const Admission& a, const std::string& model) {
     refused = "UNAVAILABLE";
   } else if (a.features.image_count > 0 && !pool->Facts().vision) {
     refused = "INVALID_ARGUMENT";  // the shadow model cannot take this request
-  } else if (endpoint = pool->Pick(pools_->pick()); !endpoint.ok()) {
+  } else if (endpoint = pool->Pick(pools_->pick(model)); !endpoint.ok()) {
     refused = "UNAVAILABLE";
   }
   if (refused != nullptr) {

@@ -121,7 +121,7 @@ void GenerationCall::StartFirstAttempt() {
       .stall_timeout_min = absl::ToChronoNanoseconds(dispatch_options.stall_timeout_min),
       .stall_timeout_multiple = dispatch_options.stall_timeout_multiple,
       .arrival = arrival_};
-  AttemptTarget first = ToAttemptTarget(Target{admission_.pool, admission_.endpoint, 0});
+  AttemptTarget first = ToAttemptTarget(Target{admission_.pool, admission_.endpoint, 0, {}});
   Attempt* a = nullptr;
   {
     absl::MutexLock l(&mu_);

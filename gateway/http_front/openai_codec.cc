@@ -13,7 +13,8 @@ namespace {
 void AppendUsage(const tandem::v1::Usage& u, std::string* out) {
   absl::StrAppend(out, R"("usage":{"prompt_tokens":)", u.prompt_tokens(),
                   R"(,"completion_tokens":)", u.completion_tokens(), R"(,"total_tokens":)",
-                  u.total_tokens(), "}");
+                  u.total_tokens(), R"(,"prompt_tokens_details":{"cached_tokens":)",
+                  u.cached_prompt_tokens(), "}}");
 }
 
 // [{"index"?, "id", "type": "function", "function": {"name", "arguments"}}, ...]

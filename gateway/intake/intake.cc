@@ -272,6 +272,10 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
       !s.ok()) {
     return s;
   }
+  // The authenticated tenant only: the request's `tenant` label grants nothing.
+  const std::string partition =
+      options_.shared_prefix_cache || out->tenant == nullptr ? "" : out->tenant->name;
+  if (pools_->prefix_pick()) out->prefix = PromptPrefixOf(partition, request);
   absl::StatusOr<Target> target = PickTarget(*out, {});
   if (!target.ok()) return target.status();
   if (target->pool != out->pool) {
@@ -282,6 +286,10 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
     out->pool = target->pool;
   }
   out->endpoint = target->endpoint;
+  if (std::string_view(target->pick.rule) == "prefix") {
+    absl::StrAppendFormat(&out->decision.reason, "; worker by prefix (~%d prompt tokens cached)",
+                          target->pick.prefix_hit_tokens);
+  }
 
   auto& w = out->worker_request;
   w.set_request_id(out->request_id);
@@ -295,6 +303,7 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
                                              : options_.default_max_tokens);
   }
   SetWorkerReasoning(out->decision, w.mutable_reasoning());
+  w.set_cache_partition(partition);
   return absl::OkStatus();
 }
 
@@ -316,12 +325,14 @@ absl::StatusOr<Target> Intake::PickTarget(const Admission& a,
       if (a.features.image_count > 0 && !facts.vision) return std::nullopt;
       if (a.features.max_tokens > 0 && a.features.max_tokens > limit) return std::nullopt;
     }
-    absl::StatusOr<std::shared_ptr<Endpoint>> e = pool->Pick(pools_->pick(), exclude);
+    PickInfo info;
+    absl::StatusOr<std::shared_ptr<Endpoint>> e =
+        pool->Pick(pools_->pick(model), exclude, &a.prefix, &info);
     if (!e.ok()) {
       if (first.ok()) first = e.status();
       return std::nullopt;
     }
-    return Target{pool, std::move(*e), limit};
+    return Target{pool, std::move(*e), limit, info};
   };
   // Decide already kept the decision to the tenant's models; checked again here because every
   // attempt (the first, retries, failovers, hedges) is dispatched to what this returns.

@@ -28,6 +28,9 @@ struct IntakeOptions {
   int64_t max_prompt_tokens = 0;
   // Largest max_tokens accepted, whatever the model allows (0: the model's limit only).
   int32_t max_tokens_limit = 0;
+  // Workers' prefix caches shared by all tenants (else each tenant's prompts match only its
+  // own: one tenant cannot time whether another's prompt is cached).
+  bool shared_prefix_cache = false;
 };
 
 // Everything decided about a request before it is dispatched.
@@ -55,6 +58,8 @@ struct Admission {
   std::string session_key;  // Sessions::Key of the caller's tenant and the session id
   SessionLookup session_before;
   tandem::v1::SessionInfo session;
+  // The prompt's prefix chain, for models picked by prefix (empty when none is).
+  PromptPrefix prefix;
 };
 
 // Where one attempt of a request goes.
@@ -63,6 +68,7 @@ struct Target {
   std::shared_ptr<Endpoint> endpoint;
   // The model's max_output_tokens as its workers report it (0 when unknown).
   int32_t max_output_tokens = 0;
+  PickInfo pick;  // why this endpoint
 };
 
 // Validation, routing and endpoint choice, shared by Generate, GenerateStream and Route.

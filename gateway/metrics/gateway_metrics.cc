@@ -93,6 +93,13 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
       fallbacks_(CounterFamily(r, "tandem_gateway_fallbacks_total",
                                "Requests admitted to a fallback model because the decided one had "
                                "no usable worker, by decided and serving model.")),
+      picks_(CounterFamily(r, "tandem_gateway_endpoint_picks_total",
+                           "Worker endpoints picked, by rule: prefix (the one expected to hold "
+                           "the prompt's prefix), load (the least loaded), random2 (power of "
+                           "two).")),
+      pick_hit_tokens_(CounterFamily(r, "tandem_gateway_expected_prefix_hit_tokens_total",
+                                     "Prompt tokens (estimated) the picked endpoints were "
+                                     "expected to hold in their prefix caches.")),
       decision_duration_(
           HistogramFamily(r, "tandem_gateway_route_decision_duration_seconds",
                           "Time to admit a request: validation, features, the routing decision "
@@ -210,6 +217,9 @@ void GatewayMetrics::AddModels(prometheus::Registry& r, const std::vector<std::s
                                       "Tokens generated for shadow copies (discarded).");
   auto& workers =
       GaugeFamily(r, "tandem_gateway_workers", "Worker endpoints configured for the model.");
+  auto& cached = CounterFamily(r, "tandem_gateway_cached_prompt_tokens_total",
+                               "Prompt tokens of served requests that the workers resumed from "
+                               "their prefix caches instead of computing.");
   for (const std::string& m : models) {
     const prometheus::Labels l = {{"model_name", m}};
     models_[m] = Model{&duration.Add(l, kDurationBuckets),
@@ -222,7 +232,8 @@ void GatewayMetrics::AddModels(prometheus::Registry& r, const std::vector<std::s
                        &ready.Add(l),
                        &workers.Add(l),
                        &shadow_duration.Add(l, kDurationBuckets),
-                       &shadow_tokens.Add(l)};
+                       &shadow_tokens.Add(l),
+                       &cached.Add(l)};
   }
 }
 
@@ -244,6 +255,10 @@ void GatewayMetrics::SeedSeries(const std::vector<std::string>& models,
       Labelled(hedges_, {{"model_name", m}, {"outcome", outcome}});
     }
     Labelled(stalls_, {{"model_name", m}});
+    for (const char* rule : {"prefix", "load", "random2"}) {
+      Labelled(picks_, {{"model_name", m}, {"rule", rule}});
+    }
+    Labelled(pick_hit_tokens_, {{"model_name", m}});
     for (const std::string& to : models) {
       Labelled(failovers_, {{"from_model", m}, {"to_model", to}});
       if (to != m) Labelled(fallbacks_, {{"from_model", m}, {"to_model", to}});
@@ -415,6 +430,13 @@ void GatewayMetrics::CountStall(const std::string& model) {
 
 void GatewayMetrics::CountHedge(const std::string& model, bool won) {
   Labelled(hedges_, {{"model_name", model}, {"outcome", won ? "won" : "lost"}}).Increment();
+}
+
+void GatewayMetrics::CountPick(const std::string& model, const char* rule, int64_t hit_tokens) {
+  Labelled(picks_, {{"model_name", model}, {"rule", rule}}).Increment();
+  if (hit_tokens > 0) {
+    Labelled(pick_hit_tokens_, {{"model_name", model}}).Increment(static_cast<double>(hit_tokens));
+  }
 }
 
 void GatewayMetrics::CountFallback(const std::string& from_model, const std::string& to_model) {

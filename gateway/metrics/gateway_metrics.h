@@ -35,6 +35,8 @@ class GatewayMetrics {
     // Shadow copies sent to this model (answers discarded).
     prometheus::Histogram* shadow_duration;
     prometheus::Counter* shadow_completion_tokens;
+    // Of prompt_tokens, those the workers resumed from their prefix caches.
+    prometheus::Counter* cached_prompt_tokens;
   };
 
   GatewayMetrics(prometheus::Registry& registry, const std::vector<std::string>& models,
@@ -97,6 +99,10 @@ class GatewayMetrics {
   void CountHedge(const std::string& model, bool won) ABSL_LOCKS_EXCLUDED(mu_);
   void CountStall(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
   void CountShed(const std::string& request_class) ABSL_LOCKS_EXCLUDED(mu_);
+  // A worker endpoint of `model` was picked by `rule` (PickInfo::rule) expecting `hit_tokens`
+  // of the prompt in its prefix cache.
+  void CountPick(const std::string& model, const char* rule, int64_t hit_tokens)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Admission fell back from the decided model (no usable worker) to another.
   void CountFallback(const std::string& from_model, const std::string& to_model)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -194,6 +200,8 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& hedges_;
   prometheus::Family<prometheus::Counter>& shed_;
   prometheus::Family<prometheus::Counter>& fallbacks_;
+  prometheus::Family<prometheus::Counter>& picks_;
+  prometheus::Family<prometheus::Counter>& pick_hit_tokens_;
   prometheus::Histogram& decision_duration_;
   prometheus::Family<prometheus::Counter>& tenant_requests_;
   prometheus::Family<prometheus::Counter>& tenant_throttled_;

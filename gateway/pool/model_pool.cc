@@ -37,8 +37,40 @@ bool ModelPool::SetAddresses(const std::vector<std::string>& addresses,
   return changed;
 }
 
+namespace {
+// Live load: the worker's own queue at its last scrape, plus what this gateway sent since.
+int64_t LiveLoad(const Endpoint* e) {
+  return std::max<int64_t>(0, e->scraped_load()) + e->outstanding();
+}
+}  // namespace
+
+Endpoint* ModelPool::PickByPrefix(const std::vector<Endpoint*>& usable, const PromptPrefix& prefix,
+                                  PickInfo* info) const {
+  int64_t least = INT64_MAX;
+  for (const Endpoint* e : usable) least = std::min(least, LiveLoad(e));
+  Endpoint* best = nullptr;
+  int64_t best_hit = -1, best_load = 0;
+  for (Endpoint* e : usable) {
+    const int64_t load = LiveLoad(e);
+    if (load > least + prefix_options_.max_imbalance) continue;
+    int64_t hit = prefix_index_.HitTokens(prefix, e->address());
+    if (hit < prefix_options_.min_hit_tokens) hit = 0;
+    if (hit > best_hit || (hit == best_hit && load < best_load)) {
+      best = e;
+      best_hit = hit;
+      best_load = load;
+    }
+  }
+  info->rule = best_hit > 0 ? "prefix" : "load";
+  info->prefix_hit_tokens = std::max<int64_t>(best_hit, 0);
+  return best;
+}
+
 absl::StatusOr<std::shared_ptr<Endpoint>> ModelPool::Pick(
-    PickStrategy strategy, const std::vector<const Endpoint*>& exclude) const {
+    PickStrategy strategy, const std::vector<const Endpoint*>& exclude, const PromptPrefix* prefix,
+    PickInfo* info) const {
+  PickInfo ignored;
+  if (info == nullptr) info = &ignored;
   const auto list = endpoints_.load();
   // A handful of replicas: a linear scan over the snapshot.
   std::vector<Endpoint*> usable;
@@ -49,20 +81,23 @@ absl::StatusOr<std::shared_ptr<Endpoint>> ModelPool::Pick(
     }
   }
   Endpoint* best = nullptr;
-  if (strategy == PickStrategy::kPowerOfTwo && usable.size() > 2) {
+  if (strategy == PickStrategy::kPrefix && prefix != nullptr && !prefix->empty()) {
+    best = PickByPrefix(usable, *prefix, info);
+    if (best != nullptr) prefix_index_.Record(*prefix, best->address());
+  } else if (strategy == PickStrategy::kPowerOfTwo && usable.size() > 2) {
+    info->rule = "random2";
     thread_local std::minstd_rand rng{std::random_device{}()};
     const size_t a = rng() % usable.size();
     size_t b = rng() % (usable.size() - 1);
     if (b >= a) ++b;
-    // Live load: the worker's own queue at its last scrape, plus what this gateway sent since.
-    auto load = [](const Endpoint* e) {
-      return std::max<int64_t>(0, e->scraped_load()) + e->outstanding();
-    };
-    best = load(usable[a]) <= load(usable[b]) ? usable[a] : usable[b];
+    best = LiveLoad(usable[a]) <= LiveLoad(usable[b]) ? usable[a] : usable[b];
   } else {
     for (Endpoint* e : usable) {
       if (best == nullptr || e->outstanding() < best->outstanding()) best = e;
     }
+  }
+  if (best != nullptr && metrics_ != nullptr) {
+    metrics_->CountPick(name_, info->rule, info->prefix_hit_tokens);
   }
   if (best != nullptr) {
     for (const auto& e : *list) {

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "gateway/pool/endpoint.h"
+#include "gateway/pool/prefix_index.h"
 
 namespace tandem::gateway {
 
@@ -16,6 +17,28 @@ namespace tandem::gateway {
 enum class PickStrategy {
   kLeastOutstanding,  // fewest calls this gateway has in flight there
   kPowerOfTwo,        // two at random, the one with less live load (scraped queue + outstanding)
+  // The one most likely to hold the prompt's prefix in its cache (PrefixIndex), among those
+  // whose live load is within PrefixPickOptions::max_imbalance of the least loaded.
+  kPrefix,
+};
+
+struct PrefixPickOptions {
+  // (prefix, endpoint) pairs the pool remembers.
+  int64_t index_entries = 1 << 18;
+  // An endpoint more loaded than the least loaded by more than this (requests: scraped queue
+  // plus this gateway's calls in flight) is passed over whatever it holds, so that one hot
+  // prefix does not pile onto one replica.
+  int64_t max_imbalance = 4;
+  // A smaller expected hit, in estimated tokens, is no reason to prefer an endpoint.
+  int64_t min_hit_tokens = 32;
+};
+
+// Why Pick chose what it chose.
+struct PickInfo {
+  // "prefix" (the longest expected hit), "load" (the least loaded; no useful hit, or the
+  // holder too loaded), or "random2" (power of two).
+  const char* rule = "load";
+  int64_t prefix_hit_tokens = 0;  // expected at the chosen endpoint (estimated tokens)
 };
 
 using ClientFactory = std::function<std::unique_ptr<WorkerClient>(const std::string& address)>;
@@ -25,8 +48,13 @@ using ClientFactory = std::function<std::unique_ptr<WorkerClient>(const std::str
 // never lock; an endpoint removed from DNS lives on while calls hold it.
 class ModelPool {
  public:
-  ModelPool(std::string name, EndpointOptions options = {}, GatewayMetrics* metrics = nullptr)
-      : name_(std::move(name)), options_(options), metrics_(metrics) {}
+  ModelPool(std::string name, EndpointOptions options = {}, GatewayMetrics* metrics = nullptr,
+            PrefixPickOptions prefix = {})
+      : name_(std::move(name)),
+        options_(options),
+        metrics_(metrics),
+        prefix_options_(prefix),
+        prefix_index_(prefix.index_entries) {}
 
   const std::string& name() const { return name_; }
   void AddEndpoint(std::unique_ptr<WorkerClient> client) ABSL_LOCKS_EXCLUDED(write_mu_);
@@ -37,9 +65,12 @@ class ModelPool {
   std::shared_ptr<const EndpointList> endpoints() const { return endpoints_.load(); }
 
   // A usable endpoint not in `exclude`, or UNAVAILABLE with the reason each one is not usable.
+  // With `prefix` (kPrefix), the choice is recorded as where that prefix now is; `info` (may
+  // be null) says why it was chosen.
   absl::StatusOr<std::shared_ptr<Endpoint>> Pick(
       PickStrategy strategy = PickStrategy::kLeastOutstanding,
-      const std::vector<const Endpoint*>& exclude = {}) const;
+      const std::vector<const Endpoint*>& exclude = {}, const PromptPrefix* prefix = nullptr,
+      PickInfo* info = nullptr) const;
   int ReadyCount() const;
   // Model facts from the most recently seen worker info (empty before any probe succeeded).
   tandem::v1::ModelStatus Status() const;
@@ -51,9 +82,15 @@ class ModelPool {
   int DispatchCapacity(int headroom) const;
 
  private:
+  Endpoint* PickByPrefix(const std::vector<Endpoint*>& usable, const PromptPrefix& prefix,
+                         PickInfo* info) const;
+
   const std::string name_;
   const EndpointOptions options_;
   GatewayMetrics* const metrics_;
+  const PrefixPickOptions prefix_options_;
+  // Written by picks (const: a pick changes no endpoint); internally locked.
+  mutable PrefixIndex prefix_index_;
   absl::Mutex write_mu_;  // serializes writers of endpoints_ (an atomic: readers never lock)
   std::atomic<std::shared_ptr<const EndpointList>> endpoints_{std::make_shared<EndpointList>()};
 };

@@ -51,7 +51,7 @@ WorkerPools::~WorkerPools() { Stop(); }
 
 ModelPool& WorkerPools::PoolFor(const std::string& model) {
   auto& pool = pools_[model];
-  if (!pool) pool = std::make_unique<ModelPool>(model, options_.endpoint, metrics_);
+  if (!pool) pool = std::make_unique<ModelPool>(model, options_.endpoint, metrics_, options_.prefix_pick);
   return *pool;
 }
 

@@ -39,6 +39,9 @@ struct WorkerPoolsOptions {
   absl::Duration dns_interval = absl::Seconds(5);
   EndpointOptions endpoint;
   PickStrategy pick = PickStrategy::kLeastOutstanding;
+  // Models whose pick rule differs from `pick`.
+  std::map<std::string, PickStrategy> pick_per_model;
+  PrefixPickOptions prefix_pick;
   // Transport to the workers (mutual TLS, or plaintext when chosen); null means plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   // The name the workers' certificates must carry when it is not the host in their address.
@@ -70,7 +73,18 @@ class WorkerPools {
   // nullptr when the model is not configured.
   ModelPool* Find(const std::string& model) const;
   const std::map<std::string, std::unique_ptr<ModelPool>>& pools() const { return pools_; }
-  PickStrategy pick() const { return options_.pick; }
+  // Some model's endpoints are picked by prefix (PickStrategy::kPrefix).
+  bool prefix_pick() const {
+    if (options_.pick == PickStrategy::kPrefix) return true;
+    for (const auto& [model, pick] : options_.pick_per_model) {
+      if (pick == PickStrategy::kPrefix) return true;
+    }
+    return false;
+  }
+  PickStrategy pick(const std::string& model) const {
+    auto it = options_.pick_per_model.find(model);
+    return it == options_.pick_per_model.end() ? options_.pick : it->second;
+  }
 
  private:
   struct DnsEntry {

@@ -106,7 +106,7 @@ class GatedEngine final : public Engine {
 
 class RecordingSink final : public GenerationSink {
  public:
-  void OnStarted(int32_t prompt_tokens, double) override ABSL_LOCKS_EXCLUDED(mu_) {
+  void OnStarted(int32_t prompt_tokens, int32_t, double) override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     prompt_tokens_ = prompt_tokens;
   }

@@ -13,6 +13,20 @@
 #include "workers/tokenizer/chat_template.h"
 
 namespace tandem::workers {
+namespace {
+
+class CpuSnapshot final : public PrefixSnapshot {
+ public:
+  explicit CpuSnapshot(std::unique_ptr<cpu::SequenceState> state) : state_(std::move(state)) {}
+  int64_t bytes() const override { return state_->bytes(); }
+  const cpu::SequenceState& state() const { return *state_; }
+
+ private:
+  std::unique_ptr<cpu::SequenceState> state_;
+};
+
+}  // namespace
+
 CpuEngine::CpuEngine(std::unique_ptr<cpu::CpuModel> model, std::unique_ptr<Tokenizer> tokenizer,
                      std::vector<int32_t> stop_ids, CpuEngineOptions options, CpuVision vision)
     : model_(std::move(model)),
@@ -20,7 +34,8 @@ CpuEngine::CpuEngine(std::unique_ptr<cpu::CpuModel> model, std::unique_ptr<Token
       stop_ids_(std::move(stop_ids)),
       options_(std::move(options)),
       thinking_markers_(ThinkingMarkers::Of(*tokenizer_)),
-      vision_(std::move(vision)) {
+      vision_(std::move(vision)),
+      cache_(PrefixCacheOptions{options_.prefix_cache_bytes, options_.prefix_block_tokens}) {
   info_ = NativeEngineInfo(model_->shape(), options_.model_name, options_.model_id,
                            options_.max_context_tokens, options_.max_output_tokens,
                            vision_.encoder != nullptr);
@@ -45,7 +60,19 @@ absl::Status CpuEngine::AddSequence(const SequenceSpec& spec) {
                         reserved_.load(), options_.memory_budget_bytes));
   }
   Sequence seq;
-  seq.state = model_->NewState();
+  seq.cacheable = cache_.enabled() && spec.images.empty();
+  seq.partition = spec.cache_partition;
+  if (seq.cacheable) {
+    // At most all but the last prompt token: its logits are what the prefill is for.
+    const PrefixCache::Match m =
+        cache_.Lookup(seq.partition, spec.prompt, static_cast<int64_t>(spec.prompt.size()) - 1);
+    if (m.snapshot != nullptr) {
+      seq.state = static_cast<const CpuSnapshot*>(m.snapshot)->state().Clone();
+      seq.cached = m.tokens;
+    }
+    seq.branch = m.shared_tokens;
+  }
+  if (seq.state == nullptr) seq.state = model_->NewState();
   seq.prompt = spec.prompt;
   seq.sampling = spec.sampling;
   seq.rng.seed(spec.sampling.seed);
@@ -53,8 +80,15 @@ absl::Status CpuEngine::AddSequence(const SequenceSpec& spec) {
   seq.thinking = ThinkingBudget(thinking_markers_, spec.thinking_budget, spec.prompt);
   seq.images = spec.images;
   reserved_.fetch_add(need);
+  // Snapshots give way to sequences: the cache keeps only what the budget leaves.
+  cache_.EvictTo(options_.memory_budget_bytes - reserved_.load());
   sequences_[spec.id] = std::move(seq);
   return absl::OkStatus();
+}
+
+int64_t CpuEngine::CachedPromptTokens(uint64_t id) const {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? 0 : it->second.cached;
 }
 
 void CpuEngine::RemoveSequence(uint64_t id) {
@@ -62,6 +96,13 @@ void CpuEngine::RemoveSequence(uint64_t id) {
   if (it == sequences_.end()) return;
   reserved_.fetch_sub(it->second.reserved);
   sequences_.erase(it);
+}
+
+void CpuEngine::OfferSnapshot(const Sequence& seq, const cpu::SequenceState& state) {
+  const auto prefix = absl::MakeConstSpan(seq.tokens).first(static_cast<size_t>(state.position()));
+  if (cache_.Contains(seq.partition, prefix)) return;
+  const int64_t room = options_.memory_budget_bytes - reserved_.load() - cache_.bytes();
+  cache_.Insert(seq.partition, prefix, std::make_unique<CpuSnapshot>(state.Clone()), room);
 }
 
 absl::Status CpuEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOutput>* out) {
@@ -74,15 +115,12 @@ absl::Status CpuEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOut
     Sequence& seq = it->second;
     absl::Status s;
     if (seq.last_token < 0) {
-      s = seq.images.empty()
-              ? model_->Forward(seq.state.get(), seq.prompt, /*all_logits=*/false, &logits_)
-              : PrefillWithImages(seq);
+      s = !seq.images.empty() ? PrefillWithImages(seq) : PrefillText(seq);
       seq.prompt.clear();
       seq.prompt.shrink_to_fit();
       seq.images.clear();
     } else {
-      const int32_t token = seq.last_token;
-      s = model_->Forward(seq.state.get(), absl::MakeConstSpan(&token, 1), false, &logits_);
+      s = Decode(seq);
     }
     if (!s.ok()) return s;
     // Thinking budget: once spent, the end of thinking is forced, and the answer follows.
@@ -95,6 +133,48 @@ absl::Status CpuEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOut
     o.end_of_sequence = std::find(stop_ids_.begin(), stop_ids_.end(), next) != stop_ids_.end();
     out->push_back(o);
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuEngine::PrefillText(Sequence& seq) {
+  if (!seq.cacheable) {
+    return model_->Forward(seq.state.get(), seq.prompt, /*all_logits=*/false, &logits_);
+  }
+  seq.tokens = seq.prompt;
+  const int64_t len = static_cast<int64_t>(seq.tokens.size());
+  const int64_t n = cache_.block_tokens();
+  int64_t pos = seq.state->position();
+  const auto tokens = absl::MakeConstSpan(seq.tokens);
+  for (const int64_t point : {std::min(seq.branch, len), len / n * n}) {
+    if (point <= pos) continue;
+    const auto part = tokens.subspan(static_cast<size_t>(pos), static_cast<size_t>(point - pos));
+    if (absl::Status s = model_->Forward(seq.state.get(), part, false, &logits_); !s.ok()) {
+      return s;
+    }
+    pos = point;
+    OfferSnapshot(seq, *seq.state);
+  }
+  if (pos == len) return absl::OkStatus();  // the last piece's logits are the prompt's
+  return model_->Forward(seq.state.get(), tokens.subspan(static_cast<size_t>(pos)), false,
+                         &logits_);
+}
+
+absl::Status CpuEngine::Decode(Sequence& seq) {
+  const int32_t token = seq.last_token;
+  absl::Status s =
+      model_->Forward(seq.state.get(), absl::MakeConstSpan(&token, 1), false, &logits_);
+  if (!s.ok() || !seq.cacheable) return s;
+  seq.tokens.push_back(token);
+  const int64_t pos = seq.state->position();
+  if (pos % cache_.block_tokens() != 0) return absl::OkStatus();
+  // The answer so far, for a next turn that resends it (a chat, an agent loop); the one taken
+  // a block earlier in this answer is worth nothing more.
+  OfferSnapshot(seq, *seq.state);
+  if (seq.decode_snapshot > 0) {
+    cache_.Erase(seq.partition,
+                 absl::MakeConstSpan(seq.tokens).first(static_cast<size_t>(seq.decode_snapshot)));
+  }
+  seq.decode_snapshot = pos;
   return absl::OkStatus();
 }
 

@@ -30,6 +30,10 @@ struct CpuEngineOptions {
   int32_t max_context_tokens = 0;
   // Set by LoadCpuEngine from the checkpoint (QuantScheme::Name).
   std::string quantization = "none";
+  // Prefix cache: most bytes of snapshots (within memory_budget_bytes; 0 disables it) and the
+  // tokens between snapshot points.
+  int64_t prefix_cache_bytes = 0;
+  int32_t prefix_block_tokens = 256;
 };
 
 // The vision encoder of a multimodal checkpoint and the processor its images go through.
@@ -61,6 +65,8 @@ class CpuEngine final : public Engine {
   const vision::PreprocessorConfig* ImageProcessor() const override {
     return vision_.encoder != nullptr ? &vision_.processor : nullptr;
   }
+  int64_t CachedPromptTokens(uint64_t id) const override;
+  PrefixCacheStats PrefixStats() const override { return cache_.stats(); }
 
   const cpu::CpuModel& model() const { return *model_; }
 
@@ -74,10 +80,25 @@ class CpuEngine final : public Engine {
     int64_t reserved = 0;
     ThinkingBudget thinking;
     std::vector<std::shared_ptr<const vision::PreparedImage>> images;
+    // Prefix cache: every token fed so far (the prompt first), the prompt tokens restored from
+    // a snapshot, the branch point the cache saw, and the length of the snapshot last taken
+    // while decoding (superseded by the next one: a next turn resends the whole answer).
+    bool cacheable = false;  // a prompt with images neither hits nor fills the cache
+    std::string partition;
+    std::vector<int32_t> tokens;
+    int64_t cached = 0;
+    int64_t branch = 0;
+    int64_t decode_snapshot = 0;
   };
 
   // The prompt of a sequence with images: encoded, then fed with 3-D positions.
   absl::Status PrefillWithImages(Sequence& seq);
+  // A text prompt, from its cached prefix on, stopping at the points worth a snapshot (the
+  // branch point and the prompt's last block boundary) to take them.
+  absl::Status PrefillText(Sequence& seq);
+  // Feeds one generated token; keeps a snapshot at each block boundary.
+  absl::Status Decode(Sequence& seq);
+  void OfferSnapshot(const Sequence& seq, const cpu::SequenceState& state);
 
   const std::unique_ptr<cpu::CpuModel> model_;
   const std::unique_ptr<Tokenizer> tokenizer_;
@@ -89,6 +110,7 @@ class CpuEngine final : public Engine {
   EngineInfo info_;
   std::unordered_map<uint64_t, Sequence> sequences_;
   std::atomic<int64_t> reserved_{0};
+  PrefixCache cache_;
   Sampler sampler_;
   std::vector<float> logits_;
 };

@@ -22,6 +22,11 @@ class SequenceState {
   virtual ~SequenceState() = default;
   // Tokens consumed so far (the next token's position).
   virtual int64_t position() const = 0;
+  // A deep copy: continuing it gives what continuing this state gives (the prefix cache's
+  // snapshots).
+  virtual std::unique_ptr<SequenceState> Clone() const = 0;
+  // Bytes it holds now (KV for the tokens consumed plus the fixed recurrent and conv state).
+  virtual int64_t bytes() const = 0;
 };
 
 // What a prompt with images adds to a forward pass (Qwen3.5): rows that replace the token

@@ -81,6 +81,15 @@ class NemotronHState : public SequenceState {
 
   explicit NemotronHState(const void* owner) : owner_(owner) {}
   int64_t position() const override { return position_; }
+  std::unique_ptr<SequenceState> Clone() const override {
+    return std::make_unique<NemotronHState>(*this);
+  }
+  int64_t bytes() const override {
+    int64_t n = 0;
+    for (const Mamba& m : mamba_) n += static_cast<int64_t>(m.conv.size() + m.ssm.size());
+    for (const Kv& kv : kv_) n += static_cast<int64_t>(kv.k.size() + kv.v.size());
+    return n * static_cast<int64_t>(sizeof(float));
+  }
 
   const void* owner_;
   int64_t position_ = 0;

@@ -96,9 +96,21 @@ class TensorLoader {
 
 class Qwen35MoeModel;
 
+int64_t FloatBytes(const std::vector<std::vector<float>>& v) {
+  int64_t n = 0;
+  for (const auto& x : v) n += static_cast<int64_t>(x.size());
+  return n * static_cast<int64_t>(sizeof(float));
+}
+
 class Qwen35MoeState : public SequenceState {
  public:
   int64_t position() const override { return position_; }
+  std::unique_ptr<SequenceState> Clone() const override {
+    return std::make_unique<Qwen35MoeState>(*this);
+  }
+  int64_t bytes() const override {
+    return FloatBytes(keys_) + FloatBytes(values_) + FloatBytes(conv_) + FloatBytes(recurrent_);
+  }
 
  private:
   friend class Qwen35MoeModel;

@@ -256,7 +256,7 @@ bool UpstreamEngine::EndedWhileQueued(Job& job, std::chrono::steady_clock::time_
 absl::Status UpstreamEngine::Relay(Job& job, Stream& stream, absl::string_view bytes) {
   if (!stream.started) {
     stream.started = true;
-    job.sink->OnStarted(0, stream.queue_seconds);  // the prompt's size comes with the usage, last
+    job.sink->OnStarted(0, 0, stream.queue_seconds);  // the prompt's size comes with the usage, last
   }
   stream.events.clear();
   if (absl::Status s = stream.sse.Feed(bytes, &stream.events); !s.ok()) {
@@ -311,7 +311,7 @@ void UpstreamEngine::Complete(Job& job, Stream& stream, absl::Status status) {
                                                                : metrics_->finished_stop)
       .Increment();
   if (decoder.prompt_tokens() > 0) {
-    job.sink->OnStarted(decoder.prompt_tokens(), stream.queue_seconds);
+    job.sink->OnStarted(decoder.prompt_tokens(), 0, stream.queue_seconds);
   }
   job.sink->OnFinished(absl::OkStatus(), decoder.finish_reason(), decoder.completion_tokens());
 }

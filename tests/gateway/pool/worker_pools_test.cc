@@ -261,6 +261,68 @@ TEST(ModelPoolTest, PickSkipsExcludedEndpointsAndPowerOfTwoPrefersLessLoad) {
   EXPECT_GT(c, 150);
 }
 
+tandem::v1::GenerateRequest Chat(const std::vector<std::string>& turns) {
+  tandem::v1::GenerateRequest r;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    auto* m = r.add_messages();
+    m->set_role(i == 0 ? "system" : (i % 2 == 1 ? "user" : "assistant"));
+    m->add_content()->set_text(turns[i]);
+  }
+  return r;
+}
+
+TEST(ModelPoolTest, PrefixPickFollowsTheConversationUnlessItsWorkerIsTooBusy) {
+  ModelPool pool("qwen", {}, nullptr,
+                 {.index_entries = 1000, .max_imbalance = 2, .min_hit_tokens = 8});
+  for (const char* a : {"a:1", "b:2"}) {
+    pool.AddEndpoint(std::make_unique<FakeWorkerClient>(
+        a, grpc::Status::OK, Info("qwen", tandem::v1::WorkerInfo::STATE_READY)));
+  }
+  int changes = 0;
+  ProbeAll(pool, &changes);
+  const auto& list = *pool.endpoints();
+  const std::string system(400, 's');
+  const PromptPrefix one = PromptPrefixOf("", Chat({system, "first question"}));
+  PickInfo info;
+  // Nothing known yet: the least loaded, and now it holds the conversation.
+  list[0]->AddOutstanding(1);
+  auto picked = pool.Pick(PickStrategy::kPrefix, {}, &one, &info);
+  ASSERT_TRUE(picked.ok());
+  EXPECT_EQ((*picked)->address(), "b:2");
+  EXPECT_STREQ(info.rule, "load");
+  // The next turn resends it: to b even though a is now the less loaded.
+  list[0]->AddOutstanding(-1);
+  list[1]->AddOutstanding(1);
+  const PromptPrefix two =
+      PromptPrefixOf("", Chat({system, "first question", "an answer", "second question"}));
+  EXPECT_EQ((*pool.Pick(PickStrategy::kPrefix, {}, &two, &info))->address(), "b:2");
+  EXPECT_STREQ(info.rule, "prefix");
+  EXPECT_GT(info.prefix_hit_tokens, 100);
+  // Another tenant's partition, the same text: nothing known for it.
+  const PromptPrefix other = PromptPrefixOf("tenant-b", Chat({system, "first question"}));
+  EXPECT_EQ((*pool.Pick(PickStrategy::kPrefix, {}, &other, &info))->address(), "a:1");
+  EXPECT_STREQ(info.rule, "load");
+  // b far busier than a: the conversation moves rather than queue.
+  list[1]->AddOutstanding(5);
+  EXPECT_EQ((*pool.Pick(PickStrategy::kPrefix, {}, &two, &info))->address(), "a:1");
+  EXPECT_STREQ(info.rule, "load");
+  // An excluded holder (it failed this request) is never picked.
+  list[1]->AddOutstanding(-6);
+  EXPECT_EQ((*pool.Pick(PickStrategy::kPrefix, {list[1].get()}, &two, &info))->address(), "a:1");
+}
+
+TEST(PrefixIndexTest, RemembersOnlyItsBoundOfPairs) {
+  PrefixIndex index(3);
+  const PromptPrefix p = PromptPrefixOf("", Chat({"sys", "u1", "a1", "u2"}));
+  ASSERT_EQ(p.hashes.size(), 4u);
+  index.Record(p, "a:1");
+  EXPECT_EQ(index.size(), 3);
+  // The oldest pair (the first message) went; the deepest remain.
+  EXPECT_EQ(index.HitTokens(p, "a:1"), p.tokens[3]);
+  EXPECT_EQ(index.HitTokens(PromptPrefixOf("", Chat({"sys"})), "a:1"), 0);
+  EXPECT_EQ(index.HitTokens(p, "b:2"), 0);
+}
+
 TEST(WorkerPoolsTest, ConfigureParsesEntriesAndRejectsBadOnes) {
   WorkerPools pools(WorkerPoolsOptions{}, [] {});
   EXPECT_TRUE(pools.Configure({"qwen=127.0.0.1:1", "qwen=127.0.0.1:2", "nemotron=h:3"}).ok());

@@ -19,6 +19,10 @@ class CountingModel final : public cpu::CpuModel {
  public:
   struct State final : cpu::SequenceState {
     int64_t position() const override { return pos; }
+    std::unique_ptr<cpu::SequenceState> Clone() const override {
+      return std::make_unique<State>(*this);
+    }
+    int64_t bytes() const override { return 1000 + 100 * pos; }
     int64_t pos = 0;
   };
   CountingModel() {

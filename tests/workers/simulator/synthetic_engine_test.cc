@@ -230,7 +230,7 @@ struct Answer {
 
 class AnswerSink final : public GenerationSink {
  public:
-  void OnStarted(int32_t, double) override {}
+  void OnStarted(int32_t, int32_t, double) override {}
   void OnText(std::string_view text, int32_t tokens) override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     if (tokens > 0 || answer_.pieces.empty()) answer_.pieces.emplace_back();
