@@ -1,0 +1,129 @@
+// Prefix caching end to end: two real qwen workers (the native CPU engine on the random-weight
+// checkpoint, small cache blocks) behind a gateway that picks workers by prefix. A conversation
+// stays on the worker that holds its history, and each later turn resumes from that worker's
+// cache and says so in its usage (gRPC and the OpenAI front). Partitions by tenant:
+// prefix_cache_test (engine) and worker_pools_test (gateway index).
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tandem/v1/gateway.grpc.pb.h"
+#include "tests/support/golden_files.h"
+#include "tests/support/requests.h"
+#include "tests/support/stack.h"
+#include "tests/support/streams.h"
+#include "tests/support/test_paths.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class PrefixRoutingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 2; ++i) {
+      auto w = StartWorker("qwen", {"--engine=native",
+                                    "--checkpoint=" + NativeCheckpoint("qwen3_5_moe"),
+                                    "--memory_budget=268435456", "--native_threads=1",
+                                    "--prefix_block_tokens=16"});
+      ASSERT_TRUE(w.ok()) << w.status();
+      entries_.push_back("qwen=" + w->grpc_address);
+      workers_.push_back(std::move(*w));
+    }
+    // The default policy routes to both models; every request here pins qwen.
+    auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
+    ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+    entries_.push_back("nemotron=" + nemotron->grpc_address);
+    workers_.push_back(std::move(*nemotron));
+    auto g = StartServingGateway(
+        entries_, {"--endpoint_pick=least_outstanding,qwen=prefix", "--prefix_pick_min_tokens=1",
+                   "--expose_worker_addresses", "--http_listen=127.0.0.1:0"});
+    ASSERT_TRUE(g.ok()) << g.status();
+    gateway_ = std::move(*g);
+    stub_ = tandem::v1::Gateway::NewStub(
+        grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
+  }
+
+  std::vector<Server> workers_;
+  std::vector<std::string> entries_;
+  Server gateway_;
+  std::unique_ptr<tandem::v1::Gateway::Stub> stub_;
+};
+
+tandem::v1::ChatMessage* Add(tandem::v1::GenerateRequest* r, const std::string& role,
+                             const std::string& text) {
+  auto* m = r->add_messages();
+  m->set_role(role);
+  m->add_content()->set_text(text);
+  return m;
+}
+
+TEST_F(PrefixRoutingTest, AConversationStaysWithItsCacheAndResumesFromIt) {
+  tandem::v1::GenerateRequest req;
+  req.mutable_sampling()->set_temperature(0);
+  req.mutable_sampling()->set_max_tokens(12);
+  req.mutable_hints()->set_model("qwen");
+  Add(&req, "system",
+      "You are the support assistant of a shipping company. Answer in one short paragraph, "
+      "name the tracking page when a parcel is late, and never promise a delivery date.");
+  Add(&req, "user", "Where is my parcel? It left the depot on Monday.");
+  std::string worker;
+  for (int turn = 0; turn < 4; ++turn) {
+    tandem::v1::GenerateResponse resp;
+    const grpc::Status status = UnaryGenerate(stub_.get(), req, &resp, std::chrono::seconds(60));
+    ASSERT_TRUE(status.ok()) << turn << ": " << status.error_message();
+    if (turn == 0) {
+      worker = resp.route().worker();
+      EXPECT_EQ(resp.usage().cached_prompt_tokens(), 0);
+    } else {
+      EXPECT_EQ(resp.route().worker(), worker) << "turn " << turn;
+      EXPECT_THAT(resp.route().reason(), HasSubstr("worker by prefix")) << turn;
+      // The turn before, prompt and answer, came from the cache: whole blocks of it.
+      EXPECT_GT(resp.usage().cached_prompt_tokens(), 16) << turn;
+      EXPECT_EQ(resp.usage().cached_prompt_tokens() % 16, 0) << turn;
+      EXPECT_LT(resp.usage().cached_prompt_tokens(), resp.usage().prompt_tokens()) << turn;
+    }
+    Add(&req, "assistant", resp.text());
+    Add(&req, "user", absl::StrCat("And what if it is still not here by day ", turn + 2, "?"));
+  }
+  const std::string held = worker == workers_[0].grpc_address ? workers_[0].metrics_address
+                                                              : workers_[1].metrics_address;
+  const std::string other = worker == workers_[0].grpc_address ? workers_[1].metrics_address
+                                                               : workers_[0].metrics_address;
+  EXPECT_GE(ScrapeMetric(held, "tandem_worker_prefix_cache_hits_total"), 3);
+  EXPECT_GT(ScrapeMetric(held, "tandem_worker_prefix_cache_tokens_saved_total"), 48);
+  EXPECT_GT(ScrapeMetric(held, "tandem_worker_prefix_cache_bytes"), 0);
+  EXPECT_EQ(ScrapeMetric(other, "tandem_worker_prefix_cache_hits_total"), 0);
+  EXPECT_GE(ScrapeMetric(gateway_.metrics_address, "tandem_gateway_endpoint_picks_total",
+                         {{"model_name", "qwen"}, {"rule", "prefix"}}),
+            3);
+  EXPECT_GT(ScrapeMetric(gateway_.metrics_address, "tandem_gateway_cached_prompt_tokens_total",
+                         {{"model_name", "qwen"}}),
+            48);
+}
+
+TEST_F(PrefixRoutingTest, TheOpenAiFrontReportsCachedTokens) {
+  const std::string body = R"({"model":"qwen","max_tokens":4,"temperature":0,"messages":[
+    {"role":"system","content":"You are a careful assistant for a library catalogue. Answer with the shelf mark first, then one sentence about the book, and nothing else."},
+    {"role":"user","content":"Where do I find books on the history of bridges?"}]})";
+  std::vector<int> cached;
+  for (int i = 0; i < 2; ++i) {
+    auto answer = HttpPost(gateway_.http_address, "/v1/chat/completions", body);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    ASSERT_EQ(answer->status, 200) << answer->body;
+    const auto json = nlohmann::json::parse(answer->body);
+    cached.push_back(json["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>());
+  }
+  EXPECT_EQ(cached[0], 0);
+  EXPECT_GT(cached[1], 0) << "the repeated prompt resumes from its last block boundary";
+}
+
+}  // namespace
+}  // namespace tandem::testing
