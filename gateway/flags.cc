@@ -143,8 +143,9 @@ ABSL_FLAG(absl::Duration, dns_interval, absl::Seconds(5),
           "How often dns:///HOST:PORT worker endpoints are re-resolved.");
 ABSL_FLAG(std::string, endpoint_pick, "least_outstanding",
           "How a model's worker is chosen: least_outstanding (fewest calls in flight from this "
-          "gateway), power_of_two (two at random, the less loaded by scraped queue depth) or "
-          "prefix (the one this gateway last sent the prompt's longest prefix to, so its prefix "
+          "gateway), power_of_two (two at random, the less loaded by scraped queue depth), "
+          "round_robin (each in turn; a baseline) or prefix (the one this gateway last sent the "
+          "prompt's longest prefix to, so its prefix "
           "cache holds it, unless that one is more than --prefix_pick_max_imbalance busier than "
           "the least loaded). Per model: MODEL=RULE entries, comma-separated, after a default "
           "(\"least_outstanding,qwen=prefix\").");
@@ -232,8 +233,10 @@ absl::StatusOr<PickStrategy> ParsePickRule(absl::string_view rule) {
   if (rule == "least_outstanding") return PickStrategy::kLeastOutstanding;
   if (rule == "power_of_two") return PickStrategy::kPowerOfTwo;
   if (rule == "prefix") return PickStrategy::kPrefix;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--endpoint_pick: '", rule, "' is not least_outstanding, power_of_two or prefix"));
+  if (rule == "round_robin") return PickStrategy::kRoundRobin;
+  return absl::InvalidArgumentError(absl::StrCat("--endpoint_pick: '", rule,
+                                                 "' is not least_outstanding, power_of_two, "
+                                                 "round_robin or prefix"));
 }
 
 // "RULE" or "RULE,MODEL=RULE,...".

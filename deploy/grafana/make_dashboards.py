@@ -349,6 +349,26 @@ def workers():
     d.panel("Rejected requests", [(
         f"sum by (model_name, reason) (rate(tandem_worker_rejected_requests_total{{{NSM}}}[{RI}]))",
         "{{model_name}} {{reason}}")], unit="reqps")
+    d.row("Prefix cache")
+    d.panel("Prompt tokens from the cache (share)", [(
+        f"sum by (model_name, instance) (rate(tandem_worker_prefix_cache_tokens_saved_total{{{NSM}}}[{RI}]))"
+        f" / sum by (model_name, instance) (rate(tandem_worker_prompt_tokens_total{{{NSM}}}[{RI}]))",
+        "{{model_name}} {{instance}}")], unit="percentunit", max_value=1,
+        description="Prompt tokens resumed from a snapshot instead of computed, over all prompt tokens.")
+    d.panel("Lookups: hits / misses per second", [
+        (f"sum by (model_name, instance) (rate(tandem_worker_prefix_cache_hits_total{{{NSM}}}[{RI}]))",
+         "{{model_name}} {{instance}} hits"),
+        (f"sum by (model_name, instance) (rate(tandem_worker_prefix_cache_misses_total{{{NSM}}}[{RI}]))",
+         "{{model_name}} {{instance}} misses")], unit="reqps")
+    d.panel("Snapshots held / evicted", [
+        (f"max by (model_name, instance) (tandem_worker_prefix_cache_bytes{{{NSM}}})",
+         "{{model_name}} {{instance}} bytes"),
+        (f"sum by (model_name, instance) (rate(tandem_worker_prefix_cache_evictions_total{{{NSM}}}[{RI}]))",
+         "{{model_name}} {{instance}} evictions/s")], unit="bytes")
+    d.panel("Gateway picks by rule", [(
+        f"sum by (model_name, rule) (rate(tandem_gateway_endpoint_picks_total{{{NSM}}}[{RI}]))",
+        "{{model_name}} {{rule}}")], unit="reqps", stack=True,
+        description="prefix: the worker expected to hold the prompt's prefix; load: the least loaded.")
     d.row("Memory and health")
     d.panel("Device memory used", [
         (f"max by (model_name, device, instance) (tandem_worker_device_memory_used_bytes{{{NSM}}})",

@@ -96,7 +96,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
       picks_(CounterFamily(r, "tandem_gateway_endpoint_picks_total",
                            "Worker endpoints picked, by rule: prefix (the one expected to hold "
                            "the prompt's prefix), load (the least loaded), random2 (power of "
-                           "two).")),
+                           "two), round_robin.")),
       pick_hit_tokens_(CounterFamily(r, "tandem_gateway_expected_prefix_hit_tokens_total",
                                      "Prompt tokens (estimated) the picked endpoints were "
                                      "expected to hold in their prefix caches.")),
@@ -255,7 +255,7 @@ void GatewayMetrics::SeedSeries(const std::vector<std::string>& models,
       Labelled(hedges_, {{"model_name", m}, {"outcome", outcome}});
     }
     Labelled(stalls_, {{"model_name", m}});
-    for (const char* rule : {"prefix", "load", "random2"}) {
+    for (const char* rule : {"prefix", "load", "random2", "round_robin"}) {
       Labelled(picks_, {{"model_name", m}, {"rule", rule}});
     }
     Labelled(pick_hit_tokens_, {{"model_name", m}});

@@ -84,6 +84,9 @@ absl::StatusOr<std::shared_ptr<Endpoint>> ModelPool::Pick(
   if (strategy == PickStrategy::kPrefix && prefix != nullptr && !prefix->empty()) {
     best = PickByPrefix(usable, *prefix, info);
     if (best != nullptr) prefix_index_.Record(*prefix, best->address());
+  } else if (strategy == PickStrategy::kRoundRobin && !usable.empty()) {
+    info->rule = "round_robin";
+    best = usable[next_turn_.fetch_add(1, std::memory_order_relaxed) % usable.size()];
   } else if (strategy == PickStrategy::kPowerOfTwo && usable.size() > 2) {
     info->rule = "random2";
     thread_local std::minstd_rand rng{std::random_device{}()};

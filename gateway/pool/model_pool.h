@@ -17,6 +17,7 @@ namespace tandem::gateway {
 enum class PickStrategy {
   kLeastOutstanding,  // fewest calls this gateway has in flight there
   kPowerOfTwo,        // two at random, the one with less live load (scraped queue + outstanding)
+  kRoundRobin,        // each in turn, whatever its load or cache (a baseline)
   // The one most likely to hold the prompt's prefix in its cache (PrefixIndex), among those
   // whose live load is within PrefixPickOptions::max_imbalance of the least loaded.
   kPrefix,
@@ -36,7 +37,7 @@ struct PrefixPickOptions {
 // Why Pick chose what it chose.
 struct PickInfo {
   // "prefix" (the longest expected hit), "load" (the least loaded; no useful hit, or the
-  // holder too loaded), or "random2" (power of two).
+  // holder too loaded), "random2" (power of two) or "round_robin".
   const char* rule = "load";
   int64_t prefix_hit_tokens = 0;  // expected at the chosen endpoint (estimated tokens)
 };
@@ -91,6 +92,7 @@ class ModelPool {
   const PrefixPickOptions prefix_options_;
   // Written by picks (const: a pick changes no endpoint); internally locked.
   mutable PrefixIndex prefix_index_;
+  mutable std::atomic<uint64_t> next_turn_{0};  // kRoundRobin
   absl::Mutex write_mu_;  // serializes writers of endpoints_ (an atomic: readers never lock)
   std::atomic<std::shared_ptr<const EndpointList>> endpoints_{std::make_shared<EndpointList>()};
 };

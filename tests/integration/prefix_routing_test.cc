@@ -29,10 +29,9 @@ class PrefixRoutingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (int i = 0; i < 2; ++i) {
-      auto w = StartWorker("qwen", {"--engine=native",
-                                    "--checkpoint=" + NativeCheckpoint("qwen3_5_moe"),
-                                    "--memory_budget=268435456", "--native_threads=1",
-                                    "--prefix_block_tokens=16"});
+      auto w = StartWorker(
+          "qwen", {"--engine=native", "--checkpoint=" + NativeCheckpoint("qwen3_5_moe"),
+                   "--memory_budget=268435456", "--native_threads=1", "--prefix_block_tokens=16"});
       ASSERT_TRUE(w.ok()) << w.status();
       entries_.push_back("qwen=" + w->grpc_address);
       workers_.push_back(std::move(*w));

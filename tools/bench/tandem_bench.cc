@@ -40,12 +40,23 @@
 #include "tools/bench/output_files.h"
 #include "tools/bench/overhead_preset.h"
 #include "tools/bench/plain_run.h"
+#include "tools/bench/prefix_preset.h"
 #include "tools/bench/run_spec.h"
 #include "tools/bench/runner.h"
 #include "tools/bench/seeds_preset.h"
 #include "tools/bench/text_check.h"
 
-ABSL_FLAG(std::string, preset, "", "'' (one run or one sweep), 'seeds' or 'overhead'");
+ABSL_FLAG(std::string, preset, "", "'' (one run or one sweep), 'seeds', 'overhead' or 'prefix'");
+ABSL_FLAG(std::string, prefix_targets, "",
+          "prefix: the gateways to compare, LABEL=HOST:PORT entries separated by ';'");
+ABSL_FLAG(int, prefix_conversations, 8, "prefix: chat conversations");
+ABSL_FLAG(int, prefix_turns, 6, "prefix: turns per chat conversation");
+ABSL_FLAG(int, prefix_system_words, 2000,
+          "prefix: words of the chat's shared system prompt (the agent's instructions: half)");
+ABSL_FLAG(int, prefix_agent_loops, 4, "prefix: agent loops");
+ABSL_FLAG(int, prefix_agent_steps, 8, "prefix: steps per agent loop");
+ABSL_FLAG(int, prefix_unshared, 32, "prefix: independent prompts of the unshared workload");
+ABSL_FLAG(int, prefix_concurrency, 4, "prefix: conversations, loops or prompts in flight");
 ABSL_FLAG(std::string, target, "gateway",
           "gateway (tandem.v1.Gateway), worker (tandem.v1.Worker) or openai (POST "
           "/v1/chat/completions streamed, thinking off: a gateway's --http_listen or an "
@@ -221,7 +232,22 @@ absl::Status Main() {
     ASSIGN_OR_RETURN(const RunSpec base, BaseSpec());
     return OverheadPreset(runner, base, OverheadOptionsFromFlags()).Run(out);
   }
-  return absl::InvalidArgumentError(absl::StrCat("--preset=", preset, ": seeds or overhead"));
+  if (preset == "prefix") {
+    ASSIGN_OR_RETURN(const auto targets, ParsePrefixTargets(absl::GetFlag(FLAGS_prefix_targets)));
+    PrefixOptions o;
+    o.conversations = absl::GetFlag(FLAGS_prefix_conversations);
+    o.turns = absl::GetFlag(FLAGS_prefix_turns);
+    o.system_words = absl::GetFlag(FLAGS_prefix_system_words);
+    o.agent_loops = absl::GetFlag(FLAGS_prefix_agent_loops);
+    o.agent_steps = absl::GetFlag(FLAGS_prefix_agent_steps);
+    o.unshared_requests = absl::GetFlag(FLAGS_prefix_unshared);
+    o.concurrency = absl::GetFlag(FLAGS_prefix_concurrency);
+    o.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+    o.model = absl::GetFlag(FLAGS_model).empty() ? "qwen" : absl::GetFlag(FLAGS_model);
+    return RunPrefixPreset(targets, o, absl::GetFlag(FLAGS_json));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--preset=", preset, ": seeds, overhead or prefix"));
 }
 
 }  // namespace
