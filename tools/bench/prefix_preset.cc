@@ -115,7 +115,7 @@ PrefixResult Chat(Stub* stub, const PrefixOptions& o, uint32_t seed, const std::
     std::mt19937 own(seed * 1000 + static_cast<uint32_t>(c));
     tandem::v1::GenerateRequest req = Base(o);
     Add(&req, "system", system);
-    Add(&req, "user", Words(40, own));
+    Add(&req, "user", Words(40 + o.private_words, own));
     for (int turn = 0; turn < o.turns; ++turn) {
       const std::optional<std::string> answer = tally.Call(stub, req);
       if (!answer) return;

@@ -20,6 +20,7 @@ struct PrefixOptions {
   int conversations = 8;       // chat: conversations, each turn after turn
   int turns = 6;               // chat: turns per conversation
   int system_words = 2000;     // chat: the shared system prompt (about a token a word)
+  int private_words = 0;       // chat: a document of each conversation's own in its first turn
   int agent_loops = 4;         // agent: loops, each step after step
   int agent_steps = 8;         // agent: steps per loop, each resending the whole history
   int unshared_requests = 32;  // unshared: independent prompts of about 500 words

@@ -53,6 +53,9 @@ ABSL_FLAG(int, prefix_conversations, 8, "prefix: chat conversations");
 ABSL_FLAG(int, prefix_turns, 6, "prefix: turns per chat conversation");
 ABSL_FLAG(int, prefix_system_words, 2000,
           "prefix: words of the chat's shared system prompt (the agent's instructions: half)");
+ABSL_FLAG(int, prefix_private_words, 0,
+          "prefix: words of a document each chat conversation sends in its first turn (its own "
+          "context, held by no other conversation)");
 ABSL_FLAG(int, prefix_agent_loops, 4, "prefix: agent loops");
 ABSL_FLAG(int, prefix_agent_steps, 8, "prefix: steps per agent loop");
 ABSL_FLAG(int, prefix_unshared, 32, "prefix: independent prompts of the unshared workload");
@@ -238,6 +241,7 @@ absl::Status Main() {
     o.conversations = absl::GetFlag(FLAGS_prefix_conversations);
     o.turns = absl::GetFlag(FLAGS_prefix_turns);
     o.system_words = absl::GetFlag(FLAGS_prefix_system_words);
+    o.private_words = absl::GetFlag(FLAGS_prefix_private_words);
     o.agent_loops = absl::GetFlag(FLAGS_prefix_agent_loops);
     o.agent_steps = absl::GetFlag(FLAGS_prefix_agent_steps);
     o.unshared_requests = absl::GetFlag(FLAGS_prefix_unshared);
