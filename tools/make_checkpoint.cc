@@ -56,9 +56,11 @@ ABSL_FLAG(uint64_t, shard_bytes, 0, "Shard the weights into files of about this 
 ABSL_FLAG(std::string, quant, "",
           "Write it quantized, in a release's layout: fp8-block (qwen3_5_moe, the layout of "
           "Qwen's FP8 release), modelopt-fp8 (nemotron_h, NVIDIA's FP8 release) or gptq "
-          "(qwen3_5_moe, GPTQ int4). Empty: unquantized (--dtype).");
+          "(qwen3_5_moe, GPTQ int4), awq (qwen3_5_moe, AWQ int4, GEMM packing) or ct-int4 "
+          "(qwen3_5_moe, compressed-tensors pack-quantized int4). Empty: unquantized (--dtype).");
 ABSL_FLAG(int32_t, fp8_block, 128, "--quant=fp8-block: rows and columns per scale.");
-ABSL_FLAG(int32_t, gptq_group, 128, "--quant=gptq: inputs per scale (a multiple of 8).");
+ABSL_FLAG(int32_t, gptq_group, 128,
+          "--quant=gptq, awq, ct-int4: inputs per scale (for gptq a multiple of 8).");
 ABSL_FLAG(bool, vision, true,
           "qwen3_5_moe: include the vision encoder (vision_config, model.visual.* weights, "
           "preprocessor_config.json), as the released model has; false: a text-only checkpoint. "
@@ -131,6 +133,10 @@ bool Quantize(const std::string& quant, const std::string& from, const std::stri
     s = model::WriteModelOptFp8Checkpoint(**source, to);
   } else if (quant == "gptq") {
     s = model::WriteGptqCheckpoint(**source, to, absl::GetFlag(FLAGS_gptq_group));
+  } else if (quant == "awq") {
+    s = model::WriteAwqCheckpoint(**source, to, absl::GetFlag(FLAGS_gptq_group));
+  } else if (quant == "ct-int4") {
+    s = model::WriteCompressedTensorsCheckpoint(**source, to, absl::GetFlag(FLAGS_gptq_group));
   } else {
     s = model::WriteFp8BlockCheckpoint(**source, to, absl::GetFlag(FLAGS_fp8_block));
   }
@@ -305,8 +311,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string quant = absl::GetFlag(FLAGS_quant);
-  if (!quant.empty() && quant != "fp8-block" && quant != "modelopt-fp8" && quant != "gptq") {
-    std::fprintf(stderr, "--quant=%s: fp8-block, modelopt-fp8 and gptq are written so far\n",
+  if (!quant.empty() && quant != "fp8-block" && quant != "modelopt-fp8" && quant != "gptq" &&
+      quant != "awq" && quant != "ct-int4") {
+    std::fprintf(stderr, "--quant=%s: fp8-block, modelopt-fp8, gptq, awq or ct-int4\n",
                  quant.c_str());
     return 2;
   }

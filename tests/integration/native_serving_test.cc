@@ -435,6 +435,35 @@ TEST(QuantizedServingTest, BothFp8ReleaseLayoutsAreServedThroughTheGatewayAndSay
   }
 }
 
+// The int4 layouts, each served by its own worker behind a gateway (a synthetic nemotron beside it
+// for the default policy).
+TEST(QuantizedServingTest, EachInt4LayoutIsServedThroughTheGatewayAndSaysSo) {
+  auto nemotron = StartWorker("nemotron", {"--synthetic_time_scale=0"});
+  ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+  for (const auto& [dir, format] :
+       std::vector<std::pair<std::string, std::string>>{{"qwen3_5_moe_gptq", "gptq-int4"},
+                                                        {"qwen3_5_moe_awq", "awq-int4"},
+                                                        {"qwen3_5_moe_ct-int4", "ct-int4"}}) {
+    auto qwen = StartWorker("qwen", {"--engine=native", "--checkpoint=" + NativeCheckpoint(dir),
+                                     "--memory_budget=268435456", "--native_threads=1"});
+    ASSERT_TRUE(qwen.ok()) << dir << ": " << qwen.status();
+    auto gateway =
+        StartServingGateway({"qwen=" + qwen->grpc_address, "nemotron=" + nemotron->grpc_address});
+    ASSERT_TRUE(gateway.ok()) << gateway.status();
+    auto stub = tandem::v1::Gateway::NewStub(
+        grpc::CreateChannel(gateway->grpc_address, grpc::InsecureChannelCredentials()));
+    tandem::v1::GenerateRequest req = Prompt("Write a haiku about queues.", 12);
+    req.mutable_sampling()->set_temperature(0);
+    req.mutable_hints()->set_model("qwen");
+    const Streamed s = StreamWith(stub.get(), req);
+    ASSERT_TRUE(s.status.ok()) << dir << ": " << s.status.error_message();
+    EXPECT_GT(s.last.usage().completion_tokens(), 0) << dir;
+    tandem::v1::WorkerInfo info;
+    ASSERT_TRUE(GetWorkerInfo(qwen->grpc_address, &info).ok());
+    EXPECT_EQ(info.quantization(), format);
+  }
+}
+
 TEST(RandomWeightsServingTest, FlagsAreCheckedBeforeLoading) {
   const std::string config =
       tandem::testing::SourcePath("/workers/model/configs/qwen3_5_moe/config.json");

@@ -36,7 +36,7 @@ uint16_t FloatToF16(float f) {
 
 namespace {
 
-bool Raw(DType d) { return d == DType::kF8E4M3 || d == DType::kI32; }
+bool Raw(DType d) { return d == DType::kF8E4M3 || d == DType::kI32 || d == DType::kI64; }
 
 // Elements of a tensor to write: its values, or its shape's when generated.
 uint64_t Count(const TensorData& t) {
@@ -120,7 +120,8 @@ absl::Status WriteSafetensors(const std::string& dir, std::vector<TensorData> te
     if ((t.dtype.has_value() && Raw(*t.dtype)) != !t.raw.empty() ||
         (t.dtype == DType::kF16 && t.random.has_value())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          t.name, ": F8_E4M3 and I32 are written from raw bytes, F32, BF16 and F16 from values"));
+          t.name,
+          ": F8_E4M3, I32 and I64 are written from raw bytes, F32, BF16 and F16 from values"));
     }
     const uint64_t bytes = Count(t) * DTypeBytes(t.dtype.value_or(dtype));
     if (shard_bytes > 0 && in_shard > 0 && in_shard + bytes > shard_bytes) {

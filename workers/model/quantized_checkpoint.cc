@@ -198,6 +198,12 @@ absl::Status WriteQwenQuantized(
   return WriteDir(source.dir(), dequantized_dir, config, std::move(reference));
 }
 
+std::vector<uint8_t> RawWords(const std::vector<uint32_t>& words) {
+  std::vector<uint8_t> bytes(words.size() * 4);
+  std::memcpy(bytes.data(), words.data(), bytes.size());
+  return bytes;
+}
+
 // GPTQ int4 of one weight [out, in], symmetric (zero point 8, stored as 7: checkpoint_format
 // gptq), one F16 scale per group of `group` inputs and output: amax / 7, rounded to F16 first.
 Quantized QuantizeGptq(const std::string& name, const float* w, int64_t out, int64_t in,
@@ -227,17 +233,105 @@ Quantized QuantizeGptq(const std::string& name, const float* w, int64_t out, int
       }
     }
   }
-  auto raw = [](const std::vector<uint32_t>& words) {
-    std::vector<uint8_t> bytes(words.size() * 4);
-    std::memcpy(bytes.data(), words.data(), bytes.size());
-    return bytes;
-  };
   TensorData qw = Tensor(stem + ".qweight", {in / 8, out}, DType::kI32);
-  qw.raw = raw(qweight);
+  qw.raw = RawWords(qweight);
   TensorData qz = Tensor(stem + ".qzeros", {groups, out / 8}, DType::kI32);
-  qz.raw = raw(qzeros);
+  qz.raw = RawWords(qzeros);
   q.stored = {std::move(qw), std::move(qz), std::move(scales)};
   return q;
+}
+
+// The symmetric int4 scale of w[o, lo..hi) (amax / 7, rounded to `dtype` first) and its codes
+// (level + 8, 0..15), into `codes` at the same positions.
+float SymmetricInt4(const float* w, int64_t lo, int64_t hi, DType dtype,
+                    std::vector<uint8_t>* codes) {
+  float amax = 0;
+  for (int64_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(w[i]));
+  float scale = amax > 0 ? amax / 7.0f : 1.0f;
+  scale = dtype == DType::kF16 ? F16ToFloat(FloatToF16(scale)) : RoundToBf16(scale);
+  for (int64_t i = lo; i < hi; ++i) {
+    const float level = std::nearbyint(w[i] / scale) + 8.0f;
+    (*codes)[static_cast<size_t>(i)] = static_cast<uint8_t>(std::clamp(level, 0.0f, 15.0f));
+  }
+  return scale;
+}
+
+// AWQ int4 (GEMM packing) of one weight [out, in]: qweight [in, out/8] and qzeros
+// [groups, out/8] with AWQ's nibble order (column 8c + {0, 2, 4, 6, 1, 3, 5, 7}[j] in nibble j),
+// zero points 8, F16 scales [groups, out].
+Quantized QuantizeAwq(const std::string& name, const float* w, int64_t out, int64_t in,
+                      int64_t group) {
+  static constexpr int kNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // column o % 8 -> nibble
+  const int64_t groups = (in + group - 1) / group;
+  const std::string stem = name.substr(0, name.size() - std::string(".weight").size());
+  Quantized q;
+  q.dequantized.resize(static_cast<size_t>(out * in));
+  std::vector<uint8_t> codes(static_cast<size_t>(out * in));
+  std::vector<uint32_t> qweight(static_cast<size_t>(in * out / 8), 0);
+  std::vector<uint32_t> qzeros(static_cast<size_t>(groups * out / 8), 0x88888888u);
+  TensorData scales = Tensor(stem + ".scales", {groups, out}, DType::kF16);
+  scales.values.resize(static_cast<size_t>(groups * out));
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t lo = o * in + g * group, hi = o * in + std::min(in, (g + 1) * group);
+      const float scale = SymmetricInt4(w, lo, hi, DType::kF16, &codes);
+      scales.values[g * out + o] = scale;
+      for (int64_t at = lo; at < hi; ++at) {
+        const int64_t i = at - o * in;
+        qweight[i * (out / 8) + o / 8] |= uint32_t{codes[at]} << (4 * kNibble[o % 8]);
+        q.dequantized[at] = scale * static_cast<float>(int32_t{codes[at]} - 8);
+      }
+    }
+  }
+  TensorData qw = Tensor(stem + ".qweight", {in, out / 8}, DType::kI32);
+  qw.raw = RawWords(qweight);
+  TensorData qz = Tensor(stem + ".qzeros", {groups, out / 8}, DType::kI32);
+  qz.raw = RawWords(qzeros);
+  q.stored = {std::move(qw), std::move(qz), std::move(scales)};
+  return q;
+}
+
+// compressed-tensors pack-quantized int4 of one weight [out, in], symmetric by group:
+// weight_packed [out, ceil(in/8)] (codes + 8, input i in nibble i % 8), BF16 weight_scale
+// [out, groups], weight_shape [2] (I64). Dequantized in the scale's dtype, as the format does.
+Quantized QuantizeCompressed(const std::string& name, const float* w, int64_t out, int64_t in,
+                             int64_t group) {
+  const int64_t groups = (in + group - 1) / group, words = (in + 7) / 8;
+  const std::string stem = name.substr(0, name.size() - std::string(".weight").size());
+  Quantized q;
+  q.dequantized.resize(static_cast<size_t>(out * in));
+  std::vector<uint8_t> codes(static_cast<size_t>(out * in));
+  std::vector<uint32_t> packed(static_cast<size_t>(out * words), 0);
+  TensorData scales = Tensor(stem + ".weight_scale", {out, groups}, DType::kBF16);
+  scales.values.resize(static_cast<size_t>(out * groups));
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t lo = o * in + g * group, hi = o * in + std::min(in, (g + 1) * group);
+      const float scale = SymmetricInt4(w, lo, hi, DType::kBF16, &codes);
+      scales.values[o * groups + g] = scale;
+      for (int64_t at = lo; at < hi; ++at) {
+        const int64_t i = at - o * in;
+        packed[o * words + i / 8] |= uint32_t{codes[at]} << (4 * (i % 8));
+        q.dequantized[at] = RoundToBf16(static_cast<float>(int32_t{codes[at]} - 8) * scale);
+      }
+    }
+  }
+  TensorData wp = Tensor(stem + ".weight_packed", {out, words}, DType::kI32);
+  wp.raw = RawWords(packed);
+  TensorData shape = Tensor(stem + ".weight_shape", {2}, DType::kI64);
+  shape.raw.resize(16);
+  const int64_t dims[2] = {out, in};
+  std::memcpy(shape.raw.data(), dims, 16);
+  q.stored = {std::move(wp), std::move(scales), std::move(shape)};
+  return q;
+}
+
+// The MLPs: what Qwen's GPTQ release quantizes (its `dynamic` rule keeps every attention module,
+// ".*attn.*", the Gated DeltaNet's linear_attn included, unquantized); the int4 writers all
+// quantize these.
+bool QwenMlp(const std::string& name, const TensorView& t) {
+  return t.shape.size() == 2 && absl::EndsWith(name, ".weight") &&
+         absl::StrContains(name, "mlp.shared_expert.") && !absl::StrContains(name, "visual.");
 }
 
 }  // namespace
@@ -272,16 +366,46 @@ absl::Status WriteGptqCheckpoint(const Checkpoint& source, const std::string& di
                        {"sym", true},
                        {"checkpoint_format", "gptq"},
                        {"dynamic", {{"-:.*attn.*", Json::object()}}}};
-  // The MLPs only: the `dynamic` rule keeps every attention module (".*attn.*", the Gated
-  // DeltaNet's linear_attn included) unquantized.
-  auto mlp = [](const std::string& name, const TensorView& t) {
-    return t.shape.size() == 2 && absl::EndsWith(name, ".weight") &&
-           absl::StrContains(name, "mlp.shared_expert.") && !absl::StrContains(name, "visual.");
-  };
   return WriteQwenQuantized(
-      source, dir, dequantized_dir, "GPTQ", mlp,
+      source, dir, dequantized_dir, "GPTQ", QwenMlp,
       [group](const std::string& name, const float* w, int64_t rows, int64_t cols) {
         return QuantizeGptq(name, w, rows, cols, group);
+      },
+      config);
+}
+
+absl::Status WriteAwqCheckpoint(const Checkpoint& source, const std::string& dir, int64_t group,
+                                const std::string& dequantized_dir) {
+  if (group < 1) return absl::InvalidArgumentError("the AWQ group size must be >= 1");
+  const Json config = {{"quant_method", "awq"},
+                       {"bits", 4},
+                       {"group_size", group},
+                       {"zero_point", true},
+                       {"version", "gemm"},
+                       {"modules_to_not_convert", {"attn", "visual", "mlp.gate", "lm_head"}}};
+  return WriteQwenQuantized(
+      source, dir, dequantized_dir, "AWQ", QwenMlp,
+      [group](const std::string& name, const float* w, int64_t rows, int64_t cols) {
+        return QuantizeAwq(name, w, rows, cols, group);
+      },
+      config);
+}
+
+absl::Status WriteCompressedTensorsCheckpoint(const Checkpoint& source, const std::string& dir,
+                                              int64_t group, const std::string& dequantized_dir) {
+  if (group < 1)
+    return absl::InvalidArgumentError("the compressed-tensors group size must be >= 1");
+  const Json weights = {{"num_bits", 4},       {"type", "int"},       {"symmetric", true},
+                        {"strategy", "group"}, {"group_size", group}, {"actorder", nullptr}};
+  const Json config = {
+      {"quant_method", "compressed-tensors"},
+      {"format", "pack-quantized"},
+      {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}}}}},
+      {"ignore", {"lm_head", "re:.*attn.*", "re:.*visual.*", "re:.*mlp.gate$"}}};
+  return WriteQwenQuantized(
+      source, dir, dequantized_dir, "compressed-tensors", QwenMlp,
+      [group](const std::string& name, const float* w, int64_t rows, int64_t cols) {
+        return QuantizeCompressed(name, w, rows, cols, group);
       },
       config);
 }

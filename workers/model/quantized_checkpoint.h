@@ -34,6 +34,19 @@ absl::Status WriteFp8BlockCheckpoint(const Checkpoint& source, const std::string
 absl::Status WriteGptqCheckpoint(const Checkpoint& source, const std::string& dir, int64_t group,
                                  const std::string& dequantized_dir = "");
 
+// The same MLPs as AWQ int4 (tandem-make-checkpoint --quant=awq): GEMM packing (qweight
+// [in, out/8] and qzeros [groups, out/8] in AWQ's interleaved nibble order), zero points 8,
+// F16 scales per `group` inputs; quantization_config quant_method awq, version gemm.
+absl::Status WriteAwqCheckpoint(const Checkpoint& source, const std::string& dir, int64_t group,
+                                const std::string& dequantized_dir = "");
+
+// The same MLPs as compressed-tensors pack-quantized int4 (tandem-make-checkpoint
+// --quant=ct-int4; the community W4A16 releases): weight_packed, BF16 weight_scale per `group`
+// inputs, weight_shape; symmetric, group strategy, no actorder.
+absl::Status WriteCompressedTensorsCheckpoint(const Checkpoint& source, const std::string& dir,
+                                              int64_t group,
+                                              const std::string& dequantized_dir = "");
+
 // Writes `source`, a BF16 or F32 Nemotron-H (nemotron_h) checkpoint, in the layout of NVIDIA's
 // ModelOpt FP8 release of Nemotron-3-Nano (tandem-make-checkpoint --quant=modelopt-fp8): the
 // Mamba in_proj/out_proj and the routed and shared experts' up/down_proj become F8_E4M3 with a

@@ -111,6 +111,37 @@ TEST(Fp8BlockModelTest, TheGptqLayoutRunsAsItsDequantizedModel) {
   ExpectSameModel(gptq_dir, reference_dir);
 }
 
+TEST(Fp8BlockModelTest, TheAwqLayoutRunsAsItsDequantizedModel) {
+  auto source = Source("qwen3_5_moe", "awq_source");
+  ASSERT_TRUE(source.ok()) << source.status();
+  const std::string awq_dir = FreshDir("awq"), reference_dir = FreshDir("awq_ref");
+  ASSERT_TRUE(WriteAwqCheckpoint(**source, awq_dir, /*group=*/32, reference_dir).ok());
+  auto awq = Checkpoint::Open(awq_dir);
+  ASSERT_TRUE(awq.ok()) << awq.status();
+  EXPECT_EQ((*awq)->quantization().Name(), "awq-int4");
+  const std::string layer = "model.language_model.layers.2.";
+  EXPECT_EQ((*awq)->tensors().at(layer + "mlp.experts.1.gate_proj.qweight")->shape,
+            (std::vector<int64_t>{64, 48 / 8}))
+      << "[in, out/8]";
+  ExpectSameModel(awq_dir, reference_dir);
+}
+
+TEST(Fp8BlockModelTest, TheCompressedTensorsLayoutRunsAsItsDequantizedModel) {
+  // Groups of 32: the down projections' second group (of 48 inputs) is partial.
+  auto source = Source("qwen3_5_moe", "ct_source");
+  ASSERT_TRUE(source.ok()) << source.status();
+  const std::string ct_dir = FreshDir("ct"), reference_dir = FreshDir("ct_ref");
+  ASSERT_TRUE(WriteCompressedTensorsCheckpoint(**source, ct_dir, /*group=*/32, reference_dir).ok());
+  auto ct = Checkpoint::Open(ct_dir);
+  ASSERT_TRUE(ct.ok()) << ct.status();
+  EXPECT_EQ((*ct)->quantization().Name(), "ct-int4");
+  const std::string layer = "model.language_model.layers.0.";
+  EXPECT_EQ((*ct)->tensors().at(layer + "mlp.experts.0.down_proj.weight_scale")->shape,
+            (std::vector<int64_t>{64, 2}));
+  EXPECT_TRUE((*ct)->Has(layer + "mlp.experts.0.down_proj.weight_shape"));
+  ExpectSameModel(ct_dir, reference_dir);
+}
+
 TEST(Fp8BlockModelTest, TheModelOptFp8LayoutRunsAsItsDequantizedModel) {
   // Its pattern MEM*: the Mamba layer before the attention one stays BF16.
   auto source = Source("nemotron_h", "modelopt_source");
