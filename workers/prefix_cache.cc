@@ -2,20 +2,14 @@
 
 #include <algorithm>
 
+#include "common/split_mix.h"
+
 namespace tandem::workers {
 namespace {
 
-// splitmix64's finaliser: every input bit moves about half the output bits.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t HashBytes(absl::string_view s) {
-  uint64_t h = Mix(s.size());
-  for (const char c : s) h = Mix(h ^ static_cast<unsigned char>(c));
+  uint64_t h = SplitMix64(s.size());
+  for (const char c : s) h = SplitMix64(h ^ static_cast<unsigned char>(c));
   return h;
 }
 
@@ -39,7 +33,7 @@ std::vector<uint64_t> PrefixCache::BlockHashes(absl::string_view partition,
   const int64_t n = options_.block_tokens;
   for (int64_t b = 0; b < blocks; ++b) {
     for (int64_t i = b * n; i < (b + 1) * n; ++i) {
-      h = Mix(h ^ static_cast<uint32_t>(tokens[static_cast<size_t>(i)]));
+      h = SplitMix64(h ^ static_cast<uint32_t>(tokens[static_cast<size_t>(i)]));
     }
     out.push_back(h & options_.hash_mask);
   }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_status.h"
+#include "gateway/metrics/gateway_metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::gateway {

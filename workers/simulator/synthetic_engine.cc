@@ -1,19 +1,9 @@
 #include "workers/simulator/synthetic_engine.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/split_mix.h"
 
 namespace tandem::workers {
-namespace {
-
-// splitmix64: a cheap, well-mixed hash for deterministic token streams.
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 SyntheticEngine::SyntheticEngine(SyntheticProfile profile, SyntheticEngineOptions options,
                                  Clock* clock)
@@ -43,14 +33,15 @@ absl::Status SyntheticEngine::AddSequence(const SequenceSpec& spec) {
   // answer would.
   const SyntheticTokenizer::Continuation c = SyntheticTokenizer::ParseContinuation(spec.prompt);
   uint64_t h = 0x5EED;
-  for (size_t i = 0; i < c.stream_prefix; ++i) h = Mix(h ^ static_cast<uint64_t>(spec.prompt[i]));
+  for (size_t i = 0; i < c.stream_prefix; ++i)
+    h = SplitMix64(h ^ static_cast<uint64_t>(spec.prompt[i]));
   Sequence seq;
   seq.prompt_tokens = static_cast<int64_t>(spec.prompt.size());
   seq.resume_at = c.resume_at;
   seq.length =
       options_.output_tokens > 0 ? options_.output_tokens : 16 + static_cast<int32_t>(h % 496);
   // Greedy decoding ignores the seed, as a real model's would.
-  seq.stream_hash = spec.sampling.temperature == 0.0f ? h : Mix(h ^ spec.sampling.seed);
+  seq.stream_hash = spec.sampling.temperature == 0.0f ? h : SplitMix64(h ^ spec.sampling.seed);
   sequences_.emplace(spec.id, seq);
   return absl::OkStatus();
 }
@@ -82,7 +73,7 @@ absl::Status SyntheticEngine::Step(absl::Span<const uint64_t> ids, std::vector<S
     if (index >= seq.length) {
       o.end_of_sequence = true;
     } else {
-      o.token = static_cast<int32_t>(Mix(seq.stream_hash + static_cast<uint64_t>(index)) %
+      o.token = static_cast<int32_t>(SplitMix64(seq.stream_hash + static_cast<uint64_t>(index)) %
                                      static_cast<uint64_t>(SyntheticTokenizer::VocabularySize()));
       ++seq.generated;
     }
