@@ -230,13 +230,10 @@ namespace tandem::gateway {
 namespace {
 
 absl::StatusOr<PickStrategy> ParsePickRule(absl::string_view rule) {
-  if (rule == "least_outstanding") return PickStrategy::kLeastOutstanding;
-  if (rule == "power_of_two") return PickStrategy::kPowerOfTwo;
-  if (rule == "prefix") return PickStrategy::kPrefix;
-  if (rule == "round_robin") return PickStrategy::kRoundRobin;
-  return absl::InvalidArgumentError(absl::StrCat("--endpoint_pick: '", rule,
-                                                 "' is not least_outstanding, power_of_two, "
-                                                 "round_robin or prefix"));
+  absl::StatusOr<PickStrategy> s = ParsePickStrategy(rule);
+  if (!s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--endpoint_pick: ", s.status().message()));
+  return s;
 }
 
 // "RULE" or "RULE,MODEL=RULE,...".

@@ -77,7 +77,8 @@ class Parser : public YamlReader {
       const std::string path = absl::StrCat("models.", m.name);
       const YAML::Node& spec = kv.second;
       if (Map(spec, path,
-              {"vision", "max_context_tokens", "cost_per_million_tokens", "endpoints"})) {
+              {"vision", "max_context_tokens", "cost_per_million_tokens", "endpoints",
+               "worker_pick"})) {
         if (const YAML::Node& eps = spec["endpoints"]) {
           if (!eps.IsSequence() || eps.size() == 0) {
             Error(eps, path + ".endpoints", "expected a non-empty list of HOST:PORT");
@@ -98,6 +99,13 @@ class Parser : public YamlReader {
           }
         }
         if (spec["vision"]) Bool(spec["vision"], path + ".vision", &m.vision);
+        if (const YAML::Node& pick = spec["worker_pick"];
+            pick && String(pick, path + ".worker_pick", &m.worker_pick) &&
+            m.worker_pick != "least_outstanding" && m.worker_pick != "power_of_two" &&
+            m.worker_pick != "round_robin" && m.worker_pick != "prefix") {
+          Error(pick, path + ".worker_pick",
+                "expected least_outstanding, power_of_two, round_robin or prefix");
+        }
         if (spec["max_context_tokens"]) {
           Integer(spec["max_context_tokens"], path + ".max_context_tokens", 1, int64_t{1} << 40,
                   &m.max_context_tokens);

@@ -80,6 +80,8 @@ struct ModelSpec {
   double output_cost_per_million = 0;
   // Worker endpoints (HOST:PORT) of the model's pool, read at gateway start-up.
   std::vector<std::string> endpoints;
+  // How the gateway picks one of its workers (Router::WorkerPick); empty: --endpoint_pick.
+  std::string worker_pick;
 };
 
 // Transparent classification tier: the first matching entry names the class.

@@ -43,6 +43,10 @@ class PolicyRouter final : public Router {
   const Policy& policy() const { return *policy_; }
   // The operands of every prompt_tokens condition of the policy.
   std::vector<int64_t> PromptTokenThresholds() const override { return thresholds_; }
+  std::string WorkerPick(const std::string& model) const override {
+    auto it = policy_->models.find(model);
+    return it == policy_->models.end() ? "" : it->second.worker_pick;
+  }
 
  private:
   const std::shared_ptr<const Policy> policy_;

@@ -30,6 +30,13 @@ class Router {
   // The prompt sizes (tokens) at which the decision changes: the gateway counts a prompt exactly
   // when its estimate is near one of them.
   virtual std::vector<int64_t> PromptTokenThresholds() const { return {}; }
+  // How the gateway picks among `model`'s workers, as the policy says it (models.NAME.
+  // worker_pick: least_outstanding, power_of_two, round_robin or prefix); empty: the gateway's
+  // own --endpoint_pick.
+  virtual std::string WorkerPick(const std::string& model) const {
+    (void)model;
+    return "";
+  }
   // With no live signals (tests, replay, tandemctl): static values only, triggers off.
   absl::StatusOr<RouteDecision> Route(const RequestFeatures& features) const {
     return Route(features, SignalSnapshot{}, true);

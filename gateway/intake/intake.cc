@@ -242,6 +242,7 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
   }
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   const std::shared_ptr<const router::Router> router = router_->Current();
+  out->router = router;
   CountNearThresholds(request, *router, out);
   if (absl::Status s = Route(*router, deadline, trace, out); !s.ok()) return s;
   // Before the session's fields: `switched` compares the model the turn will go to.
@@ -275,7 +276,7 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
   // The authenticated tenant only: the request's `tenant` label grants nothing.
   const std::string partition =
       options_.shared_prefix_cache || out->tenant == nullptr ? "" : out->tenant->name;
-  if (pools_->prefix_pick()) out->prefix = PromptPrefixOf(partition, request);
+  if (PicksByPrefix(*out)) out->prefix = PromptPrefixOf(partition, request);
   absl::StatusOr<Target> target = PickTarget(*out, {});
   if (!target.ok()) return target.status();
   if (target->pool != out->pool) {
@@ -312,6 +313,24 @@ void Intake::RecordSession(Admission* a) const {
   sessions_->Record(a->session_key, a->session_before, a->decision.model, &a->session);
 }
 
+PickStrategy Intake::PickRule(const Admission& a, const std::string& model) const {
+  if (a.router != nullptr) {
+    // Validated when the policy loaded; the flag's rule otherwise.
+    if (absl::StatusOr<PickStrategy> s = ParsePickStrategy(a.router->WorkerPick(model)); s.ok()) {
+      return *s;
+    }
+  }
+  return pools_->pick(model);
+}
+
+bool Intake::PicksByPrefix(const Admission& a) const {
+  if (PickRule(a, a.decision.model) == PickStrategy::kPrefix) return true;
+  for (const std::string& model : a.decision.fallback) {
+    if (PickRule(a, model) == PickStrategy::kPrefix) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<Target> Intake::PickTarget(const Admission& a,
                                           const std::vector<const Endpoint*>& exclude) const {
   absl::Status first;
@@ -327,7 +346,7 @@ absl::StatusOr<Target> Intake::PickTarget(const Admission& a,
     }
     PickInfo info;
     absl::StatusOr<std::shared_ptr<Endpoint>> e =
-        pool->Pick(pools_->pick(model), exclude, &a.prefix, &info);
+        pool->Pick(PickRule(a, model), exclude, &a.prefix, &info);
     if (!e.ok()) {
       if (first.ok()) first = e.status();
       return std::nullopt;

@@ -60,6 +60,8 @@ struct Admission {
   tandem::v1::SessionInfo session;
   // The prompt's prefix chain, for models picked by prefix (empty when none is).
   PromptPrefix prefix;
+  // The policy snapshot that decided: its models' worker_pick rules pick every attempt's worker.
+  std::shared_ptr<const router::Router> router;
 };
 
 // Where one attempt of a request goes.
@@ -124,6 +126,11 @@ class Intake {
   const IntakeOptions& options() const { return options_; }
 
  private:
+  // How `model`'s worker is picked: the deciding policy's models.NAME.worker_pick, else the
+  // gateway's --endpoint_pick.
+  PickStrategy PickRule(const Admission& a, const std::string& model) const;
+  // Some model the request may go to is picked by prefix (its prefix chain is then built).
+  bool PicksByPrefix(const Admission& a) const;
   // Size, messages, sampling, labels and hints, before the request is routed.
   absl::Status ValidateRequest(const tandem::v1::GenerateRequest& request) const;
   // The prompt-size limit, the request's routing features that depend on the call, and the

@@ -38,6 +38,15 @@ bool ModelPool::SetAddresses(const std::vector<std::string>& addresses,
   return changed;
 }
 
+absl::StatusOr<PickStrategy> ParsePickStrategy(absl::string_view name) {
+  if (name == "least_outstanding") return PickStrategy::kLeastOutstanding;
+  if (name == "power_of_two") return PickStrategy::kPowerOfTwo;
+  if (name == "prefix") return PickStrategy::kPrefix;
+  if (name == "round_robin") return PickStrategy::kRoundRobin;
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", name, "' is not least_outstanding, power_of_two, round_robin or prefix"));
+}
+
 namespace {
 // Live load: the worker's own queue at its last scrape, plus what this gateway sent since.
 int64_t LiveLoad(const Endpoint* e) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "gateway/pool/endpoint.h"
 #include "gateway/pool/prefix_index.h"
@@ -41,6 +42,9 @@ struct PickInfo {
   const char* rule = "load";
   int64_t prefix_hit_tokens = 0;  // expected at the chosen endpoint (estimated tokens)
 };
+
+// "least_outstanding", "power_of_two", "round_robin" or "prefix"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<PickStrategy> ParsePickStrategy(absl::string_view name);
 
 using ClientFactory = std::function<std::unique_ptr<WorkerClient>(const std::string& address)>;
 

@@ -18,6 +18,7 @@
 #include "tests/support/requests.h"
 #include "tests/support/stack.h"
 #include "tests/support/streams.h"
+#include "tests/support/temp_path.h"
 #include "tests/support/test_paths.h"
 
 namespace tandem::testing {
@@ -41,9 +42,15 @@ class PrefixRoutingTest : public ::testing::Test {
     ASSERT_TRUE(nemotron.ok()) << nemotron.status();
     entries_.push_back("nemotron=" + nemotron->grpc_address);
     workers_.push_back(std::move(*nemotron));
-    auto g = StartServingGateway(
-        entries_, {"--endpoint_pick=least_outstanding,qwen=prefix", "--prefix_pick_min_tokens=1",
-                   "--expose_worker_addresses", "--http_listen=127.0.0.1:0"});
+  }
+
+  // The gateway in front of them, with `args` (how qwen's workers are picked) and the rest.
+  void StartGatewayWith(std::vector<std::string> args) {
+    for (const char* a :
+         {"--prefix_pick_min_tokens=1", "--expose_worker_addresses", "--http_listen=127.0.0.1:0"}) {
+      args.push_back(a);
+    }
+    auto g = StartServingGateway(entries_, args);
     ASSERT_TRUE(g.ok()) << g.status();
     gateway_ = std::move(*g);
     stub_ = tandem::v1::Gateway::NewStub(
@@ -64,7 +71,9 @@ tandem::v1::ChatMessage* Add(tandem::v1::GenerateRequest* r, const std::string& 
   return m;
 }
 
+// By the gateway's flag, per model.
 TEST_F(PrefixRoutingTest, AConversationStaysWithItsCacheAndResumesFromIt) {
+  ASSERT_NO_FATAL_FAILURE(StartGatewayWith({"--endpoint_pick=least_outstanding,qwen=prefix"}));
   tandem::v1::GenerateRequest req;
   req.mutable_sampling()->set_temperature(0);
   req.mutable_sampling()->set_max_tokens(12);
@@ -108,7 +117,20 @@ TEST_F(PrefixRoutingTest, AConversationStaysWithItsCacheAndResumesFromIt) {
             48);
 }
 
+// By the policy (models.qwen.worker_pick), over the gateway's least_outstanding.
 TEST_F(PrefixRoutingTest, TheOpenAiFrontReportsCachedTokens) {
+  const std::string policy = WriteTempFile("prefix.yaml", R"(schema: 1
+version: prefix-test
+models:
+  qwen: {worker_pick: prefix}
+  nemotron: {}
+classes: [any]
+default_class: any
+rules:
+  - {name: all, action: {route: qwen}}
+)");
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"--endpoint_pick=least_outstanding", "--policy=" + policy}));
   const std::string body = R"({"model":"qwen","max_tokens":4,"temperature":0,"messages":[
     {"role":"system","content":"You are a careful assistant for a library catalogue. Answer with the shelf mark first, then one sentence about the book, and nothing else."},
     {"role":"user","content":"Where do I find books on the history of bridges?"}]})";
@@ -122,6 +144,10 @@ TEST_F(PrefixRoutingTest, TheOpenAiFrontReportsCachedTokens) {
   }
   EXPECT_EQ(cached[0], 0);
   EXPECT_GT(cached[1], 0) << "the repeated prompt resumes from its last block boundary";
+  EXPECT_EQ(ScrapeMetric(gateway_.metrics_address, "tandem_gateway_endpoint_picks_total",
+                         {{"model_name", "qwen"}, {"rule", "prefix"}}),
+            1)
+      << "the second request, by the policy's rule";
 }
 
 }  // namespace

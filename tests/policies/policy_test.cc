@@ -91,7 +91,7 @@ TEST(PolicyLoaderTest, CatchesDuplicatesTypesAndReferences) {
 version: x
 version: y
 models:
-  qwen: {vision: maybe, max_context_tokens: 0, endpoints: [nohost]}
+  qwen: {vision: maybe, max_context_tokens: 0, endpoints: [nohost], worker_pick: nearest}
 classes: [a, a]
 default_class: b
 signals: {load: high}
@@ -111,9 +111,28 @@ rules:
         "signal 'undeclared' is not declared", "unknown class 'q'",
         "objective is one of auto, accuracy, latency",
         "shadows the model the rule already routes to",
-        "models.qwen.endpoints[0]: expected HOST:PORT"}) {
+        "models.qwen.endpoints[0]: expected HOST:PORT",
+        "models.qwen.worker_pick: expected least_outstanding, power_of_two, round_robin or "
+        "prefix"}) {
     EXPECT_THAT(all, HasSubstr(want));
   }
+}
+
+TEST(PolicyRouterTest, AModelsWorkerPickIsThePolicysOrEmpty) {
+  const auto policy = MustParse(R"(schema: 1
+version: v
+models:
+  qwen: {worker_pick: prefix}
+  nemotron: {}
+classes: [a]
+default_class: a
+rules:
+  - {name: all, action: {route: qwen}}
+)");
+  const router::PolicyRouter router(policy);
+  EXPECT_EQ(router.WorkerPick("qwen"), "prefix");
+  EXPECT_EQ(router.WorkerPick("nemotron"), "") << "the gateway's --endpoint_pick";
+  EXPECT_EQ(router.WorkerPick("unknown"), "");
 }
 
 TEST(PolicyLoaderTest, RequiresACatchAllLastRuleAndValidYaml) {
