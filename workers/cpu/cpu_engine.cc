@@ -60,12 +60,22 @@ absl::Status CpuEngine::AddSequence(const SequenceSpec& spec) {
                         reserved_.load(), options_.memory_budget_bytes));
   }
   Sequence seq;
-  seq.cacheable = cache_.enabled() && spec.images.empty();
+  seq.cacheable = cache_.enabled();
   seq.partition = spec.cache_partition;
+  seq.text_prefix = static_cast<int64_t>(spec.prompt.size());
+  seq.has_images = !spec.images.empty();
+  if (seq.has_images) {
+    // Snapshots hold text only: two prompts whose image tokens agree may hold other images.
+    const int32_t image = vision_.encoder->config().image_token_id;
+    seq.text_prefix =
+        std::find(spec.prompt.begin(), spec.prompt.end(), image) - spec.prompt.begin();
+  }
   if (seq.cacheable) {
     // At most all but the last prompt token: its logits are what the prefill is for.
-    const PrefixCache::Match m =
-        cache_.Lookup(seq.partition, spec.prompt, static_cast<int64_t>(spec.prompt.size()) - 1);
+    const auto text = absl::MakeConstSpan(spec.prompt).first(static_cast<size_t>(seq.text_prefix));
+    const PrefixCache::Match m = cache_.Lookup(
+        seq.partition, text,
+        std::min<int64_t>(seq.text_prefix, static_cast<int64_t>(spec.prompt.size()) - 1));
     if (m.snapshot != nullptr) {
       seq.state = static_cast<const CpuSnapshot*>(m.snapshot)->state().Clone();
       seq.cached = m.tokens;
@@ -136,16 +146,13 @@ absl::Status CpuEngine::Step(absl::Span<const uint64_t> ids, std::vector<StepOut
   return absl::OkStatus();
 }
 
-absl::Status CpuEngine::PrefillText(Sequence& seq) {
-  if (!seq.cacheable) {
-    return model_->Forward(seq.state.get(), seq.prompt, /*all_logits=*/false, &logits_);
-  }
+absl::Status CpuEngine::PrefillToSnapshots(Sequence& seq) {
   seq.tokens = seq.prompt;
-  const int64_t len = static_cast<int64_t>(seq.tokens.size());
+  const int64_t limit = seq.text_prefix;
   const int64_t n = cache_.block_tokens();
   int64_t pos = seq.state->position();
   const auto tokens = absl::MakeConstSpan(seq.tokens);
-  for (const int64_t point : {std::min(seq.branch, len), len / n * n}) {
+  for (const int64_t point : {std::min(seq.branch, limit), limit / n * n}) {
     if (point <= pos) continue;
     const auto part = tokens.subspan(static_cast<size_t>(pos), static_cast<size_t>(point - pos));
     if (absl::Status s = model_->Forward(seq.state.get(), part, false, &logits_); !s.ok()) {
@@ -154,8 +161,19 @@ absl::Status CpuEngine::PrefillText(Sequence& seq) {
     pos = point;
     OfferSnapshot(seq, *seq.state);
   }
-  if (pos == len) return absl::OkStatus();  // the last piece's logits are the prompt's
-  return model_->Forward(seq.state.get(), tokens.subspan(static_cast<size_t>(pos)), false,
+  return absl::OkStatus();
+}
+
+absl::Status CpuEngine::PrefillText(Sequence& seq) {
+  if (!seq.cacheable) {
+    return model_->Forward(seq.state.get(), seq.prompt, /*all_logits=*/false, &logits_);
+  }
+  if (absl::Status s = PrefillToSnapshots(seq); !s.ok()) return s;
+  const int64_t pos = seq.state->position();
+  if (pos == static_cast<int64_t>(seq.prompt.size())) {
+    return absl::OkStatus();  // the last piece's logits are the prompt's
+  }
+  return model_->Forward(seq.state.get(), absl::MakeConstSpan(seq.prompt).subspan(pos), false,
                          &logits_);
 }
 
@@ -163,7 +181,9 @@ absl::Status CpuEngine::Decode(Sequence& seq) {
   const int32_t token = seq.last_token;
   absl::Status s =
       model_->Forward(seq.state.get(), absl::MakeConstSpan(&token, 1), false, &logits_);
-  if (!s.ok() || !seq.cacheable) return s;
+  // A sequence with images takes no snapshots past its text (its image tokens are the same
+  // whatever the image).
+  if (!s.ok() || !seq.cacheable || seq.has_images) return s;
   seq.tokens.push_back(token);
   const int64_t pos = seq.state->position();
   if (pos % cache_.block_tokens() != 0) return absl::OkStatus();
@@ -195,9 +215,19 @@ absl::Status CpuEngine::PrefillWithImages(Sequence& seq) {
   absl::StatusOr<model::MropePositions> positions =
       model::ComputeMropePositions(seq.prompt, c.image_token_id, merged);
   if (!positions.ok()) return positions.status();
+  // The text before the first image may come from, and go to, the prefix cache: its 3-D
+  // positions are (p, p, p), which is what a text prefill gives; the rest is fed with its own
+  // slice of the whole prompt's positions.
+  if (seq.cacheable) {
+    if (absl::Status s = PrefillToSnapshots(seq); !s.ok()) return s;
+  }
+  const size_t from = static_cast<size_t>(seq.state->position());
+  for (std::vector<int64_t>* axis : {&positions->t, &positions->h, &positions->w}) {
+    axis->erase(axis->begin(), axis->begin() + static_cast<std::ptrdiff_t>(from));
+  }
   const cpu::MultimodalInput input{*embeds, c.image_token_id, &*positions};
-  return model_->ForwardMultimodal(seq.state.get(), seq.prompt, input, /*all_logits=*/false,
-                                   &logits_);
+  return model_->ForwardMultimodal(seq.state.get(), absl::MakeConstSpan(seq.prompt).subspan(from),
+                                   input, /*all_logits=*/false, &logits_);
 }
 
 absl::StatusOr<CpuVision> LoadCpuVision(const model::Checkpoint& checkpoint,

@@ -83,7 +83,11 @@ class CpuEngine final : public Engine {
     // Prefix cache: every token fed so far (the prompt first), the prompt tokens restored from
     // a snapshot, the branch point the cache saw, and the length of the snapshot last taken
     // while decoding (superseded by the next one: a next turn resends the whole answer).
-    bool cacheable = false;  // a prompt with images neither hits nor fills the cache
+    bool cacheable = false;
+    bool has_images = false;
+    // The prompt's tokens before its first image (all of them without images): what a snapshot
+    // may cover.
+    int64_t text_prefix = 0;
     std::string partition;
     std::vector<int32_t> tokens;
     int64_t cached = 0;
@@ -93,8 +97,11 @@ class CpuEngine final : public Engine {
 
   // The prompt of a sequence with images: encoded, then fed with 3-D positions.
   absl::Status PrefillWithImages(Sequence& seq);
-  // A text prompt, from its cached prefix on, stopping at the points worth a snapshot (the
-  // branch point and the prompt's last block boundary) to take them.
+  // The prompt's text prefix (text_prefix), from its cached part on, up to the last point worth
+  // a snapshot (the branch point, the last block boundary), taking them; logits_ then holds the
+  // last piece's.
+  absl::Status PrefillToSnapshots(Sequence& seq);
+  // A text prompt: PrefillToSnapshots, then the rest.
   absl::Status PrefillText(Sequence& seq);
   // Feeds one generated token; keeps a snapshot at each block boundary.
   absl::Status Decode(Sequence& seq);

@@ -12,11 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/golden_files.h"
 #include "tests/support/test_paths.h"
 #include "workers/cpu/cpu_engine.h"
 #include "workers/cpu/cpu_model.h"
+#include "workers/cpu/qwen35_vision_model.h"
+#include "workers/model/model_config.h"
 #include "workers/model/safetensors.h"
 #include "workers/simulator/synthetic_tokenizer.h"
+#include "workers/vision/image_decoder.h"
+#include "workers/vision/image_preprocessor.h"
 
 namespace tandem::workers {
 namespace {
@@ -45,6 +50,32 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
+using Images = std::vector<std::shared_ptr<const vision::PreparedImage>>;
+
+// Greedy answer of `n` tokens; `cached` gets the prompt tokens resumed from the cache.
+std::vector<int32_t> Answer(CpuEngine& engine, uint64_t id, const std::vector<int32_t>& prompt,
+                            int n, int64_t* cached = nullptr, const std::string& partition = "",
+                            const Images& images = {}) {
+  SequenceSpec spec;
+  spec.id = id;
+  spec.prompt = prompt;
+  spec.sampling.temperature = 0;
+  spec.max_tokens = n;
+  spec.cache_partition = partition;
+  spec.images = images;
+  EXPECT_TRUE(engine.AddSequence(spec).ok());
+  if (cached != nullptr) *cached = engine.CachedPromptTokens(id);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<StepOutput> step;
+    EXPECT_TRUE(engine.Step({id}, &step).ok());
+    if (step.size() != 1) break;
+    out.push_back(step[0].token);
+  }
+  engine.RemoveSequence(id);
+  return out;
+}
+
 class PrefixCacheModelTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -63,29 +94,6 @@ class PrefixCacheModelTest : public ::testing::TestWithParam<std::string> {
     // No stop ids: every answer runs its whole length, so answers compare token for token.
     return std::make_unique<CpuEngine>(
         LoadGolden(GetParam()), std::make_unique<SyntheticTokenizer>(0), std::vector<int32_t>{}, o);
-  }
-
-  // Greedy answer of `n` tokens; `cached` gets the prompt tokens resumed from the cache.
-  static std::vector<int32_t> Answer(CpuEngine& engine, uint64_t id,
-                                     const std::vector<int32_t>& prompt, int n,
-                                     int64_t* cached = nullptr, const std::string& partition = "") {
-    SequenceSpec spec;
-    spec.id = id;
-    spec.prompt = prompt;
-    spec.sampling.temperature = 0;
-    spec.max_tokens = n;
-    spec.cache_partition = partition;
-    EXPECT_TRUE(engine.AddSequence(spec).ok());
-    if (cached != nullptr) *cached = engine.CachedPromptTokens(id);
-    std::vector<int32_t> out;
-    for (int i = 0; i < n; ++i) {
-      std::vector<StepOutput> step;
-      EXPECT_TRUE(engine.Step({id}, &step).ok());
-      if (step.size() != 1) break;
-      out.push_back(step[0].token);
-    }
-    engine.RemoveSequence(id);
-    return out;
   }
 
   std::unique_ptr<cpu::CpuModel> model_;
@@ -190,6 +198,78 @@ TEST_P(PrefixCacheModelTest, ACacheTooSmallForItsSnapshotsNeverChangesAnAnswer) 
 
 INSTANTIATE_TEST_SUITE_P(Golden, PrefixCacheModelTest,
                          ::testing::Values("qwen3_5_moe", "nemotron_h"));
+
+// The multimodal golden Qwen3.5 with its vision encoder.
+std::unique_ptr<CpuEngine> VisionEngine(int64_t cache_bytes) {
+  const std::string dir = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl");
+  auto ck = model::Checkpoint::Open(dir);
+  EXPECT_TRUE(ck.ok()) << ck.status();
+  if (!ck.ok()) return nullptr;
+  auto config = model::ParseModelConfigText((*ck)->config_json(), dir);
+  EXPECT_TRUE(config.ok() && config->vision.has_value());
+  auto text = cpu::LoadCpuModel(**ck, *config);
+  auto encoder = cpu::Qwen35VisionModel::Load(**ck, *config->vision);
+  auto processor = vision::ParsePreprocessorConfig(
+      tandem::testing::ReadJsonFile(dir + "/preprocessor_config.json"));
+  EXPECT_TRUE(text.ok() && encoder.ok() && processor.ok());
+  if (!text.ok() || !encoder.ok() || !processor.ok()) return nullptr;
+  CpuEngineOptions o;
+  o.model_name = "qwen";
+  o.memory_budget_bytes = 1ll << 30;
+  o.prefix_cache_bytes = cache_bytes;
+  o.prefix_block_tokens = kBlock;
+  return std::make_unique<CpuEngine>(std::move(*text), std::make_unique<SyntheticTokenizer>(0),
+                                     std::vector<int32_t>{}, o,
+                                     CpuVision{std::move(*encoder), *processor});
+}
+
+// A golden image case's prompt (its image tokens in place) and the image, prepared.
+std::pair<std::vector<int32_t>, Images> ImageCase(const std::string& name, const std::string& png) {
+  const std::string dir = tandem::testing::SourcePath("/tests/golden/qwen3_5_moe_vl");
+  const auto cases = tandem::testing::ReadJsonFile(dir + "/cases.json");
+  std::vector<int32_t> ids;
+  for (const auto& c : cases["cases"]) {
+    if (c["name"] == name) ids = tandem::testing::JsonInts(c["prompt_ids"]);
+  }
+  auto processor = vision::ParsePreprocessorConfig(
+      tandem::testing::ReadJsonFile(dir + "/preprocessor_config.json"));
+  auto rgb = vision::DecodeImage(tandem::testing::ReadFileText(dir + "/" + png), "image/png",
+                                 vision::ImageDecodeLimits{});
+  EXPECT_TRUE(rgb.ok() && processor.ok());
+  auto prepared = vision::PrepareImage(std::move(*rgb), *processor);
+  EXPECT_TRUE(prepared.ok()) << prepared.status();
+  return {ids, {std::make_shared<const vision::PreparedImage>(std::move(*prepared))}};
+}
+
+// Prompts with images share their text before the first image through the cache (and nothing
+// after it: their image tokens are the same whatever the picture), with the same answers.
+TEST(PrefixCacheVisionTest, TextBeforeAnImageComesFromTheCacheWithTheSameAnswer) {
+  auto off = VisionEngine(0);
+  auto on = VisionEngine(64ll << 20);
+  ASSERT_NE(off, nullptr);
+  ASSERT_NE(on, nullptr);
+  // A shared instruction of 40 ordinary tokens (ids 100..499: no vision tokens) before each case.
+  std::vector<int32_t> instruction;
+  for (int i = 0; i < 40; ++i) instruction.push_back(100 + (i * 37) % 400);
+  auto [wide_ids, wide] = ImageCase("image_noresize", "a_wide_352x192.png");
+  auto [small_ids, small] = ImageCase("image_resize", "a_small_56x40.png");
+  ASSERT_FALSE(wide_ids.empty());
+  ASSERT_FALSE(small_ids.empty());
+  const std::vector<int32_t> first = Concat(instruction, wide_ids);
+  const std::vector<int32_t> second = Concat(instruction, small_ids);
+  int64_t cached = -1;
+  EXPECT_EQ(Answer(*on, 1, first, 12, &cached, "", wide),
+            Answer(*off, 1, first, 12, nullptr, "", wide));
+  EXPECT_EQ(cached, 0);
+  EXPECT_EQ(Answer(*on, 2, second, 12, &cached, "", small),
+            Answer(*off, 2, second, 12, nullptr, "", small));
+  EXPECT_EQ(cached, 32) << "the instruction's whole blocks, nothing of the image";
+  // The first again: its text from the cache, its image encoded again.
+  EXPECT_EQ(Answer(*on, 3, first, 12, &cached, "", wide),
+            Answer(*off, 3, first, 12, nullptr, "", wide));
+  EXPECT_EQ(cached, 32);
+  EXPECT_EQ(on->PrefixStats().entries, 1) << "one snapshot: the instruction's blocks";
+}
 
 }  // namespace
 }  // namespace tandem::workers
