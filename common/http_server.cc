@@ -68,6 +68,7 @@ bool HttpServer::Impl::EvictIdle() {
     }
     if (oldest == nullptr) return false;
     if (!oldest->idle_since.compare_exchange_strong(since, SessionBase::kClaimed)) continue;
+    idle.fetch_sub(1, std::memory_order_relaxed);
     if (!oldest->slot_released.exchange(true)) connections.fetch_sub(1, std::memory_order_relaxed);
     net::post(oldest->executor(), [oldest] { oldest->Close(); });
     return true;
@@ -77,7 +78,7 @@ bool HttpServer::Impl::EvictIdle() {
 
 void HttpServer::Impl::ReportConnections() {
   absl::MutexLock l(&report_mu);
-  if (on_connections_changed) on_connections_changed(connections.load());
+  if (on_connections_changed) on_connections_changed(connections.load(), idle.load());
 }
 
 void HttpServer::Impl::CountRefused() {

@@ -69,9 +69,12 @@ struct HttpServerOptions {
   // Runs on an I/O thread for each connection refused because max_connections were open and
   // none was idle (the 503 above, or a close when even refusals are too many): a metric's hook.
   std::function<void()> on_connection_refused;
-  // Runs with the number of open connections (those counted against max_connections) after it
-  // changed; calls are serialised, and the last one has the current number: a gauge's hook.
-  std::function<void(int open)> on_connections_changed;
+  // Runs with the number of open connections (those counted against max_connections) and of
+  // those idle (evictable: between requests, or lingering after a last answer) after either
+  // changed; calls are serialised, and the last one has the current numbers: gauges' hook. A
+  // connection becomes idle once its answer's write has completed here, which can be after the
+  // client has read the answer.
+  std::function<void(int open, int idle)> on_connections_changed;
 };
 
 // One request and its answer. Thread-safe: the answer may be given from any thread, after the

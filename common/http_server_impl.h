@@ -27,12 +27,13 @@ struct HttpServer::Impl {
   boost::asio::ip::tcp::acceptor acceptor{boost::asio::make_strand(ioc)};
   std::vector<std::thread> threads;
   std::atomic<int> connections{0};            // sessions holding a slot of options.max_connections
+  std::atomic<int> idle{0};                   // of them, idle (SessionBase::idle_since > 0)
   std::atomic<int> refusing{0};               // sessions writing a 503
   std::atomic<int64_t> refused{0};            // connections refused, ever
   std::atomic<int64_t> refused_logged_at{0};  // steady ns of the last log line about them
   absl::Mutex report_mu;
   // options.on_connections_changed until the server is destroyed; its calls serialised.
-  std::function<void(int)> on_connections_changed ABSL_GUARDED_BY(report_mu);
+  std::function<void(int, int)> on_connections_changed ABSL_GUARDED_BY(report_mu);
   absl::Mutex sessions_mu;
   std::list<std::weak_ptr<http_internal::SessionBase>> sessions ABSL_GUARDED_BY(sessions_mu);
   bool stopping ABSL_GUARDED_BY(sessions_mu) = false;
@@ -43,8 +44,8 @@ struct HttpServer::Impl {
   // Takes the slot of the connection idle the longest; false when none is idle.
   bool EvictIdle() ABSL_LOCKS_EXCLUDED(sessions_mu);
   void CountRefused();
-  // on_connections_changed with the count read under report_mu, so the last call made has the
-  // last count.
+  // on_connections_changed with the counts read under report_mu, so the last call made has the
+  // last counts.
   void ReportConnections() ABSL_LOCKS_EXCLUDED(report_mu);
   // On the io_context: closes the acceptor and every connection.
   void Stop() ABSL_LOCKS_EXCLUDED(sessions_mu);

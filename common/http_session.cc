@@ -68,7 +68,11 @@ void Session<Holder>::Close() {
   ++write_gen_;
   read_timer_.cancel();
   write_timer_.cancel();
-  idle_since.store(0);  // not to be chosen for eviction
+  // Not to be chosen for eviction (one claimed for it was counted out of idle then).
+  if (idle_since.exchange(0) > 0) {
+    server_->idle.fetch_sub(1, std::memory_order_relaxed);
+    server_->ReportConnections();
+  }
   // A closing connection serves no one: its slot goes to the next now, not when its last write
   // and handlers are done (an idle timeout would otherwise refuse a new client meanwhile, with
   // nothing left to evict).
@@ -187,7 +191,11 @@ template <class Holder>
 bool Session<Holder>::Wake() {
   int64_t since = idle_since.load();
   while (since > 0) {
-    if (idle_since.compare_exchange_weak(since, 0)) return true;
+    if (idle_since.compare_exchange_weak(since, 0)) {
+      server_->idle.fetch_sub(1, std::memory_order_relaxed);
+      server_->ReportConnections();
+      return true;
+    }
   }
   return since == 0;
 }
@@ -484,11 +492,22 @@ void Session<Holder>::EndExchange() {
         ArmRead(options().read_timeout);
       } else {
         ArmRead(options().idle_timeout);
-        idle_since.store(SteadyNanos());
+        MarkIdle(SteadyNanos());
       }
       return Read();
     default:
       return;
+  }
+}
+
+template <class Holder>
+void Session<Holder>::MarkIdle(int64_t since) {
+  int64_t seen = 0;
+  if (idle_since.compare_exchange_strong(seen, since)) {
+    server_->idle.fetch_add(1, std::memory_order_relaxed);
+    server_->ReportConnections();
+  } else if (seen > 0) {
+    idle_since.compare_exchange_strong(seen, since);  // idle already; one claimed stays claimed
   }
 }
 
@@ -500,7 +519,7 @@ void Session<Holder>::Linger() {
   ArmRead(std::min(kLingerTimeout, options().read_timeout));
   // It serves no one now (the answer is out, our side shut): a full server takes its slot
   // before any idle connection's, as the oldest idle time there is.
-  idle_since.store(1);
+  MarkIdle(1);
   beast::error_code ignored;
   Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
   Read();

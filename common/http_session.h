@@ -116,6 +116,8 @@ class Session final : public SessionBase {
   // The connection's end after its last answer: our side is shut, and what the client still
   // sends is dropped for a moment. Closing with unread input would make the kernel reset the
   // connection, which can destroy the answer before the client reads it.
+  // Evictable from now (`since`: steady ns, or 1 to go first), counted in the server's idle.
+  void MarkIdle(int64_t since);
   void Linger();
 
   const std::shared_ptr<HttpServer::Impl> server_;

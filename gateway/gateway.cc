@@ -212,8 +212,9 @@ absl::Status Gateway::StartServing() {
     http.on_connection_refused = [m = metrics_.get()] {
       m->http_connections_refused().Increment();
     };
-    http.on_connections_changed = [m = metrics_.get()](int open) {
+    http.on_connections_changed = [m = metrics_.get()](int open, int idle) {
       m->http_connections().Set(open);
+      m->http_idle_connections().Set(idle);
     };
     OpenAiFrontOptions front{.max_json_depth = config_.intake.limits.max_json_depth,
                              .cors_origins = config_.http_cors_origins};

@@ -183,7 +183,12 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& r, const std::vector<std::s
       http_connections_(GaugeFamily(r, "tandem_gateway_http_connections",
                                     "HTTP front connections open, counted against "
                                     "--http_max_connections.")
-                            .Add({})) {
+                            .Add({})),
+      http_idle_connections_(GaugeFamily(r, "tandem_gateway_http_idle_connections",
+                                         "Of the HTTP front's open connections, those idle "
+                                         "(between requests, or lingering after a last answer): "
+                                         "what a full front closes for a new client.")
+                                 .Add({})) {
   GaugeFamily(r, "tandem_gateway_info", "Constant 1; labels describe the gateway build.")
       .Add({{"version", version}})
       .Set(1);

@@ -149,6 +149,8 @@ class GatewayMetrics {
   // HTTP front connections open, counted against --http_max_connections
   // (HttpServerOptions::on_connections_changed feeds it).
   prometheus::Gauge& http_connections() { return http_connections_; }
+  // Of them, idle: between requests or lingering after a last answer, so evictable.
+  prometheus::Gauge& http_idle_connections() { return http_idle_connections_; }
 
  private:
   // Orders tuples of strings and of string_views alike, so that a hit (every request) is looked
@@ -232,6 +234,7 @@ class GatewayMetrics {
   prometheus::Counter& decision_log_dropped_;
   prometheus::Counter& http_connections_refused_;
   prometheus::Gauge& http_connections_;
+  prometheus::Gauge& http_idle_connections_;
   prometheus::Gauge* live_policy_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::map<std::string, Model> models_;
   // Family::Add hashes every label and locks; this cache keeps the hot path to one lookup.

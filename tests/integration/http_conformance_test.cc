@@ -194,15 +194,27 @@ TEST_F(HttpConformanceTest, AFullGatewayEvictsIdleConnectionsThenRefuses) {
   }));
   // A connection whose last answer is out, which the gateway only lingers on (for the client to
   // read it before the close), serves no one: it is the first to go.
+  // The server marks a connection idle once its answer's write has completed there, which the
+  // client can see before (a loaded server ran that handler many round trips later): each step
+  // waits for the server's own count of idle connections.
+  const auto idle_connections_reach = [](int want) {
+    return WaitUntil([want] {
+      auto metrics = HttpGet(gateway_->metrics_address, "/metrics");
+      return metrics.ok() &&
+             MetricValue(*metrics, "tandem_gateway_http_idle_connections").value_or(-1) == want;
+    });
+  };
   const int lingering = Connect();
   ASSERT_TRUE(SendAll(lingering, kModelsClose));
   ASSERT_EQ(SplitResponses(ReadResponses(lingering, 1)).size(), 1u);
+  ASSERT_TRUE(idle_connections_reach(1)) << "the lingering one";
   std::vector<int> idle;
   for (int i = 0; i < kMaxConnections; ++i) {
     idle.push_back(Connect());
     ASSERT_TRUE(SendAll(idle.back(), kModels));
     ASSERT_EQ(SplitResponses(ReadResponses(idle.back(), 1)).size(), 1u) << i;
   }
+  ASSERT_TRUE(idle_connections_reach(kMaxConnections));
   // As many new clients again get a slot, each in place of an idle connection. They hold it
   // with a request whose body has not come: a connection that has begun a request is not idle.
   // Each waits for its 100 Continue, which says the server has read the head: until then the
