@@ -111,9 +111,9 @@ bool PrefixCache::Insert(absl::string_view partition, absl::Span<const int32_t> 
   const int64_t n = options_.block_tokens;
   const int64_t len = static_cast<int64_t>(prefix.size());
   if (!enabled() || snapshot == nullptr || len == 0 || len % n != 0) return false;
+  if (!Fits(snapshot->bytes(), len, room_bytes)) return false;
   const int64_t size = snapshot->bytes() + len * static_cast<int64_t>(sizeof(int32_t));
   const int64_t cap = std::min(options_.capacity_bytes, bytes_ + room_bytes);
-  if (size > cap) return false;
   const uint64_t hash = BlockHashes(partition, prefix, len / n).back();
   // The same prefix again, or a collision: the newer one stays.
   if (auto old = entries_.find(hash); old != entries_.end()) Drop(old);
@@ -138,6 +138,11 @@ void PrefixCache::Drop(std::unordered_map<uint64_t, Entry>::iterator it) {
   entries_.erase(it);
   stats_.entries = static_cast<int64_t>(entries_.size());
   stats_.bytes = bytes_;
+}
+
+bool PrefixCache::Fits(int64_t bytes, int64_t tokens, int64_t room_bytes) const {
+  const int64_t size = bytes + tokens * static_cast<int64_t>(sizeof(int32_t));
+  return enabled() && size <= std::min(options_.capacity_bytes, bytes_ + room_bytes);
 }
 
 void PrefixCache::Erase(absl::string_view partition, absl::Span<const int32_t> prefix) {

@@ -75,6 +75,9 @@ class PrefixCache {
   // than the capacity or `room_bytes` (what the engine's memory budget leaves) is too small.
   bool Insert(absl::string_view partition, absl::Span<const int32_t> prefix,
               std::unique_ptr<PrefixSnapshot> snapshot, int64_t room_bytes);
+  // Whether a snapshot of `bytes` over `tokens` tokens would be kept by Insert with `room_bytes`:
+  // asked before making one, so that a snapshot the cache would drop is never copied.
+  bool Fits(int64_t bytes, int64_t tokens, int64_t room_bytes) const;
   // Drops the snapshot of `prefix`, if any.
   void Erase(absl::string_view partition, absl::Span<const int32_t> prefix);
   // Evicts least recently used snapshots until at most `target_bytes` remain; bytes freed.

@@ -104,6 +104,9 @@ TEST(PrefixCacheTest, EvictsLeastRecentlyUsedToStayWithinCapacityAndRoom) {
   EXPECT_EQ(cache.stats().entries, 3);
 
   // The engine's room (its budget less its sequences) bounds the cache below its capacity.
+  EXPECT_FALSE(cache.Fits(1000, 4, kRoom));
+  EXPECT_TRUE(cache.Fits(100, 4, /*room_bytes=*/0)) << "by evicting its own";
+  EXPECT_FALSE(PrefixCache({.capacity_bytes = 0, .block_tokens = 4}).Fits(1, 4, kRoom));
   EXPECT_FALSE(cache.Insert("", Tokens(4, 77), Snap(7, 1000), kRoom)) << "larger than capacity";
   EXPECT_TRUE(cache.Insert("", Tokens(4, 88), Snap(8), /*room_bytes=*/0));
   EXPECT_EQ(cache.bytes(), 3 * 116) << "made its own room";

@@ -110,8 +110,11 @@ void CpuEngine::RemoveSequence(uint64_t id) {
 
 void CpuEngine::OfferSnapshot(const Sequence& seq, const cpu::SequenceState& state) {
   const auto prefix = absl::MakeConstSpan(seq.tokens).first(static_cast<size_t>(state.position()));
-  if (cache_.Contains(seq.partition, prefix)) return;
   const int64_t room = options_.memory_budget_bytes - reserved_.load() - cache_.bytes();
+  if (!cache_.Fits(state.bytes(), state.position(), room) ||
+      cache_.Contains(seq.partition, prefix)) {
+    return;  // too large for what the budget leaves, or held already: no copy made
+  }
   cache_.Insert(seq.partition, prefix, std::make_unique<CpuSnapshot>(state.Clone()), room);
 }
 
