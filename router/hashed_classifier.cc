@@ -207,6 +207,13 @@ HashedClassifier::Prediction HashedClassifier::Predict(std::string_view text) co
 HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
                                          const std::vector<std::pair<std::string, int>>& examples,
                                          const TrainOptions& options) {
+  return Train(std::move(classes), examples, {}, options);
+}
+
+HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
+                                         const std::vector<std::pair<std::string, int>>& examples,
+                                         const std::vector<double>& weights,
+                                         const TrainOptions& options) {
   HashedClassifier m;
   m.buckets_ = options.buckets;
   m.structure_ = options.structure;
@@ -227,7 +234,8 @@ HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
     for (size_t idx : order) {
       const auto& f = features[idx];
       // Linear decay to zero, as fastText does.
-      const double lr = options.learning_rate * (1.0 - step++ / total_steps);
+      const double lr = options.learning_rate * (1.0 - step++ / total_steps) *
+                        (weights.empty() ? 1.0 : weights[idx]);
       m.Scores(f, &probs);
       for (size_t k = 0; k < c; ++k) {
         const double grad = probs[k] - (static_cast<int>(k) == examples[idx].second ? 1.0 : 0.0);

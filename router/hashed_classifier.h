@@ -36,6 +36,11 @@ class HashedClassifier {
   static HashedClassifier Train(std::vector<std::string> classes,
                                 const std::vector<std::pair<std::string, int>>& examples,
                                 const TrainOptions& options);
+  // The same with a weight per example (its step is scaled by it; empty: all 1), e.g. to give
+  // every source of a training set a similar say whatever its size.
+  static HashedClassifier Train(std::vector<std::string> classes,
+                                const std::vector<std::pair<std::string, int>>& examples,
+                                const std::vector<double>& weights, const TrainOptions& options);
 
   // The model file format: "TNDMCLS1" (n-grams) or "TNDMCLS2" (n-grams and shape tokens),
   // buckets, class names, weights (little-endian float32).

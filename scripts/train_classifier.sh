@@ -12,4 +12,5 @@ python3 router/classifier/make_dataset.py
   --train=router/classifier/data/train.jsonl --heldout=router/classifier/data/heldout.jsonl \
   --heldout_sources=router/classifier/data/heldout_sources.jsonl \
   --out=router/classifier/model.tcls --report=router/classifier/EVALUATION.md --cross_validate \
+  --source_balance=0.5 \
   "$@"

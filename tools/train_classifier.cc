@@ -18,6 +18,7 @@
 // source, a reliability table with the expected calibration error, and the min_confidence the
 // rule in router/classifier/calibration.h recommends.
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -53,6 +54,10 @@ ABSL_FLAG(double, learning_rate, 2.0, "Initial learning rate (decays linearly to
 ABSL_FLAG(bool, structure, true,
           "Train with the shape tokens and the frame (model format 2); false trains format 1, "
           "every n-gram of the text and nothing else (to compare the two).");
+ABSL_FLAG(double, source_balance, 0,
+          "Weigh each training example by (examples of its source)^-N, normalised to a mean of "
+          "1: 0 weighs every example alike, 1 gives every source the same say, whatever its "
+          "size.");
 ABSL_FLAG(double, min_accuracy, 0, "Exit 1 when held-out accuracy is below this.");
 ABSL_FLAG(double, min_unseen_class_accuracy, 0,
           "Exit 1 when the accuracy (recall) of any class on --heldout_sources is below this.");
@@ -124,15 +129,30 @@ HashedClassifier TrainOn(const std::vector<std::string>& classes,
   std::map<std::string, int> index;
   for (size_t k = 0; k < classes.size(); ++k) index[classes[k]] = static_cast<int>(k);
   std::vector<std::pair<std::string, int>> examples;
+  std::map<std::string, int> per_source;
   for (const auto& e : train) {
-    if (e.source() != skip_source) examples.emplace_back(e.text(), index[e.label()]);
+    if (e.source() == skip_source) continue;
+    examples.emplace_back(e.text(), index[e.label()]);
+    ++per_source[e.source()];
+  }
+  // An example of a source of n counts n^-balance, scaled so that the mean weight is 1.
+  const double balance = absl::GetFlag(FLAGS_source_balance);
+  std::vector<double> weights;
+  if (balance > 0) {
+    double sum = 0;
+    for (const auto& e : train) {
+      if (e.source() == skip_source) continue;
+      weights.push_back(std::pow(per_source[e.source()], -balance));
+      sum += weights.back();
+    }
+    for (double& w : weights) w *= static_cast<double>(weights.size()) / sum;
   }
   HashedClassifier::TrainOptions o;
   o.structure = absl::GetFlag(FLAGS_structure);
   o.buckets = 1u << absl::GetFlag(FLAGS_buckets_log2);
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.learning_rate = absl::GetFlag(FLAGS_learning_rate);
-  return HashedClassifier::Train(classes, examples, o);
+  return HashedClassifier::Train(classes, examples, weights, o);
 }
 
 // Predictions for the examples whose label the model knows (and, if `only_source` is set, whose
@@ -381,10 +401,10 @@ int TrainModel(const std::set<std::string>& unseen_sources, std::vector<Labelled
   // The time goes to stderr, not the report, so the report is the same on every run.
   std::cerr << absl::StrFormat("trained in %.1f s\n", seconds);
   *header = absl::StrFormat(
-      "Trained on %d examples: 2^%d hash buckets, %d epochs, learning rate %.2f. Reproduce: "
-      "`bash scripts/train_classifier.sh`.\n\n",
+      "Trained on %d examples: 2^%d hash buckets, %d epochs, learning rate %.2f, source "
+      "balance %.2f. Reproduce: `bash scripts/train_classifier.sh`.\n\n",
       train->size(), absl::GetFlag(FLAGS_buckets_log2), absl::GetFlag(FLAGS_epochs),
-      absl::GetFlag(FLAGS_learning_rate));
+      absl::GetFlag(FLAGS_learning_rate), absl::GetFlag(FLAGS_source_balance));
   return 0;
 }
 

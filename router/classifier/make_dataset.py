@@ -59,6 +59,8 @@ TRAINED = (
     ("entityquestions", A, "text"),  # factoid questions about entities
     ("hotpotqa", A, "text"),  # multi-hop and comparison questions
     ("fever", A, "text"),  # claims to verify
+    ("hover", A, "text"),  # many-hop claims to verify
+    ("csqa2", A, "text"),  # yes/no commonsense questions
     ("folio", A, "text"),  # premises and a conclusion to judge
     ("taskbench", A, "text"),  # multi-step tasks for an agent with tools
     ("staqc_sql", A, "text"),  # SQL how-to question titles

@@ -40,6 +40,31 @@ TEST(HashedClassifierTest, LearnsAndGeneralisesOnAToyProblem) {
   EXPECT_EQ(m.classes()[m.Predict("what time is it now").label], "chat");
 }
 
+// The same text under both labels, one copy weighed more: the model follows the weight; equal
+// weights give the unweighted model.
+TEST(HashedClassifierTest, ExampleWeightsDecideBetweenConflictingLabels) {
+  std::vector<std::pair<std::string, int>> examples;
+  for (int i = 0; i < 100; ++i) {
+    examples.push_back({"book a table for two " + std::to_string(i), 0});
+    examples.push_back({"book a table for two " + std::to_string(i), 1});
+  }
+  HashedClassifier::TrainOptions o;
+  o.buckets = 1 << 12;
+  for (int heavy : {0, 1}) {
+    std::vector<double> weights(examples.size());
+    for (size_t i = 0; i < examples.size(); ++i) {
+      weights[i] = examples[i].second == heavy ? 1.8 : 0.2;
+    }
+    const HashedClassifier m = HashedClassifier::Train({"a", "b"}, examples, weights, o);
+    const auto p = m.Predict("book a table for two");
+    EXPECT_EQ(p.label, heavy);
+    EXPECT_GT(p.confidence, 0.7);
+  }
+  const std::vector<double> ones(examples.size(), 1.0);
+  EXPECT_EQ(HashedClassifier::Train({"a", "b"}, examples, ones, o).ToBytes(),
+            HashedClassifier::Train({"a", "b"}, examples, o).ToBytes());
+}
+
 TEST(HashedClassifierTest, RoundTripsThroughBytesExactly) {
   const HashedClassifier m = Toy();
   auto back = HashedClassifier::FromBytes(m.ToBytes());
