@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 
@@ -305,7 +306,8 @@ std::optional<router::FieldKind> RuleParser::CheckField(const std::string& field
           "num_messages, num_turns, tool_count, agent_steps, system_prompt_bytes, max_tokens, "
           "confidence, code_cues, math_cues, reasoning_cues, structured_output_cues, "
           "deadline_ms, session.turn, objective, reasoning, class, hint.model, tenant, "
-          "last_role, session.model, label.KEY, signal.NAME or trigger.NAME");
+          "last_role, session.model, label.KEY, signal.NAME, trigger.NAME or "
+          "prefix_hit_tokens.MODEL");
     return std::nullopt;
   }
   if (field == "label.tenant") {
@@ -321,6 +323,12 @@ std::optional<router::FieldKind> RuleParser::CheckField(const std::string& field
   }
   if (field.rfind("trigger.", 0) == 0 && !p->triggers.contains(field.substr(8))) {
     Error(key, path, absl::StrCat("trigger '", field.substr(8), "' is not declared in `triggers`"));
+  }
+  if (constexpr std::string_view kPrefixHit = "prefix_hit_tokens.";
+      field.starts_with(kPrefixHit) && !p->models.contains(field.substr(kPrefixHit.size()))) {
+    Error(
+        key, path,
+        absl::StrCat("model '", field.substr(kPrefixHit.size()), "' is not declared in `models`"));
   }
   return kind;
 }

@@ -39,6 +39,7 @@ tandem::v1::DecisionRecord ToRecord(const RequestFeatures& f, const RouteDecisio
   r.set_learned_confidence(d.learned_confidence);
   r.set_second_opinion_asked(f.second_opinion_asked);
   r.set_second_opinion_class(f.second_opinion_class);
+  r.mutable_prefix_hit_tokens()->insert(f.prefix_hit_tokens.begin(), f.prefix_hit_tokens.end());
   r.set_decided_reasoning(ReasoningModeName(d.reasoning));
   r.set_thinking_budget_tokens(d.thinking_budget);
   r.set_reasoning_source(d.reasoning_source);
@@ -84,6 +85,7 @@ RequestFeatures FeaturesFromRecord(const tandem::v1::DecisionRecord& r) {
   f.recorded_learned_confidence = r.learned_confidence();
   f.second_opinion_asked = r.second_opinion_asked();
   f.second_opinion_class = r.second_opinion_class();
+  f.prefix_hit_tokens.insert(r.prefix_hit_tokens().begin(), r.prefix_hit_tokens().end());
   return f;
 }
 

@@ -43,9 +43,10 @@ enum class Field : uint8_t {
   kTenant,
   kLastRole,
   kSessionModel,
-  kLabel,    // label.KEY
-  kSignal,   // signal.NAME
-  kTrigger,  // trigger.NAME
+  kLabel,            // label.KEY
+  kSignal,           // signal.NAME
+  kTrigger,          // trigger.NAME
+  kPrefixHitTokens,  // prefix_hit_tokens.MODEL
 };
 
 // One test of one field, e.g. prompt_tokens > 32768 or label.tenant in [a, b].

@@ -56,7 +56,7 @@ struct Context {
   const SignalSnapshot& signals;
 };
 
-// label.KEY, signal.NAME and trigger.NAME.
+// label.KEY, signal.NAME, trigger.NAME and prefix_hit_tokens.MODEL.
 FieldValue ResolveKeyed(Field id, const std::string& key, const Context& c) {
   const RequestFeatures& f = c.f;
   switch (id) {
@@ -74,6 +74,11 @@ FieldValue ResolveKeyed(Field id, const std::string& key, const Context& c) {
     case Field::kTrigger: {
       auto it = c.signals.triggers.find(key);
       return Text(it != c.signals.triggers.end() && it->second ? "on" : "off");
+    }
+    case Field::kPrefixHitTokens: {
+      auto it = f.prefix_hit_tokens.find(key);
+      return it == f.prefix_hit_tokens.end() ? FieldValue{}
+                                             : Number(static_cast<double>(it->second));
     }
     default:
       return {};
@@ -405,9 +410,11 @@ std::optional<FieldInfo> LookupField(std::string_view field) {
   for (const Named& n : kFields) {
     if (field == n.name) return FieldInfo{n.id, n.kind, ""};
   }
-  static constexpr Named kKeyed[] = {{"label.", Field::kLabel, FieldKind::kString},
-                                     {"signal.", Field::kSignal, FieldKind::kNumber},
-                                     {"trigger.", Field::kTrigger, FieldKind::kString}};
+  static constexpr Named kKeyed[] = {
+      {"label.", Field::kLabel, FieldKind::kString},
+      {"signal.", Field::kSignal, FieldKind::kNumber},
+      {"trigger.", Field::kTrigger, FieldKind::kString},
+      {"prefix_hit_tokens.", Field::kPrefixHitTokens, FieldKind::kNumber}};
   for (const Named& n : kKeyed) {
     if (field.starts_with(n.name) && field.size() > n.name.size()) {
       return FieldInfo{n.id, n.kind, std::string(field.substr(n.name.size()))};
@@ -428,6 +435,7 @@ PolicyRouter::PolicyRouter(std::shared_ptr<const Policy> policy) : policy_(std::
       if (p.field == "prompt_tokens" && p.numeric) {
         thresholds_.push_back(static_cast<int64_t>(std::llround(p.number)));
       }
+      if (p.field.starts_with("prefix_hit_tokens.")) reads_prefix_hits_ = true;
     }
   };
   auto add_condition = [&](const Condition& c) {

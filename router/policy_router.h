@@ -20,7 +20,7 @@ inline constexpr char kShedModel[] = "none";
 // system_prompt_bytes, max_tokens, confidence, code_cues, math_cues, reasoning_cues,
 // structured_output_cues, deadline_ms, session.turn, signal.NAME (numbers); objective, reasoning,
 // class, hint.model, tenant (the authenticated one), last_role, session.model, label.KEY,
-// trigger.NAME (on or off) (strings).
+// trigger.NAME (on or off) (strings); prefix_hit_tokens.MODEL (a number).
 std::optional<FieldKind> KindOfField(const std::string& field);
 
 // The same with the field's id and, for label., signal. and trigger. fields, its key.
@@ -47,10 +47,12 @@ class PolicyRouter final : public Router {
     auto it = policy_->models.find(model);
     return it == policy_->models.end() ? "" : it->second.worker_pick;
   }
+  bool ReadsPrefixHits() const override { return reads_prefix_hits_; }
 
  private:
   const std::shared_ptr<const Policy> policy_;
   std::vector<int64_t> thresholds_;
+  bool reads_prefix_hits_ = false;
 };
 
 }  // namespace tandem::router

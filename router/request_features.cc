@@ -113,7 +113,7 @@ const char* ReasoningModeName(ReasoningMode r) {
 }
 
 std::vector<std::pair<std::string, std::string>> DescribeFeatures(const RequestFeatures& f) {
-  return {
+  std::vector<std::pair<std::string, std::string>> out = {
       {"prompt_tokens",
        absl::StrCat(f.prompt_tokens, f.prompt_tokens_exact ? " (tokenizer)" : " (estimate)")},
       {"prompt_bytes", absl::StrCat(f.prompt_bytes)},
@@ -139,6 +139,10 @@ std::vector<std::pair<std::string, std::string>> DescribeFeatures(const RequestF
       {"session.turn", f.session_id.empty() ? "none" : absl::StrCat(f.session_turn)},
       {"session.model", f.session_model.empty() ? "none" : f.session_model},
   };
+  for (const auto& [model, tokens] : f.prefix_hit_tokens) {
+    out.push_back({absl::StrCat("prefix_hit_tokens.", model), absl::StrCat(tokens)});
+  }
+  return out;
 }
 
 }  // namespace tandem::router

@@ -77,6 +77,11 @@ struct RequestFeatures {
   // answer): the class it answered, empty when it gave none in time.
   bool second_opinion_asked = false;
   std::string second_opinion_class;
+  // Per model: the estimated prompt tokens of this request that the model's best usable worker
+  // holds in its prefix cache, by the gateway's record of which prompts it sent where
+  // (gateway/pool/prefix_index.h); 0 for none. Filled only when the policy reads
+  // prefix_hit_tokens.MODEL (Router::ReadsPrefixHits), for every model the gateway serves.
+  std::map<std::string, int64_t> prefix_hit_tokens;
 };
 
 // Tokens an image takes in the prompt besides its grid: <|vision_start|> and <|vision_end|>.

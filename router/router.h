@@ -37,6 +37,9 @@ class Router {
     (void)model;
     return "";
   }
+  // Whether a decision reads RequestFeatures::prefix_hit_tokens, which the gateway then works
+  // out for every request (a hash of the prompt and a lookup per model).
+  virtual bool ReadsPrefixHits() const { return false; }
   // With no live signals (tests, replay, tandemctl): static values only, triggers off.
   absl::StatusOr<RouteDecision> Route(const RequestFeatures& features) const {
     return Route(features, SignalSnapshot{}, true);

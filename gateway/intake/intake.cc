@@ -244,6 +244,7 @@ absl::Status Intake::Decide(const tandem::v1::GenerateRequest& request,
   const std::shared_ptr<const router::Router> router = router_->Current();
   out->router = router;
   CountNearThresholds(request, *router, out);
+  AddPrefixHits(request, *router, out);
   if (absl::Status s = Route(*router, deadline, trace, out); !s.ok()) return s;
   // Before the session's fields: `switched` compares the model the turn will go to.
   if (absl::Status s =
@@ -273,10 +274,9 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
       !s.ok()) {
     return s;
   }
-  // The authenticated tenant only: the request's `tenant` label grants nothing.
-  const std::string partition =
-      options_.shared_prefix_cache || out->tenant == nullptr ? "" : out->tenant->name;
-  if (PicksByPrefix(*out)) out->prefix = PromptPrefixOf(partition, request);
+  if (out->prefix.empty() && PicksByPrefix(*out)) {
+    out->prefix = PromptPrefixOf(PrefixPartition(*out), request);
+  }
   absl::StatusOr<Target> target = PickTarget(*out, {});
   if (!target.ok()) return target.status();
   if (target->pool != out->pool) {
@@ -304,7 +304,7 @@ absl::Status Intake::Admit(const tandem::v1::GenerateRequest& request,
                                              : options_.default_max_tokens);
   }
   SetWorkerReasoning(out->decision, w.mutable_reasoning());
-  w.set_cache_partition(partition);
+  w.set_cache_partition(PrefixPartition(*out));
   return absl::OkStatus();
 }
 
@@ -321,6 +321,20 @@ PickStrategy Intake::PickRule(const Admission& a, const std::string& model) cons
     }
   }
   return pools_->pick(model);
+}
+
+std::string Intake::PrefixPartition(const Admission& a) const {
+  // The authenticated tenant only: the request's `tenant` label grants nothing.
+  return options_.shared_prefix_cache || a.tenant == nullptr ? "" : a.tenant->name;
+}
+
+void Intake::AddPrefixHits(const tandem::v1::GenerateRequest& request, const router::Router& router,
+                           Admission* out) const {
+  if (!router.ReadsPrefixHits()) return;
+  out->prefix = PromptPrefixOf(PrefixPartition(*out), request);
+  for (const auto& [model, pool] : pools_->pools()) {
+    out->features.prefix_hit_tokens[model] = pool->ExpectedHitTokens(out->prefix);
+  }
 }
 
 bool Intake::PicksByPrefix(const Admission& a) const {

@@ -58,7 +58,8 @@ struct Admission {
   std::string session_key;  // Sessions::Key of the caller's tenant and the session id
   SessionLookup session_before;
   tandem::v1::SessionInfo session;
-  // The prompt's prefix chain, for models picked by prefix (empty when none is).
+  // The prompt's prefix chain, for models picked by prefix and policies that read
+  // prefix_hit_tokens (empty when neither does).
   PromptPrefix prefix;
   // The policy snapshot that decided: its models' worker_pick rules pick every attempt's worker.
   std::shared_ptr<const router::Router> router;
@@ -131,6 +132,12 @@ class Intake {
   PickStrategy PickRule(const Admission& a, const std::string& model) const;
   // Some model the request may go to is picked by prefix (its prefix chain is then built).
   bool PicksByPrefix(const Admission& a) const;
+  // The cache partition the request's prefixes belong to: the authenticated tenant, or one for
+  // all with --shared_prefix_cache.
+  std::string PrefixPartition(const Admission& a) const;
+  // prefix_hit_tokens.MODEL for every model served, when the router reads them.
+  void AddPrefixHits(const tandem::v1::GenerateRequest& request, const router::Router& router,
+                     Admission* out) const;
   // Size, messages, sampling, labels and hints, before the request is routed.
   absl::Status ValidateRequest(const tandem::v1::GenerateRequest& request) const;
   // The prompt-size limit, the request's routing features that depend on the call, and the

@@ -76,6 +76,17 @@ Endpoint* ModelPool::PickByPrefix(const std::vector<Endpoint*>& usable, const Pr
   return best;
 }
 
+int64_t ModelPool::ExpectedHitTokens(const PromptPrefix& prefix) const {
+  int64_t best = 0;
+  if (prefix.empty()) return best;
+  for (const auto& e : *endpoints_.load()) {
+    if (!e->usable()) continue;
+    const int64_t hit = prefix_index_.HitTokens(prefix, e->address());
+    if (hit >= prefix_options_.min_hit_tokens) best = std::max(best, hit);
+  }
+  return best;
+}
+
 absl::StatusOr<std::shared_ptr<Endpoint>> ModelPool::Pick(
     PickStrategy strategy, const std::vector<const Endpoint*>& exclude, const PromptPrefix* prefix,
     PickInfo* info) const {
@@ -91,9 +102,9 @@ absl::StatusOr<std::shared_ptr<Endpoint>> ModelPool::Pick(
     }
   }
   Endpoint* best = nullptr;
-  if (strategy == PickStrategy::kPrefix && prefix != nullptr && !prefix->empty()) {
+  const bool has_prefix = prefix != nullptr && !prefix->empty();
+  if (strategy == PickStrategy::kPrefix && has_prefix) {
     best = PickByPrefix(usable, *prefix, info);
-    if (best != nullptr) prefix_index_.Record(*prefix, best->address());
   } else if (strategy == PickStrategy::kRoundRobin && !usable.empty()) {
     info->rule = "round_robin";
     best = usable[next_turn_.fetch_add(1, std::memory_order_relaxed) % usable.size()];
@@ -109,6 +120,7 @@ absl::StatusOr<std::shared_ptr<Endpoint>> ModelPool::Pick(
       if (best == nullptr || e->outstanding() < best->outstanding()) best = e;
     }
   }
+  if (best != nullptr && has_prefix) prefix_index_.Record(*prefix, best->address());
   if (best != nullptr && metrics_ != nullptr) {
     metrics_->CountPick(name_, info->rule, info->prefix_hit_tokens);
   }

@@ -70,13 +70,16 @@ class ModelPool {
   std::shared_ptr<const EndpointList> endpoints() const { return endpoints_.load(); }
 
   // A usable endpoint not in `exclude`, or UNAVAILABLE with the reason each one is not usable.
-  // With `prefix` (kPrefix), the choice is recorded as where that prefix now is; `info` (may
-  // be null) says why it was chosen.
+  // With `prefix` (whatever the strategy), the choice is recorded as where that prefix now is;
+  // kPrefix picks by it. `info` (may be null) says why it was chosen.
   absl::StatusOr<std::shared_ptr<Endpoint>> Pick(
       PickStrategy strategy = PickStrategy::kLeastOutstanding,
       const std::vector<const Endpoint*>& exclude = {}, const PromptPrefix* prefix = nullptr,
       PickInfo* info = nullptr) const;
   int ReadyCount() const;
+  // The estimated prompt tokens of `prefix` that the usable endpoint holding most of it holds
+  // (0 below the prefix pick's min_hit_tokens): what prefix_hit_tokens.MODEL reads.
+  int64_t ExpectedHitTokens(const PromptPrefix& prefix) const;
   // Model facts from the most recently seen worker info (empty before any probe succeeded).
   tandem::v1::ModelStatus Status() const;
   // The same facts without building a ModelStatus, for the per-request checks.

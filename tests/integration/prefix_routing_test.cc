@@ -150,5 +150,59 @@ rules:
       << "the second request, by the policy's rule";
 }
 
+// prefix_hit_tokens.MODEL in a policy: a conversation whose history a qwen worker holds stays on
+// qwen when a later turn would otherwise go to nemotron; a new conversation of the same kind
+// does not.
+TEST_F(PrefixRoutingTest, APolicyKeepsAConversationOnTheModelThatHoldsItsPrefix) {
+  const std::string policy = WriteTempFile("prefix_hit.yaml", R"(schema: 1
+version: prefix-hit-test
+models:
+  qwen: {worker_pick: prefix}
+  nemotron: {}
+classes: [any]
+default_class: any
+rules:
+  - name: cached_on_qwen
+    when: {prefix_hit_tokens.qwen: {ge: 32}}
+    action: {route: qwen}
+  - name: accurate
+    when: {objective: accuracy}
+    action: {route: qwen}
+  - {name: rest, action: {route: nemotron}}
+)");
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayWith({"--endpoint_pick=least_outstanding", "--policy=" + policy}));
+  auto turn = [&](tandem::v1::GenerateRequest& req, tandem::v1::Objective objective) {
+    req.mutable_hints()->set_objective(objective);
+    tandem::v1::GenerateResponse resp;
+    const grpc::Status status = UnaryGenerate(stub_.get(), req, &resp, std::chrono::seconds(60));
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return resp;
+  };
+  const std::string system =
+      "You plan trips by train across Europe. List the connections with their times, then the "
+      "total travel time, and mention seat reservations where a train needs one.";
+  tandem::v1::GenerateRequest chat;
+  chat.mutable_sampling()->set_max_tokens(4);
+  Add(&chat, "system", system);
+  Add(&chat, "user", "How do I get from Vienna to Brussels in one day?");
+  const auto first = turn(chat, tandem::v1::OBJECTIVE_ACCURACY);
+  EXPECT_EQ(first.route().model(), "qwen");
+  EXPECT_EQ(first.route().rule(), "accurate");
+  Add(&chat, "assistant", first.text());
+  Add(&chat, "user", "Thanks. Is there a later option?");
+  const auto second = turn(chat, tandem::v1::OBJECTIVE_LATENCY);
+  EXPECT_EQ(second.route().model(), "qwen");
+  EXPECT_EQ(second.route().rule(), "cached_on_qwen");
+  EXPECT_THAT(second.route().reason(), HasSubstr("prefix_hit_tokens.qwen"));
+  tandem::v1::GenerateRequest other;
+  other.mutable_sampling()->set_max_tokens(4);
+  Add(&other, "system", "You answer questions about opening hours of public libraries.");
+  Add(&other, "user", "Is the central library open on Sunday?");
+  const auto fresh = turn(other, tandem::v1::OBJECTIVE_LATENCY);
+  EXPECT_EQ(fresh.route().model(), "nemotron");
+  EXPECT_EQ(fresh.route().rule(), "rest");
+}
+
 }  // namespace
 }  // namespace tandem::testing

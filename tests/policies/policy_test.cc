@@ -343,6 +343,34 @@ TEST(PolicyRouterTest, ImageTokensIsAConditionAndSurvivesTheDecisionRecord) {
   EXPECT_EQ(r.Route(replayed)->rule, "big_images");
 }
 
+// prefix_hit_tokens.MODEL: how much of the prompt a model's best worker is expected to hold in its
+// prefix cache; absent (the gateway did not work it out) is no match. Decision records carry it.
+TEST(PolicyRouterTest, PrefixHitTokensIsAConditionPerModelAndSurvivesTheDecisionRecord) {
+  router::PolicyRouter r(WithRest(R"(  - name: stay_where_cached
+    when: {prefix_hit_tokens.nemotron: {ge: 1024}}
+    action: {route: nemotron}
+)"));
+  EXPECT_TRUE(r.ReadsPrefixHits());
+  EXPECT_FALSE(router::PolicyRouter(WithRest("")).ReadsPrefixHits());
+  auto f = Features();
+  EXPECT_EQ(r.Route(f)->rule, "rest");
+  f.prefix_hit_tokens = {{"qwen", 4096}, {"nemotron", 512}};
+  EXPECT_EQ(r.Route(f)->rule, "rest");
+  f.prefix_hit_tokens["nemotron"] = 2048;
+  auto d = r.Route(f);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->rule, "stay_where_cached");
+  EXPECT_THAT(d->reason, HasSubstr("2048"));
+  const router::RequestFeatures replayed = router::FeaturesFromRecord(router::ToRecord(f, *d));
+  EXPECT_EQ(replayed.prefix_hit_tokens, f.prefix_hit_tokens);
+  EXPECT_EQ(r.Route(replayed)->rule, "stay_where_cached");
+  EXPECT_THAT(::testing::PrintToString(Errors(std::string(kHeader) + R"(rules:
+  - {name: r, when: {prefix_hit_tokens.mistral: {gt: 0}}, action: {route: qwen}}
+  - {name: rest, action: {route: qwen}}
+)")),
+              HasSubstr("model 'mistral' is not declared in `models`"));
+}
+
 TEST(PolicyRouterTest, SignalsAndAnyConditions) {
   auto p = MustParse(std::string(kHeader) + R"(signals: {qwen_queue_depth: 40}
 rules:

@@ -311,6 +311,28 @@ TEST(ModelPoolTest, PrefixPickFollowsTheConversationUnlessItsWorkerIsTooBusy) {
   EXPECT_EQ((*pool.Pick(PickStrategy::kPrefix, {list[1].get()}, &two, &info))->address(), "a:1");
 }
 
+// What a policy's prefix_hit_tokens.MODEL reads: the best usable worker's expected hit, recorded
+// by every pick rule (not only the prefix pick), per cache partition.
+TEST(ModelPoolTest, ExpectedHitTokensIsTheBestWorkersWhateverThePickRule) {
+  ModelPool pool("qwen", {}, nullptr, {.index_entries = 1000, .min_hit_tokens = 8});
+  for (const char* a : {"a:1", "b:2"}) {
+    pool.AddEndpoint(std::make_unique<FakeWorkerClient>(
+        a, grpc::Status::OK, Info("qwen", tandem::v1::WorkerInfo::STATE_READY)));
+  }
+  int changes = 0;
+  ProbeAll(pool, &changes);
+  const std::string system(400, 's');
+  const PromptPrefix one = PromptPrefixOf("", Chat({system, "first question"}));
+  const PromptPrefix two =
+      PromptPrefixOf("", Chat({system, "first question", "an answer", "second question"}));
+  EXPECT_EQ(pool.ExpectedHitTokens(two), 0);
+  EXPECT_EQ(pool.ExpectedHitTokens(PromptPrefix{}), 0);
+  auto picked = pool.Pick(PickStrategy::kRoundRobin, {}, &one);
+  ASSERT_TRUE(picked.ok());
+  EXPECT_EQ(pool.ExpectedHitTokens(two), one.tokens.back());
+  EXPECT_EQ(pool.ExpectedHitTokens(PromptPrefixOf("tenant-b", Chat({system}))), 0);
+}
+
 TEST(PrefixIndexTest, RemembersOnlyItsBoundOfPairs) {
   PrefixIndex index(3);
   const PromptPrefix p = PromptPrefixOf("", Chat({"sys", "u1", "a1", "u2"}));
