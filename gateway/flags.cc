@@ -231,8 +231,9 @@ namespace {
 
 absl::StatusOr<PickStrategy> ParsePickRule(absl::string_view rule) {
   absl::StatusOr<PickStrategy> s = ParsePickStrategy(rule);
-  if (!s.ok())
+  if (!s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--endpoint_pick: ", s.status().message()));
+  }
   return s;
 }
 

@@ -227,6 +227,7 @@ HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(options.seed);
   std::vector<double> probs;
+  const bool weighted = weights.size() == examples.size();
   const double total_steps = static_cast<double>(options.epochs) * examples.size();
   double step = 0;
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
@@ -234,8 +235,8 @@ HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
     for (size_t idx : order) {
       const auto& f = features[idx];
       // Linear decay to zero, as fastText does.
-      const double lr = options.learning_rate * (1.0 - step++ / total_steps) *
-                        (weights.empty() ? 1.0 : weights[idx]);
+      const double lr =
+          options.learning_rate * (1.0 - step++ / total_steps) * (weighted ? weights[idx] : 1.0);
       m.Scores(f, &probs);
       for (size_t k = 0; k < c; ++k) {
         const double grad = probs[k] - (static_cast<int>(k) == examples[idx].second ? 1.0 : 0.0);

@@ -36,8 +36,9 @@ class HashedClassifier {
   static HashedClassifier Train(std::vector<std::string> classes,
                                 const std::vector<std::pair<std::string, int>>& examples,
                                 const TrainOptions& options);
-  // The same with a weight per example (its step is scaled by it; empty: all 1), e.g. to give
-  // every source of a training set a similar say whatever its size.
+  // The same with a weight per example (its step is scaled by it), e.g. to give every source of a
+  // training set a similar say whatever its size. `weights`: one per example, or empty for all 1
+  // (a list of any other length is a caller's bug, and is ignored the same way).
   static HashedClassifier Train(std::vector<std::string> classes,
                                 const std::vector<std::pair<std::string, int>>& examples,
                                 const std::vector<double>& weights, const TrainOptions& options);

@@ -23,7 +23,8 @@ inline constexpr char kShedModel[] = "none";
 // trigger.NAME (on or off) (strings); prefix_hit_tokens.MODEL (a number).
 std::optional<FieldKind> KindOfField(const std::string& field);
 
-// The same with the field's id and, for label., signal. and trigger. fields, its key.
+// The same with the field's id and, for label., signal., trigger. and prefix_hit_tokens. fields,
+// its key.
 struct FieldInfo {
   Field id = Field::kUnknown;
   FieldKind kind = FieldKind::kNumber;

@@ -57,6 +57,19 @@ class PrefixRoutingTest : public ::testing::Test {
         grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials()));
   }
 
+  // A policy file whose qwen workers are picked by prefix, with `rules` (YAML list items).
+  static std::string PrefixPolicy(const std::string& name, const std::string& rules) {
+    return WriteTempFile(name + ".yaml", absl::StrCat("schema: 1\nversion: ", name, R"(
+models:
+  qwen: {worker_pick: prefix}
+  nemotron: {}
+classes: [any]
+default_class: any
+rules:
+)",
+                                                      rules));
+  }
+
   std::vector<Server> workers_;
   std::vector<std::string> entries_;
   Server gateway_;
@@ -119,16 +132,8 @@ TEST_F(PrefixRoutingTest, AConversationStaysWithItsCacheAndResumesFromIt) {
 
 // By the policy (models.qwen.worker_pick), over the gateway's least_outstanding.
 TEST_F(PrefixRoutingTest, TheOpenAiFrontReportsCachedTokens) {
-  const std::string policy = WriteTempFile("prefix.yaml", R"(schema: 1
-version: prefix-test
-models:
-  qwen: {worker_pick: prefix}
-  nemotron: {}
-classes: [any]
-default_class: any
-rules:
-  - {name: all, action: {route: qwen}}
-)");
+  const std::string policy =
+      PrefixPolicy("prefix-test", "  - {name: all, action: {route: qwen}}\n");
   ASSERT_NO_FATAL_FAILURE(
       StartGatewayWith({"--endpoint_pick=least_outstanding", "--policy=" + policy}));
   const std::string body = R"({"model":"qwen","max_tokens":4,"temperature":0,"messages":[
@@ -154,15 +159,7 @@ rules:
 // qwen when a later turn would otherwise go to nemotron; a new conversation of the same kind
 // does not.
 TEST_F(PrefixRoutingTest, APolicyKeepsAConversationOnTheModelThatHoldsItsPrefix) {
-  const std::string policy = WriteTempFile("prefix_hit.yaml", R"(schema: 1
-version: prefix-hit-test
-models:
-  qwen: {worker_pick: prefix}
-  nemotron: {}
-classes: [any]
-default_class: any
-rules:
-  - name: cached_on_qwen
+  const std::string policy = PrefixPolicy("prefix-hit-test", R"(  - name: cached_on_qwen
     when: {prefix_hit_tokens.qwen: {ge: 32}}
     action: {route: qwen}
   - name: accurate
