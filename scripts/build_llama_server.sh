@@ -18,7 +18,19 @@ SHASUM=f7579ace3d45c8e93856cebbd8671fa43c2eef1b
 ROOT="${TANDEM_CACHE:-$HOME/.cache/tandem}/llama-server-node-llama-cpp-$VERSION"
 JOBS="${TANDEM_JOBS:-$(nproc)}"
 
-if [[ -x "$ROOT/bin/llama-server" && -d "$ROOT/gguf-py/gguf" && -f "$ROOT/models/ggml-vocab-qwen35.gguf" ]]; then
+built() {
+  [[ -x "$ROOT/bin/llama-server" && -d "$ROOT/gguf-py/gguf" && -f "$ROOT/models/ggml-vocab-qwen35.gguf" ]]
+}
+if built; then
+  echo "$ROOT"
+  exit 0
+fi
+# One build at a time (.ci/run starts one in the background): a second caller waits for it and
+# then finds the cache filled.
+mkdir -p "$(dirname "$ROOT")"
+exec 9>"$ROOT.lock"
+flock 9
+if built; then
   echo "$ROOT"
   exit 0
 fi
@@ -29,7 +41,6 @@ done
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$(dirname "$ROOT")"
 
 echo "[llama-server] npm pack node-llama-cpp@$VERSION" >&2
 (cd "$WORK" && npm pack --silent "node-llama-cpp@$VERSION" >/dev/null)
