@@ -39,7 +39,11 @@ repeat=()
 if [[ $preset == tsan ]]; then repeat=(--repeat until-pass:2); fi
 set +e
 # Two tests per core, as in scripts/test.sh: sanitized processes wait even more than plain ones.
-ctest --preset "$preset" -j "${TANDEM_TEST_JOBS:-$((2 * $(nproc)))}" "${repeat[@]}" "$@" 2>&1 |
+# Under TSan three: a process takes seconds to start there, and with two per core the cores sat
+# half idle through the suite's last two minutes (its many short integration cases).
+per_core=2
+if [[ $preset == tsan ]]; then per_core=3; fi
+ctest --preset "$preset" -j "${TANDEM_TEST_JOBS:-$((per_core * $(nproc)))}" "${repeat[@]}" "$@" 2>&1 |
   tee "$BUILD_DIR/ctest.log"
 rc=${PIPESTATUS[0]}
 set -e
