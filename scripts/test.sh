@@ -14,7 +14,7 @@ if [[ -x ${CUDACXX:-/usr/local/cuda/bin/nvcc} ]]; then
   echo "[test] GPU kit: $((SECONDS - start)) s" >&2
 fi
 # llama.cpp's llama-server, the real engine behind the upstream-engine tests: built once from the
-# pinned npm package's source into a cache outside the clone (about 5 min on 2 cores, then free).
+# pinned npm package's source into a cache outside the clone (2-4 min on 2 cores, then free).
 start=$SECONDS
 TANDEM_LLAMA_SERVER_DIR="$(bash scripts/build_llama_server.sh)"
 export TANDEM_LLAMA_SERVER_DIR

@@ -71,7 +71,7 @@ absl::StatusOr<std::string> TinyGguf(const std::string& model) {
       absl::StrCat(*dir, "/models/tiny-", model, "-", Sha256Hex(*script).substr(0, 16), ".gguf");
   if (IsFile(path)) return path;
   // One process writes it while the others wait: a suite's first cases start at once, and each
-  // writing its own copy beside the others took 20 s a case under ASan instead of 3.
+  // writing its own copy beside the others took 16-27 s a case under ASan instead of 3-7.
   const int lock = open(absl::StrCat(path, ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock < 0 || flock(lock, LOCK_EX) != 0) {
     if (lock >= 0) close(lock);
