@@ -12,7 +12,10 @@
 # is there, even when the test that caused it passed. A report also fails its test: a test binary
 # exits with the sanitizer's code (86 for ASan/UBSan, 66 for TSan), and a child that does fails
 # the test that started it (tests/support/child_process.cc). Suppressions (each with the reason it is not our bug): tests/sanitizers/.
-# Extra arguments go to ctest (e.g. -R Stack).
+# Extra arguments go to ctest (e.g. -R Stack). `--build-only` as the first of them builds and
+# stops: .ci/run builds both trees that way at idle priority, in the background, while the main
+# build and its tests run. The build holds a lock (BUILD_DIR/.build.lock), so a suite started
+# meanwhile waits for that build and then finds its tree up to date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:-}
@@ -20,14 +23,21 @@ case "$preset" in
   asan | tsan) shift ;;
   *) echo "usage: $0 asan|tsan [ctest args...]" >&2; exit 2 ;;
 esac
+build_only=0
+if [[ ${1:-} == --build-only ]]; then build_only=1; shift; fi
 bash scripts/setup.sh
 BUILD_DIR=build-$preset
 LOGS=$BUILD_DIR/sanitizer-logs
 
 start=$SECONDS
-cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset" -j "$(nproc)"
+mkdir -p "$BUILD_DIR"
+(
+  flock 9
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$(nproc)"
+) 9>"$BUILD_DIR/.build.lock"
 echo "[sanitize] $preset build: $((SECONDS - start)) s"
+if ((build_only)); then exit 0; fi
 
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
