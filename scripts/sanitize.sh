@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 preset=${1:-}
 case "$preset" in
   asan | tsan) shift ;;
-  *) echo "usage: $0 asan|tsan [ctest args...]" >&2; exit 2 ;;
+  *) echo "usage: $0 asan|tsan [--build-only | ctest args...]" >&2; exit 2 ;;
 esac
 build_only=0
 if [[ ${1:-} == --build-only ]]; then build_only=1; shift; fi
