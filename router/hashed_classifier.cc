@@ -7,12 +7,14 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "router/word_cues.h"
 
 namespace tandem::router {
 namespace {
 
 constexpr char kMagic1[] = "TNDMCLS1";
 constexpr char kMagic2[] = "TNDMCLS2";
+constexpr char kMagic3[] = "TNDMCLS3";
 constexpr uint64_t kFnvOffset = 1469598103934665603ull;
 constexpr uint64_t kFnvPrime = 1099511628211ull;
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
@@ -62,7 +64,7 @@ int Log2Bucket(size_t n) {
 // punctuation characters, whether it ends in a question mark, and hashes of its first word and
 // first two words. One pass.
 struct Shape {
-  size_t words = 0, lines = 1, digits = 0, code = 0;
+  size_t words = 0, lines = 1, digits = 0, code = 0, commas = 0;
   bool question = false;
   uint64_t first = 0, first_two = 0;
 };
@@ -74,6 +76,7 @@ Shape ShapeOf(std::string_view text) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
     if (c == '\n') ++sh.lines;
     if (c >= '0' && c <= '9') ++sh.digits;
+    if (c == ',' || c == ';') ++sh.commas;
     if (c == '{' || c == '}' || c == ';' || c == '=' || c == '(' || c == '_' || c == '[') ++sh.code;
     if (WordByte(c)) {
       if (!in_word) ++sh.words;
@@ -94,6 +97,14 @@ Shape ShapeOf(std::string_view text) {
   return sh;
 }
 
+// The bucket of a synthetic token (a shape or a word class), hashed apart from the words.
+uint32_t TokenBucket(uint64_t token, uint64_t mask) {
+  return static_cast<uint32_t>(
+      Fnv(kFnvOffset ^ 0x5e,
+          std::string_view(reinterpret_cast<const char*>(&token), sizeof token)) &
+      mask);
+}
+
 // Tokens for the text's shape, hashed like words: how many words (by powers of two), the first
 // word and the first two, whether it ends in a question mark, how many lines, digits and code
 // punctuation characters. A source's vocabulary rarely carries to another source; its form
@@ -109,12 +120,7 @@ void ShapeFeatures(const Shape& sh, uint64_t mask, std::vector<uint32_t>* out) {
       (sh.first ^ 0x5600) * kGolden,
       (sh.first_two ^ 0x5700) * kGolden,
   };
-  for (uint64_t t : tokens) {
-    const uint32_t b = static_cast<uint32_t>(
-        (Fnv(kFnvOffset ^ 0x5e, std::string_view(reinterpret_cast<const char*>(&t), sizeof t))) &
-        mask);
-    out->insert(out->end(), 2, b);
-  }
+  for (uint64_t t : tokens) out->insert(out->end(), 2, TokenBucket(t, mask));
 }
 
 }  // namespace
@@ -129,7 +135,8 @@ void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* ou
   // Format 2 reads the n-grams of the frame only, the first and last kFrameWords words: what is
   // asked sits there, while the middle of a long prompt is material (a document, a review, code)
   // whose topic says little about the work asked for. (The shape tokens see the whole text.)
-  const Shape shape = structure_ ? ShapeOf(text) : Shape{};
+  const Shape shape = format_ >= 2 ? ShapeOf(text) : Shape{};
+  size_t clauses = shape.commas;  // format 3: commas, semicolons and sequencing words
   const size_t words = shape.words;
   size_t index = 0;
   while (i < text.size()) {
@@ -144,13 +151,22 @@ void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* ou
     }
     if (n == 1) break;  // the rest is separators
     word[n++] = '>';
-    if (structure_ && index >= kFrameWords && index + kFrameWords < words) {
+    if (format_ >= 2 && index >= kFrameWords && index + kFrameWords < words) {
       ++index;
       prev = 0;
       continue;
     }
     ++index;
     const std::string_view w(word, n);
+    if (format_ >= 3) {
+      const auto cue = static_cast<uint64_t>(WordCueOf(std::string_view(word + 1, n - 2)));
+      // Twice each, as the shape tokens: a word class is one token among a text's many n-grams.
+      if (cue != 0) out->insert(out->end(), 2, TokenBucket((0x5800 + cue) * kGolden, mask));
+      if (cue != 0 && index == 1) {  // the opening word's class
+        out->insert(out->end(), 2, TokenBucket((0x5900 + cue) * kGolden, mask));
+      }
+      if (cue == static_cast<uint64_t>(WordCue::kSequence)) ++clauses;
+    }
     const uint64_t unigram = Fnv(kFnvOffset ^ 0x77, w);
     out->push_back(static_cast<uint32_t>(unigram & mask));
     if (prev != 0) out->push_back(static_cast<uint32_t>((prev * 31 + unigram) & mask));
@@ -168,7 +184,11 @@ void HashedClassifier::Features(std::string_view text, std::vector<uint32_t>* ou
       }
     }
   }
-  if (structure_) ShapeFeatures(shape, mask, out);
+  if (format_ >= 2) ShapeFeatures(shape, mask, out);
+  if (format_ >= 3) {
+    const uint64_t clause_token = 0x5A00 + static_cast<uint64_t>(Log2Bucket(clauses));
+    out->insert(out->end(), 2, TokenBucket(clause_token * kGolden, mask));
+  }
 }
 
 void HashedClassifier::Scores(const std::vector<uint32_t>& features,
@@ -216,7 +236,7 @@ HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
                                          const TrainOptions& options) {
   HashedClassifier m;
   m.buckets_ = options.buckets;
-  m.structure_ = options.structure;
+  m.format_ = options.format;
   m.classes_ = std::move(classes);
   const size_t c = m.classes_.size();
   m.weights_.assign(static_cast<size_t>(m.buckets_) * c, 0.0f);
@@ -251,7 +271,7 @@ HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
 }
 
 std::string HashedClassifier::ToBytes() const {
-  std::string out(structure_ ? kMagic2 : kMagic1, 8);
+  std::string out(format_ == 3 ? kMagic3 : format_ == 2 ? kMagic2 : kMagic1, 8);
   PutU32(&out, buckets_);
   PutU32(&out, static_cast<uint32_t>(classes_.size()));
   for (const auto& name : classes_) {
@@ -271,12 +291,17 @@ absl::StatusOr<HashedClassifier> HashedClassifier::FromBytes(std::string_view in
     return absl::InvalidArgumentError(absl::StrCat("classifier model: ", why));
   };
   const std::string_view magic = in.substr(0, 8);
-  if (magic != std::string_view(kMagic1, 8) && magic != std::string_view(kMagic2, 8)) {
+  HashedClassifier m;
+  if (magic == std::string_view(kMagic1, 8)) {
+    m.format_ = 1;
+  } else if (magic == std::string_view(kMagic2, 8)) {
+    m.format_ = 2;
+  } else if (magic == std::string_view(kMagic3, 8)) {
+    m.format_ = 3;
+  } else {
     return bad("not a Tandem classifier (bad magic)");
   }
   in.remove_prefix(8);
-  HashedClassifier m;
-  m.structure_ = magic == std::string_view(kMagic2, 8);
   uint32_t num_classes = 0;
   if (!GetU32(&in, &m.buckets_) || !GetU32(&in, &num_classes)) return bad("truncated header");
   if (m.buckets_ == 0 || m.buckets_ > (1u << 24) || (m.buckets_ & (m.buckets_ - 1)) != 0 ||

@@ -15,7 +15,10 @@ namespace tandem::router {
 // and, from format 2 on, a few tokens for the text's shape (StructureFeatures in the .cc: length,
 // the opening words, a question mark, lines, digits, code punctuation), which carry across
 // sources where the vocabulary does not; format 2 also reads the n-grams of the text's frame
-// only, its first and last 24 words, where the instruction is, not the material in between.
+// only, its first and last 24 words, where the instruction is, not the material in between;
+// format 3 adds a token for the class (WordCue) of each frame word that has one, of the opening
+// word, and the number of clauses (commas and sequencing words), so that what one source teaches
+// about "category" or "then" carries to another source's "topic" or "afterwards".
 // Pure: built from bytes, no I/O. Prediction allocates nothing beyond the feature buffer.
 class HashedClassifier {
  public:
@@ -29,7 +32,9 @@ class HashedClassifier {
     int epochs = 10;
     double learning_rate = 2.0;
     uint64_t seed = 1;
-    bool structure = true;  // shape tokens and frame (format 2); false trains format 1
+    // 1: n-grams of the whole text; 2: n-grams of the frame and shape tokens; 3: those and
+    // word-class tokens (WordCue) and a clause count.
+    int format = 3;
   };
 
   // Trains on (text, class index) pairs.
@@ -43,8 +48,8 @@ class HashedClassifier {
                                 const std::vector<std::pair<std::string, int>>& examples,
                                 const std::vector<double>& weights, const TrainOptions& options);
 
-  // The model file format: "TNDMCLS1" (n-grams) or "TNDMCLS2" (n-grams and shape tokens),
-  // buckets, class names, weights (little-endian float32).
+  // The model file format: "TNDMCLS1" (n-grams), "TNDMCLS2" (n-grams and shape tokens) or
+  // "TNDMCLS3" (those and word classes), buckets, class names, weights (little-endian float32).
   static absl::StatusOr<HashedClassifier> FromBytes(std::string_view bytes);
   std::string ToBytes() const;
 
@@ -62,7 +67,7 @@ class HashedClassifier {
   void Scores(const std::vector<uint32_t>& features, std::vector<double>* probs) const;
 
   uint32_t buckets_ = 0;
-  bool structure_ = false;  // format 2
+  int format_ = 1;
   std::vector<std::string> classes_;
   std::vector<float> weights_;  // buckets_ x classes, row-major by bucket
   std::vector<float> bias_;

@@ -51,13 +51,15 @@ ABSL_FLAG(std::string, report, "", "Write the evaluation as Markdown here (else 
 ABSL_FLAG(int32_t, buckets_log2, 17, "Hash buckets: 2^N.");
 ABSL_FLAG(int32_t, epochs, 10, "Training epochs.");
 ABSL_FLAG(double, learning_rate, 2.0, "Initial learning rate (decays linearly to 0).");
-ABSL_FLAG(bool, structure, true,
-          "Train with the shape tokens and the frame (model format 2); false trains format 1, "
-          "every n-gram of the text and nothing else (to compare the two).");
+ABSL_FLAG(int32_t, format, 3,
+          "Model format: 3 (n-grams of the frame, shape tokens, word classes), 2 (without the "
+          "word classes) or 1 (every n-gram of the text and nothing else), to compare them.");
 ABSL_FLAG(double, source_balance, 0,
           "Weigh each training example by (examples of its source)^-N, normalised to a mean of "
           "1: 0 weighs every example alike, 1 gives every source the same say, whatever its "
           "size.");
+ABSL_FLAG(bool, class_balance, false,
+          "After --source_balance, scale each class's examples to the same total weight.");
 ABSL_FLAG(double, min_accuracy, 0, "Exit 1 when held-out accuracy is below this.");
 ABSL_FLAG(double, min_unseen_class_accuracy, 0,
           "Exit 1 when the accuracy (recall) of any class on --heldout_sources is below this.");
@@ -135,20 +137,26 @@ HashedClassifier TrainOn(const std::vector<std::string>& classes,
     examples.emplace_back(e.text(), index[e.label()]);
     ++per_source[e.source()];
   }
-  // An example of a source of n counts n^-balance, scaled so that the mean weight is 1.
+  // An example of a source of n counts n^-balance, scaled so that the mean weight is 1; with
+  // --class_balance, each class's examples then share the same total weight.
   const double balance = absl::GetFlag(FLAGS_source_balance);
   std::vector<double> weights;
-  if (balance > 0) {
+  if (balance > 0 || absl::GetFlag(FLAGS_class_balance)) {
+    std::vector<double> per_class(classes.size(), 0);
+    for (size_t i = 0, j = 0; i < train.size(); ++i) {
+      if (train[i].source() == skip_source) continue;
+      weights.push_back(std::pow(per_source[train[i].source()], -balance));
+      per_class[examples[j++].second] += weights.back();
+    }
     double sum = 0;
-    for (const auto& e : train) {
-      if (e.source() == skip_source) continue;
-      weights.push_back(std::pow(per_source[e.source()], -balance));
-      sum += weights.back();
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (absl::GetFlag(FLAGS_class_balance)) weights[i] /= per_class[examples[i].second];
+      sum += weights[i];
     }
     for (double& w : weights) w *= static_cast<double>(weights.size()) / sum;
   }
   HashedClassifier::TrainOptions o;
-  o.structure = absl::GetFlag(FLAGS_structure);
+  o.format = absl::GetFlag(FLAGS_format);
   o.buckets = 1u << absl::GetFlag(FLAGS_buckets_log2);
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.learning_rate = absl::GetFlag(FLAGS_learning_rate);
@@ -401,10 +409,12 @@ int TrainModel(const std::set<std::string>& unseen_sources, std::vector<Labelled
   // The time goes to stderr, not the report, so the report is the same on every run.
   std::cerr << absl::StrFormat("trained in %.1f s\n", seconds);
   *header = absl::StrFormat(
-      "Trained on %d examples: 2^%d hash buckets, %d epochs, learning rate %.2f, source "
-      "balance %.2f. Reproduce: `bash scripts/train_classifier.sh`.\n\n",
-      train->size(), absl::GetFlag(FLAGS_buckets_log2), absl::GetFlag(FLAGS_epochs),
-      absl::GetFlag(FLAGS_learning_rate), absl::GetFlag(FLAGS_source_balance));
+      "Trained on %d examples: model format %d, 2^%d hash buckets, %d epochs, learning rate "
+      "%.2f, source balance %.2f%s. Reproduce: `bash scripts/train_classifier.sh`.\n\n",
+      train->size(), absl::GetFlag(FLAGS_format), absl::GetFlag(FLAGS_buckets_log2),
+      absl::GetFlag(FLAGS_epochs), absl::GetFlag(FLAGS_learning_rate),
+      absl::GetFlag(FLAGS_source_balance),
+      absl::GetFlag(FLAGS_class_balance) ? ", classes balanced" : "");
   return 0;
 }
 

@@ -5,20 +5,25 @@ heldout_sources.jsonl.
 Sources (data/sources/, licences and attribution in its README). Each kind of traffic has
 sources trained on whole and one held out whole, never trained on (TRAINED and HELD_OUT below):
   - math word problems -> accuracy_critical: GSM8K train trained on; SVAMP held out
-  - factoid questions -> accuracy_critical: EntityQuestions trained on; WebQuestions held out
+  - factoid questions -> accuracy_critical: EntityQuestions, SQuAD's questions and QALD's
+    trained on; WebQuestions and Mintaka's complex questions held out
   - questions and claims that need knowledge and several steps -> accuracy_critical: HotpotQA
     and FOLIO trained on; CREAK's claims (as true-or-false questions) held out
-  - multi-step tasks for an agent with tools -> accuracy_critical: TaskBench trained on;
-    MetaTool's multi-tool queries held out
-  - code -> accuracy_critical: MBPP (tasks and stubs), StaQC's SQL titles and GPTeacher's
-    code instructions trained on (MBPP's held-out tasks below)
+  - multi-step tasks for an agent with tools -> accuracy_critical: TaskBench, Seal-Tools and
+    BFCL's multi-call requests trained on; MetaTool's multi-tool queries held out
+  - code -> accuracy_critical: MBPP (tasks and stubs), StaQC's SQL titles, SEDE's query titles
+    and GPTeacher's code instructions trained on (MBPP's held-out tasks below); BIRD's
+    questions over a database held out
   - short requests to a task-oriented assistant -> latency_critical: CLINC150 (less the
-    intents that ask for general knowledge) and NLU++ trained on; Banking77 held out; terse
-    smart-home and media commands (Home Assistant's test sentences) held out
-  - dialogue turns and chit-chat -> latency_critical: Taskmaster's user turns and the
-    personality chit-chat trained on; the chatterbot corpus held out
+    intents that ask for general knowledge), NLU++ and TOPv2 trained on; Banking77 held out;
+    terse smart-home and media commands (Home Assistant's test sentences) held out
+  - dialogue turns and chit-chat -> latency_critical: Taskmaster's user turns, the
+    personality chit-chat, PersonaChat and CaSiNo's small talk trained on; the chatterbot corpus
+    held out
   - labelling prompts -> latency_critical: T0's amazon_polarity, dbpedia_14 and PAWS prompts
-    trained on (one source each); self-instruct's classification seed tasks held out
+    (one source each), SNLI pairs in FLAN's templates and XED's emotion prompts trained on;
+    self-instruct's classification seed tasks and poem-sentiment's promptsource prompts held
+    out
   - Examples written for Tandem here, from templates (source "tandem/<family>"): code, code
     how-to questions, code stubs, knowledge and reasoning questions, short arithmetic word
     problems and agentic planning (accuracy_critical); extraction, summarization,
@@ -65,6 +70,13 @@ TRAINED = (
     ("taskbench", A, "text"),  # multi-step tasks for an agent with tools
     ("staqc_sql", A, "text"),  # SQL how-to question titles
     ("gpteacher_code", A, "text"),  # code-writing instructions
+    ("squad", A, "text"),  # factoid questions written from Wikipedia paragraphs
+    ("qald", A, "text"),  # questions over a knowledge base, written by its challenge organisers
+    ("sealtools", A, "text"),  # multi-step requests for an agent with tools
+    ("bfcl", A, "text"),  # requests that need several function calls
+    ("sede", A, "text"),  # Stack Exchange Data Explorer query titles and descriptions
+    ("snli_flan", L, "text"),  # sentence-pair entailment labelling (FLAN's templates)
+    ("xed_emotion", L, "text"),  # emotion labelling of subtitle lines
     ("clinc150", L, "text"),  # short requests to a task-oriented assistant
     ("nlupp", L, "text"),
     ("taskmaster", L, "text"),  # user turns of ordering and booking dialogues
@@ -73,10 +85,14 @@ TRAINED = (
     ("ovos_skills", L, "text"),  # voice-assistant commands and questions (weather, time, ...)
     ("ovos_mycroft", L, "text"),
     ("ovos_media", L, "text"),  # media playback commands
+    ("topv2", L, "text"),  # requests to an assistant: weather, alarms, reminders, music, navigation
+    ("casino", L, "text"),  # small talk between two people planning a camping trip
 )
-# Held out whole, never trained on: one per kind of traffic (and SVAMP, below).
+# Held out whole, never trained on: at least one per kind of traffic (and SVAMP, below).
 HELD_OUT = (
     ("webquestions", A),  # factoid questions, as entityquestions
+    ("mintaka", A),  # complex questions about entities, as hotpotqa and qald
+    ("bird", A),  # questions over a database, as sede
     ("creak", A),  # true-or-false claims that need knowledge and reasoning, as fever and hotpotqa
     ("boolq", A),  # yes/no questions that need knowledge, as hotpotqa's comparisons
     ("metatool", A),  # requests that need several tools, as taskbench
@@ -84,6 +100,7 @@ HELD_OUT = (
     ("homeassistant", L),  # terse smart-home and media commands
     ("chatterbot", L),  # chit-chat, as personality_chat
     ("selfinstruct_classify", L),  # labelling instructions, as t0/*
+    ("poem_sentiment", L),  # sentiment labelling of verses (promptsource's templates)
 )
 SOURCE_NAMES = {"gsm8k_questions": "gsm8k"}
 # CLINC150 intents whose answer is general knowledge rather than the assistant's own state or a

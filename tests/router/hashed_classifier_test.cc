@@ -13,7 +13,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-HashedClassifier Toy(bool structure = true) {
+HashedClassifier Toy(int format = 3) {
   std::vector<std::pair<std::string, int>> examples;
   for (int i = 0; i < 200; ++i) {
     examples.push_back({"please write a python function that sorts item " + std::to_string(i), 0});
@@ -21,7 +21,7 @@ HashedClassifier Toy(bool structure = true) {
   }
   HashedClassifier::TrainOptions o;
   o.buckets = 1 << 12;
-  o.structure = structure;
+  o.format = format;
   return HashedClassifier::Train({"code", "chat"}, examples, o);
 }
 
@@ -75,16 +75,36 @@ TEST(HashedClassifierTest, RoundTripsThroughBytesExactly) {
             m.Predict("sort a list in python").confidence);
 }
 
-TEST(HashedClassifierTest, BothFormatsRoundTripAndKeepTheirFeatures) {
-  for (bool structure : {false, true}) {
-    const HashedClassifier m = Toy(structure);
+TEST(HashedClassifierTest, EveryFormatRoundTripsAndKeepsItsFeatures) {
+  for (int format : {1, 2, 3}) {
+    const HashedClassifier m = Toy(format);
     const std::string bytes = m.ToBytes();
-    EXPECT_EQ(bytes.substr(0, 8), structure ? "TNDMCLS2" : "TNDMCLS1");
+    EXPECT_EQ(bytes.substr(0, 8), "TNDMCLS" + std::to_string(format));
     auto back = HashedClassifier::FromBytes(bytes);
     ASSERT_TRUE(back.ok()) << back.status();
     const std::string text = "please sort this for me?\n" + Filler("item", 100) + "thanks";
-    EXPECT_EQ(back->Predict(text).confidence, m.Predict(text).confidence) << structure;
+    EXPECT_EQ(back->Predict(text).confidence, m.Predict(text).confidence) << format;
   }
+}
+
+// Format 3's word classes carry what one word teaches to the other words of its class: trained
+// on "python" only as code, a text with "mysql" in the same frame leans to code more than one with
+// a word of no class, while format 2 tells them apart by n-grams alone.
+TEST(HashedClassifierTest, FormatThreeCarriesAWordsClassToWordsNeverSeen) {
+  std::vector<std::pair<std::string, int>> examples;
+  for (int i = 0; i < 200; ++i) {
+    const std::string n = std::to_string(i);
+    examples.push_back({"python " + n, 0});
+    examples.push_back({"zebra " + n, 1});
+  }
+  HashedClassifier::TrainOptions o;
+  o.buckets = 1 << 12;
+  const HashedClassifier m = HashedClassifier::Train({"code", "chat"}, examples, o);
+  const auto sql = m.Predict("mysql 7");
+  const auto none = m.Predict("ohqtw 7");
+  EXPECT_EQ(sql.label, 0);
+  EXPECT_GT(sql.label == 0 ? sql.confidence : 1 - sql.confidence,
+            none.label == 0 ? none.confidence : 1 - none.confidence);
 }
 
 // Format 2 reads the n-grams of the first and last 24 words only: the middle of a long prompt is
@@ -102,7 +122,7 @@ TEST(HashedClassifierTest, FormatTwoReadsTheFrameOfALongText) {
   const double c = m.Predict("what time is it in " + Filler("apple", 60) + tail).confidence;
   EXPECT_NE(a, c);
   // Format 1 reads every word.
-  const HashedClassifier old = Toy(false);
+  const HashedClassifier old = Toy(1);
   EXPECT_NE(old.Predict(text("pear")).confidence, old.Predict(text("time")).confidence);
 }
 
