@@ -15,13 +15,15 @@ sources trained on whole and one held out whole, never trained on (TRAINED and H
     and GPTeacher's code instructions trained on (MBPP's held-out tasks below); BIRD's
     questions over a database held out
   - short requests to a task-oriented assistant -> latency_critical: CLINC150 (less the
-    intents that ask for general knowledge), NLU++ and TOPv2 trained on; Banking77 held out;
-    terse smart-home and media commands (Home Assistant's test sentences) held out
+    intents that ask for general knowledge), NLU++, TOPv2 and the Virtual Assistant sample's
+    commands trained on; Banking77 held out; terse smart-home and media commands (the voice
+    sources and Almond's device commands trained on; Home Assistant's test sentences held out)
   - dialogue turns and chit-chat -> latency_critical: Taskmaster's user turns, the
     personality chit-chat, PersonaChat and CaSiNo's small talk trained on; the chatterbot corpus
     held out
   - labelling prompts -> latency_critical: T0's amazon_polarity, dbpedia_14 and PAWS prompts
-    (one source each), SNLI pairs in FLAN's templates and XED's emotion prompts trained on;
+    (one source each), SNLI pairs in FLAN's templates, XED's emotion prompts, Tatoeba
+    language identification and clickbait headlines trained on;
     self-instruct's classification seed tasks and poem-sentiment's promptsource prompts held
     out
   - Examples written for Tandem here, from templates (source "tandem/<family>"): code, code
@@ -77,6 +79,8 @@ TRAINED = (
     ("sede", A, "text"),  # Stack Exchange Data Explorer query titles and descriptions
     ("snli_flan", L, "text"),  # sentence-pair entailment labelling (FLAN's templates)
     ("xed_emotion", L, "text"),  # emotion labelling of subtitle lines
+    ("tatoeba_langid", L, "text"),  # which language is this sentence in
+    ("clickbait", L, "text"),  # is this headline clickbait
     ("clinc150", L, "text"),  # short requests to a task-oriented assistant
     ("nlupp", L, "text"),
     ("taskmaster", L, "text"),  # user turns of ordering and booking dialogues
@@ -86,6 +90,8 @@ TRAINED = (
     ("ovos_mycroft", L, "text"),
     ("ovos_media", L, "text"),  # media playback commands
     ("topv2", L, "text"),  # requests to an assistant: weather, alarms, reminders, music, navigation
+    ("thingpedia", L, "text"),  # commands to the Almond assistant: devices, media, timers
+    ("botframework_va", L, "text"),  # a virtual assistant's example commands: email, music, lists
     ("casino", L, "text"),  # small talk between two people planning a camping trip
 )
 # Held out whole, never trained on: at least one per kind of traffic (and SVAMP, below).
