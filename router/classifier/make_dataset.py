@@ -9,8 +9,9 @@ sources trained on whole and one held out whole, never trained on (TRAINED and H
     trained on; WebQuestions and Mintaka's complex questions held out
   - questions and claims that need knowledge and several steps -> accuracy_critical: HotpotQA
     and FOLIO trained on; CREAK's claims (as true-or-false questions) held out
-  - multi-step tasks for an agent with tools -> accuracy_critical: TaskBench, Seal-Tools and
-    BFCL's multi-call requests trained on; MetaTool's multi-tool queries held out
+  - multi-step tasks for an agent with tools -> accuracy_critical: TaskBench, Seal-Tools, BFCL's
+    multi-call requests and T-Eval's planning requests trained on; MetaTool's multi-tool queries
+    and NesTools' tasks held out
   - code -> accuracy_critical: MBPP (tasks and stubs), StaQC's SQL titles, SEDE's query titles
     and GPTeacher's code instructions trained on (MBPP's held-out tasks below); BIRD's
     questions over a database held out
@@ -76,6 +77,7 @@ TRAINED = (
     ("qald", A, "text"),  # questions over a knowledge base, written by its challenge organisers
     ("sealtools", A, "text"),  # multi-step requests for an agent with tools
     ("bfcl", A, "text"),  # requests that need several function calls
+    ("teval", A, "text"),  # T-Eval's requests that need a plan over several tools
     ("sede", A, "text"),  # Stack Exchange Data Explorer query titles and descriptions
     ("snli_flan", L, "text"),  # sentence-pair entailment labelling (FLAN's templates)
     ("xed_emotion", L, "text"),  # emotion labelling of subtitle lines
@@ -102,6 +104,7 @@ HELD_OUT = (
     ("creak", A),  # true-or-false claims that need knowledge and reasoning, as fever and hotpotqa
     ("boolq", A),  # yes/no questions that need knowledge, as hotpotqa's comparisons
     ("metatool", A),  # requests that need several tools, as taskbench
+    ("nestools", A),  # tasks that need nested tool calls, as sealtools
     ("banking77", L),  # short requests to an assistant, as clinc150 and nlupp
     ("homeassistant", L),  # terse smart-home and media commands
     ("chatterbot", L),  # chit-chat, as personality_chat
