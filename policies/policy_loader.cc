@@ -284,7 +284,12 @@ class Parser : public YamlReader {
     for (const auto& [name, sig] : p.signals) {
       for (size_t i = 0; i < sig.terms.size(); ++i) {
         const std::string path = absl::StrCat("signals.", name, ".sum[", i, "]");
-        const YAML::Node at = node[name]["sum"][i];
+        // Where to point the error: the term itself, or the signal when a later key of the same
+        // name replaced its map (yaml-cpp throws on a subscript of a scalar or a list).
+        const YAML::Node entry = node[name];
+        const YAML::Node at = entry.IsMap() && entry["sum"].IsSequence() && i < entry["sum"].size()
+                                  ? entry["sum"][i]
+                                  : entry;
         auto term = p.signals.find(sig.terms[i]);
         if (term == p.signals.end()) {
           Error(at, path, absl::StrCat("signal '", sig.terms[i], "' is not declared in `signals`"));
