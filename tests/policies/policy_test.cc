@@ -452,6 +452,18 @@ rules:
   EXPECT_DOUBLE_EQ(r.Route(Features())->hedge_after_seconds, 1);
 }
 
+// Found by the policy fuzzer: a key repeated in `signals` leaves yaml-cpp's node[name] on the
+// first value (here a scalar) while the parsed sum comes from the second; the sum's error must
+// point at the signal instead of subscripting the scalar (which threw).
+TEST(PolicyLoaderTest, ASumsTermErrorSurvivesARepeatedSignalKey) {
+  for (const char* first : {"q: oops", "q: [1, 2]", "q: {sum: 3}"}) {
+    const auto errors = Errors(absl::StrCat(kHeader, "signals:\n  ", first,
+                                            "\n  q: {sum: [missing]}\nrules:\n"
+                                            "  - name: rest\n    action: {route: qwen}\n"));
+    EXPECT_THAT(absl::StrJoin(errors, "\n"), HasSubstr("signals.q")) << first;
+  }
+}
+
 TEST(PolicyLoaderTest, SignalAndTriggerMistakesAreReported) {
   const auto errors = Errors(std::string(kHeader) + R"(signals:
   both: {scrape: {model: qwen, metric: m}, promql: 'up'}
