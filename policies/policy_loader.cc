@@ -284,8 +284,8 @@ class Parser : public YamlReader {
     for (const auto& [name, sig] : p.signals) {
       for (size_t i = 0; i < sig.terms.size(); ++i) {
         const std::string path = absl::StrCat("signals.", name, ".sum[", i, "]");
-        // Where to point the error: the term itself, or the signal when a later key of the same
-        // name replaced its map (yaml-cpp throws on a subscript of a scalar or a list).
+        // Where to point the error: the term itself. (LoadYaml refuses repeated keys, so node[name]
+        // is the map parsed; the guard keeps a subscript of anything else from throwing.)
         const YAML::Node entry = node[name];
         const YAML::Node at = entry.IsMap() && entry["sum"].IsSequence() && i < entry["sum"].size()
                                   ? entry["sum"][i]

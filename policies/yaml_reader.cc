@@ -96,6 +96,36 @@ class NodeCounter : public YAML::EventHandler {
   std::map<YAML::anchor_t, int64_t> sizes_;  // nodes under each ended anchor, aliases expanded
 };
 
+// YAML requires a map's keys to be unique, but yaml-cpp keeps every entry of a repeated key: a
+// loader that iterates the map sees both while node[key] finds the first, and the two disagree.
+// Reports every repeated scalar key, at the repeat. Bounded like the loaders' own walk: the
+// document passed the node count and depth limits first.
+void ReportRepeatedKeys(const YAML::Node& node, const std::string& path, const std::string& file,
+                        std::vector<PolicyError>* errors) {
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      ReportRepeatedKeys(node[i], absl::StrCat(path, "[", i, "]"), file, errors);
+    }
+    return;
+  }
+  if (!node.IsMap()) return;
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& entry : node) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "?";
+    const std::string key_path = path.empty() ? key : absl::StrCat(path, ".", key);
+    if (entry.first.IsScalar()) {
+      const auto [first, inserted] = seen.emplace(key, entry.first.Mark());
+      if (!inserted) {
+        const YAML::Mark m = entry.first.Mark();
+        errors->push_back({file, m.line + 1, m.column + 1, key_path,
+                           absl::StrCat("duplicate key (first at line ", first->second.line + 1,
+                                        "; YAML's keys are unique)")});
+      }
+    }
+    ReportRepeatedKeys(entry.second, key_path, file, errors);
+  }
+}
+
 }  // namespace
 
 YAML::Node LoadYaml(const std::string& text, const std::string& file,
@@ -107,7 +137,10 @@ YAML::Node LoadYaml(const std::string& text, const std::string& file,
     YAML::Parser parser(in);
     NodeCounter counter(max_nodes);
     parser.HandleNextDocument(counter);
-    return YAML::Load(text);
+    YAML::Node root = YAML::Load(text);
+    const size_t before = errors->size();
+    ReportRepeatedKeys(root, "", file, errors);
+    return errors->size() == before ? root : YAML::Node();
   } catch (const NodeCounter::OverLimit& e) {
     std::string message;
     switch (e.why) {
@@ -143,11 +176,10 @@ bool YamlReader::Map(const YAML::Node& node, const std::string& path,
     Error(node, path, "expected a map");
     return false;
   }
-  std::set<std::string> seen;
+  // (A repeated key never gets here: LoadYaml refuses the document.)
   for (const auto& kv : node) {
     const std::string key = kv.first.Scalar();
     const std::string key_path = path.empty() ? key : absl::StrCat(path, ".", key);
-    if (!seen.insert(key).second) Error(kv.first, key_path, "duplicate key");
     if (!allowed.empty() && !allowed.contains(key)) {
       Error(kv.first, key_path,
             absl::StrCat("unknown key; expected one of: ", absl::StrJoin(allowed, ", ")));

@@ -33,6 +33,8 @@ struct PolicyError {
 // tree is built, and a document over the limit (or an alias inside the node it names) is one
 // error naming `limit_name` (e.g. "--max_policy_yaml_nodes"), with a null node. So is a document
 // nested deeper than kMaxYamlDepth maps and sequences, located at the line that goes past it.
+// A key repeated in a map is an error at the repeat (YAML requires unique keys; yaml-cpp keeps
+// both, which a loader would read inconsistently), with a null node.
 inline constexpr int kMaxYamlDepth = 64;
 YAML::Node LoadYaml(const std::string& text, const std::string& file,
                     std::vector<PolicyError>* errors, int64_t max_nodes,
@@ -47,9 +49,9 @@ class YamlReader {
       : file_(std::move(file)), errors_(errors) {}
 
   void Error(const YAML::Node& at, const std::string& path, const std::string& message);
-  // Checks that `node` is a map whose keys are all in `allowed` and unique.
+  // Checks that `node` is a map whose keys are all in `allowed` (LoadYaml has refused repeats).
   bool Map(const YAML::Node& node, const std::string& path, const std::set<std::string>& allowed);
-  // Checks that a map has no duplicate keys (keys are free-form, e.g. model names).
+  // Checks that `node` is a map (keys are free-form, e.g. model names).
   bool FreeMap(const YAML::Node& node, const std::string& path);
   bool String(const YAML::Node& node, const std::string& path, std::string* out);
   bool Number(const YAML::Node& node, const std::string& path, double* out);

@@ -87,9 +87,10 @@ rules:
 }
 
 TEST(PolicyLoaderTest, CatchesDuplicatesTypesAndReferences) {
+  EXPECT_THAT(Errors("schema: 1\nversion: x\nversion: y\n"),
+              ElementsAre(HasSubstr("3:1: version: duplicate key")));
   const auto errors = Errors(R"(schema: 2
 version: x
-version: y
 models:
   qwen: {vision: maybe, max_context_tokens: 0, endpoints: [nohost], worker_pick: nearest}
 classes: [a, a]
@@ -104,7 +105,7 @@ rules:
 )");
   const std::string all = ::testing::PrintToString(errors);
   for (const char* want :
-       {"schema: 2 is out of range [1, 1]", "3:1: version: duplicate key",
+       {"schema: 2 is out of range [1, 1]",
         "models.qwen.vision: expected true or false", "max_context_tokens: 0 is out of range",
         "classes[1]: duplicate class", "default_class: unknown class 'b'",
         "signals.load: expected a finite number", "classify[0].class: unknown class 'z'",
@@ -452,16 +453,20 @@ rules:
   EXPECT_DOUBLE_EQ(r.Route(Features())->hedge_after_seconds, 1);
 }
 
-// Found by the policy fuzzer: a key repeated in `signals` leaves yaml-cpp's node[name] on the
-// first value (here a scalar) while the parsed sum comes from the second; the sum's error must
-// point at the signal instead of subscripting the scalar (which threw).
-TEST(PolicyLoaderTest, ASumsTermErrorSurvivesARepeatedSignalKey) {
-  for (const char* first : {"q: oops", "q: [1, 2]", "q: {sum: 3}"}) {
+// Found twice by the policy fuzzer: yaml-cpp keeps both entries of a repeated key, so the loader
+// parsed the second while node[name] found the first, and subscripting that threw. A repeated key
+// is now an error of its own, at the repeat, before anything is parsed.
+TEST(PolicyLoaderTest, ARepeatedKeyIsAnErrorAtTheRepeat) {
+  for (const char* first : {"q: oops", "q: [1, 2]", "q: {sum: 3}", "q: {promql: up}"}) {
     const auto errors = Errors(absl::StrCat(kHeader, "signals:\n  ", first,
                                             "\n  q: {sum: [missing]}\nrules:\n"
                                             "  - name: rest\n    action: {route: qwen}\n"));
-    EXPECT_THAT(absl::StrJoin(errors, "\n"), HasSubstr("signals.q")) << first;
+    EXPECT_THAT(errors, ElementsAre("bad.yaml:10:3: signals.q: duplicate key (first at line 9; "
+                                    "YAML's keys are unique)"))
+        << first;
   }
+  EXPECT_THAT(Errors(std::string(kHeader) + "rules:\n  - name: a\n    name: b\n"),
+              ElementsAre(HasSubstr("rules[0].name: duplicate key (first at line 9")));
 }
 
 TEST(PolicyLoaderTest, SignalAndTriggerMistakesAreReported) {
