@@ -79,6 +79,8 @@ TRAINED = (
     ("bfcl", A, "text"),  # requests that need several function calls
     ("teval", A, "text"),  # T-Eval's requests that need a plan over several tools
     ("sede", A, "text"),  # Stack Exchange Data Explorer query titles and descriptions
+    ("pubmedqa", A, "text"),  # yes/no biomedical research questions
+    ("medquad", A, "text"),  # medical knowledge questions (symptoms, causes, treatment)
     ("snli_flan", L, "text"),  # sentence-pair entailment labelling (FLAN's templates)
     ("xed_emotion", L, "text"),  # emotion labelling of subtitle lines
     ("tatoeba_langid", L, "text"),  # which language is this sentence in
@@ -95,6 +97,7 @@ TRAINED = (
     ("thingpedia", L, "text"),  # commands to the Almond assistant: devices, media, timers
     ("botframework_va", L, "text"),  # a virtual assistant's example commands: email, music, lists
     ("casino", L, "text"),  # small talk between two people planning a camping trip
+    ("bitext_support", L, "text"),  # customer-support requests: orders, refunds, accounts
 )
 # Held out whole, never trained on: at least one per kind of traffic (and SVAMP, below).
 HELD_OUT = (

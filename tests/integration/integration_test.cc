@@ -842,7 +842,7 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   auto stub = GatewayStub(gateway->grpc_address);
   // Two accuracy requests, a chat greeting from an anonymous caller that labels itself a premium
   // tenant, and a latency-hinted turn.
-  std::vector<GenerateRequest> requests = {Prompt("Write a parser", 2),
+  std::vector<GenerateRequest> requests = {Prompt("Write a JSON parser in Rust", 2),
                                            Prompt("Implement a thread-safe LRU cache in C++", 2),
                                            Prompt("hello", 2), Prompt("hi", 2)};
   (*requests[2].mutable_labels())["tenant"] = "enterprise";
@@ -859,7 +859,7 @@ TEST_F(PolicyReloadTest, DecisionLogReplaysAgainstACandidatePolicyAndAdminRpcRel
   std::string first;
   std::getline(logged, first);
   EXPECT_THAT(first, HasSubstr("\"policy_version\":\"default-6\""));
-  EXPECT_THAT(first, ::testing::Not(HasSubstr("Write a parser")));  // no prompt text by default
+  EXPECT_THAT(first, ::testing::Not(HasSubstr("JSON parser")));  // no prompt text by default
 
   // cost-saver sends the two accuracy requests to nemotron; the "hello" stays on nemotron: its
   // `tenant` label buys nothing (cost-saver's premium rule reads the authenticated tenant).
