@@ -284,12 +284,8 @@ class Parser : public YamlReader {
     for (const auto& [name, sig] : p.signals) {
       for (size_t i = 0; i < sig.terms.size(); ++i) {
         const std::string path = absl::StrCat("signals.", name, ".sum[", i, "]");
-        // Where to point the error: the term itself. (LoadYaml refuses repeated keys, so node[name]
-        // is the map parsed; the guard keeps a subscript of anything else from throwing.)
-        const YAML::Node entry = node[name];
-        const YAML::Node at = entry.IsMap() && entry["sum"].IsSequence() && i < entry["sum"].size()
-                                  ? entry["sum"][i]
-                                  : entry;
+        // node[name] is the map parsed: LoadYaml refuses a repeated key, which made it another.
+        const YAML::Node at = node[name]["sum"][i];
         auto term = p.signals.find(sig.terms[i]);
         if (term == p.signals.end()) {
           Error(at, path, absl::StrCat("signal '", sig.terms[i], "' is not declared in `signals`"));

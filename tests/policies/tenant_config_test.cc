@@ -79,6 +79,11 @@ TEST(TenantConfigTest, EveryMistakeIsReportedWithItsLine) {
        {"t.yaml:2:", "'other' is reserved", "t.yaml:5:", "no key could reach this tenant"}) {
     EXPECT_THAT(reserved.status().message(), HasSubstr(want));
   }
+  auto repeated = policies::ParseTenantConfig(
+      "tenants:\n  - name: r\n    keys: [" + Key("r") + "]\n    name: s\n", "t.yaml", {});
+  ASSERT_FALSE(repeated.ok());
+  EXPECT_THAT(repeated.status().message(),
+              HasSubstr("t.yaml:4:5: tenants[0].name: duplicate key (first at line 2"));
   EXPECT_FALSE(policies::ParseTenantConfig("tenants: [", "t.yaml", {}).ok());
   EXPECT_FALSE(policies::ParseTenantConfig("tenants: []", "t.yaml", {}).ok());
 }
