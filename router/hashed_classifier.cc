@@ -247,13 +247,23 @@ HashedClassifier HashedClassifier::Train(std::vector<std::string> classes,
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(options.seed);
   std::vector<double> probs;
+  std::vector<uint32_t> kept;
+  std::bernoulli_distribution drop(options.dropout);
   const bool weighted = weights.size() == examples.size();
   const double total_steps = static_cast<double>(options.epochs) * examples.size();
   double step = 0;
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t idx : order) {
-      const auto& f = features[idx];
+      const std::vector<uint32_t>* all = &features[idx];
+      if (options.dropout > 0) {
+        kept.clear();
+        for (uint32_t b : *all) {
+          if (!drop(rng)) kept.push_back(b);
+        }
+        all = &kept;
+      }
+      const std::vector<uint32_t>& f = *all;
       // Linear decay to zero, as fastText does.
       const double lr =
           options.learning_rate * (1.0 - step++ / total_steps) * (weighted ? weights[idx] : 1.0);

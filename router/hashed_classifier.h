@@ -35,6 +35,9 @@ class HashedClassifier {
     // 1: n-grams of the whole text; 2: n-grams of the frame and shape tokens; 3: those and
     // word-class tokens (WordCue) and a clause count.
     int format = 3;
+    // Each feature of a training example is left out with this probability, drawn afresh at
+    // every step, so that no single cue (one source's pet phrase) carries a class alone.
+    double dropout = 0;
   };
 
   // Trains on (text, class index) pairs.

@@ -35,6 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
 #include "router/classifier/calibration.h"
 #include "router/hashed_classifier.h"
@@ -54,6 +55,12 @@ ABSL_FLAG(double, learning_rate, 2.0, "Initial learning rate (decays linearly to
 ABSL_FLAG(int32_t, format, 3,
           "Model format: 3 (n-grams of the frame, shape tokens, word classes), 2 (without the "
           "word classes) or 1 (every n-gram of the text and nothing else), to compare them.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the order of the examples.");
+ABSL_FLAG(double, dropout, 0,
+          "Leave out each feature of a training example with this probability (drawn afresh at "
+          "every step).");
+ABSL_FLAG(std::string, cross_validate_sources, "",
+          "With --cross_validate: only these sources (comma-separated), to measure quickly.");
 ABSL_FLAG(double, source_balance, 0,
           "Weigh each training example by (examples of its source)^-N, normalised to a mean of "
           "1: 0 weighs every example alike, 1 gives every source the same say, whatever its "
@@ -160,6 +167,8 @@ HashedClassifier TrainOn(const std::vector<std::string>& classes,
   o.buckets = 1u << absl::GetFlag(FLAGS_buckets_log2);
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  o.dropout = absl::GetFlag(FLAGS_dropout);
+  o.seed = absl::GetFlag(FLAGS_seed);
   return HashedClassifier::Train(classes, examples, weights, o);
 }
 
@@ -328,6 +337,11 @@ std::string CrossValidate(const std::vector<std::string>& classes,
   all.insert(all.end(), heldout.begin(), heldout.end());
   std::set<std::string> sources;
   for (const auto& e : all) sources.insert(e.source());
+  if (!absl::GetFlag(FLAGS_cross_validate_sources).empty()) {
+    const std::vector<std::string> only =
+        absl::StrSplit(absl::GetFlag(FLAGS_cross_validate_sources), ',');
+    sources = std::set<std::string>(only.begin(), only.end());
+  }
   std::vector<Evaluated> pooled;
   for (const std::string& source : sources) {
     const HashedClassifier m = TrainOn(classes, train, source);
@@ -410,10 +424,11 @@ int TrainModel(const std::set<std::string>& unseen_sources, std::vector<Labelled
   std::cerr << absl::StrFormat("trained in %.1f s\n", seconds);
   *header = absl::StrFormat(
       "Trained on %d examples: model format %d, 2^%d hash buckets, %d epochs, learning rate "
-      "%.2f, source balance %.2f%s. Reproduce: `bash scripts/train_classifier.sh`.\n\n",
+      "%.2f, source balance %.2f, feature dropout %.2f%s. Reproduce: "
+      "`bash scripts/train_classifier.sh`.\n\n",
       train->size(), absl::GetFlag(FLAGS_format), absl::GetFlag(FLAGS_buckets_log2),
       absl::GetFlag(FLAGS_epochs), absl::GetFlag(FLAGS_learning_rate),
-      absl::GetFlag(FLAGS_source_balance),
+      absl::GetFlag(FLAGS_source_balance), absl::GetFlag(FLAGS_dropout),
       absl::GetFlag(FLAGS_class_balance) ? ", classes balanced" : "");
   return 0;
 }

@@ -13,7 +13,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-HashedClassifier Toy(int format = 3) {
+HashedClassifier Toy(int format = 3, double dropout = 0, uint64_t seed = 1) {
   std::vector<std::pair<std::string, int>> examples;
   for (int i = 0; i < 200; ++i) {
     examples.push_back({"please write a python function that sorts item " + std::to_string(i), 0});
@@ -22,6 +22,8 @@ HashedClassifier Toy(int format = 3) {
   HashedClassifier::TrainOptions o;
   o.buckets = 1 << 12;
   o.format = format;
+  o.dropout = dropout;
+  o.seed = seed;
   return HashedClassifier::Train({"code", "chat"}, examples, o);
 }
 
@@ -38,6 +40,16 @@ TEST(HashedClassifierTest, LearnsAndGeneralisesOnAToyProblem) {
   EXPECT_EQ(m.classes()[code.label], "code");
   EXPECT_GT(code.confidence, 0.5);
   EXPECT_EQ(m.classes()[m.Predict("what time is it now").label], "chat");
+}
+
+// Feature dropout (a measuring option of tandem-train-classifier) still learns, and a seed still
+// decides the model: the same seed gives the same bytes.
+TEST(HashedClassifierTest, FeatureDropoutLearnsAndTheSeedDecidesTheModel) {
+  const HashedClassifier m = Toy(3, 0.5);
+  EXPECT_EQ(m.classes()[m.Predict("write a function in python for me").label], "code");
+  EXPECT_EQ(m.classes()[m.Predict("what time is it now").label], "chat");
+  EXPECT_EQ(Toy(3, 0.5).ToBytes(), m.ToBytes());
+  EXPECT_NE(Toy(3, 0.5, 2).ToBytes(), m.ToBytes());
 }
 
 // The same text under both labels, one copy weighed more: the model follows the weight; equal
