@@ -25,10 +25,7 @@ GATEWAY_B=${GATEWAY_B:-$BUILD_DIR/gateway/tandem-gateway}
 mkdir -p "$OUT_DIR"
 source scripts/bench_lib.sh
 trap bench_cleanup EXIT
-for bin in "$GATEWAY_A" "$GATEWAY_B" "$BUILD_DIR/workers/tandem-worker" "$BUILD_DIR/tools/tandem-bench"; do
-  [[ -x $bin ]] || { echo "missing $bin: build it first" >&2; exit 1; }
-done
-command -v h2load >/dev/null || { echo "h2load missing: run scripts/setup.sh" >&2; exit 1; }
+bench_require "$GATEWAY_A" "$GATEWAY_B" "$BUILD_DIR"/{workers/tandem-worker,tools/tandem-bench} h2load
 
 bench_start worker "$OUT_DIR" "$BUILD_DIR/workers/tandem-worker" --model=qwen --engine=synthetic \
   --device=cpu --synthetic_time_scale=0 --synthetic_output_tokens=16 --max_queue=1024 \
@@ -50,14 +47,13 @@ BODY=$OUT_DIR/request.bin
 "$BUILD_DIR/tools/tandem-bench" --target=gateway --model=qwen --max_tokens=16 \
   --write_grpc_request="$BODY" >/dev/null
 
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 # round SIDE ADDR PID IN_FLIGHT REQUESTS: one line "SIDE C REQ_PER_S MEAN GATEWAY_US WORKER_US".
 round() {
   local side=$1 addr=$2 pid=$3 c=$4 n=$5 g0 w0 g1 w1 report
-  g0=$(cpu_ticks "$pid") w0=$(cpu_ticks "$WORKER_PID")
+  g0=$(bench_cpu_ticks "$pid") w0=$(bench_cpu_ticks "$WORKER_PID")
   report=$(h2load -n "$n" -c 1 -m "$c" -d "$BODY" -H 'content-type: application/grpc' \
     -H 'te: trailers' "http://$addr/tandem.v1.Gateway/Generate" 2>&1)
-  g1=$(cpu_ticks "$pid") w1=$(cpu_ticks "$WORKER_PID")
+  g1=$(bench_cpu_ticks "$pid") w1=$(bench_cpu_ticks "$WORKER_PID")
   local us_per_tick=$((1000000 / $(getconf CLK_TCK)))
   echo "$side $c $(sed -n 's/.*finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' <<<"$report")" \
     "$(awk '/time for request:/ {print $6}' <<<"$report")" \

@@ -23,10 +23,7 @@ STREAM_TOKENS=${STREAM_TOKENS:-256}
 mkdir -p "$OUT_DIR"
 source scripts/bench_lib.sh
 trap bench_cleanup EXIT
-for bin in gateway/tandem-gateway workers/tandem-worker tools/tandem-bench; do
-  [[ -x $BUILD_DIR/$bin ]] || { echo "missing $BUILD_DIR/$bin: build it first" >&2; exit 1; }
-done
-command -v h2load >/dev/null || { echo "h2load missing: run scripts/setup.sh" >&2; exit 1; }
+bench_require "$BUILD_DIR"/{gateway/tandem-gateway,workers/tandem-worker,tools/tandem-bench} h2load
 
 # One worker per answer length: 16 tokens for the whole answers, STREAM_TOKENS for the streams.
 start_worker() {
@@ -59,14 +56,13 @@ for model in qwen nemotron; do
   done
 done
 
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 # round NAME CONNECTIONS URL BODY H2LOAD_FLAGS...: "NAME C REQ_PER_S MEAN_MS GATEWAY_US".
 round() {
   local name=$1 c=$2 url=$3 body=$4 g0 g1 report
   shift 4
-  g0=$(cpu_ticks "$GATEWAY_PID")
+  g0=$(bench_cpu_ticks "$GATEWAY_PID")
   report=$(h2load -n "$REQUESTS" -c "$c" -m 1 -d "$body" "$@" "$url" 2>&1)
-  g1=$(cpu_ticks "$GATEWAY_PID")
+  g1=$(bench_cpu_ticks "$GATEWAY_PID")
   grep -q "0 failed, 0 errored" <<<"$report" && grep -q " 0 4xx, 0 5xx" <<<"$report" || { echo "$name: h2load failed:" >&2; echo "$report" >&2; exit 1; }
   echo "$name $c $(sed -n 's/.*finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' <<<"$report")" \
     "$(awk '/time for request:/ {print $6}' <<<"$report")" \

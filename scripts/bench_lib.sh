@@ -1,8 +1,25 @@
-# Helpers shared by scripts/bench_overhead.sh and tests/bench/bench_smoke.sh (sourced, not run).
+# Helpers shared by the bench scripts, scripts/soak.sh and tests/bench/bench_smoke.sh (sourced,
+# not run).
 # Starts tandem-worker and tandem-gateway on port 0, reads their "listening grpc=..." line,
 # and stops everything it started on exit.
 
 BENCH_PIDS=()
+
+# bench_require PATH...: exits 1 unless every PATH is an executable (a binary to build first);
+# the word h2load stands for the h2load command, which scripts/setup.sh installs.
+bench_require() {
+  local bin
+  for bin in "$@"; do
+    if [[ $bin == h2load ]]; then
+      command -v h2load >/dev/null || { echo "h2load missing: run scripts/setup.sh" >&2; exit 1; }
+    else
+      [[ -x $bin ]] || { echo "missing $bin: build it first" >&2; exit 1; }
+    fi
+  done
+}
+
+# bench_cpu_ticks PID: the user and system CPU time PID has used so far, in clock ticks.
+bench_cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 
 bench_cleanup() {
   local pid

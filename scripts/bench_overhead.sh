@@ -23,10 +23,7 @@ mkdir -p "$OUT_DIR"
 source scripts/bench_lib.sh
 trap bench_cleanup EXIT
 
-for bin in workers/tandem-worker gateway/tandem-gateway tools/tandem-bench; do
-  [[ -x $BUILD_DIR/$bin ]] || { echo "missing $BUILD_DIR/$bin: build it first" >&2; exit 1; }
-done
-command -v h2load >/dev/null || { echo "h2load missing: run scripts/setup.sh" >&2; exit 1; }
+bench_require "$BUILD_DIR"/{workers/tandem-worker,gateway/tandem-gateway,tools/tandem-bench} h2load
 
 cpu_seconds() { awk '{ sub(/^.*\) /, ""); print ($12 + $13) / '"$(getconf CLK_TCK)"' }' "/proc/$1/stat"; }
 

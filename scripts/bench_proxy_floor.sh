@@ -26,9 +26,7 @@ source scripts/bench_lib.sh
 trap bench_cleanup EXIT
 BENCH=$BUILD_DIR/tools/tandem-bench
 FLOOR=$BUILD_DIR/tests/grpc_proxy_floor
-for bin in "$BENCH" "$FLOOR"; do
-  [[ -x $bin ]] || { echo "missing $bin: build it first" >&2; exit 1; }
-done
+bench_require "$BENCH" "$FLOOR"
 
 CERTS="" SUFFIX="" PROXY_TLS=()
 if [[ -n ${TLS:-} ]]; then

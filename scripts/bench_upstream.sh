@@ -21,9 +21,7 @@ STREAMS=${STREAMS:-8}
 mkdir -p "$OUT_DIR"
 source scripts/bench_lib.sh
 trap bench_cleanup EXIT
-for bin in gateway/tandem-gateway workers/tandem-worker tools/tandem-bench; do
-  [[ -x $BUILD_DIR/$bin ]] || { echo "missing $BUILD_DIR/$bin: build it first" >&2; exit 1; }
-done
+bench_require "$BUILD_DIR"/{gateway/tandem-gateway,workers/tandem-worker,tools/tandem-bench}
 bench_start_llama llama "$OUT_DIR" -np "$STREAMS"
 LLAMA=$LLAMA_ADDR
 bench_start worker "$OUT_DIR" "$BUILD_DIR/workers/tandem-worker" --model=qwen --device=cpu \

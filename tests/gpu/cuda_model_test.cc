@@ -76,6 +76,8 @@ constexpr double kClearMargin = 0.5;
 // i * kBlocksPerSeq .. + kBlocksPerSeq - 1.
 class CudaModelTest : public ::testing::TestWithParam<const char*> {
  protected:
+  // Skips every test of the fixture on a machine without a device (the test bodies then never
+  // run).
   void SetUp() override {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
@@ -207,8 +209,6 @@ class CudaModelTest : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(CudaModelTest, PrefillMatchesGoldenAndCpu) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
   std::vector<double> rel;
   for (const Json& c : cases_["cases"]) {
     const std::string name = c["name"];
@@ -238,8 +238,6 @@ TEST_P(CudaModelTest, PrefillMatchesGoldenAndCpu) {
 // Free-running greedy decoding on both engines from the same prompt; agreement is reported
 // (RecordProperty and stdout). Only a token whose fp32 top-2 margin is clear may not differ.
 TEST_P(CudaModelTest, GreedyContinuationAgreesWithCpuReference) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
   int agreed = 0, total = 0;
   for (const Json& c : cases_["cases"]) {
     const std::string name = c["name"];
@@ -270,8 +268,6 @@ TEST_P(CudaModelTest, GreedyContinuationAgreesWithCpuReference) {
 
 // Teacher-forced with the golden tokens, so every step compares the same inputs.
 TEST_P(CudaModelTest, DecodeMatchesCpuAndGolden) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
   std::vector<double> rel;
   for (const Json& c : cases_["cases"]) {
     const std::string name = c["name"];
@@ -303,8 +299,6 @@ TEST_P(CudaModelTest, DecodeMatchesCpuAndGolden) {
 }
 
 TEST_P(CudaModelTest, BatchedDecodeEqualsSingleSequenceDecode) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
   const char* names[] = {"len7", "len37", "len70"};
   std::vector<std::vector<int32_t>> prompts, generated;
   for (int i = 0; i < 3; ++i) {
@@ -332,8 +326,6 @@ TEST_P(CudaModelTest, BatchedDecodeEqualsSingleSequenceDecode) {
 }
 
 TEST_P(CudaModelTest, CapturedDecodeGraphMatchesEagerDecode) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
   const Json& c = Case("len37");
   const std::vector<int32_t> prompt = testing::JsonInts(c["prompt_ids"]);
   const int32_t token = testing::JsonInts(c["greedy"]["generated_ids"])[0];

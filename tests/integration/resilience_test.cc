@@ -50,6 +50,8 @@ classify:
 }
 
 // A gateway and its workers, started per test.
+std::string QwenOnlyPolicy();
+
 class ResilienceTest : public ::testing::Test {
  protected:
   Server StartOrDie(absl::StatusOr<Server> s) {
@@ -70,6 +72,14 @@ class ResilienceTest : public ::testing::Test {
     auto channel = grpc::CreateChannel(gateway_.grpc_address, grpc::InsecureChannelCredentials());
     stub_ = tandem::v1::Gateway::NewStub(channel);
     admin_ = tandem::v1::Admin::NewStub(channel);
+  }
+  // A gateway over the qwen replicas `a` and `b` only that watches for stalls from 300 ms, with
+  // `extra` flags; returns once both replicas are usable.
+  void StartStallWatchingGateway(const Server& a, const Server& b, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"--policy=" + QwenOnlyPolicy(), "--stall_timeout_min=300ms"});
+    ASSERT_NO_FATAL_FAILURE(
+        StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address}, extra));
+    ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
   }
   std::vector<tandem::v1::EndpointStatus> Endpoints() {
     grpc::ClientContext ctx;
@@ -250,11 +260,8 @@ std::string ReferenceAnswer(tandem::v1::Gateway::Stub* stub, const GenerateReque
 TEST_F(ResilienceTest, AHungWorkerMidStreamIsFailedOverAndEjected) {
   Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
   Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
-  ASSERT_NO_FATAL_FAILURE(
-      StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
-                       {"--policy=" + QwenOnlyPolicy(), "--stall_timeout_min=300ms",
-                        "--eject_after_stalls=1", "--max_ejection=60s", "--base_ejection=30s"}));
-  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
+  ASSERT_NO_FATAL_FAILURE(StartStallWatchingGateway(
+      a, b, {"--eject_after_stalls=1", "--max_ejection=60s", "--base_ejection=30s"}));
   const GenerateRequest req = Prompt("tell me a long story", 60);
 
   // The serving worker is stopped (SIGSTOP: alive, connected, silent) after the first chunk,
@@ -295,15 +302,10 @@ TEST_F(ResilienceTest, AHungWorkerMidStreamIsFailedOverAndEjected) {
 TEST_F(ResilienceTest, AFailoverToAHungWorkerDoesNotWaitForTheDeadline) {
   Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
   Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=5", kLongAnswers}));
-  ASSERT_NO_FATAL_FAILURE(
-      StartGatewayWith({"qwen=" + a.grpc_address, "qwen=" + b.grpc_address},
-                       {"--policy=" + QwenOnlyPolicy(), "--stall_timeout_min=300ms",
-                        // The hung replica's first-token timeout is this multiple of the first
-                        // attempt's first-token delay: at the default 20, a loaded machine
-                        // (sanitizers, parallel tests; 0.75 s) makes it 15 s, and the gRPC
-                        // keepalive ends the call before the stall is seen.
-                        "--stall_timeout_multiple=3"}));
-  ASSERT_TRUE(WaitUntil([&] { return UsableCount("qwen") == 2; }));
+  // The hung replica's first-token timeout is this multiple of the first attempt's first-token
+  // delay: at the default 20, a loaded machine (sanitizers, parallel tests; 0.75 s) makes it
+  // 15 s, and the gRPC keepalive ends the call before the stall is seen.
+  ASSERT_NO_FATAL_FAILURE(StartStallWatchingGateway(a, b, {"--stall_timeout_multiple=3"}));
   // After the first chunk the other replica hangs (SIGSTOP) and the serving one dies: the
   // failover goes to the hung one, which never sends a first token. It must be given up at its
   // first-token timeout (the stream then fails: there is nowhere else to go), not held to the

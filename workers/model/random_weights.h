@@ -30,6 +30,27 @@ struct RandomFill {
   float half_width = 0.0f;
 };
 
+// A float's bits and back, on the host and in a kernel alike.
+TANDEM_HOST_DEVICE inline uint32_t FloatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+TANDEM_HOST_DEVICE inline float BitsFloat(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
 // SplitMix64's output function: a bijection on 64 bits with good avalanche.
 TANDEM_HOST_DEVICE inline uint64_t RandomMix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -62,33 +83,14 @@ TANDEM_HOST_DEVICE inline float RandomWeight(const RandomFill& fill, int64_t ind
   const int64_t odd = static_cast<int64_t>(((bits >> 40) << 1) | 1) - (int64_t{1} << 24);
   const double s = static_cast<double>(odd) * (1.0 / 16777216.0);
   const double v = static_cast<double>(fill.center) + static_cast<double>(fill.half_width) * s;
-  const float f = static_cast<float>(v);
-  uint32_t u;
-#if defined(__CUDA_ARCH__)
-  u = __float_as_uint(f);
-#else
-  std::memcpy(&u, &f, 4);
-#endif
+  uint32_t u = FloatBits(static_cast<float>(v));
   u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;  // finite by construction: no NaN case
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float out;
-  std::memcpy(&out, &u, 4);
-  return out;
-#endif
+  return BitsFloat(u);
 }
 
 // The BF16 bit pattern of RandomWeight (its top 16 bits; the low 16 are zero).
 TANDEM_HOST_DEVICE inline uint16_t RandomWeightBf16(const RandomFill& fill, int64_t index) {
-  const float f = RandomWeight(fill, index);
-  uint32_t u;
-#if defined(__CUDA_ARCH__)
-  u = __float_as_uint(f);
-#else
-  std::memcpy(&u, &f, 4);
-#endif
-  return static_cast<uint16_t>(u >> 16);
+  return static_cast<uint16_t>(FloatBits(RandomWeight(fill, index)) >> 16);
 }
 
 }  // namespace tandem::workers::model

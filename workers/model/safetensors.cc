@@ -6,14 +6,13 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "workers/model/model_config.h"
 
@@ -25,14 +24,6 @@ float Bf16ToFloat(uint16_t v) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // INVALID_ARGUMENT for a file that breaks the safetensors format, saying `why`.
@@ -269,14 +260,14 @@ SafetensorsFile::~SafetensorsFile() {
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
   auto c = std::make_unique<Checkpoint>();
   c->dir_ = dir;
-  auto config = ReadFile(dir + "/config.json");
+  auto config = ReadFileToString(dir + "/config.json");
   if (!config.ok()) {
     return absl::NotFoundError(
         absl::StrCat(dir, ": no config.json (is this a checkpoint directory?)"));
   }
   c->config_json_ = std::move(*config);
   std::vector<std::string> shards;
-  if (auto index = ReadFile(dir + "/model.safetensors.index.json"); index.ok()) {
+  if (auto index = ReadFileToString(dir + "/model.safetensors.index.json"); index.ok()) {
     const nlohmann::json j = nlohmann::json::parse(*index, nullptr, false);
     if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
       return absl::InvalidArgumentError(
@@ -314,7 +305,8 @@ absl::Status Checkpoint::ReadQuantization(bool from_dir) {
   absl::StatusOr<QuantScheme> q = ParseQuantization(config);
   if (q.ok() && q->method == QuantScheme::Method::kNone && from_dir) {
     // ModelOpt 0.29 and before wrote their own file instead of a quantization_config.
-    if (absl::StatusOr<std::string> hf = ReadFile(dir_ + "/hf_quant_config.json"); hf.ok()) {
+    if (absl::StatusOr<std::string> hf = ReadFileToString(dir_ + "/hf_quant_config.json");
+        hf.ok()) {
       const nlohmann::json j = ParseConfigJson(*hf);
       q = j.is_discarded() ? absl::InvalidArgumentError("hf_quant_config.json is not JSON")
                            : ParseHfQuantConfig(j);

@@ -6,13 +6,12 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <queue>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "common/utf8.h"
 #include "workers/tokenizer/bpe_stream_decoder.h"
@@ -77,14 +76,6 @@ bool ByteLevelToBytes(const std::string& s, std::string* out) {
 
 // Debian's Abseil has its own string_view, which its hash maps need for lookups.
 absl::string_view AsAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // "" or a missing/null field count as unset for the BPE model's string options.
 bool StringOptionSet(const Json& obj, const char* key) {
@@ -235,7 +226,7 @@ absl::StatusOr<MergePair> ParseMerge(const Json& merge) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Load(const std::string& path) {
-  absl::StatusOr<std::string> json = ReadFile(path);
+  absl::StatusOr<std::string> json = ReadFileToString(path);
   if (!json.ok()) return json.status();
   absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = FromJson(*json);
   if (!tok.ok()) {

@@ -1,6 +1,7 @@
 #include "gateway/intake/sessions.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -8,6 +9,15 @@
 
 namespace tandem::gateway {
 namespace {
+
+// A lookup's source, model and turns, to compare in one expectation.
+std::tuple<std::string, std::string, int64_t> State(const SessionLookup& l) {
+  return {l.source, l.model, l.turns};
+}
+std::tuple<std::string, std::string, int64_t> State(const char* source, const char* model,
+                                                    int turns) {
+  return {source, model, turns};
+}
 
 constexpr int64_t kNow = 1'800'000'000;
 
@@ -71,17 +81,13 @@ TEST(SessionsTest, TheTableRemembersTheLastModelAndCountsTurnsAndSwitches) {
   EXPECT_FALSE(info.token().empty());
 
   before = sessions.Lookup("a", "");
-  EXPECT_STREQ(before.source, "table");
-  EXPECT_EQ(before.model, "nemotron");
-  EXPECT_EQ(before.turns, 1);
+  EXPECT_EQ(State(before), State("table", "nemotron", 1));
   sessions.Record("a", before, "qwen", &info);
   EXPECT_EQ(info.turn(), 2);
   EXPECT_TRUE(info.switched());
   // The token wins over the table: it is the caller's latest answer.
   before = sessions.Lookup("a", info.token());
-  EXPECT_STREQ(before.source, "token");
-  EXPECT_EQ(before.model, "qwen");
-  EXPECT_EQ(before.turns, 2);
+  EXPECT_EQ(State(before), State("token", "qwen", 2));
 }
 
 TEST(SessionsTest, AReplayedOlderTokenCannotRewindWhatTheTableKnows) {
@@ -95,9 +101,7 @@ TEST(SessionsTest, AReplayedOlderTokenCannotRewindWhatTheTableKnows) {
 
   // Turn 1's token again: the table has served three turns since, so its state stands.
   SessionLookup before = sessions.Lookup("a", turn1);
-  EXPECT_STREQ(before.source, "table");
-  EXPECT_EQ(before.model, "qwen");
-  EXPECT_EQ(before.turns, 3);
+  EXPECT_EQ(State(before), State("table", "qwen", 3));
   sessions.Record("a", before, "qwen", &info);
   EXPECT_EQ(info.turn(), 4);
   EXPECT_FALSE(info.switched());
@@ -117,9 +121,7 @@ TEST(SessionsTest, AReplayedOlderTokenCannotRewindWhatTheTableKnows) {
   other.Record("a", before, "nemotron", &info);
   EXPECT_EQ(info.turn(), 6);
   before = sessions.Lookup("a", info.token());
-  EXPECT_STREQ(before.source, "token");
-  EXPECT_EQ(before.model, "nemotron");
-  EXPECT_EQ(before.turns, 6);
+  EXPECT_EQ(State(before), State("token", "nemotron", 6));
   sessions.Record("a", before, "nemotron", &info);
   EXPECT_EQ(info.turn(), 7);
   before = other.Lookup("a", info.token());  // other's table says 6, the token 7
