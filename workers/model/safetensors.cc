@@ -261,10 +261,11 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   auto c = std::make_unique<Checkpoint>();
   c->dir_ = dir;
   auto config = ReadFileToString(dir + "/config.json");
-  if (!config.ok()) {
+  if (absl::IsNotFound(config.status())) {
     return absl::NotFoundError(
         absl::StrCat(dir, ": no config.json (is this a checkpoint directory?)"));
   }
+  if (!config.ok()) return config.status();  // says why: permissions, a directory, ...
   c->config_json_ = std::move(*config);
   std::vector<std::string> shards;
   if (auto index = ReadFileToString(dir + "/model.safetensors.index.json"); index.ok()) {

@@ -62,6 +62,20 @@ TEST(SafetensorsTest, Bf16RoundTripsThroughTheWriterAndShards) {
   for (int64_t i = 0; i < 6; ++i) EXPECT_EQ((*a)->Element(i), v[i]) << i;
 }
 
+// A missing config.json says what the directory lacks; one that is there but cannot be read
+// says why, not that it is missing.
+TEST(SafetensorsTest, AConfigThatCannotBeReadIsNotReportedMissing) {
+  const std::string dir = TempDir("no_config");
+  auto missing = Checkpoint::Open(dir);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("no config.json"));
+  std::filesystem::create_directory(dir + "/config.json");
+  auto unreadable = Checkpoint::Open(dir);
+  EXPECT_FALSE(unreadable.ok());
+  EXPECT_NE(unreadable.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(unreadable.status().message()), HasSubstr("config.json: "));
+}
+
 TEST(SafetensorsTest, MalformedFilesAreRefusedWithTheReason) {
   const std::string dir = TempDir("bad");
   std::ofstream(dir + "/config.json") << "{}";
