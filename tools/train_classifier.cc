@@ -394,6 +394,27 @@ int ReadHeldOut(std::vector<LabelledExample>* heldout,
   return 0;
 }
 
+// Whether --dropout and --cross_validate_sources make sense for `train`; says why not.
+bool TrainingFlagsValid(const std::vector<LabelledExample>& train) {
+  const double dropout = absl::GetFlag(FLAGS_dropout);
+  if (!(dropout >= 0 && dropout < 1)) {
+    std::cerr << "--dropout must be in [0, 1), got " << dropout << "\n";
+    return false;
+  }
+  const std::string only = absl::GetFlag(FLAGS_cross_validate_sources);
+  if (only.empty()) return true;
+  std::set<std::string> sources;
+  for (const auto& e : train) sources.insert(e.source());
+  const std::vector<std::string> names = absl::StrSplit(only, ',');
+  for (const std::string& name : names) {
+    if (!sources.count(name)) {
+      std::cerr << "--cross_validate_sources: no training source named '" << name << "'\n";
+      return false;
+    }
+  }
+  return true;
+}
+
 // Trains on --train and saves the model to --out; `train` gets the examples and `header` the
 // report's line on how the model was trained. None of `unseen_sources` (--heldout_sources') may
 // be in the training file. 0, or the exit status (2) after saying why.
@@ -415,6 +436,7 @@ int TrainModel(const std::set<std::string>& unseen_sources, std::vector<Labelled
       return 2;
     }
   }
+  if (!TrainingFlagsValid(*train)) return 2;
   const auto start = std::chrono::steady_clock::now();
   *model = TrainOn(std::vector<std::string>(labels.begin(), labels.end()), *train, "");
   const double seconds =
