@@ -394,8 +394,26 @@ int ReadHeldOut(std::vector<LabelledExample>* heldout,
   return 0;
 }
 
-// Whether --dropout and --cross_validate_sources make sense for `train`; says why not.
+// Whether the model's shape, the schedule, --dropout and --cross_validate_sources make sense for
+// `train`; says why not. A model of more than 2^24 buckets would train and then not load
+// (HashedClassifier::FromBytes' bound).
 bool TrainingFlagsValid(const std::vector<LabelledExample>& train) {
+  const int format = absl::GetFlag(FLAGS_format);
+  const int buckets_log2 = absl::GetFlag(FLAGS_buckets_log2);
+  const double learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  if (format < 1 || format > 3) {
+    std::cerr << "--format must be 1, 2 or 3, got " << format << "\n";
+    return false;
+  }
+  if (buckets_log2 < 1 || buckets_log2 > 24) {
+    std::cerr << "--buckets_log2 must be in [1, 24], got " << buckets_log2 << "\n";
+    return false;
+  }
+  if (absl::GetFlag(FLAGS_epochs) < 1 || !(learning_rate > 0)) {
+    std::cerr << "--epochs must be at least 1 and --learning_rate above 0, got "
+              << absl::GetFlag(FLAGS_epochs) << " and " << learning_rate << "\n";
+    return false;
+  }
   const double dropout = absl::GetFlag(FLAGS_dropout);
   if (!(dropout >= 0 && dropout < 1)) {
     std::cerr << "--dropout must be in [0, 1), got " << dropout << "\n";
