@@ -862,11 +862,14 @@ TEST_F(TenantsTest, AReloadMayNeitherMakeAnonymousAdminNorLeaveNoAdmin) {
 }
 
 TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
-  // One dispatch slot per model: everything else waits in the gateway's queue. The worker runs
-  // 5x slower than H200 timings (about a second per answer), so the running request is still
-  // running while the queue is arranged below, even under ThreadSanitizer; at 1x it sometimes
-  // ended first there, and the queue had room for the seventh.
-  Start({"--max_inflight=1", "--max_queued=5"}, {"--synthetic_time_scale=5"});
+  // One dispatch slot per model: everything else waits in the gateway's queue. Nemotron's worker
+  // is stopped (SIGSTOP: alive, connected, silent) until the queue is arranged below, so the
+  // request it holds is still running then however slow the machine: a worker slowed 5x still
+  // finished it first under ThreadSanitizer on a loaded 2-core machine, and the queue had room
+  // for the seventh. Meanwhile its probes may time out and nothing may count as a stall.
+  Start({"--max_inflight=1", "--max_queued=5", "--worker_probe_timeouts=1000",
+         "--stall_timeout_min=0", "--max_queue_wait=120s"});
+  nemotron_.process->Signal(SIGSTOP);
   std::vector<std::thread> flood;
   for (int i = 0; i < 6; ++i) flood.emplace_back([this] { Story("ops", "ops-secret"); });
   // One runs, five wait: only then does the other tenant arrive. (EXPECT, not ASSERT, while
@@ -891,16 +894,12 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
   EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
                             {{"tenant", "batch"}}, 1)
                   .ok());
+  nemotron_.process->Signal(SIGCONT);
   // batch joined behind five queued ops requests yet is served next.
   ExpectBatchServedWithin(&flood, &other, 2);
 }
 
 TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
-  // A finish order, which under a sanitizer on a loaded machine follows the machine (CI saw the
-  // other tenant served 5th, then 9th, with four tests at once under TSan). The optimized build
-  // checks the order; the sanitizers check the fair queue's code in
-  // FairQueueingServesAWaitingTenantBeforeAFloodersBacklog.
-  if (TANDEM_SANITIZED) GTEST_SKIP() << "the finish order is checked by the optimized build";
   // The gateway's own limit is far away (--max_inflight 1024): the worker runs one request at a
   // time and would queue 64. By default the gateway dispatches only the worker's batch plus a
   // small headroom (--dispatch_headroom), so a flooding tenant's backlog waits in the fair queue,
@@ -909,9 +908,15 @@ TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
   constexpr int kBatch = 1;
   constexpr int kDefaultHeadroom = 2;
   constexpr int kFlood = 8;
-  ASSERT_NO_FATAL_FAILURE(Start(
-      {"--max_queued=16"},
-      {absl::StrCat("--max_batch_size=", kBatch), "--max_queue=64", "--synthetic_time_scale=3"}));
+  ASSERT_NO_FATAL_FAILURE(Start({"--max_queued=16", "--worker_probe_timeouts=1000",
+                                 "--stall_timeout_min=0", "--max_queue_wait=120s"},
+                                {absl::StrCat("--max_batch_size=", kBatch), "--max_queue=64"}));
+  // The worker is stopped (SIGSTOP: alive, connected, silent) until both tenants' calls are in
+  // place, so that no request ends and lets a flooder's next one through before the other tenant
+  // arrives, however slow the machine (under TSan with four tests at once, a worker slowed 3x
+  // let the other tenant be served 5th, then 9th). Meanwhile its probes may time out and nothing
+  // may count as a stall.
+  nemotron_.process->Signal(SIGSTOP);
   std::vector<std::thread> flood;
   for (int i = 0; i < kFlood; ++i) {
     flood.emplace_back([this] { Story("ops", "ops-secret"); });
@@ -919,10 +924,6 @@ TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
   EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_queued_requests",
                             {{"model_name", "nemotron"}}, kFlood - kBatch - kDefaultHeadroom)
                   .ok());
-  // The worker pauses until the other tenant's call is in the gateway's queue: no running request
-  // may end, and let a flooder's next one through, before it arrives (on a loaded machine, with
-  // a sanitizer, a new call can take longer to arrive than a request takes to run).
-  nemotron_.process->Signal(SIGSTOP);
   std::thread other([this] { Story("batch", "batch-secret"); });
   EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
                             {{"tenant", "batch"}}, 1)
