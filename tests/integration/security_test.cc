@@ -867,8 +867,9 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
   // request it holds is still running then however slow the machine: a worker slowed 5x still
   // finished it first under ThreadSanitizer on a loaded 2-core machine, and the queue had room
   // for the seventh. Meanwhile its probes may time out and nothing may count as a stall.
-  Start({"--max_inflight=1", "--max_queued=5", "--worker_probe_timeouts=1000",
-         "--stall_timeout_min=0", "--max_queue_wait=120s"});
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--max_inflight=1", "--max_queued=5", "--worker_probe_timeouts=1000",
+             "--stall_timeout_min=0", "--max_queue_wait=120s"}));
   nemotron_.process->Signal(SIGSTOP);
   std::vector<std::thread> flood;
   for (int i = 0; i < 6; ++i) flood.emplace_back([this] { Story("ops", "ops-secret"); });
