@@ -435,6 +435,10 @@ TEST_F(ResilienceTest, AFullWorkerQueueIsRetriedOnAnotherReplicaBeforeAnythingSt
 }
 
 TEST_F(ResilienceTest, AKilledWorkerIsEjectedAndItsRestartReadmittedWithinASecond) {
+  // The second is the optimized build's bound. Under TSan on a loaded 2-core VM the probe that
+  // readmits took 1.48 s once (every process runs several times slower there); the sanitizer
+  // suites check the ejection and readmission themselves.
+  const absl::Duration bound = TANDEM_SANITIZED ? absl::Seconds(5) : absl::Seconds(1);
   Server a = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
   Server b = StartOrDie(StartWorker("qwen", {"--synthetic_time_scale=0"}));
   const std::string address = a.grpc_address;
@@ -448,7 +452,7 @@ TEST_F(ResilienceTest, AKilledWorkerIsEjectedAndItsRestartReadmittedWithinASecon
   const absl::Time killed = absl::Now();
   ASSERT_TRUE(WaitUntil([&] { return !Usable(address); }, absl::Seconds(10)));
   const absl::Duration ejection = absl::Now() - killed;
-  EXPECT_LT(ejection, absl::Seconds(1));
+  EXPECT_LT(ejection, bound);
   // Meanwhile requests are served by the other replica.
   for (int i = 0; i < 5; ++i) {
     tandem::v1::GenerateResponse resp;
@@ -464,7 +468,7 @@ TEST_F(ResilienceTest, AKilledWorkerIsEjectedAndItsRestartReadmittedWithinASecon
   const absl::Time healthy = absl::Now();
   ASSERT_TRUE(WaitUntil([&] { return Usable(address); }, absl::Seconds(10)));
   const absl::Duration readmission = absl::Now() - healthy;
-  EXPECT_LT(readmission, absl::Seconds(1));
+  EXPECT_LT(readmission, bound);
   std::printf("ejected in %s, readmitted in %s\n", absl::FormatDuration(ejection).c_str(),
               absl::FormatDuration(readmission).c_str());
   EXPECT_EQ(GatewayMetric("tandem_gateway_endpoint_ready",
