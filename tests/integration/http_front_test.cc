@@ -36,8 +36,7 @@ constexpr char kKey[] = "Authorization: Bearer app-secret";
 std::string Header(const HttpAnswer& a, const std::string& name) {
   for (absl::string_view line : absl::StrSplit(a.headers, "\r\n")) {
     const size_t colon = line.find(':');
-    if (colon != absl::string_view::npos &&
-        absl::EqualsIgnoreCase(line.substr(0, colon), name)) {
+    if (colon != absl::string_view::npos && absl::EqualsIgnoreCase(line.substr(0, colon), name)) {
       return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
     }
   }
@@ -48,7 +47,8 @@ std::string Header(const HttpAnswer& a, const std::string& name) {
 absl::StatusOr<HttpAnswer> Send(const std::string& address, const std::string& method,
                                 const std::string& path, const std::string& body,
                                 const std::vector<std::string>& headers) {
-  std::string req = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+  std::string req =
+      absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
   for (const std::string& h : headers) absl::StrAppend(&req, h, "\r\n");
   if (!body.empty()) absl::StrAppend(&req, "Content-Length: ", body.size(), "\r\n");
   absl::StrAppend(&req, "\r\n", body);
@@ -65,9 +65,9 @@ class HttpFrontTest : public ::testing::Test {
       entries.push_back(absl::StrCat(model, "=", w->grpc_address));
       workers_->push_back(std::move(*w));
     }
-    const std::string tenants = WriteTempFile(
-        "tenants.yaml", absl::StrCat("tenants:\n  - name: app\n    keys: [",
-                                     policies::TenantKeyEntry("app-secret"), "]\n"));
+    const std::string tenants =
+        WriteTempFile("tenants.yaml", absl::StrCat("tenants:\n  - name: app\n    keys: [",
+                                                   policies::TenantKeyEntry("app-secret"), "]\n"));
     auto gateway = StartGateway(entries, {"--tenants=" + tenants, "--http_listen=127.0.0.1:0",
                                           "--http_cors_origins=https://app.example.com"});
     ASSERT_TRUE(gateway.ok()) << gateway.status();
@@ -117,8 +117,8 @@ TEST_F(HttpFrontTest, DeepBodiesAreRefusedWithOrWithoutAKeyAndNothingCrashes) {
                             R"("function":{"name":"f","arguments":)", deep, "}}]}]})");
       }()};
   for (const std::string& body : bodies) {
-    for (const std::vector<std::string>& auth : std::vector<std::vector<std::string>>{
-             {}, {"Authorization: Bearer wrong"}, {kKey}}) {
+    for (const std::vector<std::string>& auth :
+         std::vector<std::vector<std::string>>{{}, {"Authorization: Bearer wrong"}, {kKey}}) {
       auto a = Chat(body, auth);
       ASSERT_TRUE(a.ok()) << a.status();
       if (auth.empty() || auth[0] != kKey) {
@@ -251,7 +251,8 @@ TEST_F(HttpFrontTest, BodiesAreReadStrictly) {
        "stream_options", "only allowed when stream is true"},
       {absl::StrCat(R"({"messages":[)", user, R"(],"max_tokens":2147483648})"), "max_tokens",
        "2147483647"},
-      {absl::StrCat(R"({"messages":[)", user, R"(,{"role":"tool","tool_call_id":"c9","content":"r"}]})"),
+      {absl::StrCat(R"({"messages":[)", user,
+                    R"(,{"role":"tool","tool_call_id":"c9","content":"r"}]})"),
        "messages[1].tool_call_id", "matches no tool call"},
       {absl::StrCat(R"({"messages":[)", user,
                     R"(,{"role":"assistant","tool_calls":[{"id":"c1","type":"function",)",

@@ -875,9 +875,10 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
   for (int i = 0; i < 6; ++i) flood.emplace_back([this] { Story("ops", "ops-secret"); });
   // One runs, five wait: only then does the other tenant arrive. (EXPECT, not ASSERT, while
   // the threads run: they must be joined.)
-  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
-                            {{"tenant", "ops"}}, 5)
-                  .ok());
+  EXPECT_EQ(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
+                          {{"tenant", "ops"}}, 5)
+                .status(),
+            absl::OkStatus());
   // The flooder's queue is full: a seventh is refused at once, with retry information.
   std::multimap<std::string, std::string> trailers;
   tandem::v1::GenerateRequest seventh = Prompt("one more", 4);
@@ -892,9 +893,10 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
     EXPECT_THAT(details->quota_subjects, ElementsAre("tenant:ops"));
   }
   std::thread other([this] { Story("batch", "batch-secret"); });
-  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
-                            {{"tenant", "batch"}}, 1)
-                  .ok());
+  EXPECT_EQ(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
+                          {{"tenant", "batch"}}, 1)
+                .status(),
+            absl::OkStatus());
   nemotron_.process->Signal(SIGCONT);
   // batch joined behind five queued ops requests yet is served next.
   ExpectBatchServedWithin(&flood, &other, 2);
@@ -922,13 +924,15 @@ TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
   for (int i = 0; i < kFlood; ++i) {
     flood.emplace_back([this] { Story("ops", "ops-secret"); });
   }
-  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_queued_requests",
-                            {{"model_name", "nemotron"}}, kFlood - kBatch - kDefaultHeadroom)
-                  .ok());
+  EXPECT_EQ(WaitForMetric(gateway_.metrics_address, "tandem_gateway_queued_requests",
+                          {{"model_name", "nemotron"}}, kFlood - kBatch - kDefaultHeadroom)
+                .status(),
+            absl::OkStatus());
   std::thread other([this] { Story("batch", "batch-secret"); });
-  EXPECT_TRUE(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
-                            {{"tenant", "batch"}}, 1)
-                  .ok());
+  EXPECT_EQ(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
+                          {{"tenant", "batch"}}, 1)
+                .status(),
+            absl::OkStatus());
   nemotron_.process->Signal(SIGCONT);
   ExpectBatchServedWithin(&flood, &other, kBatch + kDefaultHeadroom);
 }

@@ -260,9 +260,10 @@ void UpstreamEngineTest::EndALongAnswerEarly(bool by_deadline) {
   if (by_deadline) llama.process->Signal(SIGCONT);
   EXPECT_TRUE(WaitUntil([&] { return EngineMetric(llama, "llamacpp:requests_processing") == 0; },
                         absl::Seconds(10)));
-  EXPECT_TRUE(WaitForMetric(worker.metrics_address, "tandem_worker_requests_total",
-                            {{"finish_reason", by_deadline ? "deadline_exceeded" : "cancelled"}}, 1)
-                  .ok());
+  EXPECT_EQ(WaitForMetric(worker.metrics_address, "tandem_worker_requests_total",
+                          {{"finish_reason", by_deadline ? "deadline_exceeded" : "cancelled"}}, 1)
+                .status(),
+            absl::OkStatus());
 }
 
 TEST_F(UpstreamEngineTest, ACancelledCallClosesTheEngineStream) {

@@ -172,8 +172,9 @@ TEST_F(UpstreamFaultsTest, EngineMetricsBecomeTheWorkersAndGoStale) {
       "vllm:num_requests_running{model_name=\"m\"} 3\n"
       "vllm:kv_cache_usage_perc{model_name=\"m\"} 0.75\n");
   ASSERT_NO_FATAL_FAILURE(StartWorkerFor("vllm", {"--upstream_metrics_stale=300ms"}));
-  ASSERT_TRUE(
-      WaitForMetric(worker_.metrics_address, "tandem_worker_num_requests_waiting", {}, 7).ok());
+  ASSERT_EQ(
+      WaitForMetric(worker_.metrics_address, "tandem_worker_num_requests_waiting", {}, 7).status(),
+      absl::OkStatus());
   EXPECT_EQ(WorkerMetric("tandem_worker_num_requests_running", {}), 3);
   EXPECT_EQ(WorkerMetric("tandem_worker_kv_cache_usage_perc", {}), 0.75);
   EXPECT_EQ(WorkerMetric("tandem_worker_engine_metrics_stale", {}), 0);
@@ -182,8 +183,9 @@ TEST_F(UpstreamFaultsTest, EngineMetricsBecomeTheWorkersAndGoStale) {
       WorkerMetric("vllm:num_requests_waiting", {{"model_name", "m"}, {"tandem_engine", "vllm"}}),
       7);
   engine_->SetMetrics("");  // the engine's /metrics fails from now on
-  ASSERT_TRUE(
-      WaitForMetric(worker_.metrics_address, "tandem_worker_engine_metrics_stale", {}, 1).ok());
+  ASSERT_EQ(
+      WaitForMetric(worker_.metrics_address, "tandem_worker_engine_metrics_stale", {}, 1).status(),
+      absl::OkStatus());
   // Stale engine gauges are not used: the worker's own counts stand alone, and the engine's
   // series are no longer served.
   EXPECT_EQ(WorkerMetric("tandem_worker_num_requests_waiting", {}), 0);

@@ -292,7 +292,11 @@ absl::StatusOr<double> WaitForMetric(const std::string& address, const std::stri
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return last;
+  // Not the last value as a success: a sample that exists at 0 from the start would pass every
+  // caller's ok() check at the timeout.
+  return absl::DeadlineExceededError(absl::StrCat(
+      name, " did not reach ", want, " within ", absl::FormatDuration(timeout), ": ",
+      last.ok() ? absl::StrCat("last read ", *last) : last.status().ToString()));
 }
 
 absl::StatusOr<ErrorDetails> DecodeErrorDetails(const grpc::Status& status) {

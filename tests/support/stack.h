@@ -96,8 +96,9 @@ absl::StatusOr<double> MetricValue(const std::string& exposition, const std::str
 double ScrapeMetric(const std::string& address, const std::string& name,
                     const std::map<std::string, std::string>& labels = {});
 
-// Polls `address`/metrics until the sample reaches `want` or `timeout` passes; returns the last
-// value read. For effects that happen on another process's thread after an RPC returns.
+// Polls `address`/metrics until the sample reaches `want` or `timeout` passes; returns the value,
+// or DEADLINE_EXCEEDED naming the last value read. For effects that happen on another process's
+// thread after an RPC returns.
 absl::StatusOr<double> WaitForMetric(const std::string& address, const std::string& name,
                                      const std::map<std::string, std::string>& labels, double want,
                                      absl::Duration timeout = absl::Seconds(10));
