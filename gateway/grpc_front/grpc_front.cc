@@ -198,6 +198,17 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, publ
   RelayWrites writes_;
 };
 
+// The authenticated caller; nullopt once `reactor` has finished with the refusal.
+std::optional<TenantRegistry::Caller> CallerOrFinish(Dispatcher* dispatcher,
+                                                     grpc::CallbackServerContext* context,
+                                                     grpc::ServerUnaryReactor* reactor) {
+  absl::StatusOr<TenantRegistry::Caller> caller =
+      dispatcher->access().Authenticate(ApiKeyFromMetadata(context->client_metadata()));
+  if (caller.ok()) return *std::move(caller);
+  reactor->Finish(ToGrpcStatus(caller.status()));
+  return std::nullopt;
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* GrpcFront::Generate(grpc::CallbackServerContext* context,
@@ -215,12 +226,9 @@ grpc::ServerUnaryReactor* GrpcFront::Route(grpc::CallbackServerContext* context,
                                            const grpc::ByteBuffer* request_bytes,
                                            grpc::ByteBuffer* response_bytes) {
   auto* reactor = context->DefaultReactor();
-  absl::StatusOr<TenantRegistry::Caller> caller =
-      dispatcher_->access().Authenticate(ApiKeyFromMetadata(context->client_metadata()));
-  if (!caller.ok()) {
-    reactor->Finish(ToGrpcStatus(caller.status()));
-    return reactor;
-  }
+  const std::optional<TenantRegistry::Caller> caller =
+      CallerOrFinish(dispatcher_, context, reactor);
+  if (!caller.has_value()) return reactor;
   GenerateRequest request;
   Admission admission;
   absl::Status s = ParseRequest(*request_bytes, &request);
@@ -263,12 +271,9 @@ grpc::ServerUnaryReactor* GrpcFront::ListModels(grpc::CallbackServerContext* con
                                                 const tandem::v1::ListModelsRequest*,
                                                 tandem::v1::ListModelsResponse* response) {
   auto* reactor = context->DefaultReactor();
-  absl::StatusOr<TenantRegistry::Caller> caller =
-      dispatcher_->access().Authenticate(ApiKeyFromMetadata(context->client_metadata()));
-  if (!caller.ok()) {
-    reactor->Finish(ToGrpcStatus(caller.status()));
-    return reactor;
-  }
+  const std::optional<TenantRegistry::Caller> caller =
+      CallerOrFinish(dispatcher_, context, reactor);
+  if (!caller.has_value()) return reactor;
   for (auto& m : dispatcher_->access().VisibleModels(*caller))
     *response->add_models() = std::move(m);
   reactor->Finish(grpc::Status::OK);

@@ -428,6 +428,15 @@ class TenantsTest : public ::testing::Test {
     finished_.push_back(s.ok() ? who : who + ":" + std::to_string(s.error_code()));
   }
 
+  // batch's story on a thread of its own, returned once its request waits in the gateway's queue.
+  std::thread BatchJoinsTheQueue() {
+    std::thread other([this] { Story("batch", "batch-secret"); });
+    EXPECT_EQ(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
+                            {{"tenant", "batch"}}, 1)
+                  .status(),
+              absl::OkStatus());
+    return other;
+  }
   // Joins `flood` (ops' stories) and `other` (batch's), then expects all to have been served and
   // batch's among the first `batch_within` + 1 to finish.
   void ExpectBatchServedWithin(std::vector<std::thread>* flood, std::thread* other,
@@ -892,11 +901,7 @@ TEST_F(TenantsTest, FairQueueingServesAWaitingTenantBeforeAFloodersBacklog) {
     EXPECT_GT(details->retry_delay, absl::ZeroDuration());
     EXPECT_THAT(details->quota_subjects, ElementsAre("tenant:ops"));
   }
-  std::thread other([this] { Story("batch", "batch-secret"); });
-  EXPECT_EQ(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
-                          {{"tenant", "batch"}}, 1)
-                .status(),
-            absl::OkStatus());
+  std::thread other = BatchJoinsTheQueue();
   nemotron_.process->Signal(SIGCONT);
   // batch joined behind five queued ops requests yet is served next.
   ExpectBatchServedWithin(&flood, &other, 2);
@@ -928,11 +933,7 @@ TEST_F(TenantsTest, FairnessHoldsAtTheWorkersCapacityNotOnlyTheGateways) {
                           {{"model_name", "nemotron"}}, kFlood - kBatch - kDefaultHeadroom)
                 .status(),
             absl::OkStatus());
-  std::thread other([this] { Story("batch", "batch-secret"); });
-  EXPECT_EQ(WaitForMetric(gateway_.metrics_address, "tandem_gateway_tenant_queued_requests",
-                          {{"tenant", "batch"}}, 1)
-                .status(),
-            absl::OkStatus());
+  std::thread other = BatchJoinsTheQueue();
   nemotron_.process->Signal(SIGCONT);
   ExpectBatchServedWithin(&flood, &other, kBatch + kDefaultHeadroom);
 }
