@@ -22,10 +22,17 @@ set_tests_properties(prometheus_config_check prometheus_rules_check prometheus_r
 add_test(NAME grafana_dashboards_check
   COMMAND ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/grafana/check_dashboards.py)
 set_tests_properties(grafana_dashboards_check PROPERTIES LABELS check TIMEOUT 60)
+# A sanitizer build's stack may miss the latency SLOs (over 1 s to a first token under TSan on a
+# loaded machine): there, and only there, an SLO alert may be pending where requests missed it.
+set(TANDEM_DASHBOARD_TEST_SLO_FLAG "")
+if(TANDEM_SANITIZE)
+  set(TANDEM_DASHBOARD_TEST_SLO_FLAG --allow_slo_misses)
+endif()
 tandem_add_test_needing(TANDEM_PROMETHEUS grafana_dashboard_queries_live
   ${Python3_EXECUTABLE} ${TANDEM_DEPLOY}/grafana/dashboard_queries_test.py
     --worker=$<TARGET_FILE:tandem-worker> --gateway=$<TARGET_FILE:tandem-gateway>
-    --ctl=$<TARGET_FILE:tandemctl> --prometheus=${TANDEM_PROMETHEUS})
+    --ctl=$<TARGET_FILE:tandemctl> --prometheus=${TANDEM_PROMETHEUS}
+    ${TANDEM_DASHBOARD_TEST_SLO_FLAG})
 # COST: started early in a fresh build tree (tandem_test in tests/CMakeLists.txt says why).
 set_tests_properties(grafana_dashboard_queries_live PROPERTIES LABELS integration TIMEOUT 120
   COST 15)

@@ -6,12 +6,13 @@ nemotron), a gateway with policies/default.yaml, and Debian's Prometheus scrapin
 200 ms with deploy/prometheus/rules loaded (group intervals shortened to 1 s); drives mixed load
 through tandemctl; then requires that
   - every rule in deploy/prometheus/rules loaded and evaluates without error, and no alert is
-    pending or firing on this healthy stack (an SLO alert only where requests of this run did
-    miss the objective),
+    pending or firing on this healthy stack (with --allow_slo_misses, for sanitizer builds, an
+    SLO alert may be pending where requests of this run did miss the objective),
   - every dashboard variable's label_values() query returns values, and
   - every panel target ($namespace, $model, $__rate_interval substituted) parses and returns data.
 
 usage: dashboard_queries_test.py --worker=BIN --gateway=BIN --ctl=BIN --prometheus=BIN
+                                 [--allow_slo_misses]
 """
 import argparse
 import ctypes
@@ -110,6 +111,7 @@ def main():
     for flag in ("worker", "gateway", "ctl", "prometheus"):
         ap.add_argument("--" + flag, required=True)
     ap.add_argument("--load_seconds", type=float, default=8)
+    ap.add_argument("--allow_slo_misses", action="store_true")
     args = ap.parse_args()
     # SIGTERM (ctest, a CI runner) unwinds through the finally below, which stops the children.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -203,10 +205,10 @@ def main():
                     failures.append(f"rule {r.get('name')} health {r.get('health')}: {r.get('lastError')}")
         if nrules < 40:
             failures.append(f"only {nrules} rules loaded")
-        # A healthy stack under this load trips no alert, not even pending; but for an SLO
-        # alert on a model whose requests did miss the objective here (a sanitizer build on a
-        # loaded machine can take over 1 s to a first token), which is then right to be pending.
-        missed = slo_misses(prom)
+        # A healthy stack under this load trips no alert, not even pending; but with
+        # --allow_slo_misses (a sanitizer build on a loaded machine can take over 1 s to a first
+        # token), an SLO alert on a model whose requests did miss the objective here is right.
+        missed = slo_misses(prom) if args.allow_slo_misses else {}
         for a in get(f"http://{prom}/api/v1/alerts")["data"]["alerts"]:
             labels = a["labels"]
             slo, model = labels.get("slo"), labels.get("model_name")
